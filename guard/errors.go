@@ -1,0 +1,61 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Check them with errors.Is; the typed errors below carry
+// more and match their sentinel too.
+var (
+	// ErrInProgress: another holder has the key and its lease is alive.
+	// The error is an *InProgressError saying how long the lease has left.
+	ErrInProgress = errors.New("idemguard: request in progress")
+	// ErrMismatch: the key was used before with a different fingerprint.
+	ErrMismatch = errors.New("idemguard: key reused with a different request")
+	// ErrLeaseLost: the caller no longer holds the key (its lease ran out
+	// and another holder took over, or the record is gone); nothing it
+	// writes through the guard is kept.
+	ErrLeaseLost = errors.New("idemguard: lease lost")
+	// ErrExhausted: the key failed MaxAttempts times and is not run again.
+	// The error is an *ExhaustedError with the last failure.
+	ErrExhausted = errors.New("idemguard: attempts exhausted")
+	// ErrUnavailable: the store could not be reached or did not answer.
+	// Nothing is known about the key; retry later.
+	ErrUnavailable = errors.New("idemguard: store unavailable")
+	// ErrInvalidKey: the key cannot be stored (empty, too long, control
+	// characters).
+	ErrInvalidKey = errors.New("idemguard: invalid key")
+	// ErrNotFound: Get found no record for the key.
+	ErrNotFound = errors.New("idemguard: no record")
+	// ErrCorrupt: the store holds a record this version cannot read.
+	ErrCorrupt = errors.New("idemguard: corrupt record")
+)
+
+// InProgressError is returned when another holder has the key.
+type InProgressError struct {
+	Key        Key
+	RetryAfter time.Duration // time left on the holder's lease
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%s: %s (lease ends in %s)", ErrInProgress, e.Key, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrInProgress) true.
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// ExhaustedError is returned when a key has failed its last allowed attempt.
+type ExhaustedError struct {
+	Key       Key
+	Attempts  int
+	LastError string // what the last failed attempt reported
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("%s: %s after %d attempts: %s", ErrExhausted, e.Key, e.Attempts, e.LastError)
+}
+
+// Is makes errors.Is(err, ErrExhausted) true.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }

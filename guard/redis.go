@@ -1,0 +1,273 @@
+package guard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/scripts"
+)
+
+// DefaultPrefix starts the name of every Redis key the RedisStore writes.
+const DefaultPrefix = "idem:"
+
+// RedisOptions configure a RedisStore. The zero value is ready to use.
+type RedisOptions struct {
+	// Prefix starts every Redis key name. Default DefaultPrefix.
+	Prefix string
+}
+
+// RedisStore is a Store on Redis: standalone, Sentinel or Cluster, through
+// any go-redis UniversalClient. Each call is one script, one round trip.
+// A key's record hash and lease string share one hash tag, so a Cluster
+// keeps them on one slot.
+type RedisStore struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a Store on client. It does not touch the network;
+// call LoadScripts at start-up so the first calls need no EVAL.
+func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	return &RedisStore{client: client, prefix: opts.Prefix}
+}
+
+// Client returns the Redis client the store uses.
+func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+
+// LoadScripts loads every script into the script cache (on every master of
+// a Cluster), so calls go out as EVALSHA. Scripts missing later (a
+// restarted server) are sent again by EVAL on demand.
+func (s *RedisStore) LoadScripts(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, sc := range scripts.All() {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return storeErr(ctx, err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, s.client)
+}
+
+// Names returns the Redis key names of key: its record hash and its lease.
+func (s *RedisStore) Names(key Key) (record, lease string) {
+	h := sha256.New()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(key.Scope)))
+	h.Write(n[:])
+	h.Write([]byte(key.Scope))
+	h.Write([]byte(key.ID))
+	var sum [sha256.Size]byte
+	tag := base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
+	record = s.prefix + "{" + tag + "}"
+	return record, record + ":lease"
+}
+
+func (s *RedisStore) keys(key Key) []string {
+	rec, lease := s.Names(key)
+	return []string{rec, lease}
+}
+
+// Claim implements Store.
+func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
+	reply, err := scripts.Claim.Run(ctx, s.client, s.keys(req.Key),
+		req.Token, req.Fingerprint, req.Lease.Milliseconds(), req.TTL.Milliseconds(),
+		req.MaxAttempts, req.Key.Scope, req.Key.ID).Slice()
+	if err != nil {
+		return Outcome{}, storeErr(ctx, err)
+	}
+	out, err := decodeClaim(reply)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if out.Status == Acquired {
+		out.Lease.Key, out.Lease.Token = req.Key, req.Token
+	}
+	return out, nil
+}
+
+// decodeClaim reads claim.lua's reply.
+func decodeClaim(r []any) (Outcome, error) {
+	bad := func() (Outcome, error) { return Outcome{}, fmt.Errorf("%w: claim reply %v", ErrCorrupt, r) }
+	if len(r) == 0 {
+		return bad()
+	}
+	code, ok := r[0].(int64)
+	if !ok {
+		return bad()
+	}
+	switch {
+	case code == 1 && len(r) == 4:
+		fence, ok1 := r[1].(int64)
+		att, ok2 := r[2].(int64)
+		rcv, ok3 := r[3].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return bad()
+		}
+		return Outcome{Status: Acquired, Lease: Lease{Fence: fence, Attempt: int(att), Recovered: rcv == 1}}, nil
+	case code == 2 && len(r) == 2:
+		ms, ok := r[1].(int64)
+		if !ok {
+			return bad()
+		}
+		return Outcome{Status: InProgress, LeaseLeft: time.Duration(ms) * time.Millisecond}, nil
+	case code == 3 && len(r) == 2:
+		res, _ := r[1].(string) // a missing result reads as nil: an empty one
+		return Outcome{Status: Replay, Result: []byte(res)}, nil
+	case code == 4:
+		return Outcome{Status: Mismatch}, nil
+	case code == 5 && len(r) == 3:
+		att, ok1 := r[1].(int64)
+		reason, ok2 := r[2].(string)
+		if !ok1 || !ok2 {
+			return bad()
+		}
+		return Outcome{Status: Exhausted, Attempts: int(att), LastError: reason}, nil
+	}
+	return bad()
+}
+
+// Complete implements Store.
+func (s *RedisStore) Complete(ctx context.Context, key Key, token string, result []byte, ttl time.Duration) error {
+	return s.write(ctx, scripts.Complete, key, token, result, ttl.Milliseconds())
+}
+
+// Fail implements Store.
+func (s *RedisStore) Fail(ctx context.Context, key Key, token, reason string, ttl time.Duration) error {
+	return s.write(ctx, scripts.Fail, key, token, reason, ttl.Milliseconds())
+}
+
+// Release implements Store.
+func (s *RedisStore) Release(ctx context.Context, key Key, token string) error {
+	return s.write(ctx, scripts.Release, key, token)
+}
+
+// Extend implements Store.
+func (s *RedisStore) Extend(ctx context.Context, key Key, token string, lease time.Duration) error {
+	return s.write(ctx, scripts.Extend, key, token, lease.Milliseconds())
+}
+
+// write runs a compare-and-set script that answers 1 (OK) or 0 (LOST).
+func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, args ...any) error {
+	n, err := sc.Run(ctx, s.client, s.keys(key), args...).Int64()
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	if n != 1 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *RedisStore) Get(ctx context.Context, key Key) (Record, error) {
+	reply, err := scripts.Get.Run(ctx, s.client, s.keys(key)).Slice()
+	if err != nil {
+		return Record{}, storeErr(ctx, err)
+	}
+	if len(reply) != 3 {
+		return Record{}, fmt.Errorf("%w: get reply %v", ErrCorrupt, reply)
+	}
+	flat, _ := reply[0].([]any)
+	leaseMS, _ := reply[1].(int64)
+	ttlMS, _ := reply[2].(int64)
+	if len(flat) == 0 {
+		return Record{}, ErrNotFound
+	}
+	fields := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		fields[k] = v
+	}
+	rec, err := DecodeRecord(fields)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.State == StatePending && leaseMS > 0 {
+		rec.LeaseLeft = time.Duration(leaseMS) * time.Millisecond
+	}
+	if ttlMS > 0 {
+		rec.TTL = time.Duration(ttlMS) * time.Millisecond
+	}
+	return rec, nil
+}
+
+// DecodeRecord reads a record from the fields of its Redis hash. Fields it
+// cannot read give an error wrapping ErrCorrupt, never a panic.
+func DecodeRecord(f map[string]string) (Record, error) {
+	var rec Record
+	switch f["st"] {
+	case "p":
+		rec.State = StatePending
+	case "c":
+		rec.State = StateCompleted
+	case "f":
+		rec.State = StateFailed
+	default:
+		return Record{}, fmt.Errorf("%w: state %q", ErrCorrupt, f["st"])
+	}
+	fence, err := strconv.ParseInt(f["fen"], 10, 64)
+	if err != nil || fence < 1 {
+		return Record{}, fmt.Errorf("%w: fence %q", ErrCorrupt, f["fen"])
+	}
+	att, err := strconv.Atoi(f["att"])
+	if err != nil || att < 0 {
+		return Record{}, fmt.Errorf("%w: attempts %q", ErrCorrupt, f["att"])
+	}
+	tok, ok := f["tok"]
+	if !ok || tok == "" {
+		return Record{}, fmt.Errorf("%w: no owner token", ErrCorrupt)
+	}
+	rec.Key = Key{Scope: f["sc"], ID: f["id"]}
+	rec.Fingerprint = f["fp"]
+	rec.Token = tok
+	rec.Fence = fence
+	rec.Attempt = att
+	rec.Recovered = f["rcv"] == "1"
+	rec.LastError = f["err"]
+	if res, ok := f["res"]; ok {
+		rec.Result = []byte(res)
+	}
+	return rec, nil
+}
+
+// storeErr maps a go-redis error to the guard's: transport failures and
+// the server's "try later" replies wrap ErrUnavailable, a cancelled context
+// is returned as it is, anything else (a script bug) is wrapped plainly.
+func storeErr(ctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return err
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !isTryLater(rerr.Error()) {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func isTryLater(msg string) bool {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}

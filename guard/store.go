@@ -1,0 +1,130 @@
+package guard
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps idempotency records. Every method is atomic for one key, and
+// every write is a compare-and-set on the owner token: a caller that does
+// not hold the key changes nothing and gets ErrLeaseLost. Every method is
+// safe to repeat with the same arguments (a retried request gets the same
+// answer). A store that cannot be reached returns an error wrapping
+// ErrUnavailable.
+//
+// The package storetest holds the contract suite every Store passes.
+type Store interface {
+	// Claim takes the key for req.Token, or reports why it cannot: a
+	// replay of the stored result, another holder in progress, a
+	// fingerprint mismatch, or exhausted attempts. These outcomes are
+	// reported in Outcome.Status, not as errors.
+	Claim(ctx context.Context, req ClaimRequest) (Outcome, error)
+	// Complete stores result for the holder of token and keeps the
+	// record for ttl.
+	Complete(ctx context.Context, key Key, token string, result []byte, ttl time.Duration) error
+	// Fail marks the holder's attempt as failed with reason; the key may be
+	// claimed again until its attempts run out. The record is kept for ttl.
+	Fail(ctx context.Context, key Key, token, reason string, ttl time.Duration) error
+	// Release undoes the holder's claim as if it had never been made.
+	// Releasing a key that is already gone succeeds.
+	Release(ctx context.Context, key Key, token string) error
+	// Extend keeps the holder's lease alive for lease from now.
+	Extend(ctx context.Context, key Key, token string, lease time.Duration) error
+	// Get reads the record, or returns ErrNotFound.
+	Get(ctx context.Context, key Key) (Record, error)
+}
+
+// ClaimRequest is what Store.Claim needs.
+type ClaimRequest struct {
+	Key         Key
+	Token       string        // the claimant's owner token, unique per claim
+	Fingerprint string        // a digest of the request; a different one is a mismatch
+	Lease       time.Duration // how long the claim lives without an Extend
+	TTL         time.Duration // how long a record is kept
+	MaxAttempts int           // attempts before ErrExhausted; 0 means no limit
+}
+
+// Status is the kind of answer to a claim.
+type Status uint8
+
+// Claim outcomes.
+const (
+	Acquired   Status = iota + 1 // the caller holds the key and must run the effect
+	InProgress                   // another holder's lease is alive
+	Replay                       // the key completed; Outcome.Result holds its result
+	Mismatch                     // the key was used with another fingerprint
+	Exhausted                    // the key failed MaxAttempts times
+)
+
+var statusNames = [...]string{"", "acquired", "in_progress", "replay", "mismatch", "exhausted"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) && s != 0 {
+		return statusNames[s]
+	}
+	return "unknown"
+}
+
+// Outcome is the answer to a claim.
+type Outcome struct {
+	Status    Status
+	Lease     Lease         // when Acquired: the holder's lease
+	Result    []byte        // when Replay: the stored result
+	LeaseLeft time.Duration // when InProgress: time until the holder's lease ends
+	Attempts  int           // when Exhausted: attempts made
+	LastError string        // when Exhausted: the last failure's reason
+}
+
+// Lease is a held claim on a key. Downstream writes that must not happen
+// twice should carry Fence: it grows with every acquisition of the key.
+type Lease struct {
+	Key       Key
+	Token     string // the owner token every write is compared against
+	Fence     int64  // grows by one with every acquisition of the key
+	Attempt   int    // 1 for the first acquisition
+	Recovered bool   // a previous holder's lease ran out before it finished
+}
+
+// State is where a record stands in its life.
+type State uint8
+
+// Record states.
+const (
+	StatePending   State = iota + 1 // claimed, effect running
+	StateCompleted                  // result stored
+	StateFailed                     // last attempt failed; claimable again
+)
+
+var stateNames = [...]string{"", "pending", "completed", "failed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) && s != 0 {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// ParseState reads a state name as String writes it.
+func ParseState(s string) (State, bool) {
+	for i, n := range stateNames {
+		if n == s && i != 0 {
+			return State(i), true
+		}
+	}
+	return 0, false
+}
+
+// Record is a stored key as Get reads it.
+type Record struct {
+	Key         Key
+	State       State
+	Fingerprint string
+	Token       string
+	Fence       int64
+	Attempt     int
+	Recovered   bool
+	Result      []byte
+	LastError   string
+	LeaseLeft   time.Duration // zero when no lease is alive
+	TTL         time.Duration // time until the record expires; zero if unknown
+}
