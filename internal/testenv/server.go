@@ -1,0 +1,128 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process of the test's own, for tests that kill,
+// pause or flush Redis. It is stopped when the test ends.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// StartRedis starts a redis-server on a free loopback port, with no
+// persistence, and waits until it answers PING. Extra args are passed to
+// the server (e.g. "--replicaof", host, port).
+func StartRedis(t testing.TB, args ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Require(t, EnvRedisServer), dir: t.TempDir(), port: FreePort(t), args: args}
+	if err := s.start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Addr is the server's host:port; it stays the same across Restart.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Client returns a new client of the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("already running")
+	}
+	args := append([]string{
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--enable-debug-command", "yes", "--protected-mode", "no",
+	}, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
+	return waitReady(s.Addr(), 10*time.Second)
+}
+
+// Kill stops the server with SIGKILL, as a crash would. It does nothing if
+// the server is not running.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port, empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+// waitReady polls addr with PING until it answers or the limit passes.
+func waitReady(addr string, limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	backoff := 5 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer PING within %s: %w", addr, limit, err)
+		}
+		time.Sleep(backoff) // polling a process we started: there is no event to wait on
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
