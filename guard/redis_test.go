@@ -1,0 +1,69 @@
+package guard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// miniStore returns a RedisStore on a fresh miniredis and the server, so a
+// test can move its clock.
+func miniStore(t *testing.T) (*guard.RedisStore, *miniredis.Miniredis) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s := guard.NewRedisStore(c, guard.RedisOptions{})
+	if err := s.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, mr
+}
+
+func TestContractMiniredis(t *testing.T) {
+	var mr *miniredis.Miniredis
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) guard.Store {
+			var s *guard.RedisStore
+			s, mr = miniStore(t)
+			return s
+		},
+		Advance: func(t *testing.T, d time.Duration) { mr.FastForward(d + time.Millisecond) },
+		Keys:    300, // miniredis recompiles each script per call: keep the race proportionate
+	})
+}
+
+func TestContractRedis(t *testing.T) {
+	c := testenv.Redis(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) guard.Store {
+			s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			if err := s.LoadScripts(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Advance: storetest.Wait,
+	})
+}
+
+func TestContractRedisCluster(t *testing.T) {
+	c := testenv.Cluster(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) guard.Store {
+			s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			if err := s.LoadScripts(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Advance: storetest.Wait,
+	})
+}

@@ -1,0 +1,541 @@
+// Package storetest is the contract every guard.Store passes: the state
+// machine of DESIGN.md, idempotent retries of every call, compare-and-set on
+// the owner token, lease recovery, retention, and races that count effects.
+//
+// A store's test calls Run with a Harness:
+//
+//	func TestContract(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			New:     func(t *testing.T) guard.Store { return newStore(t) },
+//			Advance: storetest.Wait,
+//		})
+//	}
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Harness tells Run how to drive one Store implementation.
+type Harness struct {
+	// New returns an empty store for one test. Stores from different calls
+	// must not see each other's keys (use a fresh prefix or schema).
+	New func(t *testing.T) guard.Store
+	// Advance lets d pass for the store's leases and retention: FastForward
+	// on miniredis, Wait on a real server.
+	Advance func(t *testing.T, d time.Duration)
+	// Lease is the lease used where one must run out. Default 300ms.
+	Lease time.Duration
+	// TTL is the retention used where a record must expire. Default 1s.
+	TTL time.Duration
+	// Keys and Duplicates size the many-keys race (default 1,000 × 8).
+	Keys, Duplicates int
+}
+
+// Wait is an Advance for real servers: it lets d (and a margin for clock
+// granularity) pass in real time.
+func Wait(t *testing.T, d time.Duration) {
+	time.Sleep(d + 50*time.Millisecond) // waiting for server-side expiry, not for another goroutine
+}
+
+func (h Harness) withDefaults() Harness {
+	if h.Lease <= 0 {
+		h.Lease = 300 * time.Millisecond
+	}
+	if h.TTL <= 0 {
+		h.TTL = time.Second
+	}
+	if h.Keys <= 0 {
+		h.Keys = 1000
+	}
+	if h.Duplicates <= 0 {
+		h.Duplicates = 8
+	}
+	return h
+}
+
+// Run runs the whole contract as subtests of t.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil || h.Advance == nil {
+		t.Fatal("storetest: Harness.New and Harness.Advance are required")
+	}
+	h = h.withDefaults()
+	c := contract{h: h}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"ClaimNew", c.claimNew},
+		{"ClaimRepeatedSameToken", c.claimRepeated},
+		{"ClaimWhileHeld", c.claimWhileHeld},
+		{"Mismatch", c.mismatch},
+		{"CompleteThenReplay", c.completeThenReplay},
+		{"CompleteRepeated", c.completeRepeated},
+		{"StaleTokenChangesNothing", c.staleToken},
+		{"FailThenRetry", c.failThenRetry},
+		{"Exhausted", c.exhausted},
+		{"ReleaseFirstAttempt", c.releaseFirst},
+		{"ReleaseLaterAttempt", c.releaseLater},
+		{"LeaseExpiryRecovery", c.leaseRecovery},
+		{"ExtendKeepsLease", c.extendKeeps},
+		{"Retention", c.retention},
+		{"ScopesNeverMeet", c.scopes},
+		{"OddKeyBytes", c.oddKeys},
+		{"RaceOneKey", c.raceOneKey},
+		{"RaceManyKeys", c.raceManyKeys},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+type contract struct{ h Harness }
+
+var ctx = context.Background()
+
+func newKey(t *testing.T) guard.Key {
+	return guard.Key{Scope: "contract", ID: t.Name() + "/" + rand.Text()[:10]}
+}
+
+func (c contract) req(key guard.Key, token string) guard.ClaimRequest {
+	return guard.ClaimRequest{Key: key, Token: token, Fingerprint: "fp", Lease: c.h.Lease, TTL: time.Hour}
+}
+
+func claim(t *testing.T, s guard.Store, r guard.ClaimRequest) guard.Outcome {
+	t.Helper()
+	out, err := s.Claim(ctx, r)
+	if err != nil {
+		t.Fatalf("Claim(%s, %s): %v", r.Key, r.Token, err)
+	}
+	return out
+}
+
+func acquire(t *testing.T, s guard.Store, r guard.ClaimRequest) guard.Lease {
+	t.Helper()
+	out := claim(t, s, r)
+	if out.Status != guard.Acquired {
+		t.Fatalf("Claim(%s, %s) = %v, want acquired", r.Key, r.Token, out.Status)
+	}
+	if out.Lease.Key != r.Key || out.Lease.Token != r.Token {
+		t.Fatalf("lease names %s/%s, want %s/%s", out.Lease.Key, out.Lease.Token, r.Key, r.Token)
+	}
+	return out.Lease
+}
+
+func get(t *testing.T, s guard.Store, key guard.Key) guard.Record {
+	t.Helper()
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	return rec
+}
+
+func mustOK(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func mustLost(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("%s = %v, want ErrLeaseLost", what, err)
+	}
+}
+
+func (c contract) claimNew(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get of a new key = %v, want ErrNotFound", err)
+	}
+	l := acquire(t, s, c.req(key, "A"))
+	if l.Fence != 1 || l.Attempt != 1 || l.Recovered {
+		t.Fatalf("first lease = %+v, want fence 1, attempt 1, not recovered", l)
+	}
+	rec := get(t, s, key)
+	if rec.State != guard.StatePending || rec.Token != "A" || rec.Fence != 1 || rec.Attempt != 1 || rec.Fingerprint != "fp" {
+		t.Fatalf("record = %+v", rec)
+	}
+	if rec.Key != key {
+		t.Fatalf("record key = %s, want %s", rec.Key, key)
+	}
+	if rec.LeaseLeft <= 0 || rec.LeaseLeft > c.h.Lease {
+		t.Fatalf("lease left = %s, want in (0, %s]", rec.LeaseLeft, c.h.Lease)
+	}
+}
+
+func (c contract) claimRepeated(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	first := acquire(t, s, c.req(key, "A"))
+	again := acquire(t, s, c.req(key, "A"))
+	if again != first {
+		t.Fatalf("repeated claim = %+v, want %+v", again, first)
+	}
+	// Also after a failure and recovery: the retry of the recovering claim.
+	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
+	b1 := acquire(t, s, c.req(key, "B"))
+	b2 := acquire(t, s, c.req(key, "B"))
+	if b1 != b2 || b1.Fence != 2 {
+		t.Fatalf("repeated recovering claim = %+v then %+v, want equal with fence 2", b1, b2)
+	}
+}
+
+func (c contract) claimWhileHeld(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	out := claim(t, s, c.req(key, "B"))
+	if out.Status != guard.InProgress {
+		t.Fatalf("second claim = %v, want in progress", out.Status)
+	}
+	if out.LeaseLeft <= 0 || out.LeaseLeft > c.h.Lease {
+		t.Fatalf("lease left = %s, want in (0, %s]", out.LeaseLeft, c.h.Lease)
+	}
+	if rec := get(t, s, key); rec.Token != "A" || rec.Fence != 1 {
+		t.Fatalf("in-progress claim changed the record: %+v", rec)
+	}
+}
+
+func (c contract) mismatch(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	other := c.req(key, "B")
+	other.Fingerprint = "other"
+	if out := claim(t, s, other); out.Status != guard.Mismatch {
+		t.Fatalf("claim with another fingerprint while pending = %v, want mismatch", out.Status)
+	}
+	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("secret"), time.Hour))
+	out := claim(t, s, other)
+	if out.Status != guard.Mismatch || out.Result != nil {
+		t.Fatalf("claim with another fingerprint after completion = %+v, want mismatch without result", out)
+	}
+}
+
+func (c contract) completeThenReplay(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	result := []byte("ok\x00\xff\n binary")
+	mustOK(t, "complete", s.Complete(ctx, key, "A", result, time.Hour))
+	rec := get(t, s, key)
+	if rec.State != guard.StateCompleted || !bytes.Equal(rec.Result, result) || rec.LeaseLeft != 0 {
+		t.Fatalf("completed record = %+v", rec)
+	}
+	for _, tok := range []string{"B", "A"} {
+		out := claim(t, s, c.req(key, tok))
+		if out.Status != guard.Replay || !bytes.Equal(out.Result, result) {
+			t.Fatalf("claim by %s after completion = %+v, want replay of %q", tok, out, result)
+		}
+	}
+	// An empty result is a result.
+	key2 := newKey(t)
+	acquire(t, s, c.req(key2, "A"))
+	mustOK(t, "complete empty", s.Complete(ctx, key2, "A", nil, time.Hour))
+	if out := claim(t, s, c.req(key2, "B")); out.Status != guard.Replay || len(out.Result) != 0 {
+		t.Fatalf("replay of empty result = %+v", out)
+	}
+}
+
+func (c contract) completeRepeated(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("r"), time.Hour))
+	mustOK(t, "complete again", s.Complete(ctx, key, "A", []byte("r"), time.Hour))
+	if rec := get(t, s, key); string(rec.Result) != "r" {
+		t.Fatalf("result after repeated complete = %q", rec.Result)
+	}
+}
+
+func (c contract) staleToken(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	before := get(t, s, key)
+	mustLost(t, "complete with stale token", s.Complete(ctx, key, "X", []byte("x"), time.Hour))
+	mustLost(t, "fail with stale token", s.Fail(ctx, key, "X", "x", time.Hour))
+	mustLost(t, "extend with stale token", s.Extend(ctx, key, "X", time.Hour))
+	mustLost(t, "release with stale token", s.Release(ctx, key, "X"))
+	after := get(t, s, key)
+	if after.State != before.State || after.Token != before.Token || after.Fence != before.Fence ||
+		after.Attempt != before.Attempt || after.Result != nil || after.LeaseLeft > before.LeaseLeft {
+		t.Fatalf("stale writes changed the record: before %+v, after %+v", before, after)
+	}
+	// On a completed record, too.
+	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
+	mustLost(t, "complete completed with stale token", s.Complete(ctx, key, "X", []byte("x"), time.Hour))
+	mustLost(t, "release completed with stale token", s.Release(ctx, key, "X"))
+	mustLost(t, "release completed by owner", s.Release(ctx, key, "A"))
+	mustLost(t, "fail completed by owner", s.Fail(ctx, key, "A", "late", time.Hour))
+	mustLost(t, "extend completed by owner", s.Extend(ctx, key, "A", time.Hour))
+	if rec := get(t, s, key); rec.State != guard.StateCompleted || string(rec.Result) != "a" {
+		t.Fatalf("completed record changed: %+v", rec)
+	}
+	// On an absent key, writes other than release are lost.
+	gone := newKey(t)
+	mustLost(t, "complete absent", s.Complete(ctx, gone, "A", nil, time.Hour))
+	mustLost(t, "extend absent", s.Extend(ctx, gone, "A", time.Hour))
+	if _, err := s.Get(ctx, gone); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("writes to an absent key created it: %v", err)
+	}
+}
+
+func (c contract) failThenRetry(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
+	mustOK(t, "fail again", s.Fail(ctx, key, "A", "boom", time.Hour))
+	rec := get(t, s, key)
+	if rec.State != guard.StateFailed || rec.LastError != "boom" || rec.Attempt != 1 || rec.LeaseLeft != 0 {
+		t.Fatalf("failed record = %+v", rec)
+	}
+	l := acquire(t, s, c.req(key, "B"))
+	if l.Fence != 2 || l.Attempt != 2 || l.Recovered {
+		t.Fatalf("retry lease = %+v, want fence 2, attempt 2, not recovered", l)
+	}
+	mustLost(t, "old holder completes after retry", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
+	mustOK(t, "retry completes", s.Complete(ctx, key, "B", []byte("b"), time.Hour))
+	if out := claim(t, s, c.req(key, "C")); out.Status != guard.Replay || string(out.Result) != "b" {
+		t.Fatalf("after retry = %+v, want replay of b", out)
+	}
+}
+
+func (c contract) exhausted(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	r := func(tok string) guard.ClaimRequest { q := c.req(key, tok); q.MaxAttempts = 3; return q }
+	for i, tok := range []string{"A", "B", "C"} {
+		l := acquire(t, s, r(tok))
+		if l.Attempt != i+1 {
+			t.Fatalf("attempt = %d, want %d", l.Attempt, i+1)
+		}
+		mustOK(t, "fail", s.Fail(ctx, key, tok, fmt.Sprintf("boom %d", i+1), time.Hour))
+	}
+	out := claim(t, s, r("D"))
+	if out.Status != guard.Exhausted || out.Attempts != 3 || out.LastError != "boom 3" {
+		t.Fatalf("claim after 3 failures = %+v, want exhausted after 3 with boom 3", out)
+	}
+	if rec := get(t, s, key); rec.State != guard.StateFailed || rec.Attempt != 3 {
+		t.Fatalf("exhausted claim changed the record: %+v", rec)
+	}
+	// A holder that dies on its last attempt exhausts the key too.
+	key2 := newKey(t)
+	q := c.req(key2, "A")
+	q.MaxAttempts = 1
+	acquire(t, s, q)
+	c.h.Advance(t, c.h.Lease)
+	q.Token = "B"
+	if out := claim(t, s, q); out.Status != guard.Exhausted || out.Attempts != 1 {
+		t.Fatalf("claim after the only attempt's lease ran out = %+v, want exhausted", out)
+	}
+}
+
+func (c contract) releaseFirst(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	mustOK(t, "release", s.Release(ctx, key, "A"))
+	mustOK(t, "release again", s.Release(ctx, key, "A"))
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get after release = %v, want ErrNotFound", err)
+	}
+	l := acquire(t, s, c.req(key, "B"))
+	if l.Attempt != 1 || l.Recovered {
+		t.Fatalf("claim after release = %+v, want a first attempt", l)
+	}
+	mustOK(t, "release of an absent key", s.Release(ctx, newKey(t), "Z"))
+}
+
+func (c contract) releaseLater(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
+	second := acquire(t, s, c.req(key, "B"))
+	mustOK(t, "release", s.Release(ctx, key, "B"))
+	rec := get(t, s, key)
+	if rec.State != guard.StateFailed || rec.Attempt != 1 {
+		t.Fatalf("after releasing attempt 2 = %+v, want failed with 1 attempt", rec)
+	}
+	third := acquire(t, s, c.req(key, "C"))
+	if third.Attempt != 2 || third.Fence <= second.Fence {
+		t.Fatalf("claim after release = %+v, want attempt 2 and a fence above %d", third, second.Fence)
+	}
+}
+
+func (c contract) leaseRecovery(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	a := acquire(t, s, c.req(key, "A"))
+	c.h.Advance(t, c.h.Lease) // A stops heartbeating: it crashed
+	b := acquire(t, s, c.req(key, "B"))
+	if b.Fence != a.Fence+1 || b.Attempt != 2 || !b.Recovered {
+		t.Fatalf("recovered lease = %+v, want fence %d, attempt 2, recovered", b, a.Fence+1)
+	}
+	mustLost(t, "old holder's extend", s.Extend(ctx, key, "A", c.h.Lease))
+	mustLost(t, "old holder's complete", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
+	mustLost(t, "old holder's fail", s.Fail(ctx, key, "A", "x", time.Hour))
+	mustLost(t, "old holder's release", s.Release(ctx, key, "A"))
+	mustOK(t, "new holder's complete", s.Complete(ctx, key, "B", []byte("b"), time.Hour))
+	if out := claim(t, s, c.req(key, "C")); out.Status != guard.Replay || string(out.Result) != "b" {
+		t.Fatalf("after recovery = %+v, want replay of b", out)
+	}
+}
+
+func (c contract) extendKeeps(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	for range 3 {
+		c.h.Advance(t, c.h.Lease/2)
+		mustOK(t, "extend", s.Extend(ctx, key, "A", c.h.Lease))
+	}
+	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
+		t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
+	}
+	// A lease that ran out, unclaimed by anyone, still belongs to its holder.
+	c.h.Advance(t, c.h.Lease)
+	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, key, "A", c.h.Lease))
+	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
+		t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
+	}
+}
+
+func (c contract) retention(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("a"), c.h.TTL))
+	if rec := get(t, s, key); rec.TTL <= 0 || rec.TTL > c.h.TTL {
+		t.Fatalf("record TTL = %s, want in (0, %s]", rec.TTL, c.h.TTL)
+	}
+	c.h.Advance(t, c.h.TTL)
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get after retention = %v, want ErrNotFound", err)
+	}
+	if l := acquire(t, s, c.req(key, "B")); l.Attempt != 1 {
+		t.Fatalf("claim after retention = %+v, want a first attempt", l)
+	}
+}
+
+func (c contract) scopes(t *testing.T) {
+	s := c.h.New(t)
+	a := guard.Key{Scope: "tenant-a", ID: "same-" + rand.Text()}
+	b := guard.Key{Scope: "tenant-b", ID: a.ID}
+	acquire(t, s, c.req(a, "A"))
+	mustOK(t, "complete a", s.Complete(ctx, a, "A", []byte("a"), time.Hour))
+	acquire(t, s, c.req(b, "B"))
+	// Scope and ID boundaries must not blur: ("ab","c") is not ("a","bc").
+	x := guard.Key{Scope: "ab", ID: "c" + a.ID}
+	y := guard.Key{Scope: "a", ID: "bc" + a.ID}
+	acquire(t, s, c.req(x, "X"))
+	acquire(t, s, c.req(y, "Y"))
+}
+
+func (c contract) oddKeys(t *testing.T) {
+	s := c.h.New(t)
+	for _, id := range []string{"{tag}", "}{", "ключ-" + rand.Text(), "a b:c*d?[e]", string(bytes.Repeat([]byte("x"), guard.MaxIDLen))} {
+		key := guard.Key{Scope: "odd " + rand.Text()[:6], ID: id}
+		acquire(t, s, c.req(key, "A"))
+		mustOK(t, "complete "+id, s.Complete(ctx, key, "A", []byte(id), time.Hour))
+		if out := claim(t, s, c.req(key, "B")); out.Status != guard.Replay || string(out.Result) != id {
+			t.Fatalf("key %q: %+v", id, out)
+		}
+		if rec := get(t, s, key); rec.Key != key {
+			t.Fatalf("record key = %q, want %q", rec.Key, key)
+		}
+	}
+}
+
+// raceOneKey: 64 claimants at once on one key; exactly one acquires.
+func (c contract) raceOneKey(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	g := guard.New(s, guard.Options{Lease: 10 * time.Second})
+	const n = 64
+	var effects, replays, busy atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := g.Do(ctx, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+				effects.Add(1)
+				return []byte("done"), nil
+			})
+			switch {
+			case errors.Is(err, guard.ErrInProgress):
+				busy.Add(1)
+			case err != nil:
+				t.Errorf("Do: %v", err)
+			case res.Replayed:
+				if string(res.Value) != "done" {
+					t.Errorf("replayed %q", res.Value)
+				}
+				replays.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if effects.Load() != 1 {
+		t.Fatalf("effects = %d, want 1 (replays %d, in progress %d)", effects.Load(), replays.Load(), busy.Load())
+	}
+	if got := 1 + replays.Load() + busy.Load(); got != n {
+		t.Fatalf("answers = %d, want %d", got, n)
+	}
+	res, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran after completion")
+		return nil, nil
+	})
+	if err != nil || !res.Replayed || string(res.Value) != "done" {
+		t.Fatalf("Do after the race = %+v, %v; want replay of done", res, err)
+	}
+}
+
+// raceManyKeys: Keys keys, Duplicates concurrent calls each: one effect per key.
+func (c contract) raceManyKeys(t *testing.T) {
+	s := c.h.New(t)
+	g := guard.New(s, guard.Options{Lease: 10 * time.Second})
+	prefix := rand.Text()[:8]
+	effects := make([]atomic.Int64, c.h.Keys)
+	var total, answered atomic.Int64
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				key := guard.Key{Scope: "race", ID: fmt.Sprintf("%s-%d", prefix, i)}
+				_, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+					effects[i].Add(1)
+					total.Add(1)
+					return []byte("ok"), nil
+				})
+				if err != nil && !errors.Is(err, guard.ErrInProgress) {
+					t.Errorf("Do(%s): %v", key, err)
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	// A key's duplicates go out back to back, so they meet on different workers.
+	for i := range c.h.Keys {
+		for range c.h.Duplicates {
+			jobs <- i
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	for i := range effects {
+		if n := effects[i].Load(); n != 1 {
+			t.Fatalf("key %d ran %d times, want 1", i, n)
+		}
+	}
+	if total.Load() != int64(c.h.Keys) || answered.Load() != int64(c.h.Keys*c.h.Duplicates) {
+		t.Fatalf("effects %d of %d keys, answered %d", total.Load(), c.h.Keys, answered.Load())
+	}
+}
