@@ -255,45 +255,77 @@ func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
 // ctx with cause ErrLeaseLost when the lease is gone or could not be
 // extended before it ran out. It keeps going when ctx's parent is
 // cancelled: fn may still be running, and the lease must outlive it. stop
-// waits for the heartbeat to end and may be called more than once.
+// waits for an extension under way and may be called more than once. No
+// goroutine exists until the first extension is due, so a quick fn costs
+// one timer.
 func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every := g.opts.Lease / 3
-		ticker := time.NewTicker(every)
-		defer ticker.Stop()
-		validUntil := time.Now().Add(g.opts.Lease)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ticker.C:
-			}
-			start := time.Now()
-			ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), every)
-			err := g.Extend(ectx, lease)
-			ecancel()
-			switch {
-			case err == nil:
-				validUntil = start.Add(g.opts.Lease)
-			case errors.Is(err, ErrLeaseLost):
-				cancel(err)
-				return
-			case !time.Now().Before(validUntil.Add(-every / 2)):
-				// Transient failures until the lease has run out: assume the
-				// worst, another holder may have it now.
-				cancel(fmt.Errorf("%w: lease ran out while extending failed: %w", ErrLeaseLost, err))
-				g.observe(ctx, Event{Kind: EventLeaseLost, Key: lease.Key, Attempt: lease.Attempt, Err: err})
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(quit) })
-		<-done
+	hb := &heartbeat{g: g, ctx: ctx, cancel: cancel, lease: lease,
+		every: g.opts.Lease / 3, validUntil: time.Now().Add(g.opts.Lease)}
+	hb.idle.L = &hb.mu
+	hb.mu.Lock()
+	hb.timer = time.AfterFunc(hb.every, hb.beat)
+	hb.mu.Unlock()
+	return hb.stop
+}
+
+type heartbeat struct {
+	g      *Guard
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lease  Lease
+	every  time.Duration
+
+	mu         sync.Mutex
+	idle       sync.Cond // signalled when an extension ends
+	timer      *time.Timer
+	busy       bool // an extension is under way
+	stopped    bool
+	validUntil time.Time
+}
+
+func (h *heartbeat) beat() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.busy = true
+	h.mu.Unlock()
+
+	start := time.Now()
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.every)
+	err := h.g.Extend(ectx, h.lease)
+	ecancel()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.busy = false
+	h.idle.Broadcast()
+	switch {
+	case err == nil:
+		h.validUntil = start.Add(h.g.opts.Lease)
+	case errors.Is(err, ErrLeaseLost):
+		h.cancel(err)
+		return
+	case !time.Now().Before(h.validUntil.Add(-h.every / 2)):
+		// Transient failures until the lease has run out: assume the worst,
+		// another holder may have it now.
+		h.cancel(fmt.Errorf("%w: lease ran out while extending failed: %w", ErrLeaseLost, err))
+		h.g.observe(h.ctx, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+		return
+	}
+	if !h.stopped {
+		h.timer.Reset(h.every)
+	}
+}
+
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
+	for h.busy {
+		h.idle.Wait()
 	}
 }
 

@@ -67,17 +67,25 @@ func (s *RedisStore) LoadScripts(ctx context.Context) error {
 }
 
 // Names returns the Redis key names of key: its record hash and its lease.
+// Both carry the same hash tag, a digest of scope and ID, so any key bytes
+// are safe and a Cluster keeps the pair on one slot.
 func (s *RedisStore) Names(key Key) (record, lease string) {
-	h := sha256.New()
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(key.Scope)))
-	h.Write(n[:])
-	h.Write([]byte(key.Scope))
-	h.Write([]byte(key.ID))
-	var sum [sha256.Size]byte
-	tag := base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
-	record = s.prefix + "{" + tag + "}"
-	return record, record + ":lease"
+	// The digest input is length(scope) | scope | id, so ("ab","c") and
+	// ("a","bc") differ. Small keys hash from the stack.
+	var buf [320]byte
+	in := binary.BigEndian.AppendUint32(buf[:0], uint32(len(key.Scope)))
+	in = append(append(in, key.Scope...), key.ID...)
+	sum := sha256.Sum256(in)
+
+	const suffix = ":lease"
+	var tag [22]byte // base64 of the first 16 bytes of the digest
+	base64.RawURLEncoding.Encode(tag[:], sum[:16])
+	full := make([]byte, 0, len(s.prefix)+len(tag)+2+len(suffix))
+	full = append(full, s.prefix...)
+	full = append(append(append(full, '{'), tag[:]...), '}')
+	full = append(full, suffix...)
+	lease = string(full) // one allocation for both names
+	return lease[:len(lease)-len(suffix)], lease
 }
 
 func (s *RedisStore) keys(key Key) []string {
