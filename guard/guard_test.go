@@ -179,7 +179,7 @@ func TestCompletionSurvivesCancelledCaller(t *testing.T) {
 
 // TestHeartbeatKeepsLease: fn runs for several leases; nobody else gets the key.
 func TestHeartbeatKeepsLease(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	const lease = 600 * time.Millisecond
 	g := realGuard(t, guard.Options{Lease: lease})
 	key := guard.Key{Scope: "s", ID: "slow"}
 	checked := make(chan error, 1)

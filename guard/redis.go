@@ -96,7 +96,7 @@ func (s *RedisStore) keys(key Key) []string {
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
 	reply, err := scripts.Claim.Run(ctx, s.client, s.keys(req.Key),
-		req.Token, req.Fingerprint, req.Lease.Milliseconds(), req.TTL.Milliseconds(),
+		req.Token, req.Fingerprint, ms(req.Lease), ms(req.TTL),
 		req.MaxAttempts, req.Key.Scope, req.Key.ID).Slice()
 	if err != nil {
 		return Outcome{}, storeErr(ctx, err)
@@ -154,12 +154,12 @@ func decodeClaim(r []any) (Outcome, error) {
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, key Key, token string, result []byte, ttl time.Duration) error {
-	return s.write(ctx, scripts.Complete, key, token, result, ttl.Milliseconds())
+	return s.write(ctx, scripts.Complete, key, token, result, ms(ttl))
 }
 
 // Fail implements Store.
 func (s *RedisStore) Fail(ctx context.Context, key Key, token, reason string, ttl time.Duration) error {
-	return s.write(ctx, scripts.Fail, key, token, reason, ttl.Milliseconds())
+	return s.write(ctx, scripts.Fail, key, token, reason, ms(ttl))
 }
 
 // Release implements Store.
@@ -169,8 +169,11 @@ func (s *RedisStore) Release(ctx context.Context, key Key, token string) error {
 
 // Extend implements Store.
 func (s *RedisStore) Extend(ctx context.Context, key Key, token string, lease time.Duration) error {
-	return s.write(ctx, scripts.Extend, key, token, lease.Milliseconds())
+	return s.write(ctx, scripts.Extend, key, token, ms(lease))
 }
+
+// ms converts a duration for PX/PEXPIRE, which refuse zero: at least 1ms.
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 // write runs a compare-and-set script that answers 1 (OK) or 0 (LOST).
 func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, args ...any) error {

@@ -34,7 +34,7 @@ type Harness struct {
 	// Advance lets d pass for the store's leases and retention: FastForward
 	// on miniredis, Wait on a real server.
 	Advance func(t *testing.T, d time.Duration)
-	// Lease is the lease used where one must run out. Default 300ms.
+	// Lease is the lease used where one must run out. Default 500ms.
 	Lease time.Duration
 	// TTL is the retention used where a record must expire. Default 1s.
 	TTL time.Duration
@@ -50,7 +50,7 @@ func Wait(t *testing.T, d time.Duration) {
 
 func (h Harness) withDefaults() Harness {
 	if h.Lease <= 0 {
-		h.Lease = 300 * time.Millisecond
+		h.Lease = 500 * time.Millisecond
 	}
 	if h.TTL <= 0 {
 		h.TTL = time.Second
