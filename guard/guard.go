@@ -224,12 +224,10 @@ func (g *Guard) Get(ctx context.Context, key Key) (Record, error) {
 
 // run executes fn under lease and ends the claim as fn ended.
 func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopHeartbeat := g.heartbeat(runCtx, cancel, lease)
+	runCtx, stop := g.KeepAlive(ctx, lease)
 	returned := false
 	defer func() {
-		stopHeartbeat()
-		cancel(nil)
+		stop()
 		if !returned {
 			// fn panicked or called runtime.Goexit: no result exists, so
 			// free the key for a retry. The panic continues unchanged.
@@ -239,7 +237,7 @@ func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
 
 	value, err := fn(runCtx, lease)
 	returned = true
-	stopHeartbeat()
+	stop()
 
 	res := Result{Value: value, Lease: lease}
 	if err != nil {
@@ -249,6 +247,22 @@ func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
 		return res, err
 	}
 	return res, g.Complete(ctx, lease, value)
+}
+
+// KeepAlive extends lease in the background every Lease/3 until stop is
+// called, for callers that run the effect themselves after Claim. The
+// returned context is cancelled, with a cause wrapping ErrLeaseLost, when
+// the lease is found lost or could not be extended before it ran out; it
+// is not ended by the parent's cancellation alone, since the effect may
+// still be running. stop ends the heartbeat, waits for an extension under
+// way, cancels the context, and may be called more than once.
+func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	stopHeartbeat := g.heartbeat(runCtx, cancel, lease)
+	return runCtx, func() {
+		stopHeartbeat()
+		cancel(nil)
+	}
 }
 
 // heartbeat extends lease every Lease/3 until stop is called, and cancels

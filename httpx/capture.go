@@ -1,0 +1,149 @@
+package httpx
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+)
+
+// capture is the ResponseWriter the guarded handler writes to. It holds the
+// response back until the middleware has stored it (so a client that has
+// seen the response and sends the key again gets the replay, not a 409),
+// unless the handler flushes or writes more than the stored maximum: from
+// then on bytes go to the client as they come. Either way it keeps a copy
+// of up to max body bytes for the store.
+//
+// It implements http.Flusher and Hijacker itself (so it knows when they
+// happen) and Unwrap for the rest of http.ResponseController.
+type capture struct {
+	w   http.ResponseWriter
+	max int // body bytes kept for the store
+
+	status      int
+	wroteHeader bool
+	header      http.Header // a copy of the header at WriteHeader time
+	buf         bytes.Buffer
+	tooLarge    bool // more than max body bytes: buf is dropped
+	committed   bool // the status line has gone to the real writer
+	hijacked    bool
+	writeErr    error // the first error writing to the client
+}
+
+func (c *capture) Header() http.Header { return c.w.Header() }
+
+func (c *capture) WriteHeader(code int) {
+	if c.wroteHeader || c.hijacked {
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// Informational responses (103 Early Hints) go out at once and
+		// are not part of the stored result.
+		c.w.WriteHeader(code)
+		return
+	}
+	if code < 100 || code > 999 {
+		// net/http panics on these; do the same before anything is kept.
+		c.w.WriteHeader(code)
+	}
+	c.wroteHeader = true
+	c.status = code
+	c.header = c.w.Header().Clone()
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if !c.wroteHeader {
+		h := c.w.Header()
+		if _, typed := h["Content-Type"]; !typed && h.Get("Transfer-Encoding") == "" && len(p) > 0 {
+			// net/http sniffs the type from the first write; keep what it
+			// will send, so the replay has it too.
+			h.Set("Content-Type", http.DetectContentType(p))
+		}
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.tooLarge {
+		if c.buf.Len()+len(p) > c.max {
+			held := c.buf.Bytes()
+			wasCommitted := c.committed
+			c.tooLarge = true
+			c.commit()
+			c.buf = bytes.Buffer{}
+			if !wasCommitted && len(held) > 0 {
+				c.send(held)
+			}
+		} else {
+			c.buf.Write(p)
+			if !c.committed {
+				return len(p), nil
+			}
+		}
+	}
+	return c.send(p)
+}
+
+// send writes p to the client, remembering the first error.
+func (c *capture) send(p []byte) (int, error) {
+	if c.writeErr != nil {
+		return 0, c.writeErr
+	}
+	n, err := c.w.Write(p)
+	if err != nil {
+		c.writeErr = err
+	}
+	return n, err
+}
+
+// commit sends the status line and the held body (when the handler wrote
+// no status, a 200) and switches to writing through.
+func (c *capture) commit() {
+	if c.committed {
+		return
+	}
+	if !c.wroteHeader {
+		c.WriteHeader(http.StatusOK)
+	}
+	c.committed = true
+	c.w.WriteHeader(c.status)
+	if !c.tooLarge && c.buf.Len() > 0 {
+		c.send(c.buf.Bytes())
+	}
+}
+
+// Flush sends what the handler wrote so far (see FlushError).
+func (c *capture) Flush() { _ = c.FlushError() }
+
+// FlushError sends what the handler wrote so far to the client; from then
+// on the response streams. It is what http.ResponseController.Flush calls.
+func (c *capture) FlushError() error {
+	if c.hijacked {
+		return http.ErrHijacked
+	}
+	c.commit()
+	if c.writeErr != nil {
+		return c.writeErr
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Hijack hands the connection to the handler. The response can then never
+// be replayed; the middleware stores a marker instead.
+func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if c.wroteHeader && !c.committed {
+		// What was written before the hijack reaches the client first,
+		// as net/http does.
+		c.commit()
+	}
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
+	if err == nil {
+		c.hijacked = true
+		c.buf = bytes.Buffer{}
+	}
+	return conn, rw, err
+}
+
+// Unwrap gives http.ResponseController the writer underneath, for the
+// deadlines and full duplex.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }

@@ -1,0 +1,237 @@
+package httpx
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Defaults for TransportOptions.
+const (
+	DefaultMaxAttempts   = 5
+	DefaultBaseDelay     = 100 * time.Millisecond
+	DefaultMaxDelay      = 10 * time.Second
+	DefaultMaxRetryAfter = time.Minute
+)
+
+// TransportOptions configure a Transport. The zero value is ready to use.
+type TransportOptions struct {
+	// Base sends each attempt. Default http.DefaultTransport.
+	Base http.RoundTripper
+	// Header carries the key. Default DefaultHeader ("Idempotency-Key").
+	Header string
+	// Methods get a fresh key when they have none. Default POST and PATCH.
+	Methods []string
+	// NewKey makes a key. Default a UUIDv7 (uuid.NewV7), which sorts by
+	// time and carries 74 random bits.
+	NewKey func() (string, error)
+	// MaxAttempts bounds the attempts of one request, the first included.
+	// Default DefaultMaxAttempts (5).
+	MaxAttempts int
+	// BaseDelay and MaxDelay shape the backoff: before retry n (1, 2, ...)
+	// the transport waits a uniformly random time in
+	// [0, min(MaxDelay, BaseDelay·2^(n-1))) ("full jitter"), unless the
+	// response said Retry-After. Defaults DefaultBaseDelay (100 ms) and
+	// DefaultMaxDelay (10 s).
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	// MaxRetryAfter is the longest Retry-After the transport waits for; a
+	// longer one ends the retries and the response is returned. Default
+	// DefaultMaxRetryAfter (1 min).
+	MaxRetryAfter time.Duration
+}
+
+// Transport is an http.RoundTripper that makes retries safe: it gives each
+// request whose method is in Methods and that has no key a new one, and
+// retries a keyed request with the same key after a transport error or a
+// 409, 429, 502, 503 or 504 response, with exponential backoff and full
+// jitter, honouring Retry-After (seconds or an HTTP date).
+//
+// Retries stop after MaxAttempts, when the request's context ends, or when
+// the next wait would pass the context's deadline (then the last response
+// or error is returned as it is). The body of a response that is retried
+// is drained and closed. A request with a body is retried only if it has
+// GetBody (http.NewRequest sets it for bytes, strings and bytes.Buffer
+// bodies); without it the request is sent once. Requests without a key
+// (other methods, when the caller set none) are sent once, untouched.
+//
+// The key sent is in resp.Request.Header. A Transport is safe for
+// concurrent use.
+type Transport struct {
+	opts    TransportOptions
+	methods map[string]bool
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport with opts.
+func NewTransport(opts TransportOptions) *Transport {
+	if opts.Base == nil {
+		opts.Base = http.DefaultTransport
+	}
+	if opts.Header == "" {
+		opts.Header = DefaultHeader
+	}
+	opts.Header = textproto.CanonicalMIMEHeaderKey(opts.Header)
+	if len(opts.Methods) == 0 {
+		opts.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if opts.NewKey == nil {
+		opts.NewKey = newUUIDv7
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.BaseDelay <= 0 {
+		opts.BaseDelay = DefaultBaseDelay
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = DefaultMaxDelay
+	}
+	if opts.MaxRetryAfter <= 0 {
+		opts.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	t := &Transport{opts: opts, methods: map[string]bool{}}
+	for _, m := range opts.Methods {
+		t.methods[m] = true
+	}
+	return t
+}
+
+// NewClient returns an http.Client over NewTransport(opts).
+func NewClient(opts TransportOptions) *http.Client {
+	return &http.Client{Transport: NewTransport(opts)}
+}
+
+func newUUIDv7() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(req.Header.Values(t.opts.Header)) == 0 {
+		if !t.methods[req.Method] {
+			return t.opts.Base.RoundTrip(req)
+		}
+		key, err := t.opts.NewKey()
+		if err != nil {
+			closeBody(req)
+			return nil, fmt.Errorf("httpx: new idempotency key: %w", err)
+		}
+		req = req.Clone(req.Context()) // a RoundTripper must not change the caller's request
+		req.Header.Set(t.opts.Header, key)
+	}
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	ctx := req.Context()
+	for attempt := 1; ; attempt++ {
+		send := req
+		if attempt > 1 && req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, fmt.Errorf("httpx: replay request body: %w", err)
+			}
+			send = req.Clone(ctx)
+			send.Body = body
+		}
+		resp, err := t.opts.Base.RoundTrip(send)
+		if attempt >= t.opts.MaxAttempts || !replayable {
+			return resp, err
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			wait = t.backoff(attempt)
+		case retryStatus(resp.StatusCode):
+			d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+			if !ok {
+				d = t.backoff(attempt)
+			} else if d > t.opts.MaxRetryAfter {
+				return resp, nil
+			}
+			wait = d
+		default:
+			return resp, nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+			return resp, err // no time to try again: the caller gets what there is
+		}
+		if resp != nil {
+			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			_ = resp.Body.Close()
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("httpx: waiting to retry after attempt %d: %w", attempt, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// so http.Client.CloseIdleConnections works through a Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.opts.Base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// backoff is the full-jitter delay before retry n (n = 1, 2, ...).
+func (t *Transport) backoff(n int) time.Duration {
+	ceiling := t.opts.BaseDelay
+	for i := 1; i < n && ceiling < t.opts.MaxDelay; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, t.opts.MaxDelay)
+	return rand.N(ceiling)
+}
+
+// retryStatus reports whether a response status is worth retrying with the
+// same key: the key is busy (409), the server sheds load (429, 503), or a
+// gateway lost the answer (502, 504).
+func retryStatus(code int) bool {
+	switch code {
+	case http.StatusConflict, http.StatusTooManyRequests, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (RFC 9110 section 10.2.3). A date in the past is a zero delay.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(secs) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

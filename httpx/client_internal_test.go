@@ -1,0 +1,47 @@
+package httpx
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	cases := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"3", 3 * time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"Sunday, 29-Nov-26 10:00:05 GMT", 5 * time.Second, true}, // RFC 850, obsolete but allowed
+		{"", 0, false}, {"-1", 0, false}, {"1.5", 0, false}, {"soon", 0, false},
+	}
+	for _, c := range cases {
+		got, ok := parseRetryAfter(c.in, now)
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestBackoffFullJitter(t *testing.T) {
+	tr := NewTransport(TransportOptions{BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second})
+	for n, ceiling := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 60: time.Second} {
+		var top time.Duration
+		for range 2000 {
+			d := tr.backoff(n)
+			if d < 0 || d >= ceiling {
+				t.Fatalf("retry %d: delay %v outside [0, %v)", n, d, ceiling)
+			}
+			top = max(top, d)
+		}
+		if top < ceiling*3/4 {
+			t.Fatalf("retry %d: largest of 2000 delays %v, want near %v", n, top, ceiling)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package httpx
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"reflect"
+	"testing"
+)
+
+func TestResponseEncoding(t *testing.T) {
+	cases := []storedResponse{
+		{status: 201, header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "X-Empty": {""}}, body: []byte(`{"id":1}`)},
+		{status: 204},
+		{status: 200, body: bytes.Repeat([]byte{0, 0xff, '\n'}, 1000)},
+		{status: 201, notKept: notKeptTooLarge},
+		{status: 200, notKept: notKeptHijacked},
+	}
+	for _, want := range cases {
+		b := encodeResponse(want)
+		got, err := decodeResponse(b)
+		if err != nil {
+			t.Fatalf("decode %+v: %v", want, err)
+		}
+		if got.status != want.status || got.notKept != want.notKept || !bytes.Equal(got.body, want.body) ||
+			(len(want.header) > 0 || len(got.header) > 0) && !reflect.DeepEqual(got.header, want.header) {
+			t.Fatalf("round trip: got %+v, want %+v", got, want)
+		}
+		if !bytes.Equal(encodeResponse(got), b) {
+			t.Fatal("re-encoding differs")
+		}
+		// Every strict prefix is refused.
+		for i := range len(b) {
+			if _, err := decodeResponse(b[:i]); !errors.Is(err, errCorruptResponse) {
+				t.Fatalf("prefix of %d/%d bytes: %v", i, len(b), err)
+			}
+		}
+	}
+	for _, garbage := range [][]byte{nil, {2, 0, 200, 1, 0, 0}, {1, 4, 200, 1, 0, 0}, {1, 0, 99, 0}, {1, 0, 0xc8, 0x01, 5, 0}, {1, 0, 0xc8, 0x01, 0x00, 0x00, 0x01}} {
+		if _, err := decodeResponse(garbage); !errors.Is(err, errCorruptResponse) {
+			t.Errorf("decode(%v): %v, want errCorruptResponse", garbage, err)
+		}
+	}
+}
+
+// FuzzDecodeResponse: decodeResponse never panics, and whatever it accepts
+// encodes back to the same bytes (the format has one spelling per value,
+// given sorted names).
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add(encodeResponse(storedResponse{status: 201, header: http.Header{"A": {"1", "2"}, "B": {"x"}}, body: []byte("hi")}))
+	f.Add(encodeResponse(storedResponse{status: 500, notKept: notKeptTooLarge}))
+	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeResponse(b)
+		if err != nil {
+			if !errors.Is(err, errCorruptResponse) {
+				t.Fatalf("error %v does not wrap errCorruptResponse", err)
+			}
+			return
+		}
+		if r.status < 100 || r.status > 999 {
+			t.Fatalf("status %d accepted", r.status)
+		}
+		again, err := decodeResponse(encodeResponse(r))
+		if err != nil || again.status != r.status || !bytes.Equal(again.body, r.body) || len(again.header) != len(r.header) {
+			t.Fatalf("re-encode of %+v: %+v, %v", r, again, err)
+		}
+	})
+}
