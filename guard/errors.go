@@ -29,6 +29,11 @@ var (
 	ErrInvalidKey = errors.New("idemguard: invalid key")
 	// ErrNotFound: Get found no record for the key.
 	ErrNotFound = errors.New("idemguard: no record")
+	// ErrRejected: returned by a Func (wrapped, with errors.Is) to say it
+	// refused the work before any effect, e.g. a lock it needed was taken.
+	// Do then releases the key, as if never claimed, instead of recording
+	// a failed attempt.
+	ErrRejected = errors.New("idemguard: rejected before any effect")
 	// ErrCorrupt: the store holds a record this version cannot read.
 	ErrCorrupt = errors.New("idemguard: corrupt record")
 )

@@ -90,7 +90,8 @@ type Result struct {
 // get ErrInProgress; a different fingerprint gets ErrMismatch.
 //
 // If fn returns an error, the attempt is recorded as failed and the key may
-// run again (up to MaxAttempts); Do returns fn's error. If fn panics, the
+// run again (up to MaxAttempts); Do returns fn's error. An error matching
+// ErrRejected releases the key instead, as if it had never been claimed. If fn panics, the
 // claim is released and the panic goes on. The result is stored even when
 // ctx is cancelled after fn returned. If it cannot be stored, Do returns the
 // value together with the error (ErrLeaseLost when another holder took
@@ -240,6 +241,12 @@ func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
 	stop()
 
 	res := Result{Value: value, Lease: lease}
+	if errors.Is(err, ErrRejected) {
+		if rerr := g.Release(ctx, lease); rerr != nil {
+			return res, errors.Join(err, rerr)
+		}
+		return res, err
+	}
 	if err != nil {
 		if ferr := g.Fail(ctx, lease, err); ferr != nil {
 			return res, errors.Join(err, ferr)

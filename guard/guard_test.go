@@ -399,3 +399,21 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return next(ctx, cmds)
 	}
 }
+
+func TestRejectedReleases(t *testing.T) {
+	g := realGuard(t, guard.Options{MaxAttempts: 1})
+	key := guard.Key{Scope: "s", ID: "rejected"}
+	_, err := g.Do(bg, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return nil, fmt.Errorf("account locked: %w", guard.ErrRejected)
+	})
+	if !errors.Is(err, guard.ErrRejected) {
+		t.Fatalf("Do = %v, want fn's rejection", err)
+	}
+	if _, err := g.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("record after rejection: %v, want released", err)
+	}
+	var n atomic.Int64
+	if res, err := g.Do(bg, key, "fp", count(&n, "ok")); err != nil || res.Lease.Attempt != 1 {
+		t.Fatalf("retry after rejection = %+v, %v; want the first attempt (MaxAttempts 1 not used up)", res, err)
+	}
+}

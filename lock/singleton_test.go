@@ -1,0 +1,138 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/lock"
+)
+
+// TestSingletonOneAtATime: 6 instances (Lockers with clients of their
+// own) start the job together, round after round. In each round at most
+// one runs it; the runner holds on until all the others have returned, so
+// each of them must have been turned away with ErrNotObtained.
+func TestSingletonOneAtATime(t *testing.T) {
+	const instances, rounds = 6, 8
+	prefix := testenv.Prefix(t)
+	lockers := make([]*lock.Locker, instances)
+	for i := range lockers {
+		lockers[i] = newLocker(t, redlockNodes(t), lock.Options{Prefix: prefix})
+	}
+	var sec section
+	var runs, skips atomic.Int32
+	for round := range rounds {
+		var ran, away atomic.Int32
+		allAway := make(chan struct{}) // closed when instances-1 were turned away
+		turnedAway := func() {
+			if away.Add(1) == instances-1 {
+				close(allAway)
+			}
+		}
+		start := make(chan struct{})
+		errs := make(chan error, instances)
+		var wg sync.WaitGroup
+		for _, l := range lockers {
+			job := lock.Singleton(l, "purge", func(ctx context.Context) error {
+				sec.enter()
+				defer sec.exit()
+				if ran.Add(1) > 1 {
+					return errors.New("a second instance ran the job")
+				}
+				select {
+				case <-allAway:
+					return nil
+				case <-time.After(5 * time.Second):
+					return errors.New("the other instances were not turned away while the job ran")
+				}
+			})
+			wg.Go(func() {
+				<-start
+				err := job(bg)
+				switch {
+				case err == nil:
+					runs.Add(1)
+				case errors.Is(err, lock.ErrNotObtained):
+					skips.Add(1)
+					turnedAway()
+				default:
+					errs <- err
+					turnedAway()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// ran is 0 when every instance lost the race on split votes:
+		// allowed, as long as nobody ran it twice.
+		if n := ran.Load(); n > 1 {
+			t.Fatalf("round %d: the job ran %d times", round, n)
+		}
+	}
+	sec.check(t)
+	t.Logf("%d rounds of %d instances: %d runs, %d skips", rounds, instances, runs.Load(), skips.Load())
+	if runs.Load() == 0 {
+		t.Fatal("the job never ran")
+	}
+	if int(runs.Load()+skips.Load()) != rounds*instances {
+		t.Fatalf("runs %d + skips %d != %d calls", runs.Load(), skips.Load(), rounds*instances)
+	}
+}
+
+// TestSingletonLoop: instances run the job in a loop for a while; runs
+// never overlap, and a plain counter the job increments is exact.
+func TestSingletonLoop(t *testing.T) {
+	const instances, calls = 4, 25
+	prefix := testenv.Prefix(t)
+	var (
+		sec     section
+		counter int
+		runs    atomic.Int32
+		wg      sync.WaitGroup
+	)
+	errs := make(chan error, instances)
+	for i := range instances {
+		nodes := redlockNodes(t)
+		l := newLocker(t, nodes, lock.Options{Prefix: prefix})
+		job := lock.Singleton(l, "reaper", func(ctx context.Context) error {
+			sec.enter()
+			defer sec.exit()
+			v := counter
+			for range 3 { // some work: round trips to a server
+				if err := nodes[0].Ping(ctx).Err(); err != nil {
+					return err
+				}
+			}
+			counter = v + 1
+			runs.Add(1)
+			return nil
+		})
+		wg.Go(func() {
+			for c := range calls {
+				if err := job(bg); err != nil && !errors.Is(err, lock.ErrNotObtained) {
+					errs <- fmt.Errorf("instance %d call %d: %w", i, c, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	sec.check(t)
+	if runs.Load() == 0 || counter != int(runs.Load()) {
+		t.Fatalf("counter %d, runs %d", counter, runs.Load())
+	}
+	t.Logf("%d instances × %d calls: %d runs", instances, calls, runs.Load())
+}
