@@ -1,0 +1,123 @@
+package sqlbackstop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Guarded returns a Store that is primary (Redis) with b as its safety
+// net. When primary lets a holder acquire a key, Guarded consults the
+// backstop in the same call:
+//
+//   - the key's effect was committed (primary lost its record): the claim
+//     becomes a Replay of the result stored in PostgreSQL, and the primary
+//     record is completed with it, so later replays come from primary;
+//   - the key was used with another fingerprint: Mismatch, and the primary
+//     claim is released;
+//   - primary reports the key exhausted but its effect was committed (the
+//     last holder died after its commit): Replay of the stored result;
+//   - otherwise the holder is marked in PostgreSQL with a fence above every
+//     fence seen for the key, and that fence is the lease's. A holder whose
+//     lease another holder recovered, or who lost its record with Redis,
+//     then fails Commit with ErrStaleFence instead of committing twice.
+//
+// If the backstop cannot be reached the claim is released and the error
+// (wrapping guard.ErrUnavailable) returned: fail closed. Complete, Fail,
+// Release and Extend go to primary. Get reads primary and, when it has no
+// record, the committed row in PostgreSQL.
+//
+// Effects run under a Guarded store must Commit their row with b (see
+// Backstop.Func); the lease's fence may differ from primary's own record.
+func Guarded(primary guard.Store, b *Backstop) guard.Store {
+	if primary == nil || b == nil {
+		panic("sqlbackstop.Guarded: nil primary store or backstop")
+	}
+	return &guardedStore{primary: primary, b: b}
+}
+
+type guardedStore struct {
+	primary guard.Store
+	b       *Backstop
+}
+
+func (g *guardedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	out, err := g.primary.Claim(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	switch out.Status {
+	case guard.Acquired:
+	case guard.Exhausted:
+		// The last holder may have committed and died before completing:
+		// then the effect happened, and its result is the answer.
+		result, _, found, lerr := g.b.Lookup(ctx, req.Key)
+		if lerr == nil && found {
+			return guard.Outcome{Status: guard.Replay, Result: result}, nil
+		}
+		return out, nil
+	default:
+		return out, nil
+	}
+	m, err := g.b.mark(ctx, req, out.Lease)
+	if err != nil {
+		g.undo(ctx, out.Lease)
+		return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
+	}
+	switch {
+	case m.mismatch:
+		g.undo(ctx, out.Lease)
+		return guard.Outcome{Status: guard.Mismatch}, nil
+	case m.committed:
+		// Primary forgot a key whose effect is committed: teach it again.
+		// If that fails, the replay is still right; the next claim asks
+		// the backstop again.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(req.Lease, time.Second))
+		_ = g.primary.Complete(wctx, req.Key, req.Token, m.result, req.TTL)
+		cancel()
+		return guard.Outcome{Status: guard.Replay, Result: m.result}, nil
+	}
+	out.Lease.Fence = m.fence
+	return out, nil
+}
+
+// undo releases a primary claim that must not stand, even if ctx ended.
+func (g *guardedStore) undo(ctx context.Context, l guard.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = g.primary.Release(ctx, l.Key, l.Token)
+}
+
+func (g *guardedStore) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+	return g.primary.Complete(ctx, key, token, result, ttl)
+}
+
+func (g *guardedStore) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
+	return g.primary.Fail(ctx, key, token, reason, ttl)
+}
+
+func (g *guardedStore) Release(ctx context.Context, key guard.Key, token string) error {
+	return g.primary.Release(ctx, key, token)
+}
+
+func (g *guardedStore) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
+	return g.primary.Extend(ctx, key, token, lease)
+}
+
+func (g *guardedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	rec, err := g.primary.Get(ctx, key)
+	if !errors.Is(err, guard.ErrNotFound) {
+		return rec, err
+	}
+	result, fence, found, lerr := g.b.Lookup(ctx, key)
+	if lerr != nil {
+		return guard.Record{}, fmt.Errorf("backstop: %w", lerr)
+	}
+	if !found {
+		return guard.Record{}, err
+	}
+	return guard.Record{Key: key, State: guard.StateCompleted, Fence: fence, Result: result}, nil
+}
