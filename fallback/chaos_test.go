@@ -1,0 +1,434 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/sqlbackstop"
+)
+
+// The chaos test of the issue: a storm of 2,000 POSTs through httpx.Guard
+// with 30% duplicate keys; redis-server is killed with SIGKILL a quarter of
+// the way in and restarted (empty, same port) later. The handler writes a
+// business row and the SQL backstop row in one transaction. Checked: zero
+// duplicated business rows; every request answered 201 (fresh or replay),
+// 409 or 503 within a bound; after recovery every key replays (a key
+// completed during the outage replays from the secondary's record instead
+// of running again). With FailClosed: every handler run held a lease from
+// the primary, and effects equal fresh 2xx answers.
+func TestChaosStormKillRestart(t *testing.T) {
+	t.Run("Secondary", func(t *testing.T) { t.Parallel(); chaos(t, fallback.Secondary, 2000) })
+	// Half the storm: it shows the same (nothing runs unguarded) at half
+	// the cost on a shared 2-core machine.
+	t.Run("FailClosed", func(t *testing.T) { t.Parallel(); chaos(t, fallback.FailClosed, 1000) })
+}
+
+const (
+	stormDupShare = 0.30
+	stormWorkers  = 32
+	killShare     = 0.25 // share of the requests sent before the kill
+	restartShare  = 0.65 // share sent before the restart
+	answerBound   = 15 * time.Second
+)
+
+// slot carries the lease httpx.Guard acquired to the handler (httpx does
+// not expose it): a middleware outside httpx.Guard puts an empty slot in
+// the request context, and leaseTap, a pass-through Store around the
+// fallback, fills it when the claim made with that context is acquired.
+type slot struct {
+	mu          sync.Mutex
+	lease       guard.Lease
+	fingerprint string
+	started, at time.Time // when the claim was sent and answered
+	ok          bool
+}
+
+type slotKey struct{}
+
+type leaseTap struct {
+	guard.Store
+	lost *sync.Map // key ID → true: a holder's Complete failed (its result was not stored)
+}
+
+func (s leaseTap) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, key, token, result, ttl)
+	if err != nil {
+		s.lost.Store(key.ID, true)
+	}
+	return err
+}
+
+func (s leaseTap) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	started := time.Now()
+	out, err := s.Store.Claim(ctx, req)
+	if sl, _ := ctx.Value(slotKey{}).(*slot); sl != nil && err == nil && out.Status == guard.Acquired {
+		sl.mu.Lock()
+		sl.lease, sl.fingerprint, sl.started, sl.at, sl.ok = out.Lease, req.Fingerprint, started, time.Now(), true
+		sl.mu.Unlock()
+	}
+	return out, err
+}
+
+// whilePrimaryDead reports whether a claim ran entirely while the primary
+// was dead: begun after the kill had finished, answered before the restart
+// began. Such a lease cannot have come from the primary.
+func (st *storm) whilePrimaryDead(started, answered time.Time) bool {
+	k, r := st.killed.Load(), st.restarting.Load()
+	return k != 0 && started.UnixNano() > k && (r == 0 || answered.UnixNano() < r)
+}
+
+// storm is what one chaos run observed.
+type storm struct {
+	handlerRuns, unguarded, committed, caught, handler503 atomic.Int64
+	duringOutage                                          atomic.Int64 // handler runs under a lease claimed while the primary was dead
+	killed, restarting                                    atomic.Int64 // unix ns: the kill had finished; the restart began
+	mu                                                    sync.Mutex
+	outageKeys                                            map[string]bool // committed under a lease claimed while the primary was dead
+}
+
+func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
+	killAt, restartAt := int64(float64(stormRequests)*killShare), int64(float64(stormRequests)*restartShare)
+	p := newPrimary(t)
+	if err := p.store.LoadScripts(bg); err != nil {
+		t.Fatal(err)
+	}
+	pg, db := pgStore(t)
+	// The backstop keeps its rows in tables of its own: the secondary's
+	// records hold httpx's encoded responses, the backstop's the
+	// business result.
+	bopts := sqlbackstop.Options{TablePrefix: "backstop_"}
+	if err := sqlbackstop.Migrate(bg, db, bopts); err != nil {
+		t.Fatal(err)
+	}
+	b := sqlbackstop.New(db, bopts)
+	if _, err := db.ExecContext(bg, `CREATE TABLE payments (idem_key text NOT NULL, amount int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := fallback.Options{Policy: policy, Timeout: 500 * time.Millisecond, SecondaryTimeout: 5 * time.Second,
+		FailuresToOpen: 3, OpenTimeout: 250 * time.Millisecond, Logger: quiet}
+	if policy == fallback.Secondary {
+		opts.Secondary = pg
+	}
+	fb := fallback.New(p.store, opts)
+	var lost sync.Map
+	g := guard.New(leaseTap{Store: fb, lost: &lost}, guard.Options{Lease: 10 * time.Second, TTL: time.Hour})
+	st := &storm{outageKeys: map[string]bool{}}
+
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sl := r.Context().Value(slotKey{}).(*slot)
+		sl.mu.Lock()
+		lease, fp, ok := sl.lease, sl.fingerprint, sl.ok
+		dead := st.whilePrimaryDead(sl.started, sl.at)
+		sl.mu.Unlock()
+		st.handlerRuns.Add(1)
+		if dead {
+			st.duringOutage.Add(1)
+		}
+		if !ok || fallback.Unguarded(lease) || lease.Fence < 1 {
+			st.unguarded.Add(1)
+		}
+		unavailable := func() {
+			st.handler503.Add(1)
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable) // 5xx: httpx releases the key
+		}
+		tx, err := db.BeginTx(r.Context(), nil)
+		if err != nil {
+			unavailable()
+			return
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(r.Context(), `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, lease.Key.ID); err != nil {
+			unavailable()
+			return
+		}
+		result := []byte("paid " + lease.Key.ID)
+		var done *sqlbackstop.AlreadyCommittedError
+		switch err := b.Commit(r.Context(), tx, lease, fp, result); {
+		case errors.As(err, &done):
+			st.caught.Add(1) // the guard let a repeat through; the backstop row stopped it
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(done.Result)
+			return
+		case err != nil:
+			unavailable()
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			unavailable()
+			return
+		}
+		st.committed.Add(1)
+		if dead {
+			st.mu.Lock()
+			st.outageKeys[lease.Key.ID] = true
+			st.mu.Unlock()
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(result)
+	})
+	guarded := httpx.Guard(g, httpx.Options{Logger: quiet})(pay)
+	mux := http.NewServeMux()
+	mux.Handle("POST /pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		guarded.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, &slot{})))
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := &http.Client{Timeout: answerBound, Transport: &http.Transport{MaxIdleConnsPerHost: stormWorkers}}
+	defer client.CloseIdleConnections()
+
+	post := func(id string) (status int, replayed bool, took time.Duration, err error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", id)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, false, time.Since(start), err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(httpx.ReplayedHeader) == "true", time.Since(start), nil
+	}
+
+	// The requests: 70% distinct keys, 30% duplicates sent close to their
+	// original so many meet it in flight.
+	rng := rand.New(rand.NewPCG(1, 2))
+	unique := int(float64(stormRequests) * (1 - stormDupShare))
+	type item struct {
+		pos float64
+		id  string
+	}
+	var items []item
+	for i := range unique {
+		items = append(items, item{float64(i), fmt.Sprintf("key-%04d", i)})
+	}
+	for range stormRequests - unique {
+		j := rng.IntN(unique)
+		items = append(items, item{float64(j) + rng.Float64()*40, fmt.Sprintf("key-%04d", j)})
+	}
+	sort.SliceStable(items, func(a, b int) bool { return items[a].pos < items[b].pos })
+
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		fresh    = map[string]int{} // fresh 201s per key during the storm
+		slowest  time.Duration
+		sent     atomic.Int64
+	)
+	jobs := make(chan string)
+	reachedKill, reachedRestart := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for range stormWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range jobs {
+				switch sent.Add(1) {
+				case killAt:
+					close(reachedKill)
+				case restartAt:
+					close(reachedRestart)
+				}
+				status, replayed, took, err := post(id)
+				mu.Lock()
+				if err != nil {
+					t.Errorf("POST %s: no answer: %v", id, err)
+				}
+				statuses[status]++
+				if status == http.StatusCreated && !replayed {
+					fresh[id]++
+				}
+				slowest = max(slowest, took)
+				mu.Unlock()
+			}
+		}()
+	}
+	stormStart := time.Now()
+	go func() {
+		for _, it := range items {
+			jobs <- it.id
+		}
+		close(jobs)
+	}()
+	<-reachedKill
+	killStart := time.Now()
+	p.srv.Kill()
+	st.killed.Store(time.Now().UnixNano())
+	<-reachedRestart
+	restartStart := time.Now()
+	st.restarting.Store(restartStart.UnixNano())
+	p.srv.Restart()
+	wg.Wait()
+	stormTook := time.Since(stormStart)
+
+	for status := range statuses {
+		switch status {
+		case http.StatusCreated, http.StatusConflict, http.StatusServiceUnavailable:
+		default:
+			t.Errorf("%d requests answered %d", statuses[status], status)
+		}
+	}
+	if slowest > answerBound {
+		t.Errorf("slowest answer took %s, bound %s", slowest, answerBound)
+	}
+	if statuses[http.StatusServiceUnavailable] == 0 && policy == fallback.FailClosed {
+		t.Errorf("no 503 under FailClosed: the outage was not hit")
+	}
+	caughtInStorm := st.caught.Load()
+
+	// Recovery: the breaker closes on the restarted (empty) Redis; every
+	// key is retried until it answers 201.
+	recoveryStart := time.Now()
+	closeBreaker(t, fb, 10*time.Second)
+	var outageReplays, recoveryFresh, recoveryCaught, lostOutage atomic.Int64
+	caughtBefore := st.caught.Load()
+	mu.Lock()
+	var freshTotal atomic.Int64
+	for _, n := range fresh {
+		freshTotal.Add(int64(n))
+	}
+	mu.Unlock()
+	ids := make(chan string)
+	var rwg sync.WaitGroup
+	for range stormWorkers {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for id := range ids {
+				deadline := time.Now().Add(15 * time.Second)
+				for {
+					status, replayed, _, err := post(id)
+					if err == nil && status == http.StatusCreated {
+						st.mu.Lock()
+						outage := st.outageKeys[id]
+						st.mu.Unlock()
+						switch {
+						case replayed && outage:
+							outageReplays.Add(1)
+						case !replayed && outage:
+							if _, ok := lost.Load(id); ok {
+								// Its holder's Complete failed (an overloaded
+								// secondary): the guard could not know; the
+								// backstop row kept the effect single.
+								lostOutage.Add(1)
+							} else {
+								t.Errorf("key %s, completed in the secondary during the outage, ran again after recovery", id)
+							}
+						case !replayed:
+							recoveryFresh.Add(1)
+						}
+						if !replayed {
+							freshTotal.Add(1)
+						}
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("key %s: no 201 within 15s after recovery (last %d, %v)", id, status, err)
+						break
+					}
+					time.Sleep(20 * time.Millisecond) // a client's pause before retrying 409/503
+				}
+			}
+		}()
+	}
+	// Retried: every key that got no 201 in the storm, every other key
+	// completed during the outage, and every eighth of the rest.
+	mu.Lock()
+	st.mu.Lock()
+	var retry []string
+	for i := range unique {
+		id := fmt.Sprintf("key-%04d", i)
+		if fresh[id] == 0 || st.outageKeys[id] && i%2 == 0 || i%8 == 0 {
+			retry = append(retry, id)
+		}
+	}
+	st.mu.Unlock()
+	mu.Unlock()
+	answered := map[string]bool{}
+	for _, id := range retry {
+		ids <- id
+		answered[id] = true
+	}
+	close(ids)
+	rwg.Wait()
+	recoveryTook := time.Since(recoveryStart)
+	recoveryCaught.Store(st.caught.Load() - caughtBefore)
+
+	// The business table: exactly one row per key, never two.
+	var dupKeys, rows, keys int
+	if err := db.QueryRowContext(bg, `SELECT count(*) FROM (SELECT idem_key FROM payments GROUP BY idem_key HAVING count(*) > 1) d`).Scan(&dupKeys); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(bg, `SELECT count(*), count(DISTINCT idem_key) FROM payments`).Scan(&rows, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if dupKeys != 0 || rows != keys {
+		t.Errorf("business rows: %d rows for %d keys, %d keys duplicated; want none duplicated", rows, keys, dupKeys)
+	}
+	// Every key that was answered 201 has its row.
+	mu.Lock()
+	for id := range fresh {
+		answered[id] = true
+	}
+	mu.Unlock()
+	var missing int
+	for id := range answered {
+		var n int
+		if err := db.QueryRowContext(bg, `SELECT count(*) FROM payments WHERE idem_key = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			missing++
+		}
+	}
+	if missing != 0 {
+		t.Errorf("%d keys answered 201 without exactly one business row", missing)
+	}
+	if int64(rows) != st.committed.Load() {
+		t.Errorf("%d rows but %d committed effects", rows, st.committed.Load())
+	}
+	if n := st.unguarded.Load(); n != 0 {
+		t.Errorf("%d handler runs without a lease from a store", n)
+	}
+	// Effects against fresh answers: every handler run that did not answer
+	// 503 answered exactly one fresh (non-replayed) 201, and every fresh
+	// 201 came from a handler run.
+	if got, want := freshTotal.Load(), st.committed.Load()+st.caught.Load(); got != want {
+		t.Errorf("fresh 201s %d, effects %d (committed %d + caught %d)", got, want, st.committed.Load(), st.caught.Load())
+	}
+	switch policy {
+	case fallback.Secondary:
+		st.mu.Lock()
+		outage := len(st.outageKeys)
+		st.mu.Unlock()
+		if outage == 0 || outageReplays.Load() == 0 {
+			t.Errorf("keys completed during the outage: %d; replayed after recovery: %d", outage, outageReplays.Load())
+		}
+	case fallback.FailClosed:
+		// Nothing but the primary can give a lease, so no claim made
+		// while it was dead may have been acquired.
+		if n := st.duringOutage.Load(); n != 0 {
+			t.Errorf("%d handler runs got a lease claimed while the primary was dead", n)
+		}
+	}
+	t.Logf("storm %s (before the kill %s, outage %s, after %s; repeats caught by the backstop: %d), recovery %s",
+		stormTook.Round(time.Millisecond), killStart.Sub(stormStart).Round(time.Millisecond), restartStart.Sub(killStart).Round(time.Millisecond),
+		stormStart.Add(stormTook).Sub(restartStart).Round(time.Millisecond), caughtInStorm, recoveryTook.Round(time.Millisecond))
+	t.Logf("%v: statuses %v; slowest %s; handler runs %d, committed %d, caught by backstop %d (during recovery %d), handler 503s %d; outage keys replayed %d, re-run after a lost completion %d; fresh after recovery %d",
+		policy, statuses, slowest.Round(time.Millisecond), st.handlerRuns.Load(), st.committed.Load(), st.caught.Load(),
+		recoveryCaught.Load(), st.handler503.Load(), outageReplays.Load(), lostOutage.Load(), recoveryFresh.Load())
+}
