@@ -266,7 +266,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.release(r, out.Lease)
 		return
 	}
-	m.run(w, r, next, out.Lease)
+	m.run(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, claimInfo{out.Lease, fingerprint})), next, out.Lease)
 }
 
 // readBody reads the whole request body, up to MaxBody, and puts it back
@@ -470,4 +470,20 @@ func (m *middleware) release(r *http.Request, lease guard.Lease) {
 		m.opts.Logger.Warn("httpx: idempotency key not released; it frees when its lease ends",
 			"key", lease.Key.ID, "err", err)
 	}
+}
+
+type claimKey struct{}
+
+type claimInfo struct {
+	lease       guard.Lease
+	fingerprint string
+}
+
+// ClaimFrom returns, inside a guarded handler, the lease it runs under and
+// the request's fingerprint: what a handler passes to downstream writes
+// (lease.Fence) or to sqlbackstop's Commit in its business transaction.
+// ok is false outside a guarded run (a safe method, an optional key).
+func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
+	c, ok := ctx.Value(claimKey{}).(claimInfo)
+	return c.lease, c.fingerprint, ok
 }

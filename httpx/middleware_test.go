@@ -707,3 +707,32 @@ func TestReplayHeaderPolicy(t *testing.T) {
 		t.Fatalf("replayed header %v", r.header)
 	}
 }
+
+// TestClaimFromHandler: a guarded handler sees its lease and fingerprint;
+// an unguarded one sees none.
+func TestClaimFromHandler(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var got []guard.Lease
+	var fps []string
+	var mu sync.Mutex
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lease, fp, ok := httpx.ClaimFrom(r.Context())
+		mu.Lock()
+		defer mu.Unlock()
+		if ok {
+			got = append(got, lease)
+			fps = append(fps, fp)
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	srv, c := serve(t, guarded(e, h, httpx.Options{}))
+	do(t, c, "POST", srv.URL+"/pay", `{"a":1}`, key("claim-1")...)
+	do(t, c, "GET", srv.URL+"/pay", "")
+	if len(got) != 1 || got[0].Key.ID != "claim-1" || got[0].Fence != 1 || got[0].Token == "" || fps[0] == "" {
+		t.Fatalf("leases seen by the handler: %+v %q; want one, for claim-1 with fence 1", got, fps)
+	}
+	rec, err := e.g.Get(context.Background(), got[0].Key)
+	if err != nil || rec.Token != got[0].Token || rec.Fingerprint != fps[0] {
+		t.Fatalf("record %+v, %v; want the handler's token and fingerprint", rec, err)
+	}
+}
