@@ -116,7 +116,14 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	if err := key.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	out, err := g.store.Claim(ctx, ClaimRequest{
+	// Bound the call by half the lease: a client that re-sends the script
+	// after a lost reply (go-redis does) must not do so after the lease
+	// this claim may have taken has run out and another holder recovered
+	// the key; that retry would answer IN_PROGRESS for a claim that took
+	// effect. Past the bound the outcome is unknown (ErrUnavailable).
+	cctx, cancel := context.WithTimeout(ctx, g.opts.Lease/2)
+	defer cancel()
+	out, err := g.store.Claim(cctx, ClaimRequest{
 		Key:         key,
 		Token:       newToken(),
 		Fingerprint: fingerprint,
@@ -351,9 +358,10 @@ func (h *heartbeat) stop() {
 }
 
 // detached returns a context that outlives ctx's cancellation but is
-// bounded by one lease, for writes that must not be lost to a hang-up.
+// bounded by one lease (at least a second, so a very short lease does not
+// lose the write), for writes that must not be lost to a hang-up.
 func (g *Guard) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), g.opts.Lease)
+	return context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
 }
 
 func (g *Guard) observe(ctx context.Context, e Event) {

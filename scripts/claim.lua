@@ -15,8 +15,13 @@ local keep_ms = math.max(ttl_ms, lease_ms)
 local f = redis.call('HMGET', rec, 'st', 'fp', 'tok', 'fen', 'att', 'rcv', 'res', 'err')
 local st = f[1]
 if not st then
+  -- A first attempt released just before leaves its token in the lease
+  -- key, so that release's retry (go-redis resends a script whose reply
+  -- was lost) still answers OK after this claim re-created the record.
+  local released, ptok = redis.call('GET', lease), ''
+  if released and string.sub(released, 1, 1) == '~' then ptok = string.sub(released, 2) end
   redis.call('HSET', rec, 'st', 'p', 'fp', fp, 'tok', token, 'fen', 1, 'att', 1, 'rcv', 0,
-    'sc', ARGV[6], 'id', ARGV[7])
+    'sc', ARGV[6], 'id', ARGV[7], 'ptok', ptok)
   redis.call('PEXPIRE', rec, keep_ms)
   redis.call('SET', lease, token, 'PX', lease_ms)
   return {1, 1, 1, 0}
@@ -40,8 +45,8 @@ elseif st ~= 'f' then
 end
 
 -- Failed, or pending with its lease gone (the holder died): take it over.
-local recovered = 0
-if st == 'p' then recovered = 1 end
+local recovered, ptok = 0, f[3]
+if st == 'p' then recovered, ptok = 1, '' end
 if max > 0 and att >= max then
   local reason = f[8] or ''
   if st == 'p' then
@@ -51,7 +56,9 @@ if max > 0 and att >= max then
   return {5, att, reason}
 end
 fence, att = fence + 1, att + 1
-redis.call('HSET', rec, 'st', 'p', 'tok', token, 'fen', fence, 'att', att, 'rcv', recovered)
+-- ptok: the holder that ended its claim by fail or release, so a retry of
+-- that call answers OK after this claim took the key over.
+redis.call('HSET', rec, 'st', 'p', 'tok', token, 'fen', fence, 'att', att, 'rcv', recovered, 'ptok', ptok)
 redis.call('PEXPIRE', rec, keep_ms)
 redis.call('SET', lease, token, 'PX', lease_ms)
 return {1, fence, att, recovered}

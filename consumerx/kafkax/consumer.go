@@ -1,0 +1,205 @@
+// Package kafkax consumes Kafka records through a franz-go consumer group
+// and runs each record's effect once per group, however often it is
+// fetched again (after a crash or rebalance before the offset was
+// committed) or produced again.
+package kafkax
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxPollRecords = 100
+	DefaultRetryDelay     = time.Second
+)
+
+// Options configure a Consumer. The zero value is ready to use.
+type Options struct {
+	// Group is the consumerx group records are deduplicated in. Default:
+	// the client's consumer group.
+	Group string
+	// Process configures deduplication. Key defaults to ID:
+	// "<topic>/<partition>/<offset>", the same for every fetch of a record;
+	// use a key function (of the record key or a header) to catch records
+	// produced twice. Message.Metadata holds the headers, Message.Raw the
+	// *kgo.Record.
+	Process consumerx.Options
+	// MaxPollRecords bounds the records taken per poll. Default 100.
+	MaxPollRecords int
+	// RetryDelay is the wait before a Failed or InProgress record runs
+	// again. Kafka has no per-record nack: the record is retried in place,
+	// holding back its partition, until it succeeds or is dead-lettered
+	// after Process.MaxAttempts. Default 1s.
+	RetryDelay time.Duration
+	// Logger receives poll and commit errors. Default Process.Logger or
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer runs a consumer-group client's records through a handler.
+type Consumer struct {
+	client *kgo.Client
+	proc   *consumerx.Processor
+	h      consumerx.Handler
+	opts   Options
+	log    *slog.Logger
+}
+
+// New returns a Consumer of client that runs h once per (group, record id)
+// under g. The client must be made with kgo.ConsumerGroup and
+// kgo.DisableAutoCommit: the Consumer commits a poll's offsets only after
+// every record of it is done. With kgo.BlockRebalanceOnPoll, a rebalance
+// waits until the poll is committed.
+func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) (*Consumer, error) {
+	switch {
+	case client == nil:
+		return nil, errors.New("kafkax: nil client")
+	case h == nil:
+		return nil, errors.New("kafkax: nil handler")
+	case opts.MaxPollRecords < 0, opts.RetryDelay < 0:
+		return nil, errors.New("kafkax: negative MaxPollRecords or RetryDelay")
+	}
+	group, _ := client.OptValue(kgo.ConsumerGroup).(string)
+	if group == "" {
+		return nil, errors.New("kafkax: the client has no consumer group (kgo.ConsumerGroup)")
+	}
+	if off, _ := client.OptValue(kgo.DisableAutoCommit).(bool); !off {
+		return nil, errors.New("kafkax: the client must be made with kgo.DisableAutoCommit(): autocommit would commit records not yet processed")
+	}
+	if opts.Group == "" {
+		opts.Group = group
+	}
+	if opts.MaxPollRecords == 0 {
+		opts.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if opts.RetryDelay == 0 {
+		opts.RetryDelay = DefaultRetryDelay
+	}
+	p, err := consumerx.NewProcessor(g, opts.Group, opts.Process)
+	if err != nil {
+		return nil, fmt.Errorf("kafkax: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = opts.Process.Logger
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Consumer{client: client, proc: p, h: h, opts: opts, log: log.With("group", opts.Group)}, nil
+}
+
+// Processor returns the consumerx.Processor records run through.
+func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
+
+// ID returns the default id of r: "<topic>/<partition>/<offset>".
+func ID(r *kgo.Record) string {
+	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// Run polls and processes records until ctx is cancelled or the client is
+// closed, then returns nil. It starts no goroutine. Records of a poll run
+// in partition order, each retried in place until acknowledged; then the
+// poll's offsets are committed. Once ctx is cancelled nothing more is
+// committed: the records of the unfinished poll are fetched again by the
+// next member and found done (Duplicate) or not.
+func (c *Consumer) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if ctx.Err() == nil {
+				c.log.WarnContext(ctx, "kafkax: fetch failed", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		done := true
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			for _, r := range p.Records {
+				if !done || !c.process(ctx, r) {
+					done = false
+					return
+				}
+			}
+		})
+		if !done || ctx.Err() != nil {
+			break
+		}
+		if recs := fetches.Records(); len(recs) > 0 {
+			if err := c.client.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+				// Uncommitted records come back and are found done.
+				c.log.WarnContext(ctx, "kafkax: commit failed", "err", err)
+			}
+		}
+		c.client.AllowRebalance()
+	}
+	return nil
+}
+
+// process runs r until its outcome acknowledges it; false if ctx ended
+// first.
+func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
+	msg := consumerx.Message{ID: ID(r), Payload: r.Value, Raw: r}
+	if len(r.Headers) > 0 {
+		msg.Metadata = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			msg.Metadata[h.Key] = string(h.Value)
+		}
+	}
+	for {
+		o, err := c.proc.Process(ctx, msg, c.h)
+		if o.Ack() {
+			return true
+		}
+		wait := c.opts.RetryDelay
+		var ip *guard.InProgressError
+		if errors.As(err, &ip) && ip.RetryAfter > 0 {
+			wait = min(wait, ip.RetryAfter)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// Header keys of a dead-letter record made by ProduceDeadLetter.
+const (
+	HeaderDeadReason = "consumerx-dead-reason" // the cause, as text
+	HeaderDeadSource = "consumerx-dead-source" // the original record's id
+)
+
+// ProduceDeadLetter returns a consumerx.Options.DeadLetter that produces
+// the record, with its key, value and headers and the HeaderDead* headers,
+// to topic through client, and waits for the broker's acknowledgement.
+func ProduceDeadLetter(client *kgo.Client, topic string) func(context.Context, consumerx.Message, error) error {
+	return func(ctx context.Context, msg consumerx.Message, cause error) error {
+		dead := &kgo.Record{Topic: topic, Value: msg.Payload}
+		if r, ok := msg.Raw.(*kgo.Record); ok {
+			dead.Key = r.Key
+			dead.Headers = append(dead.Headers, r.Headers...)
+		}
+		dead.Headers = append(dead.Headers,
+			kgo.RecordHeader{Key: HeaderDeadReason, Value: []byte(cause.Error())},
+			kgo.RecordHeader{Key: HeaderDeadSource, Value: []byte(msg.ID)})
+		if err := client.ProduceSync(ctx, dead).FirstErr(); err != nil {
+			return fmt.Errorf("kafkax: produce dead letter to %s: %w", topic, err)
+		}
+		return nil
+	}
+}

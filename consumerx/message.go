@@ -1,0 +1,43 @@
+package consumerx
+
+import (
+	"context"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Message is one delivery of a broker's message, as the adapters hand it to
+// a Handler. A redelivery of the same message carries the same ID.
+type Message struct {
+	// ID is the broker's id of the message (a stream entry id, a Watermill
+	// UUID, a JetStream Nats-Msg-Id or stream sequence, a Kafka
+	// topic/partition/offset). Options.Key may pick another.
+	ID string
+	// Payload is the message body.
+	Payload []byte
+	// Metadata holds the message's headers or fields.
+	Metadata map[string]string
+	// Raw is the broker's own message (redis.XMessage, *message.Message,
+	// jetstream.Msg, *kgo.Record), for key functions and handlers that need
+	// more than the fields above.
+	Raw any
+}
+
+// Handler is the user's callback for one message. A nil error means the
+// message's effect is done; any error is a failure to be retried.
+type Handler func(ctx context.Context, msg Message) error
+
+// ResultFunc is a Handler that also returns a result, stored with the
+// message's record and handed back, without running again, for every
+// duplicate (Watermill's produced messages, for example).
+type ResultFunc func(ctx context.Context, msg Message) ([]byte, error)
+
+type leaseKey struct{}
+
+// LeaseFrom returns the guard lease a Handler runs under: its Fence, to be
+// carried by downstream writes that must not happen twice, and its Attempt
+// (1 for the first run). ok is false outside a wrapped handler.
+func LeaseFrom(ctx context.Context) (lease guard.Lease, ok bool) {
+	lease, ok = ctx.Value(leaseKey{}).(guard.Lease)
+	return lease, ok
+}

@@ -1,0 +1,39 @@
+package consumerx
+
+// Outcome is what a wrapped handler made of one delivery, and tells the
+// adapter what to do with it.
+type Outcome uint8
+
+// Outcomes of a delivery.
+const (
+	// Processed: the handler ran and succeeded; acknowledge.
+	Processed Outcome = iota + 1
+	// Duplicate: the message was processed before; acknowledge without
+	// running the handler.
+	Duplicate
+	// InProgress: another consumer is running the message now; do not
+	// acknowledge, let the broker deliver it again later.
+	InProgress
+	// Failed: the handler (or the store) failed; do not acknowledge, so the
+	// message is retried.
+	Failed
+	// DeadLettered: the message cannot succeed (its attempts ran out, its
+	// id is unusable, or its id was reused with another payload); it was
+	// handed to the dead letter and is to be acknowledged.
+	DeadLettered
+)
+
+var outcomeNames = [...]string{"", "processed", "duplicate", "in_progress", "failed", "dead_lettered"}
+
+// String returns the outcome's name ("processed", "duplicate", …), for logs
+// and metric labels.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Ack reports whether the adapter should acknowledge the delivery: true for
+// Processed, Duplicate and DeadLettered.
+func (o Outcome) Ack() bool { return o == Processed || o == Duplicate || o == DeadLettered }

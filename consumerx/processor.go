@@ -1,0 +1,337 @@
+// Package consumerx makes a consumer's effect happen once per message,
+// however often an at-least-once broker delivers it.
+//
+// A Processor runs the user's Handler under a guard key made of the
+// consumer group and the message id: the first delivery runs it, a later
+// delivery of the same message is a Duplicate and is acknowledged without
+// running. A failing handler is retried up to a maximum number of attempts,
+// then the message is dead-lettered. Adapters for Redis Streams, Watermill,
+// NATS JetStream and Kafka live in the subpackages redisstream, watermillx,
+// jetstreamx and kafkax; each imports only its own broker.
+//
+// The guard makes the effect happen once as long as each run's completion
+// is recorded; a consumer that dies between its effect and the recording
+// leaves a pending claim that is taken over after the guard's lease.
+// Effects that must be exactly once even then write
+// LeaseFrom(ctx).Fence along with them (see the sqlbackstop package).
+package consumerx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Key scopes. A message of group G is guarded under the key
+// guard.Key{Scope: ScopePrefix + G, ID: id}, so groups never share records.
+const (
+	ScopePrefix           = "consumer:"
+	DeadLetterScopePrefix = "consumer-dead:" // records of dead-lettering, one per (group, id, fingerprint)
+)
+
+// DefaultMaxAttempts is the number of runs a failing message gets when
+// neither Options.MaxAttempts nor the guard's MaxAttempts sets one.
+const DefaultMaxAttempts = 5
+
+// ErrNoKey is the cause of dead-lettering a message whose id is empty or
+// whose Options.Key function failed.
+var ErrNoKey = errors.New("consumerx: message has no usable id")
+
+// Options configure a Processor. The zero value is ready to use.
+type Options struct {
+	// Key returns the id the message is deduplicated by. Default: msg.ID,
+	// the broker's id. Use a field of the payload or a header when the
+	// producer may send one logical message as several broker messages.
+	// An error, or an id the guard cannot store (empty, over
+	// guard.MaxIDLen bytes, control characters), dead-letters the message
+	// with a cause wrapping ErrNoKey or guard.ErrInvalidKey.
+	Key func(Message) (string, error)
+	// Fingerprint returns the digest a redelivery is compared with.
+	// Default: SHA-256 of Payload, so an id reused with a different payload
+	// is dead-lettered with a cause wrapping guard.ErrMismatch instead of
+	// being taken for a duplicate. Return a constant ("") when one id may
+	// legitimately carry a changed payload: it is then a duplicate.
+	Fingerprint func(Message) string
+	// MaxAttempts bounds how often a failing message runs before it is
+	// dead-lettered. Zero takes the guard's Options.MaxAttempts, or
+	// DefaultMaxAttempts (5) if that is zero too; a negative value means
+	// no limit (the message is retried for ever).
+	MaxAttempts int
+	// DeadLetter receives a message that cannot succeed, with the cause:
+	// an error matching guard.ErrExhausted (errors.As gives the
+	// *guard.ExhaustedError with Attempts and LastError; when the last
+	// attempt ran in this delivery the handler's own error is wrapped too),
+	// guard.ErrMismatch, guard.ErrInvalidKey or ErrNoKey. It is called once
+	// per (group, id, fingerprint) however often the message comes back (it
+	// runs under a guard key of its own); if it returns an error the
+	// message is not acknowledged and dead-lettering is retried on the next
+	// delivery. Nil: the message is logged at Error level and acknowledged.
+	DeadLetter func(ctx context.Context, msg Message, cause error) error
+	// OnOutcome, if set, hears the outcome of every delivery (for metrics
+	// and tests), after the work and before the adapter acknowledges. err
+	// is the one Process returns.
+	OnOutcome func(ctx context.Context, msg Message, o Outcome, err error)
+	// Logger receives duplicates (Info), messages in progress elsewhere
+	// (Debug), failures (Warn) and dead letters (Error). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Processor runs handlers once per (group, message id). It is safe for
+// concurrent use.
+type Processor struct {
+	claims *guard.Guard // claims of messages, with the effective MaxAttempts
+	dead   *guard.Guard // claims of dead-lettering, without an attempt limit
+	group  string
+	scope  string
+	max    int // effective attempt limit; 0 = none
+	opts   Options
+	log    *slog.Logger
+}
+
+// NewProcessor returns a Processor for consumer group group over g's store.
+// The group must be non-empty and fit a guard.Key scope.
+func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error) {
+	if g == nil {
+		return nil, errors.New("consumerx: nil guard")
+	}
+	if group == "" {
+		return nil, errors.New("consumerx: empty group")
+	}
+	for _, s := range []string{ScopePrefix + group, DeadLetterScopePrefix + group} {
+		if err := (guard.Key{Scope: s, ID: "x"}).Validate(); err != nil {
+			return nil, fmt.Errorf("consumerx: group %q: %w", group, err)
+		}
+	}
+	gopts := g.Options()
+	max := opts.MaxAttempts
+	switch {
+	case max < 0:
+		max = 0
+	case max == 0 && gopts.MaxAttempts > 0:
+		max = gopts.MaxAttempts
+	case max == 0:
+		max = DefaultMaxAttempts
+	}
+	claims := g
+	if max != gopts.MaxAttempts {
+		o := gopts
+		o.MaxAttempts = max
+		claims = guard.New(g.Store(), o)
+	}
+	dopts := gopts
+	dopts.MaxAttempts = 0
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Processor{
+		claims: claims,
+		dead:   guard.New(g.Store(), dopts),
+		group:  group,
+		scope:  ScopePrefix + group,
+		max:    max,
+		opts:   opts,
+		log:    log.With("group", group),
+	}, nil
+}
+
+// Wrapped is a Handler wrapped by Wrap: it runs the handler at most once
+// per message and says what the adapter should do with the delivery.
+type Wrapped func(ctx context.Context, msg Message) (Outcome, error)
+
+// Wrap returns h wrapped to run once per (group, message id). It panics
+// where NewProcessor returns an error (nil guard, bad group), as
+// regexp.MustCompile does: the arguments are the program's, not input.
+func Wrap(g *guard.Guard, group string, h Handler, opts Options) Wrapped {
+	if h == nil {
+		panic("consumerx.Wrap: nil handler")
+	}
+	p, err := NewProcessor(g, group, opts)
+	if err != nil {
+		panic("consumerx.Wrap: " + err.Error())
+	}
+	return func(ctx context.Context, msg Message) (Outcome, error) { return p.Process(ctx, msg, h) }
+}
+
+// Group returns the processor's consumer group.
+func (p *Processor) Group() string { return p.group }
+
+// MaxAttempts returns the attempt limit in force; 0 means none.
+func (p *Processor) MaxAttempts() int { return p.max }
+
+// Key returns the guard key msg is processed under.
+func (p *Processor) Key(msg Message) (guard.Key, error) {
+	id := msg.ID
+	if p.opts.Key != nil {
+		var err error
+		if id, err = p.opts.Key(msg); err != nil {
+			return guard.Key{}, fmt.Errorf("%w: key function: %w", ErrNoKey, err)
+		}
+	}
+	if id == "" {
+		return guard.Key{}, fmt.Errorf("%w: empty id", ErrNoKey)
+	}
+	k := guard.Key{Scope: p.scope, ID: id}
+	if err := k.Validate(); err != nil {
+		return guard.Key{}, err
+	}
+	return k, nil
+}
+
+// Process runs h for msg unless msg's (group, id) already ran, and reports
+// what to do with the delivery; see Outcome. The error says why for
+// InProgress (a *guard.InProgressError), Failed (the handler's or the
+// store's error) and DeadLettered (the cause given to DeadLetter); it is
+// nil for Processed and Duplicate. A panic in h releases the claim and
+// goes on.
+func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
+	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
+		return nil, h(ctx, msg)
+	})
+	return o, err
+}
+
+// ProcessResult is Process for a handler with a result: the result of the
+// run that succeeded is returned for Processed and, read from the store,
+// for every Duplicate.
+func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFunc) (o Outcome, result []byte, err error) {
+	o, result, err = p.process(ctx, msg, fn)
+	switch o {
+	case Duplicate:
+		p.log.InfoContext(ctx, "consumerx: duplicate message acknowledged without running", "id", msg.ID)
+	case InProgress:
+		p.log.DebugContext(ctx, "consumerx: message in progress elsewhere, left for redelivery", "id", msg.ID, "err", err)
+	case Failed:
+		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
+	}
+	if p.opts.OnOutcome != nil {
+		p.opts.OnOutcome(ctx, msg, o, err)
+	}
+	return o, result, err
+}
+
+// handlerError marks the handler's own error, so that Process can tell it
+// from an error of the store.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
+	key, err := p.Key(msg)
+	if err != nil {
+		return p.deadLetter(ctx, msg, guard.Key{}, "", err)
+	}
+	fp := p.fingerprint(msg)
+	var (
+		ran     bool
+		attempt int
+		herr    *handlerError
+	)
+	res, err := p.claims.Do(ctx, key, fp, func(ctx context.Context, lease guard.Lease) ([]byte, error) {
+		ran, attempt = true, lease.Attempt
+		v, err := fn(context.WithValue(ctx, leaseKey{}, lease), msg)
+		if err != nil {
+			herr = &handlerError{err}
+			return nil, herr
+		}
+		return v, nil
+	})
+	switch {
+	case err == nil && res.Replayed:
+		return Duplicate, res.Value, nil
+	case err == nil:
+		return Processed, res.Value, nil
+	case ran && herr == nil:
+		// The effect happened but was not recorded (lease lost or store
+		// down): leave the message to a redelivery, which finds the record.
+		return Failed, nil, fmt.Errorf("consumerx: %s ran but its completion was not recorded: %w", key, err)
+	case ran && err != error(herr):
+		// The failure could not be recorded either.
+		return Failed, nil, fmt.Errorf("consumerx: %s failed and the failure was not recorded: %w", key, err)
+	case ran:
+		if p.max > 0 && attempt >= p.max {
+			cause := &exhaustedCause{
+				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: attempt, LastError: herr.Error()},
+				err:            herr.err,
+			}
+			return p.deadLetter(ctx, msg, key, fp, cause)
+		}
+		return Failed, nil, herr.err
+	case errors.Is(err, guard.ErrInProgress):
+		return InProgress, nil, err
+	case errors.Is(err, guard.ErrExhausted), errors.Is(err, guard.ErrMismatch), errors.Is(err, guard.ErrInvalidKey):
+		return p.deadLetter(ctx, msg, key, fp, err)
+	default:
+		return Failed, nil, err
+	}
+}
+
+// exhaustedCause is the dead-letter cause of a message whose last allowed
+// attempt failed in this delivery: it matches guard.ErrExhausted and the
+// handler's error.
+type exhaustedCause struct {
+	*guard.ExhaustedError
+	err error
+}
+
+func (e *exhaustedCause) Unwrap() []error { return []error{e.ExhaustedError, e.err} }
+
+// deadLetter hands msg to Options.DeadLetter, once per (group, id,
+// fingerprint). key is zero, and the call not deduplicated, when the
+// message has no usable id.
+func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error) (Outcome, []byte, error) {
+	if p.opts.DeadLetter == nil {
+		p.log.ErrorContext(ctx, "consumerx: message dead-lettered (no DeadLetter set: dropped)", "id", msg.ID, "cause", cause)
+		return DeadLettered, nil, cause
+	}
+	if key.ID == "" {
+		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
+			return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+		}
+		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
+		return DeadLettered, nil, cause
+	}
+	dk := guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
+	res, err := p.dead.Do(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
+		return nil, p.opts.DeadLetter(ctx, msg, cause)
+	})
+	switch {
+	case err == nil:
+		if !res.Replayed {
+			p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
+		}
+		return DeadLettered, nil, cause
+	case errors.Is(err, guard.ErrInProgress):
+		return InProgress, nil, err
+	default:
+		return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+	}
+}
+
+func (p *Processor) fingerprint(msg Message) string {
+	if p.opts.Fingerprint != nil {
+		return p.opts.Fingerprint(msg)
+	}
+	sum := sha256.Sum256(msg.Payload)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// digest names the dead-letter record of (id, fingerprint).
+func digest(id, fp string) string {
+	h := sha256.New()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(id)))
+	h.Write(n[:])
+	h.Write([]byte(id))
+	h.Write([]byte(fp))
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,358 @@
+// Package redisstream consumes a Redis Stream through a consumer group and
+// runs each entry's effect once per group, however often the entry is
+// delivered or the same logical message is added again.
+//
+// A Consumer reads new entries with XREADGROUP, takes over entries left
+// pending by a dead or stuck consumer with XAUTOCLAIM, acknowledges with
+// XACK, and moves entries that cannot succeed to a dead-letter stream.
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Defaults for Options.
+const (
+	DefaultPayloadField = "payload"
+	DefaultCount        = 16
+	DefaultBlock        = time.Second
+	DefaultMinIdle      = 30 * time.Second
+	DeadLetterSuffix    = ":dead" // the dead-letter stream is Stream + DeadLetterSuffix by default
+)
+
+// Fields a dead-letter entry carries besides the original entry's fields.
+const (
+	FieldDeadID     = "dead_id"     // the original entry id
+	FieldDeadStream = "dead_stream" // the stream it was read from
+	FieldDeadGroup  = "dead_group"  // the consumer group that gave up on it
+	FieldDeadError  = "dead_error"  // why: the last error
+)
+
+// Options configure a Consumer. Stream, Group and Consumer are required;
+// the other fields have working defaults.
+type Options struct {
+	// Stream is the key of the stream to read.
+	Stream string
+	// Group is the Redis consumer group, created (with MKSTREAM) if it does
+	// not exist. It is also the consumerx group: effects run once per Group.
+	Group string
+	// Consumer names this consumer inside the group; each concurrent
+	// consumer needs its own name.
+	Consumer string
+	// Start is the id a newly created group starts after. Default "0"
+	// (every entry in the stream); "$" reads only entries added later.
+	Start string
+	// PayloadField is the entry field given as Message.Payload; the other
+	// fields are Message.Metadata. Default "payload".
+	PayloadField string
+	// Count is the most entries read (or reclaimed) at a time. Default 16.
+	Count int64
+	// Concurrency is how many entries of a batch run at once. Default 1
+	// (one after the other). Run waits for the whole batch before it
+	// acknowledges it and reads the next.
+	Concurrency int
+	// Block is how long one XREADGROUP waits for entries. It bounds how
+	// long Run takes to return after ctx is cancelled. Default 1s.
+	Block time.Duration
+	// MinIdle is how long an entry must have been pending (delivered, not
+	// acknowledged) before this consumer takes it over with XAUTOCLAIM: the
+	// retry delay of failed and in-progress entries, and the time a dead
+	// consumer's entries wait. Keep it above the longest handler run.
+	// Default 30s.
+	MinIdle time.Duration
+	// ClaimEvery is how often XAUTOCLAIM runs. Default MinIdle/2.
+	ClaimEvery time.Duration
+	// DeadLetterStream receives, with XADD, every entry that cannot succeed
+	// (see consumerx.DeadLettered), with its fields and the Field* fields
+	// above. Default Stream + ":dead".
+	DeadLetterStream string
+	// Process configures deduplication: key and fingerprint functions,
+	// attempts, logging. Its DeadLetter, if set, is called after the
+	// entry was added to DeadLetterStream.
+	Process consumerx.Options
+	// Logger receives Redis errors of the read loop. Default
+	// Process.Logger, or slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer is one member of a consumer group. Run it once; run many
+// Consumers (with distinct names) for concurrency.
+type Consumer struct {
+	client  redis.UniversalClient
+	opts    Options
+	proc    *consumerx.Processor
+	handler consumerx.Handler
+	log     *slog.Logger
+	// process runs one message; the guarded path unless a benchmark
+	// replaces it with the bare handler.
+	process func(ctx context.Context, msg consumerx.Message) (consumerx.Outcome, error)
+}
+
+// New returns a Consumer of opts.Stream that runs h once per (Group,
+// message id) under g.
+func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts Options) (*Consumer, error) {
+	switch {
+	case client == nil:
+		return nil, errors.New("redisstream: nil client")
+	case h == nil:
+		return nil, errors.New("redisstream: nil handler")
+	case opts.Stream == "":
+		return nil, errors.New("redisstream: Options.Stream is required")
+	case opts.Group == "":
+		return nil, errors.New("redisstream: Options.Group is required")
+	case opts.Consumer == "":
+		return nil, errors.New("redisstream: Options.Consumer is required")
+	case opts.Count < 0, opts.Concurrency < 0, opts.Block < 0, opts.MinIdle < 0, opts.ClaimEvery < 0:
+		return nil, errors.New("redisstream: Count, Concurrency, Block, MinIdle and ClaimEvery must not be negative")
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Start == "" {
+		opts.Start = "0"
+	}
+	if opts.PayloadField == "" {
+		opts.PayloadField = DefaultPayloadField
+	}
+	if opts.Count == 0 {
+		opts.Count = DefaultCount
+	}
+	if opts.Block == 0 {
+		opts.Block = DefaultBlock
+	}
+	if opts.MinIdle == 0 {
+		opts.MinIdle = DefaultMinIdle
+	}
+	if opts.ClaimEvery == 0 {
+		opts.ClaimEvery = max(opts.MinIdle/2, time.Millisecond)
+	}
+	if opts.DeadLetterStream == "" {
+		opts.DeadLetterStream = opts.Stream + DeadLetterSuffix
+	}
+	if opts.DeadLetterStream == opts.Stream {
+		return nil, errors.New("redisstream: DeadLetterStream must differ from Stream")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = opts.Process.Logger
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Consumer{client: client, opts: opts, handler: h,
+		log: log.With("stream", opts.Stream, "group", opts.Group, "consumer", opts.Consumer)}
+	popts := opts.Process
+	user := popts.DeadLetter
+	popts.DeadLetter = func(ctx context.Context, msg consumerx.Message, cause error) error {
+		if err := c.deadLetter(ctx, msg, cause); err != nil {
+			return err
+		}
+		if user != nil {
+			return user(ctx, msg, cause)
+		}
+		return nil
+	}
+	proc, err := consumerx.NewProcessor(g, opts.Group, popts)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: %w", err)
+	}
+	c.proc = proc
+	c.process = func(ctx context.Context, msg consumerx.Message) (consumerx.Outcome, error) {
+		return proc.Process(ctx, msg, h)
+	}
+	return c, nil
+}
+
+// Processor returns the consumerx.Processor the consumer runs messages
+// through (for its Key, to inspect a message's record).
+func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
+
+// Run consumes until ctx is cancelled, then returns nil; it returns an
+// error only if the group cannot be created. The goroutines it starts for
+// Concurrency > 1 end with each batch. Each
+// round it takes over entries pending longer than MinIdle (XAUTOCLAIM),
+// then reads new entries (XREADGROUP), runs each through the handler and
+// acknowledges the batch with one XACK. Once ctx is cancelled it sends
+// nothing more: entries it had not acknowledged stay pending, and the
+// consumer that takes them over finds them done (Duplicate) or not.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.createGroup(ctx); err != nil {
+		return err
+	}
+	nextClaim := time.Now()
+	cursor := "0-0"        // where the next XAUTOCLAIM goes on in the pending list
+	var wait time.Duration // back-off after a Redis error
+	for ctx.Err() == nil {
+		if wait > 0 {
+			if !sleep(ctx, wait) {
+				break
+			}
+		}
+		if !time.Now().Before(nextClaim) {
+			next, err := c.reclaim(ctx, cursor)
+			if err != nil {
+				wait = c.failed(ctx, "xautoclaim", err, wait)
+				continue
+			}
+			if cursor = next; cursor == "0-0" { // a pass over the pending list is done
+				nextClaim = time.Now().Add(c.opts.ClaimEvery)
+			}
+		}
+		res, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: c.opts.Group, Consumer: c.opts.Consumer,
+			Streams: []string{c.opts.Stream, ">"},
+			Count:   c.opts.Count, Block: min(c.opts.Block, max(time.Until(nextClaim), time.Millisecond)),
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			wait = 0
+			continue
+		}
+		if err != nil {
+			if strings.HasPrefix(err.Error(), "NOGROUP") {
+				err = errors.Join(err, c.createGroup(ctx))
+			}
+			wait = c.failed(ctx, "xreadgroup", err, wait)
+			continue
+		}
+		wait = 0
+		for _, s := range res {
+			c.handle(ctx, s.Messages)
+		}
+	}
+	return nil
+}
+
+// failed logs a Redis error of the loop and returns the next back-off.
+func (c *Consumer) failed(ctx context.Context, op string, err error, wait time.Duration) time.Duration {
+	if ctx.Err() != nil {
+		return 0
+	}
+	c.log.WarnContext(ctx, "redisstream: "+op+" failed", "err", err)
+	return min(max(2*wait, 50*time.Millisecond), 5*time.Second)
+}
+
+func (c *Consumer) createGroup(ctx context.Context) error {
+	err := c.client.XGroupCreateMkStream(ctx, c.opts.Stream, c.opts.Group, c.opts.Start).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redisstream: create group %s on %s: %w", c.opts.Group, c.opts.Stream, err)
+	}
+	return nil
+}
+
+// reclaim takes over and handles up to Count entries pending longer than
+// MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
+// end of the pending list.
+func (c *Consumer) reclaim(ctx context.Context, cursor string) (string, error) {
+	msgs, next, err := c.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: c.opts.Stream, Group: c.opts.Group, Consumer: c.opts.Consumer,
+		MinIdle: c.opts.MinIdle, Start: cursor, Count: c.opts.Count,
+	}).Result()
+	if err != nil {
+		return cursor, err
+	}
+	c.handle(ctx, msgs)
+	if next == "" {
+		next = "0-0"
+	}
+	return next, nil
+}
+
+// handle runs a batch and acknowledges the entries whose outcome says so.
+func (c *Consumer) handle(ctx context.Context, msgs []redis.XMessage) {
+	acked := make([]bool, len(msgs))
+	if c.opts.Concurrency == 1 {
+		for i, xm := range msgs {
+			if ctx.Err() != nil {
+				return
+			}
+			o, _ := c.process(ctx, c.message(xm))
+			acked[i] = o.Ack()
+		}
+	} else {
+		sem := make(chan struct{}, c.opts.Concurrency)
+		var wg sync.WaitGroup
+		for i, xm := range msgs {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				o, _ := c.process(ctx, c.message(xm))
+				acked[i] = o.Ack()
+			})
+		}
+		wg.Wait()
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	ack := make([]string, 0, len(msgs))
+	for i, xm := range msgs {
+		if acked[i] {
+			ack = append(ack, xm.ID)
+		}
+	}
+	if len(ack) == 0 {
+		return
+	}
+	if err := c.client.XAck(ctx, c.opts.Stream, c.opts.Group, ack...).Err(); err != nil && ctx.Err() == nil {
+		// The entries stay pending; whoever reclaims them finds them done.
+		c.log.WarnContext(ctx, "redisstream: xack failed", "ids", len(ack), "err", err)
+	}
+}
+
+func (c *Consumer) message(xm redis.XMessage) consumerx.Message {
+	msg := consumerx.Message{ID: xm.ID, Metadata: make(map[string]string, len(xm.Values)), Raw: xm}
+	for k, v := range xm.Values {
+		s := fmt.Sprint(v)
+		if k == c.opts.PayloadField {
+			msg.Payload = []byte(s)
+			continue
+		}
+		msg.Metadata[k] = s
+	}
+	return msg
+}
+
+// deadLetter adds msg's entry to the dead-letter stream.
+func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause error) error {
+	xm, _ := msg.Raw.(redis.XMessage)
+	values := make([]any, 0, 2*len(xm.Values)+8)
+	for k, v := range xm.Values {
+		values = append(values, k, v)
+	}
+	values = append(values,
+		FieldDeadID, msg.ID, FieldDeadStream, c.opts.Stream,
+		FieldDeadGroup, c.opts.Group, FieldDeadError, cause.Error())
+	if err := c.client.XAdd(ctx, &redis.XAddArgs{Stream: c.opts.DeadLetterStream, Values: values}).Err(); err != nil {
+		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

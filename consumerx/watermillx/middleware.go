@@ -1,0 +1,209 @@
+// Package watermillx is a Watermill router middleware that runs each
+// message's handler once per handler (or group), however often the
+// message is delivered.
+//
+// Unlike Watermill's own Deduplicator, which marks a message seen before
+// the handler runs, a message is recorded done only when its handler
+// succeeded: a failed handler's message is nacked and runs again (up to the
+// attempt limit, then it is dead-lettered). The messages a handler produced
+// are stored with the record and returned again for every duplicate, with
+// their original UUIDs, so a publish that failed after the handler
+// succeeded is repeated rather than lost, and downstream consumers can
+// deduplicate them in turn.
+package watermillx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// DefaultInProgressDelay is how long a message that is in progress in
+// another consumer is held before it is nacked for redelivery.
+const DefaultInProgressDelay = time.Second
+
+// Options configure a Middleware. The zero value is ready to use.
+type Options struct {
+	// Group is the consumer group messages are deduplicated in. Default:
+	// the name of the router handler (message.HandlerNameFromCtx), so each
+	// handler runs each message once even when the middleware is added to
+	// the whole router.
+	Group string
+	// Process configures deduplication. Its Key defaults to the message
+	// UUID (consumerx.Message.ID); Message.Raw is the *message.Message.
+	Process consumerx.Options
+	// InProgressDelay is how long a message held by another consumer waits
+	// before it is nacked (at most until the holder's lease ends), so the
+	// subscriber does not redeliver it in a busy loop. Default 1s.
+	InProgressDelay time.Duration
+}
+
+// Middleware deduplicates messages for a Watermill router or handler.
+type Middleware struct {
+	g     *guard.Guard
+	opts  Options
+	procs sync.Map // group → *consumerx.Processor
+}
+
+// New returns a Middleware over g. Add its Middleware method to a router
+// or handler.
+func New(g *guard.Guard, opts Options) (*Middleware, error) {
+	if g == nil {
+		return nil, errors.New("watermillx: nil guard")
+	}
+	if opts.InProgressDelay < 0 {
+		return nil, errors.New("watermillx: negative InProgressDelay")
+	}
+	if opts.InProgressDelay == 0 {
+		opts.InProgressDelay = DefaultInProgressDelay
+	}
+	m := &Middleware{g: g, opts: opts}
+	if opts.Group != "" {
+		if _, err := m.processor(opts.Group); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
+	if p, ok := m.procs.Load(group); ok {
+		return p.(*consumerx.Processor), nil
+	}
+	p, err := consumerx.NewProcessor(m.g, group, m.opts.Process)
+	if err != nil {
+		return nil, fmt.Errorf("watermillx: %w", err)
+	}
+	actual, _ := m.procs.LoadOrStore(group, p)
+	return actual.(*consumerx.Processor), nil
+}
+
+// Middleware is a message.HandlerMiddleware. The wrapped handler's return
+// tells the router what to do: produced messages and nil to ack
+// (Processed, Duplicate, DeadLettered), an error to nack (Failed,
+// InProgress).
+func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		group := m.opts.Group
+		if group == "" {
+			group = message.HandlerNameFromCtx(ctx)
+		}
+		if group == "" {
+			return nil, errors.New("watermillx: no Options.Group and no router handler name to use instead")
+		}
+		p, err := m.processor(group)
+		if err != nil {
+			return nil, err
+		}
+		cmsg := consumerx.Message{ID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
+		o, result, err := p.ProcessResult(ctx, cmsg, func(ctx context.Context, _ consumerx.Message) ([]byte, error) {
+			orig := msg.Context()
+			msg.SetContext(ctx) // the handler sees the lease (consumerx.LeaseFrom) and its loss
+			defer msg.SetContext(orig)
+			produced, err := h(msg)
+			if err != nil {
+				return nil, err
+			}
+			return encode(produced)
+		})
+		switch o {
+		case consumerx.Processed, consumerx.Duplicate:
+			produced, derr := decode(result)
+			if derr != nil {
+				return nil, fmt.Errorf("watermillx: stored result of %s: %w", msg.UUID, derr)
+			}
+			return produced, nil
+		case consumerx.DeadLettered:
+			return nil, nil
+		case consumerx.InProgress:
+			wait := m.opts.InProgressDelay
+			var ip *guard.InProgressError
+			if errors.As(err, &ip) && ip.RetryAfter > 0 {
+				wait = min(wait, ip.RetryAfter)
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			return nil, err
+		default:
+			return nil, err
+		}
+	}
+}
+
+// stored is a produced message as kept in the record.
+type stored struct {
+	UUID     string            `json:"u"`
+	Metadata map[string]string `json:"m,omitempty"`
+	Payload  []byte            `json:"p,omitempty"`
+}
+
+func encode(msgs []*message.Message) ([]byte, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	out := make([]stored, len(msgs))
+	for i, m := range msgs {
+		out[i] = stored{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("watermillx: encode produced messages: %w", err)
+	}
+	return b, nil
+}
+
+func decode(b []byte) ([]*message.Message, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var in []stored
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	out := make([]*message.Message, len(in))
+	for i, s := range in {
+		out[i] = message.NewMessage(s.UUID, s.Payload)
+		for k, v := range s.Metadata {
+			out[i].Metadata.Set(k, v)
+		}
+	}
+	return out, nil
+}
+
+// Metadata keys of a dead-lettered message published by PublishDeadLetter.
+const (
+	MetadataDeadReason = "consumerx_dead_reason" // the cause, as text
+	MetadataDeadGroup  = "consumerx_dead_group"  // the router handler that gave up on it
+)
+
+// PublishDeadLetter returns a consumerx.Options.DeadLetter that publishes
+// the message, with its UUID, payload and metadata, to topic on pub, adding
+// MetadataDeadReason and MetadataDeadGroup (the router handler's name).
+func PublishDeadLetter(pub message.Publisher, topic string) func(context.Context, consumerx.Message, error) error {
+	return func(ctx context.Context, msg consumerx.Message, cause error) error {
+		dead := message.NewMessage(msg.ID, msg.Payload)
+		for k, v := range msg.Metadata {
+			dead.Metadata.Set(k, v)
+		}
+		dead.Metadata.Set(MetadataDeadReason, cause.Error())
+		dead.Metadata.Set(MetadataDeadGroup, message.HandlerNameFromCtx(ctx))
+		dead.SetContext(ctx)
+		if err := pub.Publish(topic, dead); err != nil {
+			return fmt.Errorf("watermillx: publish dead letter to %s: %w", topic, err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,295 @@
+package proof
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// workload says how much a nemesis run does.
+type workload struct {
+	Seed    uint64
+	Ops     int           // top-level operations (Do, manual claim, get, probe)
+	Keys    int           // distinct keys
+	Workers int           // goroutines
+	Lease   time.Duration // the guard's lease
+	Faults  []FaultKind   // nemesis faults; default DefaultFaults
+}
+
+// stats counts what a run saw, to show the faults bit.
+type stats struct {
+	ops, unknown, lost, recovered, replays, inProgress, fnErrors, panics, manual atomic.Int64
+}
+
+func (s *stats) String() string {
+	return fmt.Sprintf("ops=%d unknown=%d lost=%d recovered=%d replays=%d in_progress=%d fn_errors=%d panics=%d manual=%d",
+		s.ops.Load(), s.unknown.Load(), s.lost.Load(), s.recovered.Load(), s.replays.Load(), s.inProgress.Load(),
+		s.fnErrors.Load(), s.panics.Load(), s.manual.Load())
+}
+
+var (
+	errTransient = errors.New("transient business failure")
+	errEffect    = errors.New("business effect failed") // e.g. its transaction cancelled with the lease
+)
+
+// runNemesis runs w against the shared Redis through a faulty proxy and
+// PostgreSQL, then lets every key settle without faults and checks: the
+// history is linearizable, each key has exactly one business row, and the
+// stored result is that row's value.
+func runNemesis(t *testing.T, w workload) {
+	reproduce := fmt.Sprintf("reproduce the fault schedule with: go test -race ./proof -run 'TestNemesisLinearizable' -seed=%d", w.Seed)
+	bk := newBank(t)
+	proxy := startProxy(t, testenv.RedisAddr(t))
+	client := faultyClient(t, proxy.Addr(), 2*w.Workers)
+	rec := NewRecorder(redisStore(t, client, testenv.Prefix(t)))
+	rec.CallTimeout = w.Lease / 2 // see TestClaimRetriedAfterItsLeaseRanOut
+	g := guard.New(rec, guard.Options{Lease: w.Lease, TTL: time.Hour})
+	scope := "nemesis-" + strconv.FormatUint(w.Seed, 10)
+	keys := make([]guard.Key, w.Keys)
+	for i := range keys {
+		keys[i] = guard.Key{Scope: scope, ID: fmt.Sprintf("k%02d", i)}
+	}
+	fp := func(k guard.Key) string { return "fp-" + k.ID }
+
+	nem := NewNemesis(proxy, NemesisOptions{Seed: w.Seed, Faults: w.Faults})
+	nctx, stopNemesis := context.WithCancel(context.Background())
+	nemDone := make(chan error, 1)
+	go func() { nemDone <- nem.Run(nctx) }()
+
+	var st stats
+	var next atomic.Int64
+	began := time.Now()
+	var wg sync.WaitGroup
+	for wid := range w.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(w.Seed, uint64(wid)))
+			ctx := WithClient(context.Background(), wid)
+			seen := map[guard.Key]bool{} // keys this worker saw completed
+			for next.Add(1) <= int64(w.Ops) {
+				st.ops.Add(1)
+				k := keys[r.IntN(len(keys))]
+				switch p := r.IntN(100); {
+				case p < 65:
+					if res, ok := doOnce(ctx, t, g, bk, k, fp(k), r, &st); ok {
+						seen[k] = true
+						if res.Replayed {
+							st.replays.Add(1)
+						}
+					}
+				case p < 85:
+					st.manual.Add(1)
+					manualClaim(ctx, g, bk, k, fp(k), w.Lease, r, &st)
+				case p < 95:
+					_, _ = g.Get(ctx, k)
+				default:
+					// A different payload under a key seen completed must
+					// learn nothing and change nothing.
+					if seen[k] {
+						out, err := g.Claim(ctx, k, "other-payload")
+						if err == nil || (!errors.Is(err, guard.ErrMismatch) && !errors.Is(err, guard.ErrUnavailable)) {
+							t.Errorf("claim of completed %s with another fingerprint: %+v, %v; want mismatch", k, out, err)
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ran := time.Since(began)
+	stopNemesis()
+	if err := <-nemDone; err != nil {
+		t.Fatalf("nemesis: %v", err)
+	}
+
+	// No faults now: every key must reach completed with one effect.
+	ctx := WithClient(context.Background(), w.Workers)
+	settling := time.Now()
+	for _, k := range keys {
+		settle(t, ctx, g, k, fp(k), bk.effect(fp(k), 0), 10*w.Lease+5*time.Second)
+	}
+	settled := time.Since(settling)
+
+	applied := nem.Applied()
+	ps := client.PoolStats()
+	t.Logf("toxic hits so far in this process: %v", Bites())
+	t.Logf("seed %d: %s; %d faults applied; %d calls recorded; %d connections opened; workload %s, settling %s",
+		w.Seed, &st, len(applied), len(rec.History()), ps.Misses, ran.Round(time.Millisecond), settled.Round(time.Millisecond))
+	if len(applied) == 0 {
+		t.Errorf("the nemesis applied no fault")
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(format, args...)
+		t.Errorf("%s\nfaults applied:\n%s", reproduce, strings.Join(applied, "\n"))
+	}
+
+	checking := time.Now()
+	res, path, err := Check(rec.History(), time.Minute)
+	t.Logf("linearizability check: %s in %s", res, time.Since(checking).Round(time.Millisecond))
+	if err != nil {
+		t.Error(err)
+	}
+	if res != porcupine.Ok {
+		fail("history is %s (not linearizable), visualisation: %s\n%s", res, path, Explain(rec.History(), time.Minute))
+	}
+
+	rows := bk.rows(t, scope)
+	for _, k := range keys {
+		got, err := g.Get(ctx, k)
+		if err != nil || got.State != guard.StateCompleted {
+			fail("%s: %+v, %v after settling; want completed", k, got, err)
+			continue
+		}
+		if vs := rows[k.ID]; len(vs) != 1 {
+			fail("%s has %d business rows %q, want exactly 1", k, len(vs), vs)
+		} else if string(got.Result) != vs[0] {
+			fail("%s: stored result %q, business row %q", k, got.Result, vs[0])
+		}
+	}
+	if len(rows) != len(keys) {
+		fail("business rows for %d keys, want %d", len(rows), len(keys))
+	}
+}
+
+// doOnce runs Guard.Do with the business effect, sometimes failing or
+// panicking before the effect.
+func doOnce(ctx context.Context, t *testing.T, g *guard.Guard, bk *bank, k guard.Key, fp string, r *rand.Rand, st *stats) (res guard.Result, ok bool) {
+	mode := r.IntN(100)
+	think := time.Duration(r.IntN(10)) * time.Millisecond
+	effect := bk.effect(fp, 0)
+	fn := func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		if l.Recovered {
+			st.recovered.Add(1)
+		}
+		if !wait(ctx, think) {
+			return nil, context.Cause(ctx)
+		}
+		switch {
+		case mode < 8:
+			return nil, errTransient
+		case mode < 11:
+			panic(errTransient)
+		}
+		v, err := effect(ctx, l)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errEffect, err)
+		}
+		return v, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if p != errTransient {
+				panic(p)
+			}
+			st.panics.Add(1)
+		}
+	}()
+	res, err := g.Do(ctx, k, fp, fn)
+	countErr(st, err)
+	switch {
+	case err == nil:
+		return res, true
+	case errors.Is(err, errTransient), errors.Is(err, errEffect):
+		st.fnErrors.Add(1)
+	case errors.Is(err, guard.ErrInProgress), errors.Is(err, guard.ErrUnavailable),
+		errors.Is(err, guard.ErrLeaseLost), errors.Is(err, context.Canceled):
+	default:
+		t.Errorf("Do %s: unexpected error %v", k, err)
+	}
+	return res, false
+}
+
+func countErr(st *stats, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, guard.ErrInProgress):
+		st.inProgress.Add(1)
+	case errors.Is(err, guard.ErrLeaseLost):
+		st.lost.Add(1)
+	case errors.Is(err, guard.ErrUnavailable):
+		st.unknown.Add(1)
+	}
+}
+
+// manualClaim claims without Do's heartbeat and sometimes holds the key
+// past its lease before finishing, so late completions race recoveries.
+func manualClaim(ctx context.Context, g *guard.Guard, bk *bank, k guard.Key, fp string, lease time.Duration, r *rand.Rand, st *stats) {
+	out, err := g.Claim(ctx, k, fp)
+	countErr(st, err)
+	if err != nil || out.Status != guard.Acquired {
+		return
+	}
+	l := out.Lease
+	if l.Recovered {
+		st.recovered.Add(1)
+	}
+	hold := time.Duration(r.IntN(10)) * time.Millisecond
+	if r.IntN(3) == 0 {
+		hold = lease + time.Duration(r.Int64N(int64(lease/2))) // outlive the lease: a paused process
+	}
+	time.Sleep(hold) // the holder working (or paused) for this long
+	switch p := r.IntN(10); {
+	case p < 6:
+		v, err := bk.effect(fp, 0)(ctx, l)
+		if err != nil {
+			countErr(st, g.Fail(ctx, l, err))
+			return
+		}
+		countErr(st, g.Complete(ctx, l, v))
+	case p < 8:
+		countErr(st, g.Release(ctx, l))
+	default:
+		countErr(st, g.Fail(ctx, l, errTransient))
+	}
+}
+
+var seedFlag = flag.Uint64("seed", 0, "run the nemesis tests with this seed only")
+
+// nemesisSeeds are the seeds make test runs (1–5); -seed picks one; -soak
+// runs seeds 1–40 with 10,000 operations each.
+func nemesisSeeds() []uint64 {
+	if *seedFlag != 0 {
+		return []uint64{*seedFlag}
+	}
+	seeds := []uint64{1, 2, 3, 4, 5}
+	if *soak {
+		for s := uint64(6); s <= 40; s++ {
+			seeds = append(seeds, s)
+		}
+	}
+	return seeds
+}
+
+// 2,000 operations over 50 keys by 16 goroutines, under latency, resets,
+// dropped and truncated replies and bandwidth limits, for each seed: the
+// history is linearizable and every key has exactly one business row.
+func TestNemesisLinearizable(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("child process")
+	}
+	for _, seed := range nemesisSeeds() {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			ops := 2000
+			if *soak {
+				ops = 10000
+			}
+			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond})
+		})
+	}
+}
