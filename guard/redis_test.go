@@ -40,22 +40,13 @@ func TestContractMiniredis(t *testing.T) {
 	})
 }
 
-func TestContractRedis(t *testing.T) {
-	c := testenv.Redis(t)
-	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) guard.Store {
-			s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
-			if err := s.LoadScripts(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		Advance: storetest.Wait,
-	})
-}
+func TestContractRedis(t *testing.T) { runRedisContract(t, testenv.Redis(t)) }
 
-func TestContractRedisCluster(t *testing.T) {
-	c := testenv.Cluster(t)
+func TestContractRedisCluster(t *testing.T) { runRedisContract(t, testenv.Cluster(t)) }
+
+// runRedisContract runs the contract over a real server, each test under a
+// key prefix of its own.
+func runRedisContract(t *testing.T, c redis.UniversalClient) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
 			s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})

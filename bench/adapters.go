@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/httpx"
+)
+
+// Scenario names of the adapters.
+const (
+	HTTP          = "http"           // POST through httpx.Guard, a new key each
+	HTTPPlain     = "http-plain"     // baseline: the same POST and handler, unguarded
+	Consumer      = "consumer"       // consumerx.Wrap on a new message each
+	ConsumerStorm = "consumer-storm" // consumerx.Wrap under Keys × Duplicates redeliveries
+)
+
+func init() {
+	scenarios = append(scenarios,
+		scenario{name: HTTPPlain, about: "baseline: POST to the same handler over loopback HTTP, unguarded", prepare: prepareHTTP(false)},
+		scenario{name: HTTP, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP, a new key each", prepare: prepareHTTP(true)},
+		scenario{name: Consumer, baseline: SetNXSet, about: "consumerx.Wrap on a new message each (claim + complete)", prepare: prepareConsumer},
+		scenario{name: ConsumerStorm, baseline: NaiveStorm, storm: true, about: "consumerx.Wrap under Keys × Duplicates concurrent deliveries", prepare: prepareConsumerStorm},
+	)
+}
+
+// prepareHTTP serves a handler on loopback, behind httpx.Guard when
+// guarded, and returns an op that POSTs to it with a new key each time.
+func prepareHTTP(guarded bool) func(context.Context, *env) (op, error) {
+	return func(_ context.Context, e *env) (op, error) {
+		res := e.result()
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if e.opts.Work > 0 {
+				time.Sleep(e.opts.Work) // the business effect
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(res)
+		})
+		if guarded {
+			h = httpx.Guard(e.guard(), httpx.Options{})(h)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders", h)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		tr := &http.Transport{MaxIdleConns: e.opts.Concurrency, MaxIdleConnsPerHost: e.opts.Concurrency}
+		client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+		e.close = func() {
+			tr.CloseIdleConnections()
+			_ = srv.Close()
+		}
+		url := "http://" + ln.Addr().String() + "/orders"
+		body := []byte(`{"item":"book","quantity":1}`)
+		return func(ctx context.Context, i int64) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(httpx.DefaultHeader, "k"+strconv.FormatInt(i, 10))
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusCreated || n != int64(len(res)) {
+				return fmt.Errorf("POST: status %d, %d bytes", resp.StatusCode, n)
+			}
+			return nil
+		}, nil
+	}
+}
+
+var quietConsumer = consumerx.Options{Logger: discardLogger}
+
+func prepareConsumer(_ context.Context, e *env) (op, error) {
+	wrapped := consumerx.Wrap(e.guard(), "bench", func(context.Context, consumerx.Message) error { return nil }, quietConsumer)
+	payload := e.result()
+	return func(ctx context.Context, i int64) error {
+		o, err := wrapped(ctx, consumerx.Message{ID: strconv.FormatInt(i, 10), Payload: payload})
+		if err != nil {
+			return err
+		}
+		if o != consumerx.Processed {
+			return fmt.Errorf("new message %d: %s", i, o)
+		}
+		return nil
+	}, nil
+}
+
+func prepareConsumerStorm(_ context.Context, e *env) (op, error) {
+	payload := e.result()
+	wrapped := consumerx.Wrap(e.guard(), "bench", func(_ context.Context, m consumerx.Message) error {
+		k, err := strconv.ParseInt(m.ID, 10, 64)
+		if err != nil {
+			return err
+		}
+		e.effect(k)
+		return nil
+	}, quietConsumer)
+	return func(ctx context.Context, i int64) error {
+		o, err := wrapped(ctx, consumerx.Message{ID: strconv.FormatInt(e.stormKey(i), 10), Payload: payload})
+		switch o {
+		case consumerx.Processed:
+			return nil
+		case consumerx.Duplicate:
+			e.replays.Add(1)
+			return nil
+		case consumerx.InProgress:
+			e.conflicts.Add(1) // the broker redelivers it later
+			return nil
+		}
+		return fmt.Errorf("message %d: %s: %w", e.stormKey(i), o, err)
+	}, nil
+}

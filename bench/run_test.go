@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openMini(t *testing.T) *Target {
+	t.Helper()
+	tg, err := Open(context.Background(), TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+func openRedis(t *testing.T) *Target {
+	t.Helper()
+	tg, err := Open(context.Background(), TargetOptions{Addr: testenv.RedisAddr(t), Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+// Every scenario runs on the embedded miniredis with a fixed count and
+// reports figures that add up.
+func TestEveryScenarioMiniredis(t *testing.T) {
+	tg := openMini(t)
+	opts := Options{Concurrency: 4, Ops: 60, Keys: 15, Duplicates: 4}
+	results, err := tg.RunAll(context.Background(), Scenarios(), []int{4}, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(Scenarios()) {
+		t.Fatalf("%d rows, want %d", len(results), len(Scenarios()))
+	}
+	for _, r := range results {
+		want := int64(60)
+		if IsStorm(r.Scenario) {
+			want = 15 * 4
+		}
+		if r.Ops != want || r.Latency.Count() != uint64(want) {
+			t.Errorf("%s: %d ops, %d samples, want %d", r.Scenario, r.Ops, r.Latency.Count(), want)
+		}
+		if r.OpsPerSec() <= 0 || r.Latency.Quantile(0.99) <= 0 {
+			t.Errorf("%s: %.0f ops/s, p99 %v", r.Scenario, r.OpsPerSec(), r.Latency.Quantile(0.99))
+		}
+		if !math.IsNaN(r.CommandsPerOp) {
+			t.Errorf("%s: miniredis has no commandstats, got %v cmds/op", r.Scenario, r.CommandsPerOp)
+		}
+	}
+	// Round trips per operation, counted at the client.
+	trips := map[string]float64{Fresh: 2, ClaimComplete: 2, Replay: 1, SetNXSet: 2, SetNXSetPipe: 1, Get: 1, HTTP: 2, HTTPPlain: 0, Consumer: 2}
+	for _, r := range results {
+		if w, ok := trips[r.Scenario]; ok && r.RoundTripsPerOp != w {
+			t.Errorf("%s: %.3f round trips/op, want %v", r.Scenario, r.RoundTripsPerOp, w)
+		}
+	}
+	for _, r := range results {
+		guarded := r.Scenario == Storm || r.Scenario == ConsumerStorm
+		if guarded && (r.Effects != 15 || r.DuplicateEffects != 0) {
+			t.Errorf("%s: %d effects (%d duplicates) for 15 keys", r.Scenario, r.Effects, r.DuplicateEffects)
+		}
+		if guarded && r.Replays+r.Conflicts+r.Effects != r.Ops {
+			t.Errorf("guard storm: replays %d + conflicts %d + effects %d != %d ops", r.Replays, r.Conflicts, r.Effects, r.Ops)
+		}
+		if r.Scenario == Replay && r.Effects != 0 {
+			t.Errorf("replay ran %d effects", r.Effects)
+		}
+	}
+	if n, _ := tg.client.DBSize(context.Background()).Result(); n != 0 {
+		t.Errorf("%d keys left behind", n)
+	}
+}
+
+// On real Redis, the guard's storm runs each key's effect exactly once
+// while the naive GET-then-SETEX pattern runs duplicates, and commands per
+// operation come from INFO commandstats.
+func TestStormRedis(t *testing.T) {
+	tg := openRedis(t)
+	results, err := tg.RunAll(context.Background(), []string{Storm, NaiveStorm, Fresh}, []int{64}, Options{Concurrency: 64, Keys: 200, Duplicates: 8, Work: 2 * time.Millisecond, Ops: 1000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guardRow, naive, fresh := results[0], results[1], results[2]
+	if guardRow.Effects != 200 || guardRow.DuplicateEffects != 0 {
+		t.Errorf("guard storm: %d effects, %d duplicates; want 200, 0", guardRow.Effects, guardRow.DuplicateEffects)
+	}
+	if naive.DuplicateEffects == 0 || naive.Effects != 200+naive.DuplicateEffects {
+		t.Errorf("naive storm: %d effects, %d duplicates: the race was not seen", naive.Effects, naive.DuplicateEffects)
+	}
+	// Other clients share the server, so commands/op is at least the
+	// guard's own: claim.lua and complete.lua make 2 calls and 8 commands.
+	if math.IsNaN(fresh.CommandsPerOp) || fresh.CommandsPerOp < 10 {
+		t.Errorf("fresh: %v redis commands/op, want at least 10 (2 EVALSHA + 8 inside)", fresh.CommandsPerOp)
+	}
+	n, err := tg.client.Keys(context.Background(), tg.prefix+"*").Result()
+	if err != nil || len(n) != 0 {
+		t.Errorf("keys left behind: %d (%v)", len(n), err)
+	}
+}
+
+func TestTableAndChart(t *testing.T) {
+	tg := openMini(t)
+	results, err := tg.RunAll(context.Background(), []string{Fresh, SetNXSet, Storm, NaiveStorm}, []int{2, 4},
+		Options{Ops: 40, Keys: 10, Duplicates: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2+len(results) {
+		t.Fatalf("%d table lines for %d rows:\n%s", len(lines), len(results), buf.String())
+	}
+	if !strings.Contains(lines[2], "× setnx+set") || !strings.HasPrefix(lines[2], "| fresh | miniredis | 2 |") {
+		t.Errorf("fresh row: %s", lines[2])
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"c.svg", "c.png"} {
+		p := filepath.Join(dir, name)
+		if err := WriteChart(p, results); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(p)
+		if err != nil || st.Size() < 1000 {
+			t.Fatalf("%s: %v, %d bytes", name, err, st.Size())
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "c.svg"))
+	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "throughput") {
+		t.Error("svg lacks its title")
+	}
+	if err := WriteChart(filepath.Join(dir, "c.txt"), results); err == nil {
+		t.Error("a .txt chart was accepted")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tg := openMini(t)
+	ctx := context.Background()
+	if _, err := tg.Run(ctx, "nope", Options{}); err == nil || !strings.Contains(err.Error(), "unknown scenario") {
+		t.Errorf("unknown scenario: %v", err)
+	}
+	if _, err := tg.Run(ctx, Fresh, Options{Concurrency: -1}); err == nil {
+		t.Error("negative concurrency accepted")
+	}
+	if _, err := tg.RunAll(ctx, []string{Fresh}, []int{0}, Options{}, nil); err == nil {
+		t.Error("zero concurrency accepted")
+	}
+	if _, err := Open(ctx, TargetOptions{Addr: "127.0.0.1:" + itoa(testenv.FreePort(t))}); err == nil ||
+		!strings.Contains(err.Error(), "does not answer") {
+		t.Errorf("unreachable redis: %v", err)
+	}
+	if _, err := Open(ctx, TargetOptions{Addr: "no-port"}); err == nil {
+		t.Error("an address without a port was accepted")
+	}
+}
+
+func itoa(n int) string { return idOf(int64(n)) }

@@ -1,0 +1,302 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Scenario names.
+const (
+	Fresh         = "fresh"          // Guard.Do on a new key: claim + complete
+	ClaimComplete = "claim-complete" // Guard.Claim + Guard.Complete, no Do machinery
+	Replay        = "replay"         // Guard.Do on a completed key: one claim, a replay
+	Storm         = "storm"          // Guard.Do, Keys × Duplicates sent at once
+	SetNXSet      = "setnx+set"      // baseline: SET NX PX, then SET PX: two round trips
+	SetNXSetPipe  = "setnx+set-pipe" // baseline: the same two in one pipeline
+	Get           = "get"            // baseline of a replay: a plain GET of a stored value
+	NaiveStorm    = "naive-storm"    // GET, run, SETEX under the same storm as Storm
+)
+
+// scenario is one kind of row.
+type scenario struct {
+	name     string
+	about    string
+	baseline string // the row this one is compared to
+	storm    bool   // runs Keys × Duplicates and counts effects per key
+	// prepare sets up the row and returns its operation.
+	prepare func(ctx context.Context, e *env) (op, error)
+}
+
+// env is what a row's operations share.
+type env struct {
+	t      *Target
+	opts   Options
+	prefix string // every key of the row starts with it
+	close  func() // run after the row, if set
+
+	counts    []atomic.Int32 // storm rows: effects per key
+	effects   atomic.Int64   // replay rows: effects that should not happen
+	replays   atomic.Int64
+	conflicts atomic.Int64
+}
+
+// guard returns a Guard on the target writing under the row's prefix.
+func (e *env) guard() *guard.Guard {
+	store := guard.NewRedisStore(e.t.client, guard.RedisOptions{Prefix: e.prefix})
+	return guard.New(store, guard.Options{TTL: e.opts.TTL})
+}
+
+func (e *env) result() []byte {
+	b := make([]byte, e.opts.ResultSize)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+// effect runs the business effect of storm key k.
+func (e *env) effect(k int64) {
+	e.counts[k].Add(1)
+	if e.opts.Work > 0 {
+		time.Sleep(e.opts.Work) // the simulated side effect itself
+	}
+}
+
+// stormKey is the key of storm operation i: Duplicates consecutive
+// operations share a key, so they are in flight together.
+func (e *env) stormKey(i int64) int64 { return i / int64(e.opts.Duplicates) }
+
+var scenarios = []scenario{
+	{name: Fresh, baseline: SetNXSet, about: "Guard.Do on a new key (claim + complete)", prepare: prepareFresh},
+	{name: ClaimComplete, baseline: SetNXSet, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
+	{name: Replay, baseline: Get, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay},
+	{name: Storm, baseline: NaiveStorm, storm: true, about: "Guard.Do under Keys × Duplicates concurrent duplicates", prepare: prepareStorm},
+	{name: SetNXSet, about: "baseline: SET NX PX, then SET PX (two round trips)", prepare: prepareSetNXSet},
+	{name: SetNXSetPipe, about: "baseline: SET NX PX and SET PX in one pipeline", prepare: prepareSetNXSetPipe},
+	{name: Get, about: "baseline: GET of a stored result", prepare: prepareGet},
+	{name: NaiveStorm, storm: true, about: "baseline: GET, run, SETEX under the same storm", prepare: prepareNaiveStorm},
+}
+
+func lookup(name string) (scenario, bool) {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}
+
+func names() string {
+	var n []string
+	for _, s := range scenarios {
+		n = append(n, s.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// Scenarios lists every scenario name, guard rows first.
+func Scenarios() []string {
+	var n []string
+	for _, s := range scenarios {
+		n = append(n, s.name)
+	}
+	return n
+}
+
+// About describes a scenario in a line.
+func About(name string) string {
+	s, _ := lookup(name)
+	return s.about
+}
+
+// Baseline names the scenario a row is compared to, or "".
+func Baseline(name string) string {
+	s, _ := lookup(name)
+	return s.baseline
+}
+
+// IsStorm reports whether a scenario counts effects per key.
+func IsStorm(name string) bool {
+	s, _ := lookup(name)
+	return s.storm
+}
+
+func idOf(i int64) string { return strconv.FormatInt(i, 10) }
+
+const scope = "bench"
+
+func prepareFresh(_ context.Context, e *env) (op, error) {
+	g, res := e.guard(), e.result()
+	fn := func(context.Context, guard.Lease) ([]byte, error) { return res, nil }
+	return func(ctx context.Context, i int64) error {
+		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i)}, "fp", fn)
+		if err == nil && r.Replayed {
+			return fmt.Errorf("fresh key %d replayed", i)
+		}
+		return err
+	}, nil
+}
+
+func prepareClaimComplete(_ context.Context, e *env) (op, error) {
+	g, res := e.guard(), e.result()
+	return func(ctx context.Context, i int64) error {
+		out, err := g.Claim(ctx, guard.Key{Scope: scope, ID: idOf(i)}, "fp")
+		if err != nil {
+			return err
+		}
+		if out.Status != guard.Acquired {
+			return fmt.Errorf("fresh key %d: %s", i, out.Status)
+		}
+		return g.Complete(ctx, out.Lease, res)
+	}, nil
+}
+
+// preload completes e.opts.Keys keys through g, concurrently.
+func preload(ctx context.Context, e *env, g *guard.Guard) error {
+	res := e.result()
+	fn := func(context.Context, guard.Lease) ([]byte, error) { return res, nil }
+	_, _, _, err := drive(ctx, min(e.opts.Concurrency, 64), int64(e.opts.Keys), 0, func(ctx context.Context, i int64) error {
+		_, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i)}, "fp", fn)
+		return err
+	})
+	return err
+}
+
+func prepareReplay(ctx context.Context, e *env) (op, error) {
+	g := e.guard()
+	if err := preload(ctx, e, g); err != nil {
+		return nil, err
+	}
+	keys := int64(e.opts.Keys)
+	fn := func(context.Context, guard.Lease) ([]byte, error) {
+		e.effects.Add(1)
+		return nil, nil
+	}
+	return func(ctx context.Context, i int64) error {
+		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i % keys)}, "fp", fn)
+		if err == nil && !r.Replayed {
+			return fmt.Errorf("completed key %d did not replay", i%keys)
+		}
+		return err
+	}, nil
+}
+
+func prepareStorm(_ context.Context, e *env) (op, error) {
+	g, res := e.guard(), e.result()
+	return func(ctx context.Context, i int64) error {
+		k := e.stormKey(i)
+		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(k)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			e.effect(k)
+			return res, nil
+		})
+		switch {
+		case errors.Is(err, guard.ErrInProgress):
+			e.conflicts.Add(1) // a real client retries later and gets the replay
+			return nil
+		case err != nil:
+			return err
+		case r.Replayed:
+			e.replays.Add(1)
+		}
+		return nil
+	}, nil
+}
+
+func (e *env) plainKey(i int64) string { return e.prefix + "p:" + idOf(i) }
+
+func prepareSetNXSet(_ context.Context, e *env) (op, error) {
+	c, res, lease, ttl := e.t.client, e.result(), 30*time.Second, e.opts.TTL
+	return func(ctx context.Context, i int64) error {
+		k := e.plainKey(i)
+		ok, err := c.SetNX(ctx, k, "token", lease).Result()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("fresh key %s exists", k)
+		}
+		return c.Set(ctx, k, res, ttl).Err()
+	}, nil
+}
+
+func prepareSetNXSetPipe(_ context.Context, e *env) (op, error) {
+	c, res, lease, ttl := e.t.client, e.result(), 30*time.Second, e.opts.TTL
+	return func(ctx context.Context, i int64) error {
+		k := e.plainKey(i)
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, k, "token", lease)
+			p.Set(ctx, k, res, ttl)
+			return nil
+		})
+		return err
+	}, nil
+}
+
+func prepareGet(ctx context.Context, e *env) (op, error) {
+	c, res := e.t.client, e.result()
+	keys := int64(e.opts.Keys)
+	for start := int64(0); start < keys; start += 500 {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := start; i < min(start+500, keys); i++ {
+				p.Set(ctx, e.plainKey(i), res, e.opts.TTL)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context, i int64) error {
+		v, err := c.Get(ctx, e.plainKey(i%keys)).Bytes()
+		if err == nil && len(v) != len(res) {
+			err = fmt.Errorf("GET returned %d bytes, want %d", len(v), len(res))
+		}
+		return err
+	}, nil
+}
+
+func prepareNaiveStorm(_ context.Context, e *env) (op, error) {
+	c, res, ttl := e.t.client, e.result(), e.opts.TTL
+	return func(ctx context.Context, i int64) error {
+		k := e.stormKey(i)
+		name := e.plainKey(k)
+		_, err := c.Get(ctx, name).Bytes()
+		switch {
+		case err == nil:
+			e.replays.Add(1)
+			return nil
+		case !errors.Is(err, redis.Nil):
+			return err
+		}
+		e.effect(k)
+		return c.SetEx(ctx, name, res, ttl).Err()
+	}, nil
+}
+
+// sortByName orders names as Scenarios lists them; unknown ones last.
+func sortByName(list []string) {
+	all := Scenarios()
+	slices.SortStableFunc(list, func(a, b string) int {
+		ia, ib := slices.Index(all, a), slices.Index(all, b)
+		if ia < 0 {
+			ia = len(all)
+		}
+		if ib < 0 {
+			ib = len(all)
+		}
+		return ia - ib
+	})
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	_ "github.com/lib/pq" // PostgreSQL driver for --postgres
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/sqlbackstop"
+)
+
+// defaultRedis is the address the operator commands use without --redis.
+const defaultRedis = "127.0.0.1:6379"
+
+// connectTimeout bounds how long a command waits for a service to answer.
+const connectTimeout = 3 * time.Second
+
+// redisFlags are the flags every Redis-reading command takes.
+type redisFlags struct {
+	addr   *string
+	prefix *string
+}
+
+func addRedisFlags(fs *flag.FlagSet) redisFlags {
+	return redisFlags{
+		addr:   fs.String("redis", defaultRedis, "Redis host:port"),
+		prefix: fs.String("prefix", guard.DefaultPrefix, "key prefix the guard was given (guard.RedisOptions.Prefix)"),
+	}
+}
+
+// open connects to Redis and checks it answers. The caller closes the client.
+func (f redisFlags) open(ctx context.Context) (*redis.Client, *guard.RedisStore, error) {
+	if _, _, err := net.SplitHostPort(*f.addr); err != nil {
+		return nil, nil, usagef("--redis %q: want host:port", *f.addr)
+	}
+	c := redis.NewClient(&redis.Options{Addr: *f.addr, DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", *f.addr, err)
+	}
+	return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
+}
+
+// openPostgres opens dsn and checks the database answers.
+func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, usagef("--postgres: %v", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("postgres does not answer: %w", redactDSN(err, dsn))
+	}
+	return db, nil
+}
+
+// redactDSN keeps a password in dsn out of an error message.
+func redactDSN(err error, dsn string) error {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		if at := strings.LastIndex(dsn, "@"); at > i {
+			if colon := strings.Index(dsn[i+3:at], ":"); colon >= 0 {
+				pw := dsn[i+3+colon+1 : at]
+				if pw != "" && strings.Contains(err.Error(), pw) {
+					return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+				}
+			}
+		}
+	}
+	return err
+}
+
+// keyArgs reads SCOPE ID from the positional arguments.
+func keyArgs(fs *flag.FlagSet) (guard.Key, error) {
+	if fs.NArg() != 2 {
+		return guard.Key{}, usagef("want SCOPE and ID, got %d arguments", fs.NArg())
+	}
+	k := guard.Key{Scope: fs.Arg(0), ID: fs.Arg(1)}
+	if err := k.Validate(); err != nil {
+		return guard.Key{}, usagef("%v", err)
+	}
+	return k, nil
+}
+
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("inspect")
+	rf := addRedisFlags(fs)
+	pg := fs.String("postgres", "", "also read the key's row from this PostgreSQL URL (the SQL backstop)")
+	schema := fs.String("schema", "", "PostgreSQL schema of the backstop tables (default: the search_path)")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	key, err := keyArgs(fs)
+	if err != nil {
+		return err
+	}
+	c, store, err := rf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var pgStore *sqlbackstop.Store
+	if *pg != "" {
+		db, err := openPostgres(ctx, *pg)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		pgStore = sqlbackstop.NewStore(db, sqlbackstop.Options{Schema: *schema})
+	}
+
+	rec, err := store.Get(ctx, key)
+	found := err == nil
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.addr, key)
+	case err != nil:
+		return fmt.Errorf("read %s from redis: %w", key, err)
+	default:
+		name, _ := store.Names(key)
+		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+		printRecord(stdout, rec)
+	}
+	if pgStore != nil {
+		prec, err := pgStore.Get(ctx, key)
+		switch {
+		case errors.Is(err, guard.ErrNotFound):
+			fmt.Fprintf(stdout, "postgres: no row for %s\n", key)
+		case err != nil:
+			return fmt.Errorf("read %s from postgres: %w", key, err)
+		default:
+			found = true
+			fmt.Fprintln(stdout, "postgres")
+			printRecord(stdout, prec)
+		}
+	}
+	if !found {
+		return fmt.Errorf("no record for %s", key)
+	}
+	return nil
+}
+
+func printRecord(w io.Writer, r guard.Record) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	lease := "none"
+	switch {
+	case r.State == guard.StatePending && r.LeaseLeft > 0:
+		lease = r.LeaseLeft.Round(time.Millisecond).String()
+	case r.State == guard.StatePending:
+		lease = "expired (the next claim recovers the key)"
+	}
+	ttl := "unknown"
+	if r.TTL > 0 {
+		ttl = r.TTL.Round(time.Second).String()
+	}
+	fmt.Fprintf(tw, "  scope\t%s\n", r.Key.Scope)
+	fmt.Fprintf(tw, "  id\t%s\n", r.Key.ID)
+	fmt.Fprintf(tw, "  state\t%s\n", r.State)
+	fmt.Fprintf(tw, "  fence\t%d\n", r.Fence)
+	fmt.Fprintf(tw, "  attempts\t%d\n", r.Attempt)
+	fmt.Fprintf(tw, "  recovered\t%t\n", r.Recovered)
+	fmt.Fprintf(tw, "  lease left\t%s\n", lease)
+	fmt.Fprintf(tw, "  expires in\t%s\n", ttl)
+	fmt.Fprintf(tw, "  result size\t%d bytes\n", len(r.Result))
+	if r.LastError != "" {
+		fmt.Fprintf(tw, "  last error\t%s\n", r.LastError)
+	}
+	_ = tw.Flush()
+}
+
+func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("list")
+	rf := addRedisFlags(fs)
+	stateName := fs.String("state", "pending", "records in this state: pending, completed or failed")
+	limit := fs.Int("limit", 1000, "list at most this many keys (0: no limit)")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	state, ok := guard.ParseState(*stateName)
+	if !ok {
+		return usagef("--state %q: want pending, completed or failed", *stateName)
+	}
+	if *limit < 0 {
+		return usagef("--limit %d must not be negative", *limit)
+	}
+	c, store, err := rf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT")
+	n, scanned := 0, 0
+	iter := c.ScanType(ctx, 0, globEscape(*rf.prefix)+"{*}", 500, "hash").Iterator()
+	batch := make([]string, 0, 100)
+	flush := func() error {
+		defer func() { batch = batch[:0] }()
+		for _, name := range batch {
+			if *limit > 0 && n >= *limit {
+				return nil
+			}
+			fields, err := c.HGetAll(ctx, name).Result()
+			if err != nil {
+				return err
+			}
+			rec, err := guard.DecodeRecord(fields)
+			if err != nil || rec.State != state {
+				continue
+			}
+			// Read through the store, which also reports the lease.
+			if full, err := store.Get(ctx, rec.Key); err == nil {
+				rec = full
+			}
+			lease := "-"
+			if rec.State == guard.StatePending {
+				lease = "expired"
+				if rec.LeaseLeft > 0 {
+					lease = rec.LeaseLeft.Round(time.Millisecond).String()
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", rec.Key.Scope, rec.Key.ID, rec.State, rec.Fence, rec.Attempt, lease)
+			n++
+		}
+		return nil
+	}
+	for iter.Next(ctx) {
+		scanned++
+		batch = append(batch, iter.Val())
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return fmt.Errorf("read records: %w", err)
+			}
+		}
+		if *limit > 0 && n >= *limit {
+			break
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scan %s: %w", *rf.addr, err)
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("read records: %w", err)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	return nil
+}
+
+// globEscape quotes the glob characters of s for SCAN MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("release")
+	rf := addRedisFlags(fs)
+	force := fs.Bool("force", false, "release even though the holder's lease is still alive (it may still be running)")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	key, err := keyArgs(fs)
+	if err != nil {
+		return err
+	}
+	c, store, err := rf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rec, err := store.Get(ctx, key)
+	if errors.Is(err, guard.ErrNotFound) {
+		return fmt.Errorf("no record for %s", key)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	switch rec.State {
+	case guard.StateCompleted:
+		return fmt.Errorf("%s is completed (fence %d): its effect happened, releasing it would let it run again; refusing", key, rec.Fence)
+	case guard.StateFailed:
+		fmt.Fprintf(stdout, "%s is failed (attempt %d): it is already free for a retry; nothing to do\n", key, rec.Attempt)
+		return nil
+	}
+	if rec.LeaseLeft > 0 && !*force {
+		return fmt.Errorf("%s is pending and its holder's lease is alive for %s: it may still be running; wait, or use --force", key, rec.LeaseLeft.Round(time.Millisecond))
+	}
+	if err := store.Release(ctx, key, rec.Token); err != nil {
+		if errors.Is(err, guard.ErrLeaseLost) {
+			return fmt.Errorf("%s changed while releasing (another holder took it); nothing done", key)
+		}
+		return fmt.Errorf("release %s: %w", key, err)
+	}
+	fmt.Fprintf(stdout, "released %s (was pending, fence %d, attempt %d)\n", key, rec.Fence, rec.Attempt)
+	return nil
+}

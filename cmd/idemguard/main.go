@@ -1,0 +1,139 @@
+// Command idemguard shows, measures and operates idemguard.
+//
+//	idemguard demo [--redis ADDR] [--postgres DSN] [--metrics ADDR]
+//	idemguard bench [--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]
+//	idemguard inspect [--redis ADDR] [--postgres DSN] SCOPE ID
+//	idemguard list [--redis ADDR] --state pending
+//	idemguard release [--redis ADDR] SCOPE ID
+//	idemguard migrate --postgres DSN up|down
+//	idemguard purge --postgres DSN --before DURATION [--lock-addrs LIST]
+//
+// `go run ./cmd/idemguard demo` needs no service: it starts an embedded
+// Redis (miniredis) in the process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand.
+type command struct {
+	name  string
+	usage string // the arguments, for the help line
+	about string
+	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "[--redis ADDR] [--postgres DSN] [--metrics ADDR]", "run duplicate storms through the HTTP and consumer adapters and count the effects", runDemo},
+		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
+		{"inspect", "[--redis ADDR] [--postgres DSN] SCOPE ID", "show the record of a key", runInspect},
+		{"list", "[--redis ADDR] --state pending|completed|failed", "list keys in a state (SCAN)", runList},
+		{"release", "[--redis ADDR] SCOPE ID", "free a stuck pending key (never a completed one)", runRelease},
+		{"migrate", "--postgres DSN up|down", "apply or roll back the SQL backstop's schema", runMigrate},
+		{"purge", "--postgres DSN --before DURATION [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
+	}
+}
+
+// usageError is a mistake in the command line: it prints the usage hint.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run runs the command line args (without the program name) and returns
+// the exit code: 0 on success, 1 when the work failed, 2 for a bad command
+// line. Every error is one line on stderr naming what is wrong.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	redis.SetLogger(quietLogger{}) // errors are reported once, by the command
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "idemguard %s: %s (usage: idemguard %s %s)\n", c.name, oneLine(err.Error()), c.name, c.usage)
+			return 2
+		}
+		fmt.Fprintf(stderr, "idemguard %s: %s\n", c.name, oneLine(err.Error()))
+		return 1
+	}
+	fmt.Fprintf(stderr, "idemguard: unknown command %q (run idemguard help)\n", args[0])
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: idemguard COMMAND [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.about)
+		fmt.Fprintf(w, "           idemguard %s %s\n", c.name, c.usage)
+	}
+}
+
+// oneLine folds an error onto one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// newFlags returns a flag set that reports mistakes as errors and prints
+// its defaults only when asked with -h.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses args into fs and turns flag mistakes into usage errors.
+// With -h it prints the flags to stderr and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "usage of idemguard %s:\n", fs.Name())
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

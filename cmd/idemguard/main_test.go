@@ -1,0 +1,528 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/sqlbackstop"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql's connection opener lives as long as a DB handle,
+		// and lib/pq handles are closed asynchronously.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+// cli runs the command in-process and returns its exit code and output.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code = run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// wantError checks a failure: the exit code, and one line on stderr that
+// names what is wrong.
+func wantError(t *testing.T, code int, stderr string, wantCode int, wantText string) {
+	t.Helper()
+	if code != wantCode {
+		t.Errorf("exit %d, want %d; stderr: %s", code, wantCode, stderr)
+	}
+	if lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n"); len(lines) != 1 {
+		t.Errorf("stderr has %d lines, want one:\n%s", len(lines), stderr)
+	}
+	if !strings.Contains(stderr, wantText) {
+		t.Errorf("stderr %q does not say %q", stderr, wantText)
+	}
+}
+
+func deadAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
+
+func TestHelpAndUnknownCommand(t *testing.T) {
+	code, _, stderr := cli(t)
+	if code != 2 || !strings.Contains(stderr, "usage: idemguard COMMAND") {
+		t.Errorf("no args: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = cli(t, "help")
+	if code != 0 || !strings.Contains(stderr, "demo") || !strings.Contains(stderr, "purge") {
+		t.Errorf("help: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = cli(t, "frobnicate")
+	wantError(t, code, stderr, 2, `unknown command "frobnicate"`)
+	code, _, stderr = cli(t, "bench", "-h")
+	if code != 0 || !strings.Contains(stderr, "-concurrency") {
+		t.Errorf("bench -h: exit %d, %q", code, stderr)
+	}
+}
+
+var effectsLine = regexp.MustCompile(`business effects\s+(\d+) == distinct (keys|messages) (\d+)\s+OK`)
+
+// checkDemo asserts the demo's report: both storms' effects equal their
+// distinct keys.
+func checkDemo(t *testing.T, out string, keys, messages int) {
+	t.Helper()
+	m := effectsLine.FindAllStringSubmatch(out, -1)
+	if len(m) != 2 {
+		t.Fatalf("want two OK effect lines, got %d:\n%s", len(m), out)
+	}
+	if m[0][1] != strconv.Itoa(keys) || m[0][3] != strconv.Itoa(keys) {
+		t.Errorf("HTTP: %s", m[0][0])
+	}
+	if m[1][1] != strconv.Itoa(messages) || m[1][3] != strconv.Itoa(messages) {
+		t.Errorf("consumer: %s", m[1][0])
+	}
+	if !regexp.MustCompile(`executions\s+` + strconv.Itoa(keys) + `\s`).MatchString(out) {
+		t.Errorf("HTTP executions are not %d:\n%s", keys, out)
+	}
+}
+
+// The README's first command, exactly: no flags, no services.
+func TestDemoNoFlags(t *testing.T) {
+	start := time.Now()
+	code, out, stderr := cli(t, "demo")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	checkDemo(t, out, 60, 300)
+	if !strings.Contains(out, "embedded Redis (miniredis)") {
+		t.Errorf("the demo does not say it runs on miniredis:\n%s", out)
+	}
+	if !strings.Contains(stderr, "progress: 100%") {
+		t.Errorf("no plain progress lines off a terminal:\n%s", stderr)
+	}
+	t.Logf("demo took %s", time.Since(start))
+}
+
+// With --metrics, /metrics serves the guard's counters while the demo
+// runs, and they match what the demo did.
+func TestDemoMetrics(t *testing.T) {
+	addr := deadAddr(t)
+	var during, after string
+	demoMetricsReady = func(url string, storms bool) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Errorf("GET %s: %v", url, err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if storms {
+			after = string(b)
+		} else {
+			during = string(b)
+		}
+	}
+	t.Cleanup(func() { demoMetricsReady = nil })
+	code, out, stderr := cli(t, "demo", "--metrics", addr, "--keys", "20", "--copies", "3", "--messages", "60", "--work", "5ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	checkDemo(t, out, 20, 60)
+	if !strings.Contains(during, `idemguard_outcomes_total{kind="acquired"} 0`) {
+		t.Errorf("before the storms, /metrics lacks a zero acquired count:\n%.2000s", during)
+	}
+	// Every key and message is acquired exactly once: 20 + 60.
+	if !strings.Contains(after, `idemguard_outcomes_total{kind="acquired"} 80`) {
+		t.Errorf("after the storms, acquired is not 80:\n%.3000s", after)
+	}
+	if !strings.Contains(after, `idemguard_store_duration_seconds_count{op="claim",result="ok"}`) {
+		t.Errorf("no claim latency histogram:\n%.3000s", after)
+	}
+}
+
+// On real Redis and PostgreSQL the effects are rows in a table, counted by
+// the database.
+func TestDemoRealServices(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	_, dsn := testenv.Postgres(t)
+	code, out, stderr := cli(t, "demo", "--redis", addr, "--postgres", dsn, "--keys", "30", "--copies", "3", "--messages", "100", "--work", "5ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	checkDemo(t, out, 30, 100)
+	if !strings.Contains(out, "PostgreSQL") {
+		t.Errorf("the demo does not say it uses PostgreSQL:\n%s", out)
+	}
+}
+
+// --log writes a slog record for every replay and conflict.
+func TestDemoLog(t *testing.T) {
+	code, out, stderr := cli(t, "demo", "--log", "--keys", "5", "--copies", "3", "--messages", "20", "--work", "5ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	checkDemo(t, out, 5, 20)
+	replays := regexp.MustCompile(`replays\s+(\d+)`).FindStringSubmatch(out)
+	if replays == nil {
+		t.Fatalf("no replays line:\n%s", out)
+	}
+	// Every HTTP replay (10: two copies of 5 keys) and every consumer
+	// duplicate (6) is logged.
+	if n := strings.Count(stderr, `msg="idemguard replayed"`); n < 10+6 {
+		t.Errorf("%d replay records, want at least 16:\n%s", n, stderr)
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	var b bytes.Buffer
+	if f := verdict(&b, "distinct keys", 10, 10, 10); f != nil {
+		t.Errorf("equal counts judged wrong: %v", f)
+	}
+	for _, c := range [][3]int64{{11, 10, 10}, {9, 9, 10}, {10, 9, 10}} {
+		if f := verdict(&b, "distinct keys", c[0], c[1], c[2]); len(f) != 1 {
+			t.Errorf("%v judged right", c)
+		}
+	}
+	if !strings.Contains(b.String(), "WRONG") {
+		t.Error("no WRONG mark printed")
+	}
+}
+
+func TestDemoBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"--keys", "0"}, 2, "--keys"},
+		{[]string{"--duplicates", "1.5"}, 2, "--duplicates 1.5"},
+		{[]string{"--lease", "1ms"}, 2, "--lease"},
+		{[]string{"--redis", "nohost"}, 2, `--redis "nohost"`},
+		{[]string{"--metrics", "nope"}, 2, `--metrics "nope"`},
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--redis", deadAddr(t)}, 1, "does not answer"},
+		{[]string{"--postgres", "postgres://nobody@" + deadAddr(t) + "/db?sslmode=disable"}, 1, "postgres does not answer"},
+	} {
+		code, _, stderr := cli(t, append([]string{"demo"}, c.args...)...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+}
+
+func TestBench(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	code, out, stderr := cli(t, "bench", "--scenario", "setnx+set,fresh,storm,naive-storm", "--concurrency", "2,4",
+		"--ops", "60", "--keys", "20", "--duplicates", "3", "--chart", chart)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	rows := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| scenario") {
+			rows++
+		}
+	}
+	if rows != 8 {
+		t.Errorf("%d rows, want 8:\n%s", rows, out)
+	}
+	if !strings.Contains(out, "| fresh | miniredis | 4 |") || !strings.Contains(out, "× setnx+set") {
+		t.Errorf("no fresh row at 4 workers with its ratio:\n%s", out)
+	}
+	if !regexp.MustCompile(`\| storm \| miniredis \| 2 \|[^\n]*\| 20 \| 20 \| 0 \|`).MatchString(out) {
+		t.Errorf("guard storm row does not show 20 keys, 20 effects, 0 duplicates:\n%s", out)
+	}
+	if st, err := os.Stat(chart); err != nil || st.Size() == 0 {
+		t.Errorf("chart: %v", err)
+	}
+}
+
+func TestBenchRealRedis(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	code, out, stderr := cli(t, "bench", "--target", addr, "--scenario", "get,replay", "--concurrency", "8", "--duration", "200ms", "--format", "text")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "replay") || !strings.Contains(stderr, "redis "+addr) {
+		t.Errorf("output:\n%s\n%s", out, stderr)
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"--scenario", "nope"}, 2, `unknown scenario "nope"`},
+		{[]string{"--scenario", ","}, 2, "--scenario is empty"},
+		{[]string{"--concurrency", "4,x"}, 2, `--concurrency: "x"`},
+		{[]string{"--concurrency", "0"}, 2, `--concurrency: "0"`},
+		{[]string{"--duration", "-1s"}, 2, "--duration -1s"},
+		{[]string{"--duration", "soon"}, 2, "invalid value \"soon\" for flag -duration"},
+		{[]string{"--target", "nohost"}, 2, `--target "nohost"`},
+		{[]string{"--chart", "out.txt"}, 2, `--chart "out.txt"`},
+		{[]string{"--format", "html"}, 2, `--format "html"`},
+		{[]string{"--keys", "0"}, 2, "--keys 0"},
+		{[]string{"--target", deadAddr(t), "--ops", "1"}, 1, "does not answer"},
+	} {
+		code, _, stderr := cli(t, append([]string{"bench"}, c.args...)...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+}
+
+// keysFixture writes keys in each state under a prefix of the test's own.
+func keysFixture(t *testing.T) (addr, prefix string, g *guard.Guard) {
+	t.Helper()
+	addr, prefix = testenv.RedisAddr(t), testenv.Prefix(t)
+	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: prefix})
+	if err := store.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return addr, prefix, guard.New(store, guard.Options{Lease: time.Minute})
+}
+
+func TestInspectListRelease(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	k := func(id string) guard.Key { return guard.Key{Scope: "POST /orders", ID: id} }
+	if _, err := g.Do(ctx, k("done"), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return []byte("0123456789"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Claim(ctx, k("running"), "fp"); err != nil {
+		t.Fatal(err)
+	}
+	// A holder that died: its lease (100ms) ran out.
+	short := guard.New(g.Store(), guard.Options{Lease: 100 * time.Millisecond})
+	if _, err := short.Claim(ctx, k("stuck"), "fp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(ctx, k("broken"), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return nil, errors.New("card declined")
+	}); err == nil {
+		t.Fatal("want the failure back")
+	}
+	flags := []string{"--redis", addr, "--prefix", prefix}
+
+	code, out, stderr := cli(t, append(append([]string{"inspect"}, flags...), "POST /orders", "done")...)
+	if code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"state        completed", "fence        1", "attempts     1", "result size  10 bytes", "lease left   none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect done: no %q in\n%s", want, out)
+		}
+	}
+	_, out, _ = cli(t, append(append([]string{"inspect"}, flags...), "POST /orders", "broken")...)
+	if !strings.Contains(out, "state        failed") || !strings.Contains(out, "last error   card declined") {
+		t.Errorf("inspect broken:\n%s", out)
+	}
+	_, out, _ = cli(t, append(append([]string{"inspect"}, flags...), "POST /orders", "running")...)
+	if !regexp.MustCompile(`lease left\s+[1-9][0-9.]*s`).MatchString(out) {
+		t.Errorf("inspect running: no lease left:\n%s", out)
+	}
+
+	// Wait for the stuck key's lease to run out (a Redis TTL on a real server).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := g.Get(ctx, k("stuck"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.LeaseLeft == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 100ms lease did not run out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	code, out, stderr = cli(t, append(append([]string{"list"}, flags...), "--state", "pending")...)
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, stderr)
+	}
+	if !regexp.MustCompile(`POST /orders\s+running\s+pending\s+1\s+1\s+[0-9.]+m?s`).MatchString(out) ||
+		!regexp.MustCompile(`POST /orders\s+stuck\s+pending\s+1\s+1\s+expired`).MatchString(out) ||
+		strings.Contains(out, "done") || strings.Contains(out, "broken") {
+		t.Errorf("list pending:\n%s", out)
+	}
+	if !strings.Contains(stderr, "2 pending keys") {
+		t.Errorf("list pending summary: %s", stderr)
+	}
+	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "completed")...)
+	if !strings.Contains(out, "done") || strings.Contains(out, "running") {
+		t.Errorf("list completed:\n%s", out)
+	}
+
+	// release refuses a completed key and a live holder, frees a stuck one.
+	code, _, stderr = cli(t, append(append([]string{"release"}, flags...), "POST /orders", "done")...)
+	wantError(t, code, stderr, 1, "is completed")
+	code, _, stderr = cli(t, append(append([]string{"release"}, flags...), "POST /orders", "running")...)
+	wantError(t, code, stderr, 1, "lease is alive")
+	code, out, stderr = cli(t, append(append([]string{"release"}, flags...), "POST /orders", "stuck")...)
+	if code != 0 || !strings.Contains(out, "released POST /orders/stuck") {
+		t.Fatalf("release stuck: exit %d: %s %s", code, out, stderr)
+	}
+	if _, err := g.Get(ctx, k("stuck")); !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("after release the stuck key reads %v, want ErrNotFound", err)
+	}
+	ran := false
+	if _, err := g.Do(ctx, k("stuck"), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		ran = true
+		return nil, nil
+	}); err != nil || !ran {
+		t.Errorf("a released key did not run again: %v", err)
+	}
+	code, _, _ = cli(t, append(append([]string{"release", "--force"}, flags...), "POST /orders", "running")...)
+	if code != 0 {
+		t.Errorf("release --force of a live holder: exit %d", code)
+	}
+	if rec, err := g.Get(ctx, k("done")); err != nil || rec.State != guard.StateCompleted {
+		t.Errorf("the completed key changed: %v %v", rec.State, err)
+	}
+	code, _, stderr = cli(t, append(append([]string{"inspect"}, flags...), "POST /orders", "never")...)
+	wantError(t, code, stderr, 1, "no record for POST /orders/never")
+}
+
+func TestInspectPostgres(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := sqlbackstop.Migrate(ctx, db, sqlbackstop.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(sqlbackstop.NewStore(db, sqlbackstop.Options{}), guard.Options{})
+	key := guard.Key{Scope: "billing", ID: "invoice-9"}
+	if _, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) { return []byte("paid"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--prefix", testenv.Prefix(t), "--postgres", dsn, "billing", "invoice-9")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "no record for billing/invoice-9") || !strings.Contains(out, "postgres\n") ||
+		!strings.Contains(out, "state        completed") || !strings.Contains(out, "result size  4 bytes") {
+		t.Errorf("inspect from postgres:\n%s", out)
+	}
+}
+
+func TestKeyCommandsBadInput(t *testing.T) {
+	dead := deadAddr(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"inspect", "only-scope"}, 2, "want SCOPE and ID, got 1 arguments"},
+		{[]string{"inspect", "s", strings.Repeat("x", 300)}, 2, "invalid key"},
+		{[]string{"inspect", "--redis", "nohost", "s", "i"}, 2, `--redis "nohost"`},
+		{[]string{"inspect", "--redis", dead, "s", "i"}, 1, "redis at " + dead + " does not answer"},
+		{[]string{"inspect", "--redis", dead, "--postgres", "postgres://x@" + dead + "/db", "s", "i"}, 1, "does not answer"},
+		{[]string{"list", "--state", "bogus"}, 2, `--state "bogus"`},
+		{[]string{"list", "--limit", "-1"}, 2, "--limit -1"},
+		{[]string{"list", "--redis", dead}, 1, "does not answer"},
+		{[]string{"list", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"release", "s"}, 2, "want SCOPE and ID"},
+		{[]string{"release", "--redis", dead, "s", "i"}, 1, "does not answer"},
+	} {
+		code, _, stderr := cli(t, c.args...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+	// A key that does not exist cannot be released.
+	addr, prefix, _ := keysFixture(t)
+	code, _, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, "s", "absent")
+	wantError(t, code, stderr, 1, "no record for s/absent")
+}
+
+func TestMigrateAndPurge(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	code, out, stderr := cli(t, "migrate", "--postgres", dsn, "up")
+	if code != 0 || !strings.Contains(out, "migrated up: schema version 0 -> ") {
+		t.Fatalf("migrate up: exit %d: %s %s", code, out, stderr)
+	}
+	code, out, _ = cli(t, "migrate", "--postgres", dsn, "up")
+	if code != 0 || !regexp.MustCompile(`version (\d+) -> (\d+)`).MatchString(out) {
+		t.Fatalf("migrate up again: exit %d: %s", code, out)
+	}
+	// Rows: two expired, one live.
+	ctx := context.Background()
+	store := sqlbackstop.NewStore(db, sqlbackstop.Options{})
+	for i, ttl := range []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, time.Hour} {
+		g := guard.New(store, guard.Options{TTL: ttl, Lease: time.Second})
+		if _, err := g.Do(ctx, guard.Key{Scope: "p", ID: strconv.Itoa(i)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for the short TTLs to pass on the database's clock.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE expires_at <= now()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows expired, want 2", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, out, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", strings.Join(testenv.List(t, testenv.EnvRedlock), ","))
+	if code != 0 || !strings.Contains(out, "purged 2 expired rows") {
+		t.Fatalf("purge: exit %d: %s %s", code, out, stderr)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys`).Scan(&left); err != nil || left != 1 {
+		t.Errorf("%d rows left (%v), want the live one", left, err)
+	}
+	code, out, _ = cli(t, "purge", "--postgres", dsn, "--before", "0s")
+	if code != 0 || !strings.Contains(out, "purged 0 expired rows") {
+		t.Errorf("second purge without a lock: exit %d: %s", code, out)
+	}
+	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "down")
+	if code != 0 || !strings.Contains(out, "-> 0") {
+		t.Fatalf("migrate down: exit %d: %s %s", code, out, stderr)
+	}
+}
+
+func TestMigratePurgeBadInput(t *testing.T) {
+	dead := "postgres://nobody@" + deadAddr(t) + "/db?sslmode=disable"
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"migrate", "up"}, 2, "--postgres is required"},
+		{[]string{"migrate", "--postgres", dead}, 2, "want one direction"},
+		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, "want one direction"},
+		{[]string{"migrate", "--postgres", dead, "up"}, 1, "postgres does not answer"},
+		{[]string{"purge", "--before", "0s"}, 2, "--postgres is required"},
+		{[]string{"purge", "--postgres", dead}, 2, "--before is required"},
+		{[]string{"purge", "--postgres", dead, "--before", "1h"}, 2, "--before 1h0m0s"},
+		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
+		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
+		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},
+	} {
+		code, _, stderr := cli(t, c.args...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+	// Lock nodes that do not answer: one line, non-zero, nothing purged.
+	_, dsn := testenv.Postgres(t)
+	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, _, stderr := cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
+	wantError(t, code, stderr, 1, "no quorum answers")
+}

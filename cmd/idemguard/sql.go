@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/lock"
+	"github.com/idemguard/idemguard/sqlbackstop"
+)
+
+// purgeLockName is the Redlock name under which at most one purge runs.
+const purgeLockName = "idemguard-purge"
+
+func addPostgresFlags(fs *flag.FlagSet) (dsn, schema *string) {
+	dsn = fs.String("postgres", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db?sslmode=disable (required)")
+	schema = fs.String("schema", "", "schema of the backstop tables (default: the connection's search_path)")
+	return dsn, schema
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate")
+	dsn, schema := addPostgresFlags(fs)
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || (fs.Arg(0) != "up" && fs.Arg(0) != "down") {
+		return usagef("want one direction, up or down, after the flags")
+	}
+	if *dsn == "" {
+		return usagef("--postgres is required")
+	}
+	opts := sqlbackstop.Options{Schema: *schema}
+	if err := opts.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	db, err := openPostgres(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	m, err := sqlbackstop.NewMigrator(db, opts)
+	if err != nil {
+		return err
+	}
+	before, err := m.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if fs.Arg(0) == "up" {
+		err = m.Up(ctx)
+	} else {
+		err = m.Down(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", fs.Arg(0), err)
+	}
+	after, err := m.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	fmt.Fprintf(stdout, "migrated %s: schema version %d -> %d (latest %d)\n", fs.Arg(0), before, after, m.Latest())
+	return nil
+}
+
+func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("purge")
+	dsn, schema := addPostgresFlags(fs)
+	before := fs.Duration("before", -1, "delete rows that expired this long ago or more; only 0 (every expired row) is supported")
+	batch := fs.Int("batch", sqlbackstop.DefaultPurgeBatch, "rows deleted per statement")
+	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge runs at a time")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case *dsn == "":
+		return usagef("--postgres is required")
+	case *before < 0:
+		return usagef("--before is required (0s: every row already expired)")
+	case *before > 0:
+		return usagef("--before %s: sqlbackstop.Purge deletes every expired row; only --before 0s is supported", *before)
+	case *batch <= 0:
+		return usagef("--batch %d must be positive", *batch)
+	}
+	opts := sqlbackstop.Options{Schema: *schema}
+	if err := opts.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	var nodes []string
+	if *lockAddrs != "" {
+		nodes = splitList(*lockAddrs)
+		for _, a := range nodes {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return usagef("--lock-addrs: %q is not host:port", a)
+			}
+		}
+	}
+	db, err := openPostgres(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	b := sqlbackstop.New(db, opts)
+
+	var deleted int64
+	job := func(ctx context.Context) error {
+		n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{BatchSize: *batch})
+		deleted = n
+		return err
+	}
+	start := time.Now()
+	if len(nodes) > 0 {
+		clients := lock.NewNodes(nodes...)
+		defer func() {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		}()
+		l, err := lock.New(clients, lock.Options{})
+		if err != nil {
+			return err
+		}
+		err = lock.Singleton(l, purgeLockName, job)(ctx)
+		switch {
+		case errors.Is(err, lock.ErrNotObtained):
+			fmt.Fprintf(stdout, "another purge holds the lock %q: skipped\n", purgeLockName)
+			return nil
+		case errors.Is(err, lock.ErrUnavailable):
+			return fmt.Errorf("lock nodes %s: no quorum answers: %w", strings.Join(nodes, ","), err)
+		case err != nil:
+			return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, err)
+		}
+	} else if err := job(ctx); err != nil {
+		return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, err)
+	}
+	fmt.Fprintf(stdout, "purged %d expired rows in %s\n", deleted, time.Since(start).Round(time.Millisecond))
+	return nil
+}

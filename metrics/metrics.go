@@ -1,0 +1,230 @@
+// Package metrics exports what a guard does to Prometheus and to log/slog.
+//
+// A Metrics is a guard.Observer that counts outcomes by kind, and wraps a
+// guard.Store to time every store operation:
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer, metrics.Options{})
+//	g := guard.New(m.Store(store), guard.Options{Observer: m})
+//
+// Logger is a guard.Observer that logs every replay and conflict through
+// log/slog; Tee hands each event to several observers.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// DefaultNamespace prefixes every metric name.
+const DefaultNamespace = "idemguard"
+
+// DefaultBuckets are the store latency buckets, in seconds: 100µs to about
+// 0.8s by doubling, which spans a loopback Redis call to a struggling one.
+var DefaultBuckets = prometheus.ExponentialBuckets(0.0001, 2, 14)
+
+// Options configure a Metrics. The zero value is ready to use.
+type Options struct {
+	// Namespace prefixes the metric names. Default DefaultNamespace.
+	Namespace string
+	// ConstLabels are added to every metric (e.g. the service name).
+	ConstLabels prometheus.Labels
+	// Buckets are the store latency histogram buckets, in seconds.
+	// Default DefaultBuckets.
+	Buckets []float64
+}
+
+// Kinds lists every outcome label value Metrics exports, in guard order.
+// Each is exported from the start with a count of zero, so dashboards and
+// alerts see the series before the first event.
+var Kinds = []guard.EventKind{
+	guard.EventAcquired, guard.EventRecovered, guard.EventReplayed, guard.EventInProgress,
+	guard.EventMismatch, guard.EventExhausted, guard.EventCompleted, guard.EventFailed,
+	guard.EventReleased, guard.EventLeaseLost, guard.EventUnavailable,
+}
+
+// Store operations, the values of the "op" label.
+var ops = []string{"claim", "complete", "fail", "release", "extend", "get"}
+
+// Store results, the values of the "result" label.
+var results = []string{"ok", "lease_lost", "not_found", "unavailable", "canceled", "error"}
+
+// Metrics counts a guard's outcomes and times its store. It is safe for
+// concurrent use.
+//
+// Exported series (with the default namespace):
+//   - idemguard_outcomes_total{kind}: one per guard.Event, kind as
+//     guard.EventKind.String names it (acquired, replayed, in_progress,
+//     mismatch, recovered, lease_lost, exhausted, unavailable, ...);
+//   - idemguard_store_duration_seconds{op,result}: latency of each store
+//     call (op: claim, complete, fail, release, extend, get; result: ok,
+//     lease_lost, not_found, unavailable, canceled, error).
+type Metrics struct {
+	outcomes *prometheus.CounterVec
+	byKind   []prometheus.Counter // indexed by guard.EventKind
+	latency  *prometheus.HistogramVec
+}
+
+var _ guard.Observer = (*Metrics)(nil)
+
+// New creates the metrics and registers them on reg. It fails if reg
+// already holds metrics of the same names (use a prometheus.WrapRegistererWith
+// or another Namespace for a second guard).
+func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: nil Registerer")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if len(opts.Buckets) == 0 {
+		opts.Buckets = DefaultBuckets
+	}
+	m := &Metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   opts.Namespace,
+			Name:        "outcomes_total",
+			Help:        "Guard outcomes by kind: acquired, replayed, in_progress, mismatch, recovered, lease_lost, exhausted, unavailable, ...",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"kind"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace:   opts.Namespace,
+			Name:        "store_duration_seconds",
+			Help:        "Latency of idempotency store operations by operation and result.",
+			ConstLabels: opts.ConstLabels,
+			Buckets:     opts.Buckets,
+		}, []string{"op", "result"}),
+	}
+	for _, c := range []prometheus.Collector{m.outcomes, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	m.byKind = make([]prometheus.Counter, int(slices.Max(Kinds))+1)
+	for _, k := range Kinds {
+		m.byKind[k] = m.outcomes.WithLabelValues(k.String())
+	}
+	for _, op := range ops {
+		m.latency.WithLabelValues(op, "ok")
+	}
+	return m, nil
+}
+
+// Observe implements guard.Observer: it counts e under its kind.
+func (m *Metrics) Observe(_ context.Context, e guard.Event) {
+	if int(e.Kind) < len(m.byKind) && m.byKind[e.Kind] != nil {
+		m.byKind[e.Kind].Inc()
+		return
+	}
+	m.outcomes.WithLabelValues(e.Kind.String()).Inc()
+}
+
+// Count returns how many events of kind k m has observed.
+func (m *Metrics) Count(k guard.EventKind) uint64 {
+	c := m.outcomes.WithLabelValues(k.String())
+	var pb dto.Metric
+	if err := c.Write(&pb); err != nil {
+		return 0
+	}
+	return uint64(pb.GetCounter().GetValue())
+}
+
+// Store returns a guard.Store that behaves exactly as s and records the
+// latency of every call in the store_duration_seconds histogram.
+func (m *Metrics) Store(s guard.Store) guard.Store {
+	if s == nil {
+		panic("metrics.Store: nil Store")
+	}
+	t := &timedStore{next: s}
+	for i, op := range ops {
+		for j, r := range results {
+			t.obs[i][j] = m.latency.WithLabelValues(op, r)
+		}
+	}
+	return t
+}
+
+const (
+	opClaim = iota
+	opComplete
+	opFail
+	opRelease
+	opExtend
+	opGet
+)
+
+// timedStore is the decorator Metrics.Store returns.
+type timedStore struct {
+	next guard.Store
+	obs  [6][6]prometheus.Observer // [op][result]
+}
+
+func (t *timedStore) done(op int, start time.Time, err error) {
+	t.obs[op][resultOf(err)].Observe(time.Since(start).Seconds())
+}
+
+func resultOf(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, guard.ErrLeaseLost):
+		return 1
+	case errors.Is(err, guard.ErrNotFound):
+		return 2
+	case errors.Is(err, guard.ErrUnavailable):
+		return 3
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return 4
+	default:
+		return 5
+	}
+}
+
+func (t *timedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	start := time.Now()
+	out, err := t.next.Claim(ctx, req)
+	t.done(opClaim, start, err)
+	return out, err
+}
+
+func (t *timedStore) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := t.next.Complete(ctx, key, token, result, ttl)
+	t.done(opComplete, start, err)
+	return err
+}
+
+func (t *timedStore) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
+	start := time.Now()
+	err := t.next.Fail(ctx, key, token, reason, ttl)
+	t.done(opFail, start, err)
+	return err
+}
+
+func (t *timedStore) Release(ctx context.Context, key guard.Key, token string) error {
+	start := time.Now()
+	err := t.next.Release(ctx, key, token)
+	t.done(opRelease, start, err)
+	return err
+}
+
+func (t *timedStore) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
+	start := time.Now()
+	err := t.next.Extend(ctx, key, token, lease)
+	t.done(opExtend, start, err)
+	return err
+}
+
+func (t *timedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	start := time.Now()
+	rec, err := t.next.Get(ctx, key)
+	t.done(opGet, start, err)
+	return rec, err
+}

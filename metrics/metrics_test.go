@@ -1,0 +1,329 @@
+package metrics_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/metrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gathered reads every series of reg into name{labels} → value (counters)
+// or sample count (histograms).
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			name := f.GetName() + labels(m)
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				out[name] = m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func labels(m *dto.Metric) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i, l := range m.GetLabel() {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(l.GetName() + "=" + l.GetValue())
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+func redisGuard(t *testing.T, reg prometheus.Registerer, opts guard.Options) (*guard.Guard, *metrics.Metrics) {
+	t.Helper()
+	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	if err := store.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Observer = m
+	return guard.New(m.Store(store), opts), m
+}
+
+func ok(_ context.Context, _ guard.Lease) ([]byte, error) { return []byte("done"), nil }
+
+// Every outcome kind is counted once per event, and every store call is
+// timed under its operation and result.
+func TestOutcomesCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g, _ := redisGuard(t, reg, guard.Options{MaxAttempts: 1, Lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	k := func(id string) guard.Key { return guard.Key{Scope: "metrics", ID: id} }
+
+	// acquired + completed, then two replays, then a mismatch.
+	if _, err := g.Do(ctx, k("a"), "fp", ok); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r, err := g.Do(ctx, k("a"), "fp", ok); err != nil || !r.Replayed {
+			t.Fatalf("replay: %v %v", r, err)
+		}
+	}
+	if _, err := g.Do(ctx, k("a"), "other", ok); !errors.Is(err, guard.ErrMismatch) {
+		t.Fatalf("mismatch: %v", err)
+	}
+	// in_progress: a held claim meets a second claim.
+	held, err := g.Claim(ctx, k("b"), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Claim(ctx, k("b"), "fp"); !errors.Is(err, guard.ErrInProgress) {
+		t.Fatalf("in progress: %v", err)
+	}
+	// The holder dies; after the lease the claim meets MaxAttempts = 1:
+	// exhausted (no recovery allowed).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := g.Claim(ctx, k("b"), "fp")
+		if errors.Is(err, guard.ErrExhausted) {
+			break
+		}
+		if !errors.Is(err, guard.ErrInProgress) || time.Now().After(deadline) {
+			t.Fatalf("waiting for the lease to end: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a Redis TTL to pass
+	}
+	// The dead holder's late completion: lease lost.
+	if err := g.Complete(ctx, held.Lease, []byte("late")); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("late complete: %v", err)
+	}
+	// failed, then released.
+	if _, err := g.Do(ctx, k("c"), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return nil, errors.New("boom")
+	}); err == nil {
+		t.Fatal("fn error not returned")
+	}
+	rel, err := g.Claim(ctx, k("d"), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(ctx, rel.Lease); err != nil {
+		t.Fatal(err)
+	}
+
+	got := gathered(t, reg)
+	want := map[string]float64{
+		"idemguard_outcomes_total{kind=acquired}":    4, // a, b, c, d
+		"idemguard_outcomes_total{kind=completed}":   1,
+		"idemguard_outcomes_total{kind=replayed}":    2,
+		"idemguard_outcomes_total{kind=mismatch}":    1,
+		"idemguard_outcomes_total{kind=exhausted}":   1,
+		"idemguard_outcomes_total{kind=lease_lost}":  1,
+		"idemguard_outcomes_total{kind=failed}":      1,
+		"idemguard_outcomes_total{kind=released}":    1,
+		"idemguard_outcomes_total{kind=recovered}":   0,
+		"idemguard_outcomes_total{kind=unavailable}": 0,
+	}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s = %v, want %v", name, got[name], v)
+		}
+	}
+	inProgress := got["idemguard_outcomes_total{kind=in_progress}"]
+	if inProgress < 1 {
+		t.Errorf("in_progress = %v, want at least 1", inProgress)
+	}
+	// Claims: a×4, b×(2 + in-progress polls + 1 exhausted), c, d.
+	claims := 4 + 1 + inProgress + 1 + 1 + 1
+	if c := got["idemguard_store_duration_seconds{op=claim,result=ok}"]; c != claims {
+		t.Errorf("claim latency samples %v, want %v", c, claims)
+	}
+	if c := got["idemguard_store_duration_seconds{op=complete,result=ok}"]; c != 1 {
+		t.Errorf("complete ok samples %v, want 1", c)
+	}
+	if c := got["idemguard_store_duration_seconds{op=complete,result=lease_lost}"]; c != 1 {
+		t.Errorf("complete lease_lost samples %v, want 1", c)
+	}
+	for _, op := range []string{"fail", "release"} {
+		if c := got["idemguard_store_duration_seconds{op="+op+",result=ok}"]; c != 1 {
+			t.Errorf("%s samples %v, want 1", op, c)
+		}
+	}
+}
+
+// Under a race of many duplicates on one key, the counters add up: one
+// acquisition, every other caller a replay or an in-progress conflict.
+func TestOutcomesUnderRace(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g, _ := redisGuard(t, reg, guard.Options{})
+	const callers = 64
+	var effects atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := g.Do(context.Background(), guard.Key{Scope: "race", ID: "one"}, "fp",
+				func(context.Context, guard.Lease) ([]byte, error) {
+					effects.Add(1)
+					return []byte("x"), nil
+				})
+			if err != nil && !errors.Is(err, guard.ErrInProgress) {
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	got := gathered(t, reg)
+	if effects.Load() != 1 || got["idemguard_outcomes_total{kind=acquired}"] != 1 {
+		t.Fatalf("effects %d, acquired %v; want 1 and 1", effects.Load(), got["idemguard_outcomes_total{kind=acquired}"])
+	}
+	if sum := got["idemguard_outcomes_total{kind=replayed}"] + got["idemguard_outcomes_total{kind=in_progress}"]; sum != callers-1 {
+		t.Fatalf("replayed + in_progress = %v, want %d", sum, callers-1)
+	}
+	if c := got["idemguard_store_duration_seconds{op=claim,result=ok}"]; c != callers {
+		t.Fatalf("claim samples %v, want %d", c, callers)
+	}
+}
+
+// A store that cannot be reached is counted as unavailable, and its calls
+// are timed under result=unavailable.
+func TestUnavailableCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	port := testenv.FreePort(t) // nothing listens there
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := metrics.New(reg, metrics.Options{Namespace: "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(m.Store(guard.NewRedisStore(c, guard.RedisOptions{})), guard.Options{Observer: m})
+	_, err = g.Do(context.Background(), guard.Key{Scope: "s", ID: "i"}, "fp", ok)
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	got := gathered(t, reg)
+	if v := got["svc_outcomes_total{kind=unavailable}"]; v != 1 {
+		t.Errorf("unavailable = %v, want 1", v)
+	}
+	if v := got["svc_store_duration_seconds{op=claim,result=unavailable}"]; v != 1 {
+		t.Errorf("claim unavailable samples = %v, want 1", v)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := metrics.New(nil, metrics.Options{}); err == nil {
+		t.Error("nil registerer accepted")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, metrics.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := metrics.New(reg, metrics.Options{})
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Errorf("second New on one registry: %v, want AlreadyRegisteredError", err)
+	}
+	// Every kind is exported from the start at zero.
+	fams, _ := reg.Gather()
+	n := 0
+	for _, f := range fams {
+		if f.GetName() == "idemguard_outcomes_total" {
+			n = len(f.GetMetric())
+		}
+	}
+	if n != len(metrics.Kinds) {
+		t.Errorf("%d outcome series before any event, want %d", n, len(metrics.Kinds))
+	}
+}
+
+// The logger writes every replay and conflict with the key, and nothing
+// for routine events unless asked.
+func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
+	var buf bytes.Buffer
+	l := metrics.NewLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics.LogOptions{})
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /orders", ID: "k-1"}
+	for _, kind := range []guard.EventKind{guard.EventAcquired, guard.EventCompleted, guard.EventReplayed,
+		guard.EventInProgress, guard.EventMismatch, guard.EventExhausted, guard.EventLeaseLost, guard.EventUnavailable} {
+		var err error
+		if kind == guard.EventUnavailable {
+			err = guard.ErrUnavailable
+		}
+		l.Observe(ctx, guard.Event{Kind: kind, Key: key, Attempt: 2, Err: err})
+	}
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		recs = append(recs, m)
+	}
+	wantEvents := []string{"replayed", "in_progress", "mismatch", "exhausted", "lease_lost", "unavailable"}
+	if len(recs) != len(wantEvents) {
+		t.Fatalf("%d records, want %d:\n%s", len(recs), len(wantEvents), buf.String())
+	}
+	for i, r := range recs {
+		if r["event"] != wantEvents[i] || r["scope"] != key.Scope || r["id"] != key.ID || r["attempt"] != float64(2) {
+			t.Errorf("record %d: %v", i, r)
+		}
+		wantLevel := "WARN"
+		if wantEvents[i] == "replayed" {
+			wantLevel = "INFO"
+		}
+		if r["level"] != wantLevel {
+			t.Errorf("record %d level %v, want %s", i, r["level"], wantLevel)
+		}
+	}
+	if recs[5]["error"] != guard.ErrUnavailable.Error() {
+		t.Errorf("unavailable record has error %v", recs[5]["error"])
+	}
+
+	buf.Reset()
+	all := metrics.NewLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		metrics.LogOptions{All: true, ReplayLevel: slog.LevelDebug})
+	all.Observe(ctx, guard.Event{Kind: guard.EventAcquired, Key: key})
+	all.Observe(ctx, guard.Event{Kind: guard.EventReplayed, Key: key})
+	if n := strings.Count(buf.String(), "level=DEBUG"); n != 2 {
+		t.Errorf("All with debug replays: %d debug records:\n%s", n, buf.String())
+	}
+}
+
+func TestTee(t *testing.T) {
+	var a, b int
+	o := metrics.Tee(guard.ObserverFunc(func(context.Context, guard.Event) { a++ }), nil,
+		guard.ObserverFunc(func(context.Context, guard.Event) { b++ }))
+	o.Observe(context.Background(), guard.Event{Kind: guard.EventReplayed})
+	if a != 1 || b != 1 {
+		t.Fatalf("a=%d b=%d", a, b)
+	}
+}
