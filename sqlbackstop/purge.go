@@ -3,6 +3,7 @@ package sqlbackstop
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // DefaultPurgeBatch is how many rows one purge statement deletes by default.
@@ -14,13 +15,17 @@ type PurgeOptions struct {
 	// short transaction, so a purge never holds many locks or bloats one
 	// transaction. Default DefaultPurgeBatch.
 	BatchSize int
+	// Before keeps rows that expired less than this long ago: only rows
+	// with expires_at <= now() - Before are deleted. Zero deletes every
+	// expired row; a negative value is refused.
+	Before time.Duration
 	// Progress, if set, is called after every batch with the table's name
 	// and the rows deleted from it so far.
 	Progress func(table string, deleted int64)
 }
 
-// Purge deletes the expired rows of the keys and consumed-messages
-// tables, in batches, until none is left, and returns how many it deleted.
+// Purge deletes the expired rows (expired at least opts.Before ago) of the
+// keys and consumed-messages tables, in batches, until none is left, and returns how many it deleted.
 // Live rows are never touched. It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
 // for the next purge.
@@ -31,6 +36,9 @@ func (b *Backstop) Purge(ctx context.Context, opts PurgeOptions) (int64, error) 
 	if opts.BatchSize < 0 {
 		return 0, fmt.Errorf("sqlbackstop: purge batch size %d is negative", opts.BatchSize)
 	}
+	if opts.Before < 0 {
+		return 0, fmt.Errorf("sqlbackstop: purge before %s is negative", opts.Before)
+	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultPurgeBatch
 	}
@@ -40,14 +48,14 @@ func (b *Backstop) Purge(ctx context.Context, opts PurgeOptions) (int64, error) 
 		{"consumed_messages", b.t.Consumed, "consumer_group, message_id"},
 	} {
 		q := `DELETE FROM ` + p.table + ` WHERE (` + p.key + `) IN (
-			SELECT ` + p.key + ` FROM ` + p.table + ` WHERE expires_at <= now()
+			SELECT ` + p.key + ` FROM ` + p.table + ` WHERE expires_at <= now() - $2 * interval '1 microsecond'
 			LIMIT $1 FOR UPDATE SKIP LOCKED)`
 		var deleted int64
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			res, err := b.db.ExecContext(ctx, q, opts.BatchSize)
+			res, err := b.db.ExecContext(ctx, q, opts.BatchSize, opts.Before.Microseconds())
 			if err != nil {
 				return total, dbErr(ctx, "purge "+p.name, err)
 			}

@@ -2,6 +2,7 @@ package sqlbackstop_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/sqlbackstop"
 )
@@ -56,5 +57,35 @@ func TestPurgeBatches(t *testing.T) {
 	}
 	if _, err := b.Purge(ctx, sqlbackstop.PurgeOptions{BatchSize: -1}); err == nil {
 		t.Fatal("Purge with a negative batch size succeeded")
+	}
+}
+
+// TestPurgeBefore: only rows expired at least Before ago go.
+func TestPurgeBefore(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, sqlbackstop.Options{})
+	b := sqlbackstop.New(db, sqlbackstop.Options{})
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'long-ago', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '2 hours'
+		FROM generate_series(1, 30) AS i`)
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'recent', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '5 minutes'
+		FROM generate_series(1, 20) AS i`)
+	n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{Before: time.Hour, BatchSize: 7})
+	if err != nil || n != 30 {
+		t.Fatalf("Purge(Before 1h) = %d, %v; want the 30 rows expired 2h ago", n, err)
+	}
+	var recent int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE scope = 'recent'`).Scan(&recent); err != nil {
+		t.Fatal(err)
+	}
+	if recent != 20 {
+		t.Fatalf("%d recently expired rows left, want 20", recent)
+	}
+	if n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{}); err != nil || n != 20 {
+		t.Fatalf("Purge() = %d, %v; want the 20 remaining expired rows", n, err)
+	}
+	if _, err := b.Purge(ctx, sqlbackstop.PurgeOptions{Before: -time.Second}); err == nil {
+		t.Fatal("Purge with a negative Before succeeded")
 	}
 }

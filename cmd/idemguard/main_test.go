@@ -479,6 +479,10 @@ func TestMigrateAndPurge(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	code, out, stderr = cli(t, "purge", "--postgres", dsn, "--before", "1h")
+	if code != 0 || !strings.Contains(out, "purged 0 expired rows") {
+		t.Fatalf("purge --before 1h of rows expired moments ago: exit %d: %s %s", code, out, stderr)
+	}
 	code, out, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", strings.Join(testenv.List(t, testenv.EnvRedlock), ","))
 	if code != 0 || !strings.Contains(out, "purged 2 expired rows") {
 		t.Fatalf("purge: exit %d: %s %s", code, out, stderr)
@@ -509,8 +513,7 @@ func TestMigratePurgeBadInput(t *testing.T) {
 		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, "want one direction"},
 		{[]string{"migrate", "--postgres", dead, "up"}, 1, "postgres does not answer"},
 		{[]string{"purge", "--before", "0s"}, 2, "--postgres is required"},
-		{[]string{"purge", "--postgres", dead}, 2, "--before is required"},
-		{[]string{"purge", "--postgres", dead, "--before", "1h"}, 2, "--before 1h0m0s"},
+		{[]string{"purge", "--postgres", dead, "--before", "-1s"}, 2, "--before -1s must not be negative"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},

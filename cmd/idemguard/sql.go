@@ -71,7 +71,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("purge")
 	dsn, schema := addPostgresFlags(fs)
-	before := fs.Duration("before", -1, "delete rows that expired this long ago or more; only 0 (every expired row) is supported")
+	before := fs.Duration("before", 0, "delete rows that expired this long ago or more (0: every expired row)")
 	batch := fs.Int("batch", sqlbackstop.DefaultPurgeBatch, "rows deleted per statement")
 	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge runs at a time")
 	if err := parse(fs, args, stderr); err != nil {
@@ -84,9 +84,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *dsn == "":
 		return usagef("--postgres is required")
 	case *before < 0:
-		return usagef("--before is required (0s: every row already expired)")
-	case *before > 0:
-		return usagef("--before %s: sqlbackstop.Purge deletes every expired row; only --before 0s is supported", *before)
+		return usagef("--before %s must not be negative", *before)
 	case *batch <= 0:
 		return usagef("--batch %d must be positive", *batch)
 	}
@@ -112,7 +110,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var deleted int64
 	job := func(ctx context.Context) error {
-		n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{BatchSize: *batch})
+		n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{BatchSize: *batch, Before: *before})
 		deleted = n
 		return err
 	}
