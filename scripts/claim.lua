@@ -9,11 +9,18 @@
 --   {5, attempts, last error}       EXHAUSTED
 local rec, lease = KEYS[1], KEYS[2]
 local token, fp = ARGV[1], ARGV[2]
+
+-- The common answers first, reading no more than they need. A different
+-- payload under the same key learns nothing else about it.
+local f = redis.call('HMGET', rec, 'st', 'fp', 'res')
+local st = f[1]
+if st == 'c' then
+  if f[2] ~= fp then return {4} end
+  return {3, f[3]}
+end
+
 local lease_ms, ttl_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local keep_ms = math.max(ttl_ms, lease_ms)
-
-local f = redis.call('HMGET', rec, 'st', 'fp', 'tok', 'fen', 'att', 'rcv', 'res', 'err')
-local st = f[1]
 if not st then
   -- A first attempt released just before leaves its token in the lease
   -- key, so that release's retry (go-redis resends a script whose reply
@@ -27,16 +34,15 @@ if not st then
   return {1, 1, 1, 0}
 end
 
--- A different payload under the same key learns nothing else about it.
 if f[2] ~= fp then return {4} end
-if st == 'c' then return {3, f[7]} end
 
-local fence, att = tonumber(f[4]), tonumber(f[5])
+f = redis.call('HMGET', rec, 'tok', 'fen', 'att', 'rcv', 'err')
+local fence, att = tonumber(f[2]), tonumber(f[3])
 if st == 'p' then
-  if f[3] == token then
+  if f[1] == token then
     -- The same claim sent again (a client retry after a lost reply): same answer.
     redis.call('SET', lease, token, 'PX', lease_ms)
-    return {1, fence, att, tonumber(f[6])}
+    return {1, fence, att, tonumber(f[4])}
   end
   local left = redis.call('PTTL', lease)
   if left ~= -2 then return {2, math.max(left, 1)} end
@@ -45,10 +51,10 @@ elseif st ~= 'f' then
 end
 
 -- Failed, or pending with its lease gone (the holder died): take it over.
-local recovered, ptok = 0, f[3]
+local recovered, ptok = 0, f[1]
 if st == 'p' then recovered, ptok = 1, '' end
 if max > 0 and att >= max then
-  local reason = f[8] or ''
+  local reason = f[5] or ''
   if st == 'p' then
     reason = 'lease expired'
     redis.call('HSET', rec, 'st', 'f', 'err', reason)
