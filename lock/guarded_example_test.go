@@ -23,18 +23,8 @@ func ExampleGuarded() {
 	defer rdb.Close()
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
 
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 
 	charge := func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		// Runs once per idempotency key, and never alongside another
@@ -64,18 +54,8 @@ func ExampleGuardedBy() {
 	defer rdb.Close()
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
 
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 
 	// The resource comes from the request's context (set by auth, say).
 	byAccount := func(ctx context.Context, _ guard.Lease) (string, error) {

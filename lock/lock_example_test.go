@@ -31,6 +31,23 @@ func threeNodes() ([]string, func()) {
 	}
 }
 
+// exampleLocker returns a Locker over three embedded nodes, built as
+// ExampleNew shows, and a function that closes it all.
+func exampleLocker(opts lock.Options) (*lock.Locker, func()) {
+	addrs, stopNodes := threeNodes()
+	nodes := lock.NewNodes(addrs...)
+	l, err := lock.New(nodes, opts)
+	if err != nil {
+		panic(err)
+	}
+	return l, func() {
+		for _, c := range nodes {
+			_ = c.Close()
+		}
+		stopNodes()
+	}
+}
+
 func ExampleNew() {
 	addrs, stop := threeNodes()
 	defer stop()
@@ -50,20 +67,10 @@ func ExampleNew() {
 }
 
 func ExampleLocker_Do() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 
-	err = l.Do(context.Background(), "account:42", func(ctx context.Context) error {
+	err := l.Do(context.Background(), "account:42", func(ctx context.Context) error {
 		// Only one holder at a time runs here. Stop when ctx ends:
 		// context.Cause(ctx) is lock.ErrLost if the lock was lost.
 		fmt.Println("rebalancing account 42")
@@ -76,18 +83,8 @@ func ExampleLocker_Do() {
 }
 
 func ExampleLocker_TryDo() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 	ctx := context.Background()
 
 	_ = l.Do(ctx, "report", func(ctx context.Context) error {
@@ -96,7 +93,7 @@ func ExampleLocker_TryDo() {
 		fmt.Println("taken:", errors.Is(err, lock.ErrNotObtained))
 		return nil
 	})
-	err = l.TryDo(ctx, "report", func(context.Context) error {
+	err := l.TryDo(ctx, "report", func(context.Context) error {
 		fmt.Println("free again")
 		return nil
 	})
@@ -108,18 +105,8 @@ func ExampleLocker_TryDo() {
 }
 
 func ExampleLocker_Obtain() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 	ctx := context.Background()
 
 	k, err := l.Obtain(ctx, "migration")
@@ -139,18 +126,8 @@ func ExampleLocker_Obtain() {
 }
 
 func ExampleLocker_TryObtain() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 	ctx := context.Background()
 
 	k, err := l.TryObtain(ctx, "nightly")
@@ -164,18 +141,8 @@ func ExampleLocker_TryObtain() {
 }
 
 func ExampleFromContext() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{Fencing: true}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{Fencing: true})
-	if err != nil {
-		panic(err)
-	}
 	ctx := context.Background()
 
 	for range 2 {

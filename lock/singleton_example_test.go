@@ -9,18 +9,8 @@ import (
 )
 
 func ExampleSingleton() {
-	addrs, stop := threeNodes()
+	l, stop := exampleLocker(lock.Options{}) // three embedded nodes
 	defer stop()
-	nodes := lock.NewNodes(addrs...)
-	defer func() {
-		for _, c := range nodes {
-			_ = c.Close()
-		}
-	}()
-	l, err := lock.New(nodes, lock.Options{})
-	if err != nil {
-		panic(err)
-	}
 	ctx := context.Background()
 
 	// Every instance schedules the purge; one at a time runs it.
