@@ -359,7 +359,7 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, effects *demoE
 
 	base := &http.Transport{MaxIdleConns: c.clients, MaxIdleConnsPerHost: c.clients}
 	defer base.CloseIdleConnections()
-	client := httpx.NewClient(httpx.TransportOptions{Base: base, MaxAttempts: 20})
+	client := httpx.NewClient(httpx.TransportOptions{Base: base, MaxAttempts: 100}) // bounded by the timeout below
 	client.Timeout = 50 * time.Second
 
 	// Copies of a key are next to each other in the queue, so they are in
