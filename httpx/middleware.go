@@ -119,7 +119,7 @@ func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	if g == nil {
 		panic("httpx.Guard: nil guard")
 	}
-	m := &middleware{g: g, opts: opts, lease: g.Options().Lease, methods: map[string]bool{}}
+	m := &middleware{g: g, opts: opts, methods: map[string]bool{}}
 	if m.opts.Header == "" {
 		m.opts.Header = DefaultHeader
 	}
@@ -207,7 +207,6 @@ func DefaultReplayHeader(name string) bool {
 type middleware struct {
 	g       *guard.Guard
 	opts    Options
-	lease   time.Duration
 	methods map[string]bool
 }
 
@@ -249,10 +248,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	fingerprint := m.opts.Fingerprint(r, body)
 
 	// Claim even if the client hangs up meanwhile: a claim cut off after
-	// the store took it would lock the key for a whole lease.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.lease)
-	out, err := m.g.Claim(cctx, key, fingerprint)
-	cancel()
+	// the store took it would lock the key for a whole lease. Guard.Claim
+	// bounds the call itself (half a lease).
+	out, err := m.g.Claim(context.WithoutCancel(r.Context()), key, fingerprint)
 	if err != nil {
 		m.rejectClaim(w, id, err)
 		return

@@ -62,12 +62,12 @@ func BenchmarkPostgresStore(b *testing.B) {
 	b.Run("plain-insert-on-conflict", func(b *testing.B) { parallel(b, plain) })
 }
 
-// BenchmarkBackstopOnRedis: what the backstop adds to Guard.Do on Redis.
-// Each effect inserts one business row in a transaction; "commit" adds the
-// backstop row to that transaction (Backstop.Func), "guarded" also marks
-// the holder at claim time (Guarded). Beside them, Guard.Do with no
-// database at all, and a plain INSERT … ON CONFLICT DO NOTHING.
-func BenchmarkBackstopOnRedis(b *testing.B) {
+// onRedisFixture is what the benchmarks of the backstop on Redis share: a
+// migrated database with a business table, a backstop, a Redis store, a
+// plain INSERT … ON CONFLICT DO NOTHING, the business insert, and a guard.Func
+// that makes it in a transaction of its own (no backstop row).
+func onRedisFixture(b *testing.B) (*sql.DB, *sqlbackstop.Backstop, *guard.RedisStore, func(string) error,
+	func(context.Context, *sql.Tx, guard.Lease) ([]byte, error), guard.Func) {
 	db := migrated(b, sqlbackstop.Options{})
 	businessTable(b, db)
 	bs := sqlbackstop.New(db, sqlbackstop.Options{})
@@ -92,6 +92,16 @@ func BenchmarkBackstopOnRedis(b *testing.B) {
 		}
 		return res, tx.Commit()
 	}
+	return db, bs, rs, plain, business, plainTx
+}
+
+// BenchmarkBackstopOnRedis: what the backstop adds to Guard.Do on Redis.
+// Each effect inserts one business row in a transaction; "commit" adds the
+// backstop row to that transaction (Backstop.Func), "guarded" also marks
+// the holder at claim time (Guarded). Beside them, Guard.Do with no
+// database at all, and a plain INSERT … ON CONFLICT DO NOTHING.
+func BenchmarkBackstopOnRedis(b *testing.B) {
+	_, bs, rs, plain, business, plainTx := onRedisFixture(b)
 	do := func(g *guard.Guard, name string, fn guard.Func) func(string) error {
 		return func(id string) error {
 			_, err := g.Do(ctx, guard.Key{Scope: name, ID: id}, "fp", fn)
@@ -114,31 +124,8 @@ func BenchmarkBackstopOnRedis(b *testing.B) {
 // meets the same load (this machine is shared) and their ratios are
 // comparable. It reports each variant's mean latency in µs.
 func BenchmarkInterleaved(b *testing.B) {
-	db := migrated(b, sqlbackstop.Options{})
-	businessTable(b, db)
-	bs := sqlbackstop.New(db, sqlbackstop.Options{})
+	db, bs, rs, plain, business, plainTx := onRedisFixture(b)
 	s := sqlbackstop.NewStore(db, sqlbackstop.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(b), guard.RedisOptions{Prefix: testenv.Prefix(b)})
-	if err := rs.LoadScripts(ctx); err != nil {
-		b.Fatal(err)
-	}
-	plain := plainInsert(b, db)
-	business := func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
-		_, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence)
-		return []byte("ok"), err
-	}
-	plainTx := func(ctx context.Context, l guard.Lease) ([]byte, error) {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer tx.Rollback()
-		res, err := business(ctx, tx, l)
-		if err != nil {
-			return nil, err
-		}
-		return res, tx.Commit()
-	}
 	onRedis := guard.New(rs, guard.Options{})
 	guarded := guard.New(sqlbackstop.Guarded(rs, bs), guard.Options{})
 	do := func(g *guard.Guard, scope string, fn guard.Func) func(string) error {
