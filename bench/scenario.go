@@ -18,14 +18,18 @@ import (
 
 // Scenario names.
 const (
-	Fresh         = "fresh"          // Guard.Do on a new key: claim + complete
-	ClaimComplete = "claim-complete" // Guard.Claim + Guard.Complete, no Do machinery
-	Replay        = "replay"         // Guard.Do on a completed key: one claim, a replay
-	Storm         = "storm"          // Guard.Do, Keys × Duplicates sent at once
-	SetNXSet      = "setnx+set"      // baseline: SET NX PX, then SET PX: two round trips
-	SetNXSetPipe  = "setnx+set-pipe" // baseline: the same two in one pipeline
-	Get           = "get"            // baseline of a replay: a plain GET of a stored value
-	NaiveStorm    = "naive-storm"    // GET, run, SETEX under the same storm as Storm
+	Fresh             = "fresh"              // Guard.Do on a new key: claim + complete
+	FreshUnpipelined  = "fresh-unpipelined"  // the same, each script on a connection of its own
+	ClaimComplete     = "claim-complete"     // Guard.Claim + Guard.Complete, no Do machinery
+	Replay            = "replay"             // Guard.Do on a completed key: one claim, a replay
+	ReplayUnpipelined = "replay-unpipelined" // the same, each script on a connection of its own
+	Storm             = "storm"              // Guard.Do, Keys × Duplicates sent at once
+	SetNXSet          = "setnx+set"          // baseline: SET NX PX, then SET PX: two round trips
+	SetNXSetPipe      = "setnx+set-pipe"     // baseline: the same two in one pipeline
+	SetNXSetAuto      = "setnx+set-auto"     // baseline: the two through the client's autopipeliner
+	Get               = "get"                // baseline of a replay: a plain GET of a stored value
+	GetAuto           = "get-auto"           // baseline: the GET through the client's autopipeliner
+	NaiveStorm        = "naive-storm"        // GET, run, SETEX under the same storm as Storm
 )
 
 // scenario is one kind of row.
@@ -51,10 +55,24 @@ type env struct {
 	conflicts atomic.Int64
 }
 
-// guard returns a Guard on the target writing under the row's prefix.
-func (e *env) guard() *guard.Guard {
-	store := guard.NewRedisStore(e.t.client, guard.RedisOptions{Prefix: e.prefix})
-	return guard.New(store, guard.Options{TTL: e.opts.TTL})
+// guard returns a Guard on the target writing under the row's prefix,
+// with the store's default: scripts share the client's pipelines.
+func (e *env) guard() *guard.Guard { return e.guardWith(guard.RedisOptions{}) }
+
+// guardWith is guard with the store options o (its Prefix is the row's).
+func (e *env) guardWith(o guard.RedisOptions) *guard.Guard {
+	o.Prefix = e.prefix
+	return guard.New(guard.NewRedisStore(e.t.client, o), guard.Options{TTL: e.opts.TTL})
+}
+
+var unpipelined = guard.RedisOptions{Unpipelined: true}
+
+// cmdable is the plain client, or its autopipeliner for the -auto rows.
+func (e *env) cmdable(auto bool) (redis.Cmdable, error) {
+	if !auto {
+		return e.t.client, nil
+	}
+	return e.t.client.AsyncAutoPipeline()
 }
 
 func (e *env) result() []byte {
@@ -78,13 +96,17 @@ func (e *env) effect(k int64) {
 func (e *env) stormKey(i int64) int64 { return i / int64(e.opts.Duplicates) }
 
 var scenarios = []scenario{
-	{name: Fresh, baseline: SetNXSet, about: "Guard.Do on a new key (claim + complete)", prepare: prepareFresh},
+	{name: Fresh, baseline: SetNXSet, about: "Guard.Do on a new key (claim + complete)", prepare: prepareFresh(guard.RedisOptions{})},
+	{name: FreshUnpipelined, baseline: SetNXSet, about: "Guard.Do on a new key, RedisOptions.Unpipelined", prepare: prepareFresh(unpipelined)},
 	{name: ClaimComplete, baseline: SetNXSet, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
-	{name: Replay, baseline: Get, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay},
+	{name: Replay, baseline: Get, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay(guard.RedisOptions{})},
+	{name: ReplayUnpipelined, baseline: Get, about: "Guard.Do on a completed key, RedisOptions.Unpipelined", prepare: prepareReplay(unpipelined)},
 	{name: Storm, baseline: NaiveStorm, storm: true, about: "Guard.Do under Keys × Duplicates concurrent duplicates", prepare: prepareStorm},
-	{name: SetNXSet, about: "baseline: SET NX PX, then SET PX (two round trips)", prepare: prepareSetNXSet},
+	{name: SetNXSet, about: "baseline: SET NX PX, then SET PX (two round trips)", prepare: prepareSetNXSet(false)},
 	{name: SetNXSetPipe, about: "baseline: SET NX PX and SET PX in one pipeline", prepare: prepareSetNXSetPipe},
-	{name: Get, about: "baseline: GET of a stored result", prepare: prepareGet},
+	{name: SetNXSetAuto, about: "baseline: SET NX PX, then SET PX, through the client's autopipeliner", prepare: prepareSetNXSet(true)},
+	{name: Get, about: "baseline: GET of a stored result", prepare: prepareGet(false)},
+	{name: GetAuto, about: "baseline: GET of a stored result through the client's autopipeliner", prepare: prepareGet(true)},
 	{name: NaiveStorm, storm: true, about: "baseline: GET, run, SETEX under the same storm", prepare: prepareNaiveStorm},
 }
 
@@ -136,16 +158,18 @@ func idOf(i int64) string { return strconv.FormatInt(i, 10) }
 
 const scope = "bench"
 
-func prepareFresh(_ context.Context, e *env) (op, error) {
-	g, res := e.guard(), e.result()
-	fn := func(context.Context, guard.Lease) ([]byte, error) { return res, nil }
-	return func(ctx context.Context, i int64) error {
-		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i)}, "fp", fn)
-		if err == nil && r.Replayed {
-			return fmt.Errorf("fresh key %d replayed", i)
-		}
-		return err
-	}, nil
+func prepareFresh(o guard.RedisOptions) func(context.Context, *env) (op, error) {
+	return func(_ context.Context, e *env) (op, error) {
+		g, res := e.guardWith(o), e.result()
+		fn := func(context.Context, guard.Lease) ([]byte, error) { return res, nil }
+		return func(ctx context.Context, i int64) error {
+			r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i)}, "fp", fn)
+			if err == nil && r.Replayed {
+				return fmt.Errorf("fresh key %d replayed", i)
+			}
+			return err
+		}, nil
+	}
 }
 
 func prepareClaimComplete(_ context.Context, e *env) (op, error) {
@@ -173,23 +197,25 @@ func preload(ctx context.Context, e *env, g *guard.Guard) error {
 	return err
 }
 
-func prepareReplay(ctx context.Context, e *env) (op, error) {
-	g := e.guard()
-	if err := preload(ctx, e, g); err != nil {
-		return nil, err
-	}
-	keys := int64(e.opts.Keys)
-	fn := func(context.Context, guard.Lease) ([]byte, error) {
-		e.effects.Add(1)
-		return nil, nil
-	}
-	return func(ctx context.Context, i int64) error {
-		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i % keys)}, "fp", fn)
-		if err == nil && !r.Replayed {
-			return fmt.Errorf("completed key %d did not replay", i%keys)
+func prepareReplay(o guard.RedisOptions) func(context.Context, *env) (op, error) {
+	return func(ctx context.Context, e *env) (op, error) {
+		g := e.guardWith(o)
+		if err := preload(ctx, e, g); err != nil {
+			return nil, err
 		}
-		return err
-	}, nil
+		keys := int64(e.opts.Keys)
+		fn := func(context.Context, guard.Lease) ([]byte, error) {
+			e.effects.Add(1)
+			return nil, nil
+		}
+		return func(ctx context.Context, i int64) error {
+			r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(i % keys)}, "fp", fn)
+			if err == nil && !r.Replayed {
+				return fmt.Errorf("completed key %d did not replay", i%keys)
+			}
+			return err
+		}, nil
+	}
 }
 
 func prepareStorm(_ context.Context, e *env) (op, error) {
@@ -215,19 +241,25 @@ func prepareStorm(_ context.Context, e *env) (op, error) {
 
 func (e *env) plainKey(i int64) string { return e.prefix + "p:" + idOf(i) }
 
-func prepareSetNXSet(_ context.Context, e *env) (op, error) {
-	c, res, lease, ttl := e.t.client, e.result(), 30*time.Second, e.opts.TTL
-	return func(ctx context.Context, i int64) error {
-		k := e.plainKey(i)
-		ok, err := c.SetNX(ctx, k, "token", lease).Result()
+func prepareSetNXSet(auto bool) func(context.Context, *env) (op, error) {
+	return func(_ context.Context, e *env) (op, error) {
+		c, err := e.cmdable(auto)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if !ok {
-			return fmt.Errorf("fresh key %s exists", k)
-		}
-		return c.Set(ctx, k, res, ttl).Err()
-	}, nil
+		res, lease, ttl := e.result(), 30*time.Second, e.opts.TTL
+		return func(ctx context.Context, i int64) error {
+			k := e.plainKey(i)
+			ok, err := c.SetNX(ctx, k, "token", lease).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("fresh key %s exists", k)
+			}
+			return c.Set(ctx, k, res, ttl).Err()
+		}, nil
+	}
 }
 
 func prepareSetNXSetPipe(_ context.Context, e *env) (op, error) {
@@ -243,27 +275,32 @@ func prepareSetNXSetPipe(_ context.Context, e *env) (op, error) {
 	}, nil
 }
 
-func prepareGet(ctx context.Context, e *env) (op, error) {
-	c, res := e.t.client, e.result()
-	keys := int64(e.opts.Keys)
-	for start := int64(0); start < keys; start += 500 {
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := start; i < min(start+500, keys); i++ {
-				p.Set(ctx, e.plainKey(i), res, e.opts.TTL)
+func prepareGet(auto bool) func(context.Context, *env) (op, error) {
+	return func(ctx context.Context, e *env) (op, error) {
+		res, keys := e.result(), int64(e.opts.Keys)
+		for start := int64(0); start < keys; start += 500 {
+			_, err := e.t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i := start; i < min(start+500, keys); i++ {
+					p.Set(ctx, e.plainKey(i), res, e.opts.TTL)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, err
 			}
-			return nil
-		})
+		}
+		c, err := e.cmdable(auto)
 		if err != nil {
 			return nil, err
 		}
+		return func(ctx context.Context, i int64) error {
+			v, err := c.Get(ctx, e.plainKey(i%keys)).Bytes()
+			if err == nil && len(v) != len(res) {
+				err = fmt.Errorf("GET returned %d bytes, want %d", len(v), len(res))
+			}
+			return err
+		}, nil
 	}
-	return func(ctx context.Context, i int64) error {
-		v, err := c.Get(ctx, e.plainKey(i%keys)).Bytes()
-		if err == nil && len(v) != len(res) {
-			err = fmt.Errorf("GET returned %d bytes, want %d", len(v), len(res))
-		}
-		return err
-	}, nil
 }
 
 func prepareNaiveStorm(_ context.Context, e *env) (op, error) {

@@ -120,7 +120,10 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	// after a lost reply (go-redis does) must not do so after the lease
 	// this claim may have taken has run out and another holder recovered
 	// the key; that retry would answer IN_PROGRESS for a claim that took
-	// effect. Past the bound the outcome is unknown (ErrUnavailable).
+	// effect. Past the bound the outcome is unknown (ErrUnavailable). A
+	// pipelined store stops waiting at the bound, though its batch may
+	// still be re-sent: a claim that runs then has no one to hear its
+	// answer, and its lease runs out like an abandoned one.
 	cctx, cancel := context.WithTimeout(ctx, g.opts.Lease/2)
 	defer cancel()
 	out, err := g.store.Claim(cctx, ClaimRequest{

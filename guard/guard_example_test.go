@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
+	"sync/atomic"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -80,4 +82,47 @@ func ExampleGuard_Claim() {
 	// acquired 1
 	// true
 	// replay sent
+}
+
+// Many goroutines on one store: past RedisOptions.DirectCalls calls under
+// way, their scripts share pipelines, and each key's effect still runs once.
+func ExampleNewRedisStore() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close() // also stops the client's autopipeliner
+
+	store := guard.NewRedisStore(client, guard.RedisOptions{
+		Prefix:      "payments:",
+		DirectCalls: 4, // the default is DefaultDirectCalls; Unpipelined: true turns sharing off
+	})
+	g := guard.New(store, guard.Options{})
+
+	var effects atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 { // 8 keys, 8 copies of each at once
+		wg.Go(func() {
+			key := guard.Key{Scope: "orders", ID: fmt.Sprint(i % 8)}
+			for {
+				_, err := g.Do(context.Background(), key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+					effects.Add(1)
+					return []byte("ok"), nil
+				})
+				if errors.Is(err, guard.ErrInProgress) {
+					continue // its copy is running: ask again
+				}
+				if err != nil {
+					log.Fatal(err)
+				}
+				return // done, or replayed
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("effects:", effects.Load())
+	// Output:
+	// effects: 8
 }

@@ -40,16 +40,20 @@ func TestContractMiniredis(t *testing.T) {
 	})
 }
 
-func TestContractRedis(t *testing.T) { runRedisContract(t, testenv.Redis(t)) }
+func TestContractRedis(t *testing.T) { runContract(t, testenv.Redis(t), guard.RedisOptions{}) }
 
-func TestContractRedisCluster(t *testing.T) { runRedisContract(t, testenv.Cluster(t)) }
+func TestContractRedisCluster(t *testing.T) {
+	runContract(t, testenv.Cluster(t), guard.RedisOptions{})
+}
 
-// runRedisContract runs the contract over a real server, each test under a
-// key prefix of its own.
-func runRedisContract(t *testing.T, c redis.UniversalClient) {
+// runContract runs the contract over a real server on stores with options
+// o, each test under a key prefix of its own.
+func runContract(t *testing.T, c redis.UniversalClient, o guard.RedisOptions) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
-			s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			opts := o
+			opts.Prefix = testenv.Prefix(t)
+			s := guard.NewRedisStore(c, opts)
 			if err := s.LoadScripts(context.Background()); err != nil {
 				t.Fatal(err)
 			}

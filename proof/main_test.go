@@ -52,7 +52,13 @@ func startProxy(t testing.TB, addr string) *Proxy {
 // redisStore returns a store on c with its scripts loaded.
 func redisStore(t testing.TB, c redis.UniversalClient, prefix string) *guard.RedisStore {
 	t.Helper()
-	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: prefix})
+	return redisStoreWith(t, c, guard.RedisOptions{Prefix: prefix})
+}
+
+// redisStoreWith is redisStore with options o.
+func redisStoreWith(t testing.TB, c redis.UniversalClient, o guard.RedisOptions) *guard.RedisStore {
+	t.Helper()
+	s := guard.NewRedisStore(c, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.LoadScripts(ctx); err != nil {

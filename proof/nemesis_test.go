@@ -28,6 +28,10 @@ type workload struct {
 	Workers int           // goroutines
 	Lease   time.Duration // the guard's lease
 	Faults  []FaultKind   // nemesis faults; default DefaultFaults
+	// Pipelined sends every store call through the client's
+	// autopipeliner, so a lost reply makes go-redis re-send a whole
+	// batch of other workers' scripts.
+	Pipelined bool
 }
 
 // stats counts what a run saw, to show the faults bit.
@@ -55,7 +59,11 @@ func runNemesis(t *testing.T, w workload) {
 	bk := newBank(t)
 	proxy := startProxy(t, testenv.RedisAddr(t))
 	client := faultyClient(t, proxy.Addr(), 2*w.Workers)
-	rec := NewRecorder(redisStore(t, client, testenv.Prefix(t)))
+	opts := guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true}
+	if w.Pipelined {
+		opts = guard.RedisOptions{Prefix: opts.Prefix, DirectCalls: -1}
+	}
+	rec := NewRecorder(redisStoreWith(t, client, opts))
 	rec.CallTimeout = w.Lease / 2 // see TestClaimRetriedAfterItsLeaseRanOut
 	g := guard.New(rec, guard.Options{Lease: w.Lease, TTL: time.Hour})
 	scope := "nemesis-" + strconv.FormatUint(w.Seed, 10)
@@ -290,6 +298,23 @@ func TestNemesisLinearizable(t *testing.T) {
 				ops = 10000
 			}
 			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond})
+		})
+	}
+}
+
+// The same with every store call pipelined: a fault on one connection
+// fails, and go-redis re-sends, the scripts of several workers at once.
+func TestNemesisLinearizablePipelined(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("child process")
+	}
+	for _, seed := range nemesisSeeds() {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			ops := 2000
+			if *soak {
+				ops = 10000
+			}
+			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond, Pipelined: true})
 		})
 	}
 }

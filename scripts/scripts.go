@@ -45,3 +45,23 @@ var (
 func All() []*redis.Script {
 	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get}
 }
+
+// Source returns the Lua text of one of the scripts above, for sending it
+// by EVAL, or "" for any other script.
+func Source(sc *redis.Script) string {
+	switch sc {
+	case Claim:
+		return claimSrc
+	case Complete:
+		return completeSrc
+	case Fail:
+		return failSrc
+	case Release:
+		return releaseSrc
+	case Extend:
+		return extendSrc
+	case Get:
+		return getSrc
+	}
+	return ""
+}

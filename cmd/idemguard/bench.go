@@ -14,8 +14,10 @@ import (
 
 // defaultScenarios pairs each guard row with its baseline, baseline first.
 var defaultScenarios = []string{
-	bench.SetNXSet, bench.Fresh, bench.ClaimComplete, bench.SetNXSetPipe,
-	bench.Get, bench.Replay, bench.NaiveStorm, bench.Storm,
+	bench.SetNXSet, bench.Fresh, bench.ClaimComplete, bench.FreshUnpipelined,
+	bench.SetNXSetPipe, bench.SetNXSetAuto,
+	bench.Get, bench.Replay, bench.ReplayUnpipelined, bench.GetAuto,
+	bench.NaiveStorm, bench.Storm,
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

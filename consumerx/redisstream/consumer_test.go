@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -162,7 +163,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 	})
 	elapsed := time.Since(start)
 	stop()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	if got := total.Load(); got != distinct {
 		t.Errorf("side effects = %d, want %d", got, distinct)
@@ -239,7 +240,7 @@ func TestKilledConsumerEntryReclaimed(t *testing.T) {
 	consumertest.WaitFor(t, 10*time.Second, "b to reclaim the entry", func() bool { return outs.Final()[consumerx.Duplicate] == 1 })
 	consumertest.WaitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, e.rdb, stream, "billing") == 0 })
 	stop()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 	if n := effects.Load(); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
 	}
@@ -410,7 +411,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {

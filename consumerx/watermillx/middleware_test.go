@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,7 +82,7 @@ func (b *bus) start() {
 			b.t.Errorf("pubsub close: %v", err)
 		}
 		b.drains.Wait()
-		goleak.VerifyNone(b.t, b.snapshot)
+		goleak.VerifyNone(b.t, b.snapshot, testenv.ClientGoroutines)
 	})
 	<-b.router.Running()
 }
