@@ -28,7 +28,7 @@ type RedisOptions struct {
 	// Unpipelined sends every script on a connection of its own.
 	//
 	// By default a store on a *redis.Client or *redis.ClusterClient sends
-	// a call made while DirectCalls others are under way through the
+	// a call made while DirectCalls or more others are under way through the
 	// client's deferred autopipeliner (go-redis AsyncAutoPipeline,
 	// configured by the client's Options.AutoPipelineOptions), which
 	// writes the scripts of concurrent calls to Redis in shared
@@ -38,7 +38,9 @@ type RedisOptions struct {
 	// which is as quick or quicker. Scripts and their answers are the same
 	// either way. A pipelined call waits no longer than its context
 	// allows, even though the script may still run after that, as after
-	// any lost reply. Other clients are always unpipelined.
+	// any lost reply. Other clients are always unpipelined. go-redis
+	// (v9.23) marks its autopipeliner experimental: set Unpipelined when
+	// building against another go-redis version than go.mod names.
 	Unpipelined bool
 
 	// DirectCalls is how many calls of a pipelined store may be under way,
@@ -259,7 +261,7 @@ func submit(ctx context.Context, ap *redis.AutoPipeliner, eval, script string, k
 	return cmd
 }
 
-// failed is a command that failed with err before it was sent.
+// failed is a command whose answer is err.
 func failed(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(err)
