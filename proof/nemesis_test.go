@@ -55,7 +55,11 @@ var (
 // history is linearizable, each key has exactly one business row, and the
 // stored result is that row's value.
 func runNemesis(t *testing.T, w workload) {
-	reproduce := fmt.Sprintf("reproduce the fault schedule with: go test -race ./proof -run 'TestNemesisLinearizable' -seed=%d", w.Seed)
+	test := "TestNemesisLinearizable$"
+	if w.Pipelined {
+		test = "TestNemesisLinearizablePipelined"
+	}
+	reproduce := fmt.Sprintf("reproduce the fault schedule with: go test -race ./proof -run '%s' -seed=%d", test, w.Seed)
 	bk := newBank(t)
 	proxy := startProxy(t, testenv.RedisAddr(t))
 	client := faultyClient(t, proxy.Addr(), 2*w.Workers)
@@ -287,24 +291,13 @@ func nemesisSeeds() []uint64 {
 // 2,000 operations over 50 keys by 16 goroutines, under latency, resets,
 // dropped and truncated replies and bandwidth limits, for each seed: the
 // history is linearizable and every key has exactly one business row.
-func TestNemesisLinearizable(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("child process")
-	}
-	for _, seed := range nemesisSeeds() {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			ops := 2000
-			if *soak {
-				ops = 10000
-			}
-			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond})
-		})
-	}
-}
+func TestNemesisLinearizable(t *testing.T) { testNemesis(t, false) }
 
 // The same with every store call pipelined: a fault on one connection
 // fails, and go-redis re-sends, the scripts of several workers at once.
-func TestNemesisLinearizablePipelined(t *testing.T) {
+func TestNemesisLinearizablePipelined(t *testing.T) { testNemesis(t, true) }
+
+func testNemesis(t *testing.T, pipelined bool) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("child process")
 	}
@@ -314,7 +307,7 @@ func TestNemesisLinearizablePipelined(t *testing.T) {
 			if *soak {
 				ops = 10000
 			}
-			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond, Pipelined: true})
+			runNemesis(t, workload{Seed: seed, Ops: ops, Keys: 50, Workers: 16, Lease: 300 * time.Millisecond, Pipelined: pipelined})
 		})
 	}
 }
