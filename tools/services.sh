@@ -27,11 +27,15 @@ install_redis() {
 }
 
 # free_port prints a loopback port nothing listens on, not handed out before.
+# Ports and their cluster bus ports (port+10000) stay in 10000-32767, below
+# Linux's ephemeral range (32768-60999): a port a client connection holds
+# there accepts no connection, so it looks free, yet redis-server cannot
+# bind it.
 USED=" "
 free_port() {
   local p
   while :; do
-    p=$(( 20000 + RANDOM % 30000 ))
+    p=$(( 10000 + RANDOM % 12768 ))
     [[ $USED == *" $p "* ]] && continue
     if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
       # cluster nodes also use port+10000 for their bus
@@ -59,7 +63,7 @@ start_redis() { # port dir [extra args...]
   redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --dir "$dir" \
     --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --save "" --appendonly no \
     --enable-debug-command yes "$@" >/dev/null
-  wait_redis "$port"
+  wait_redis "$port" || { tail -n 5 "$dir/redis.log" >&2; return 1; }
 }
 
 start_all() {
