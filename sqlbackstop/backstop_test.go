@@ -396,6 +396,12 @@ func TestRedisLosesRecords(t *testing.T) {
 						// committed once or rolled back; ask again.
 						continue
 					}
+					if try < 10 && errors.Is(err, guard.ErrUnavailable) {
+						// On two loaded cores a claim's Postgres mark can
+						// outlast its bound (half the lease): the outcome is
+						// unknown, and a client asks again, as after a 503.
+						continue
+					}
 					t.Errorf("Do(%d): %v", i, err)
 					break
 				}
