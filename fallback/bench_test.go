@@ -42,7 +42,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					b.Errorf("claim: %v %v", out.Status, err)
 					return
 				}
-				if err := s.Complete(bg, key, "T", []byte("ok"), time.Minute); err != nil {
+				if err := s.Complete(bg, guard.Lease{Key: key, Token: "T"}, []byte("ok"), time.Minute); err != nil {
 					b.Error(err)
 					return
 				}

@@ -48,7 +48,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		if out, err := s.Claim(bg, claimReq("held", "B")); err != nil || out.Status != guard.InProgress {
 			t.Fatalf("claim held = %v, %v", out.Status, err)
 		}
-		if err := s.Complete(bg, claimReq("held", "").Key, "stale", nil, time.Minute); !errors.Is(err, guard.ErrLeaseLost) {
+		if err := s.Complete(bg, guard.Lease{Key: claimReq("held", "").Key, Token: "stale"}, nil, time.Minute); !errors.Is(err, guard.ErrLeaseLost) {
 			t.Fatalf("stale complete = %v, want ErrLeaseLost", err)
 		}
 		if _, err := s.Get(bg, guard.Key{Scope: "breaker", ID: "absent"}); !errors.Is(err, guard.ErrNotFound) {
@@ -80,7 +80,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		if !isUnavailable(err) || !errors.Is(err, gobreaker.ErrOpenState) {
 			t.Fatalf("claim while open = %v, want ErrUnavailable and ErrOpenState", err)
 		}
-		if err := s.Complete(bg, claimReq("k", "").Key, "T", nil, time.Minute); !isUnavailable(err) {
+		if err := s.Complete(bg, guard.Lease{Key: claimReq("k", "").Key, Token: "T"}, nil, time.Minute); !isUnavailable(err) {
 			t.Fatalf("complete while open = %v", err)
 		}
 		if _, err := s.Get(bg, claimReq("k", "").Key); !isUnavailable(err) {

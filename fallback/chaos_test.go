@@ -63,10 +63,10 @@ type leaseTap struct {
 	lost *sync.Map // key ID → true: a holder's Complete failed (its result was not stored)
 }
 
-func (s leaseTap) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
-	err := s.Store.Complete(ctx, key, token, result, ttl)
+func (s leaseTap) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, lease, result, ttl)
 	if err != nil {
-		s.lost.Store(key.ID, true)
+		s.lost.Store(lease.Key.ID, true)
 	}
 	return err
 }

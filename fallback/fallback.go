@@ -328,7 +328,7 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 			ttl = req.TTL
 		}
 		if err := s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
-			return s.primary.Complete(ctx, req.Key, req.Token, rec.Result, ttl)
+			return s.primary.Complete(ctx, guard.Lease{Key: req.Key, Token: req.Token}, rec.Result, ttl)
 		}); err != nil {
 			// The replay is still right; the primary's claim runs out and
 			// the next claim checks again.
@@ -348,38 +348,38 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 // the next claim is checked again.
 func (s *Store) undo(ctx context.Context, req guard.ClaimRequest) {
 	_ = s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
-		return s.primary.Release(ctx, req.Key, req.Token)
+		return s.primary.Release(ctx, guard.Lease{Key: req.Key, Token: req.Token})
 	})
 }
 
 // Complete implements guard.Store; it writes to the store that issued the
 // lease. An unguarded lease's Complete succeeds and stores nothing.
-func (s *Store) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
-	return s.write(ctx, key, token, func(ctx context.Context, st guard.Store, second bool) error {
+func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
 		if second {
 			s.wroteSecondary(ttl)
 		}
-		return st.Complete(ctx, key, token, result, ttl)
+		return st.Complete(ctx, lease, result, ttl)
 	})
 }
 
 // Fail implements guard.Store; it writes to the store that issued the lease.
-func (s *Store) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
-	return s.write(ctx, key, token, func(ctx context.Context, st guard.Store, second bool) error {
+func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
 		if second {
 			s.wroteSecondary(ttl)
 		}
-		return st.Fail(ctx, key, token, reason, ttl)
+		return st.Fail(ctx, lease, reason, ttl)
 	})
 }
 
 // Release implements guard.Store; it writes to the store that issued the
 // lease.
-func (s *Store) Release(ctx context.Context, key guard.Key, token string) error {
-	return s.write(ctx, key, token, func(ctx context.Context, st guard.Store, second bool) error {
-		err := st.Release(ctx, key, token)
+func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		err := st.Release(ctx, lease)
 		if second && err == nil {
-			s.owners.drop(key, token)
+			s.owners.drop(lease.Key, lease.Token)
 		}
 		return err
 	})
@@ -387,18 +387,19 @@ func (s *Store) Release(ctx context.Context, key guard.Key, token string) error 
 
 // Extend implements guard.Store; it writes to the store that issued the
 // lease.
-func (s *Store) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
-	return s.write(ctx, key, token, func(ctx context.Context, st guard.Store, second bool) error {
-		err := st.Extend(ctx, key, token, lease)
+func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		err := st.Extend(ctx, lease, d)
 		if second && err == nil {
-			s.owners.hold(key, token, lease)
+			s.owners.hold(lease.Key, lease.Token, d)
 		}
 		return err
 	})
 }
 
 // write sends a holder's write to the store that issued its lease.
-func (s *Store) write(ctx context.Context, key guard.Key, token string, op func(context.Context, guard.Store, bool) error) error {
+func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+	key, token := lease.Key, lease.Token
 	if strings.HasPrefix(token, openPrefix) {
 		return nil // unguarded: nothing was recorded, nothing to write
 	}

@@ -169,7 +169,7 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error {
 	ctx, cancel := g.detached(ctx)
 	defer cancel()
-	err := g.store.Complete(ctx, lease.Key, lease.Token, result, g.opts.TTL)
+	err := g.store.Complete(ctx, lease, result, g.opts.TTL)
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("complete %s: %w", lease.Key, err)
@@ -187,7 +187,7 @@ func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
 	if cause != nil {
 		reason = cause.Error()
 	}
-	err := g.store.Fail(ctx, lease.Key, lease.Token, reason, g.opts.TTL)
+	err := g.store.Fail(ctx, lease, reason, g.opts.TTL)
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("fail %s: %w", lease.Key, err)
@@ -202,7 +202,7 @@ func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
 func (g *Guard) Release(ctx context.Context, lease Lease) error {
 	ctx, cancel := g.detached(ctx)
 	defer cancel()
-	err := g.store.Release(ctx, lease.Key, lease.Token)
+	err := g.store.Release(ctx, lease)
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("release %s: %w", lease.Key, err)
@@ -213,7 +213,7 @@ func (g *Guard) Release(ctx context.Context, lease Lease) error {
 
 // Extend keeps the holder's lease alive for another Options.Lease.
 func (g *Guard) Extend(ctx context.Context, lease Lease) error {
-	err := g.store.Extend(ctx, lease.Key, lease.Token, g.opts.Lease)
+	err := g.store.Extend(ctx, lease, g.opts.Lease)
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("extend %s: %w", lease.Key, err)

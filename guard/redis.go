@@ -127,7 +127,7 @@ func (s *RedisStore) Names(key Key) (record, lease string) {
 	in = append(append(in, key.Scope...), key.ID...)
 	sum := sha256.Sum256(in)
 
-	const suffix = ":lease"
+	const suffix = leaseSuffix
 	var tag [22]byte // base64 of the first 16 bytes of the digest
 	base64.RawURLEncoding.Encode(tag[:], sum[:16])
 	full := make([]byte, 0, len(s.prefix)+len(tag)+2+len(suffix))
@@ -138,14 +138,35 @@ func (s *RedisStore) Names(key Key) (record, lease string) {
 	return lease[:len(lease)-len(suffix)], lease
 }
 
+// leaseNames is a RedisStore's record name for a lease's key, computed
+// once by Claim and carried in the Lease to the holder's later writes.
+type leaseNames struct {
+	key    Key    // the key it was derived from
+	record string // the record's name, under the issuing store's prefix
+}
+
+const leaseSuffix = ":lease"
+
 func (s *RedisStore) keys(key Key) []string {
 	rec, lease := s.Names(key)
 	return []string{rec, lease}
 }
 
+// leaseKeys returns the names of l's key: from the record name its Claim
+// computed, when a store with this prefix issued l for l.Key, else
+// derived again.
+func (s *RedisStore) leaseKeys(l Lease) []string {
+	n := l.names
+	if n.key == l.Key && len(n.record) == len(s.prefix)+24 && strings.HasPrefix(n.record, s.prefix) {
+		return []string{n.record, n.record + leaseSuffix}
+	}
+	return s.keys(l.Key)
+}
+
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
-	reply, err := s.run(ctx, scripts.Claim, s.keys(req.Key),
+	keys := s.keys(req.Key)
+	reply, err := s.run(ctx, scripts.Claim, keys,
 		req.Token, req.Fingerprint, ms(req.Lease), ms(req.TTL),
 		req.MaxAttempts, req.Key.Scope, req.Key.ID).Slice()
 	if err != nil {
@@ -157,6 +178,7 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 	}
 	if out.Status == Acquired {
 		out.Lease.Key, out.Lease.Token = req.Key, req.Token
+		out.Lease.names = leaseNames{key: req.Key, record: keys[0]}
 	}
 	return out, nil
 }
@@ -203,23 +225,23 @@ func decodeClaim(r []any) (Outcome, error) {
 }
 
 // Complete implements Store.
-func (s *RedisStore) Complete(ctx context.Context, key Key, token string, result []byte, ttl time.Duration) error {
-	return s.write(ctx, scripts.Complete, key, token, result, ms(ttl))
+func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
+	return s.write(ctx, scripts.Complete, lease, result, ms(ttl))
 }
 
 // Fail implements Store.
-func (s *RedisStore) Fail(ctx context.Context, key Key, token, reason string, ttl time.Duration) error {
-	return s.write(ctx, scripts.Fail, key, token, reason, ms(ttl))
+func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error {
+	return s.write(ctx, scripts.Fail, lease, reason, ms(ttl))
 }
 
 // Release implements Store.
-func (s *RedisStore) Release(ctx context.Context, key Key, token string) error {
-	return s.write(ctx, scripts.Release, key, token)
+func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
+	return s.write(ctx, scripts.Release, lease)
 }
 
 // Extend implements Store.
-func (s *RedisStore) Extend(ctx context.Context, key Key, token string, lease time.Duration) error {
-	return s.write(ctx, scripts.Extend, key, token, ms(lease))
+func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) error {
+	return s.write(ctx, scripts.Extend, lease, ms(d))
 }
 
 // run runs sc: as EVALSHA, and as EVAL if the server does not have it
@@ -272,8 +294,8 @@ func failed(ctx context.Context, err error) *redis.Cmd {
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 // write runs a compare-and-set script that answers 1 (OK) or 0 (LOST).
-func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, args ...any) error {
-	n, err := s.run(ctx, sc, s.keys(key), args...).Int64()
+func (s *RedisStore) write(ctx context.Context, sc *redis.Script, lease Lease, args ...any) error {
+	n, err := s.run(ctx, sc, s.leaseKeys(lease), append([]any{lease.Token}, args...)...).Int64()
 	if err != nil {
 		return storeErr(ctx, err)
 	}

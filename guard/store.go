@@ -19,17 +19,17 @@ type Store interface {
 	// fingerprint mismatch, or exhausted attempts. These outcomes are
 	// reported in Outcome.Status, not as errors.
 	Claim(ctx context.Context, req ClaimRequest) (Outcome, error)
-	// Complete stores result for the holder of token and keeps the
-	// record for ttl.
-	Complete(ctx context.Context, key Key, token string, result []byte, ttl time.Duration) error
+	// Complete stores result for the holder of lease (lease.Key,
+	// lease.Token) and keeps the record for ttl.
+	Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error
 	// Fail marks the holder's attempt as failed with reason; the key may be
 	// claimed again until its attempts run out. The record is kept for ttl.
-	Fail(ctx context.Context, key Key, token, reason string, ttl time.Duration) error
+	Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error
 	// Release undoes the holder's claim as if it had never been made.
 	// Releasing a key that is already gone succeeds.
-	Release(ctx context.Context, key Key, token string) error
-	// Extend keeps the holder's lease alive for lease from now.
-	Extend(ctx context.Context, key Key, token string, lease time.Duration) error
+	Release(ctx context.Context, lease Lease) error
+	// Extend keeps the holder's lease alive for d from now.
+	Extend(ctx context.Context, lease Lease, d time.Duration) error
 	// Get reads the record, or returns ErrNotFound.
 	Get(ctx context.Context, key Key) (Record, error)
 }
@@ -77,12 +77,20 @@ type Outcome struct {
 
 // Lease is a held claim on a key. Downstream writes that must not happen
 // twice should carry Fence: it grows with every acquisition of the key.
+//
+// A Store's writes take the Lease its Claim returned; a Lease built by
+// hand from Key and Token alone is accepted too.
 type Lease struct {
 	Key       Key
 	Token     string // the owner token every write is compared against
 	Fence     int64  // grows by one with every acquisition of the key
 	Attempt   int    // 1 for the first acquisition
 	Recovered bool   // a previous holder's lease ran out before it finished
+
+	// names caches the issuing store's Redis name for Key, so the
+	// holder's later writes need not derive it again. It is a comparable
+	// value: two answers to the same claim are equal Leases.
+	names leaseNames
 }
 
 // State is where a record stands in its life.

@@ -194,30 +194,30 @@ func (t *timedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard.O
 	return out, err
 }
 
-func (t *timedStore) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+func (t *timedStore) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
 	start := time.Now()
-	err := t.next.Complete(ctx, key, token, result, ttl)
+	err := t.next.Complete(ctx, lease, result, ttl)
 	t.done(opComplete, start, err)
 	return err
 }
 
-func (t *timedStore) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
+func (t *timedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	start := time.Now()
-	err := t.next.Fail(ctx, key, token, reason, ttl)
+	err := t.next.Fail(ctx, lease, reason, ttl)
 	t.done(opFail, start, err)
 	return err
 }
 
-func (t *timedStore) Release(ctx context.Context, key guard.Key, token string) error {
+func (t *timedStore) Release(ctx context.Context, lease guard.Lease) error {
 	start := time.Now()
-	err := t.next.Release(ctx, key, token)
+	err := t.next.Release(ctx, lease)
 	t.done(opRelease, start, err)
 	return err
 }
 
-func (t *timedStore) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
+func (t *timedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	start := time.Now()
-	err := t.next.Extend(ctx, key, token, lease)
+	err := t.next.Extend(ctx, lease, d)
 	t.done(opExtend, start, err)
 	return err
 }

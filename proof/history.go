@@ -185,42 +185,42 @@ func (r *Recorder) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Out
 }
 
 // Complete implements guard.Store.
-func (r *Recorder) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+func (r *Recorder) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
 	call := r.now()
 	cctx, cancel := r.bound(ctx)
 	defer cancel()
-	err := r.inner.Complete(cctx, key, token, result, ttl)
-	r.record(ctx, Input{Op: OpComplete, Key: key, Token: token, Value: string(result)}, call, Output{OK: true}, err)
+	err := r.inner.Complete(cctx, lease, result, ttl)
+	r.record(ctx, Input{Op: OpComplete, Key: lease.Key, Token: lease.Token, Value: string(result)}, call, Output{OK: true}, err)
 	return err
 }
 
 // Fail implements guard.Store.
-func (r *Recorder) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
+func (r *Recorder) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	call := r.now()
 	cctx, cancel := r.bound(ctx)
 	defer cancel()
-	err := r.inner.Fail(cctx, key, token, reason, ttl)
-	r.record(ctx, Input{Op: OpFail, Key: key, Token: token, Value: reason}, call, Output{OK: true}, err)
+	err := r.inner.Fail(cctx, lease, reason, ttl)
+	r.record(ctx, Input{Op: OpFail, Key: lease.Key, Token: lease.Token, Value: reason}, call, Output{OK: true}, err)
 	return err
 }
 
 // Release implements guard.Store.
-func (r *Recorder) Release(ctx context.Context, key guard.Key, token string) error {
+func (r *Recorder) Release(ctx context.Context, lease guard.Lease) error {
 	call := r.now()
 	cctx, cancel := r.bound(ctx)
 	defer cancel()
-	err := r.inner.Release(cctx, key, token)
-	r.record(ctx, Input{Op: OpRelease, Key: key, Token: token}, call, Output{OK: true}, err)
+	err := r.inner.Release(cctx, lease)
+	r.record(ctx, Input{Op: OpRelease, Key: lease.Key, Token: lease.Token}, call, Output{OK: true}, err)
 	return err
 }
 
 // Extend implements guard.Store.
-func (r *Recorder) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
+func (r *Recorder) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	call := r.now()
 	cctx, cancel := r.bound(ctx)
 	defer cancel()
-	err := r.inner.Extend(cctx, key, token, lease)
-	r.record(ctx, Input{Op: OpExtend, Key: key, Token: token}, call, Output{OK: true}, err)
+	err := r.inner.Extend(cctx, lease, d)
+	r.record(ctx, Input{Op: OpExtend, Key: lease.Key, Token: lease.Token}, call, Output{OK: true}, err)
 	return err
 }
 

@@ -192,9 +192,9 @@ func TestRejectedDuplicateLeavesOriginal(t *testing.T) {
 					return
 				}
 				for name, err := range map[string]error{
-					"release":  rec.Release(cctx, key, tok),
-					"complete": rec.Complete(cctx, key, tok, []byte("dup"), time.Hour),
-					"fail":     rec.Fail(cctx, key, tok, "dup", time.Hour),
+					"release":  rec.Release(cctx, guard.Lease{Key: key, Token: tok}),
+					"complete": rec.Complete(cctx, guard.Lease{Key: key, Token: tok}, []byte("dup"), time.Hour),
+					"fail":     rec.Fail(cctx, guard.Lease{Key: key, Token: tok}, "dup", time.Hour),
 				} {
 					if !errors.Is(err, guard.ErrLeaseLost) {
 						t.Errorf("rejected duplicate's %s: %v, want ErrLeaseLost", name, err)

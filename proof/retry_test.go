@@ -138,7 +138,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("claim recovering a failed key", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.plain.Fail(ctx, k, "A", "boom", time.Hour); err != nil {
+		if err := r.plain.Fail(ctx, guard.Lease{Key: k, Token: "A"}, "boom", time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		var out guard.Outcome
@@ -167,7 +167,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("claim replaying", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.plain.Complete(ctx, k, "A", []byte("res"), time.Hour); err != nil {
+		if err := r.plain.Complete(ctx, guard.Lease{Key: k, Token: "A"}, []byte("res"), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		var out guard.Outcome
@@ -182,7 +182,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("complete", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.once(func() error { return r.viaP.Complete(ctx, k, "A", []byte("res"), time.Hour) }, nil); err != nil {
+		if err := r.once(func() error { return r.viaP.Complete(ctx, guard.Lease{Key: k, Token: "A"}, []byte("res"), time.Hour) }, nil); err != nil {
 			t.Fatalf("complete: %v, want OK", err)
 		}
 		if rec := r.get(k); rec.State != guard.StateCompleted || string(rec.Result) != "res" {
@@ -192,7 +192,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("fail", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.once(func() error { return r.viaP.Fail(ctx, k, "A", "boom", time.Hour) }, nil); err != nil {
+		if err := r.once(func() error { return r.viaP.Fail(ctx, guard.Lease{Key: k, Token: "A"}, "boom", time.Hour) }, nil); err != nil {
 			t.Fatalf("fail: %v, want OK", err)
 		}
 		if rec := r.get(k); rec.State != guard.StateFailed || rec.LastError != "boom" {
@@ -202,7 +202,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("release first attempt", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.once(func() error { return r.viaP.Release(ctx, k, "A") }, nil); err != nil {
+		if err := r.once(func() error { return r.viaP.Release(ctx, guard.Lease{Key: k, Token: "A"}) }, nil); err != nil {
 			t.Fatalf("release: %v, want OK", err)
 		}
 		if _, err := r.plain.Get(ctx, k); !errors.Is(err, guard.ErrNotFound) {
@@ -212,9 +212,9 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("release later attempt", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		_ = r.plain.Fail(ctx, k, "A", "boom", time.Hour)
+		_ = r.plain.Fail(ctx, guard.Lease{Key: k, Token: "A"}, "boom", time.Hour)
 		r.claim(r.plain, k, "B", time.Minute)
-		if err := r.once(func() error { return r.viaP.Release(ctx, k, "B") }, nil); err != nil {
+		if err := r.once(func() error { return r.viaP.Release(ctx, guard.Lease{Key: k, Token: "B"}) }, nil); err != nil {
 			t.Fatalf("release: %v, want OK", err)
 		}
 		if rec := r.get(k); rec.State != guard.StateFailed || rec.Attempt != 1 || rec.Fence != 2 {
@@ -224,7 +224,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("extend", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Second)
-		if err := r.once(func() error { return r.viaP.Extend(ctx, k, "A", time.Minute) }, nil); err != nil {
+		if err := r.once(func() error { return r.viaP.Extend(ctx, guard.Lease{Key: k, Token: "A"}, time.Minute) }, nil); err != nil {
 			t.Fatalf("extend: %v, want OK", err)
 		}
 		if rec := r.get(k); rec.LeaseLeft < 30*time.Second {
@@ -275,7 +275,7 @@ func TestScriptRetryRacingAnotherClaim(t *testing.T) {
 	t.Run("complete", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.once(func() error { return r.viaP.Complete(ctx, k, "A", []byte("a"), time.Hour) }, compete(k)); err != nil {
+		if err := r.once(func() error { return r.viaP.Complete(ctx, guard.Lease{Key: k, Token: "A"}, []byte("a"), time.Hour) }, compete(k)); err != nil {
 			t.Fatalf("complete: %v, want OK", err)
 		}
 		if rival.Status != guard.Replay || string(rival.Result) != "a" {
@@ -285,7 +285,7 @@ func TestScriptRetryRacingAnotherClaim(t *testing.T) {
 	t.Run("extend", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		if err := r.once(func() error { return r.viaP.Extend(ctx, k, "A", time.Minute) }, compete(k)); err != nil {
+		if err := r.once(func() error { return r.viaP.Extend(ctx, guard.Lease{Key: k, Token: "A"}, time.Minute) }, compete(k)); err != nil {
 			t.Fatalf("extend: %v, want OK", err)
 		}
 		if rival.Status != guard.InProgress {
@@ -299,7 +299,7 @@ func TestScriptRetryRacingAnotherClaim(t *testing.T) {
 	t.Run("fail", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		err := r.once(func() error { return r.viaP.Fail(ctx, k, "A", "boom", time.Hour) }, compete(k))
+		err := r.once(func() error { return r.viaP.Fail(ctx, guard.Lease{Key: k, Token: "A"}, "boom", time.Hour) }, compete(k))
 		if rival.Status != guard.Acquired || rival.Lease.Fence != 2 {
 			t.Fatalf("rival: %+v, want acquired fence 2", rival)
 		}
@@ -310,9 +310,9 @@ func TestScriptRetryRacingAnotherClaim(t *testing.T) {
 	t.Run("release later attempt", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		_ = r.plain.Fail(ctx, k, "A", "boom", time.Hour)
+		_ = r.plain.Fail(ctx, guard.Lease{Key: k, Token: "A"}, "boom", time.Hour)
 		r.claim(r.plain, k, "B", time.Minute)
-		err := r.once(func() error { return r.viaP.Release(ctx, k, "B") }, compete(k))
+		err := r.once(func() error { return r.viaP.Release(ctx, guard.Lease{Key: k, Token: "B"}) }, compete(k))
 		if rival.Status != guard.Acquired || rival.Lease.Fence != 3 {
 			t.Fatalf("rival: %+v, want acquired fence 3", rival)
 		}
@@ -323,7 +323,7 @@ func TestScriptRetryRacingAnotherClaim(t *testing.T) {
 	t.Run("release first attempt", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", time.Minute)
-		err := r.once(func() error { return r.viaP.Release(ctx, k, "A") }, compete(k))
+		err := r.once(func() error { return r.viaP.Release(ctx, guard.Lease{Key: k, Token: "A"}) }, compete(k))
 		if rival.Status != guard.Acquired {
 			t.Fatalf("rival: %+v, want acquired", rival)
 		}

@@ -56,7 +56,7 @@ func BenchmarkPostgresStore(b *testing.B) {
 			if err != nil || out.Status != guard.Acquired {
 				return fmt.Errorf("claim: %v %v", out.Status, err)
 			}
-			return s.Complete(ctx, key, tok, []byte("ok"), time.Hour)
+			return s.Complete(ctx, guard.Lease{Key: key, Token: tok}, []byte("ok"), time.Hour)
 		})
 	})
 	b.Run("plain-insert-on-conflict", func(b *testing.B) { parallel(b, plain) })
@@ -145,7 +145,7 @@ func BenchmarkInterleaved(b *testing.B) {
 			if err != nil || out.Status != guard.Acquired {
 				return fmt.Errorf("claim: %v %v", out.Status, err)
 			}
-			return s.Complete(ctx, key, id, []byte("ok"), time.Hour)
+			return s.Complete(ctx, guard.Lease{Key: key, Token: id}, []byte("ok"), time.Hour)
 		}},
 		{"redis-do+tx-us", do(onRedis, "tx", plainTx)},
 		{"redis-do+tx+commit-us", do(onRedis, "commit", bs.Func("fp", business))},

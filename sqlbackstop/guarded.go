@@ -76,7 +76,7 @@ func (g *guardedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 		// If that fails, the replay is still right; the next claim asks
 		// the backstop again.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(req.Lease, time.Second))
-		_ = g.primary.Complete(wctx, req.Key, req.Token, m.result, req.TTL)
+		_ = g.primary.Complete(wctx, out.Lease, m.result, req.TTL)
 		cancel()
 		return guard.Outcome{Status: guard.Replay, Result: m.result}, nil
 	}
@@ -88,23 +88,23 @@ func (g *guardedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 func (g *guardedStore) undo(ctx context.Context, l guard.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = g.primary.Release(ctx, l.Key, l.Token)
+	_ = g.primary.Release(ctx, l)
 }
 
-func (g *guardedStore) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
-	return g.primary.Complete(ctx, key, token, result, ttl)
+func (g *guardedStore) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	return g.primary.Complete(ctx, lease, result, ttl)
 }
 
-func (g *guardedStore) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
-	return g.primary.Fail(ctx, key, token, reason, ttl)
+func (g *guardedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return g.primary.Fail(ctx, lease, reason, ttl)
 }
 
-func (g *guardedStore) Release(ctx context.Context, key guard.Key, token string) error {
-	return g.primary.Release(ctx, key, token)
+func (g *guardedStore) Release(ctx context.Context, lease guard.Lease) error {
+	return g.primary.Release(ctx, lease)
 }
 
-func (g *guardedStore) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
-	return g.primary.Extend(ctx, key, token, lease)
+func (g *guardedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	return g.primary.Extend(ctx, lease, d)
 }
 
 func (g *guardedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {

@@ -282,21 +282,22 @@ func (s *Store) claimLocked(ctx context.Context, req guard.ClaimRequest, leaseUS
 }
 
 // Complete implements guard.Store.
-func (s *Store) Complete(ctx context.Context, key guard.Key, token string, result []byte, ttl time.Duration) error {
+func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
 	if result == nil {
 		result = []byte{}
 	}
-	return s.finish(ctx, "complete", s.q.complete, "completed", key, token, result, ttl)
+	return s.finish(ctx, "complete", s.q.complete, "completed", lease, result, ttl)
 }
 
 // Fail implements guard.Store.
-func (s *Store) Fail(ctx context.Context, key guard.Key, token, reason string, ttl time.Duration) error {
-	return s.finish(ctx, "fail", s.q.fail, "failed", key, token, reason, ttl)
+func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return s.finish(ctx, "fail", s.q.fail, "failed", lease, reason, ttl)
 }
 
 // finish moves the holder's pending record to state; repeating it after it
 // succeeded succeeds again.
-func (s *Store) finish(ctx context.Context, what, q, state string, key guard.Key, token string, value any, ttl time.Duration) error {
+func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.Lease, value any, ttl time.Duration) error {
+	key, token := lease.Key, lease.Token
 	if s.err != nil {
 		return s.err
 	}
@@ -326,7 +327,8 @@ func (s *Store) finish(ctx context.Context, what, q, state string, key guard.Key
 // Release implements guard.Store. A first attempt's record is deleted; a
 // later one returns to failed with the attempt uncounted, so the fence
 // still only grows.
-func (s *Store) Release(ctx context.Context, key guard.Key, token string) error {
+func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
+	key, token := lease.Key, lease.Token
 	if s.err != nil {
 		return s.err
 	}
@@ -354,14 +356,14 @@ func (s *Store) Release(ctx context.Context, key guard.Key, token string) error 
 
 // Extend implements guard.Store. A holder whose lease ran out keeps the key
 // until someone else claims it.
-func (s *Store) Extend(ctx context.Context, key guard.Key, token string, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	if s.err != nil {
 		return s.err
 	}
-	if lease <= 0 {
-		return fmt.Errorf("sqlbackstop: extend: lease %s is not positive", lease)
+	if d <= 0 {
+		return fmt.Errorf("sqlbackstop: extend: lease %s is not positive", d)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.extend, key.Scope, key.ID, token, lease.Microseconds())
+	res, err := s.db.ExecContext(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
 	if err != nil {
 		return dbErr(ctx, "extend", err)
 	}

@@ -64,10 +64,10 @@ func TestStoreBadInput(t *testing.T) {
 	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("bad claims left a record: %v", err)
 	}
-	if err := s.Extend(ctx, key, "A", 0); err == nil {
+	if err := s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, 0); err == nil {
 		t.Error("Extend with zero lease succeeded")
 	}
-	if err := s.Complete(ctx, key, "A", nil, 0); err == nil {
+	if err := s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, nil, 0); err == nil {
 		t.Error("Complete with zero ttl succeeded")
 	}
 	bad := sqlbackstop.NewStore(db, sqlbackstop.Options{TablePrefix: string(make([]byte, 60))})

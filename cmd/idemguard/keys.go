@@ -308,7 +308,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rec.LeaseLeft > 0 && !*force {
 		return fmt.Errorf("%s is pending and its holder's lease is alive for %s: it may still be running; wait, or use --force", key, rec.LeaseLeft.Round(time.Millisecond))
 	}
-	if err := store.Release(ctx, key, rec.Token); err != nil {
+	if err := store.Release(ctx, guard.Lease{Key: key, Token: rec.Token}); err != nil {
 		if errors.Is(err, guard.ErrLeaseLost) {
 			return fmt.Errorf("%s changed while releasing (another holder took it); nothing done", key)
 		}

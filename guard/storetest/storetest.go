@@ -183,7 +183,7 @@ func (c contract) claimRepeated(t *testing.T) {
 		t.Fatalf("repeated claim = %+v, want %+v", again, first)
 	}
 	// Also after a failure and recovery: the retry of the recovering claim.
-	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
+	mustOK(t, "fail", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "boom", time.Hour))
 	b1 := acquire(t, s, c.req(key, "B"))
 	b2 := acquire(t, s, c.req(key, "B"))
 	if b1 != b2 || b1.Fence != 2 {
@@ -214,7 +214,7 @@ func (c contract) mismatch(t *testing.T) {
 	if out := claim(t, s, other); out.Status != guard.Mismatch {
 		t.Fatalf("claim with another fingerprint while pending = %v, want mismatch", out.Status)
 	}
-	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("secret"), time.Hour))
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("secret"), time.Hour))
 	out := claim(t, s, other)
 	if out.Status != guard.Mismatch || out.Result != nil {
 		t.Fatalf("claim with another fingerprint after completion = %+v, want mismatch without result", out)
@@ -225,7 +225,7 @@ func (c contract) completeThenReplay(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
 	result := []byte("ok\x00\xff\n binary")
-	mustOK(t, "complete", s.Complete(ctx, key, "A", result, time.Hour))
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, result, time.Hour))
 	rec := get(t, s, key)
 	if rec.State != guard.StateCompleted || !bytes.Equal(rec.Result, result) || rec.LeaseLeft != 0 {
 		t.Fatalf("completed record = %+v", rec)
@@ -239,7 +239,7 @@ func (c contract) completeThenReplay(t *testing.T) {
 	// An empty result is a result.
 	key2 := newKey(t)
 	acquire(t, s, c.req(key2, "A"))
-	mustOK(t, "complete empty", s.Complete(ctx, key2, "A", nil, time.Hour))
+	mustOK(t, "complete empty", s.Complete(ctx, guard.Lease{Key: key2, Token: "A"}, nil, time.Hour))
 	if out := claim(t, s, c.req(key2, "B")); out.Status != guard.Replay || len(out.Result) != 0 {
 		t.Fatalf("replay of empty result = %+v", out)
 	}
@@ -248,8 +248,8 @@ func (c contract) completeThenReplay(t *testing.T) {
 func (c contract) completeRepeated(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
-	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("r"), time.Hour))
-	mustOK(t, "complete again", s.Complete(ctx, key, "A", []byte("r"), time.Hour))
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("r"), time.Hour))
+	mustOK(t, "complete again", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("r"), time.Hour))
 	if rec := get(t, s, key); string(rec.Result) != "r" {
 		t.Fatalf("result after repeated complete = %q", rec.Result)
 	}
@@ -259,29 +259,29 @@ func (c contract) staleToken(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
 	before := get(t, s, key)
-	mustLost(t, "complete with stale token", s.Complete(ctx, key, "X", []byte("x"), time.Hour))
-	mustLost(t, "fail with stale token", s.Fail(ctx, key, "X", "x", time.Hour))
-	mustLost(t, "extend with stale token", s.Extend(ctx, key, "X", time.Hour))
-	mustLost(t, "release with stale token", s.Release(ctx, key, "X"))
+	mustLost(t, "complete with stale token", s.Complete(ctx, guard.Lease{Key: key, Token: "X"}, []byte("x"), time.Hour))
+	mustLost(t, "fail with stale token", s.Fail(ctx, guard.Lease{Key: key, Token: "X"}, "x", time.Hour))
+	mustLost(t, "extend with stale token", s.Extend(ctx, guard.Lease{Key: key, Token: "X"}, time.Hour))
+	mustLost(t, "release with stale token", s.Release(ctx, guard.Lease{Key: key, Token: "X"}))
 	after := get(t, s, key)
 	if after.State != before.State || after.Token != before.Token || after.Fence != before.Fence ||
 		after.Attempt != before.Attempt || after.Result != nil || after.LeaseLeft > before.LeaseLeft {
 		t.Fatalf("stale writes changed the record: before %+v, after %+v", before, after)
 	}
 	// On a completed record, too.
-	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
-	mustLost(t, "complete completed with stale token", s.Complete(ctx, key, "X", []byte("x"), time.Hour))
-	mustLost(t, "release completed with stale token", s.Release(ctx, key, "X"))
-	mustLost(t, "release completed by owner", s.Release(ctx, key, "A"))
-	mustLost(t, "fail completed by owner", s.Fail(ctx, key, "A", "late", time.Hour))
-	mustLost(t, "extend completed by owner", s.Extend(ctx, key, "A", time.Hour))
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("a"), time.Hour))
+	mustLost(t, "complete completed with stale token", s.Complete(ctx, guard.Lease{Key: key, Token: "X"}, []byte("x"), time.Hour))
+	mustLost(t, "release completed with stale token", s.Release(ctx, guard.Lease{Key: key, Token: "X"}))
+	mustLost(t, "release completed by owner", s.Release(ctx, guard.Lease{Key: key, Token: "A"}))
+	mustLost(t, "fail completed by owner", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "late", time.Hour))
+	mustLost(t, "extend completed by owner", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, time.Hour))
 	if rec := get(t, s, key); rec.State != guard.StateCompleted || string(rec.Result) != "a" {
 		t.Fatalf("completed record changed: %+v", rec)
 	}
 	// On an absent key, writes other than release are lost.
 	gone := newKey(t)
-	mustLost(t, "complete absent", s.Complete(ctx, gone, "A", nil, time.Hour))
-	mustLost(t, "extend absent", s.Extend(ctx, gone, "A", time.Hour))
+	mustLost(t, "complete absent", s.Complete(ctx, guard.Lease{Key: gone, Token: "A"}, nil, time.Hour))
+	mustLost(t, "extend absent", s.Extend(ctx, guard.Lease{Key: gone, Token: "A"}, time.Hour))
 	if _, err := s.Get(ctx, gone); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("writes to an absent key created it: %v", err)
 	}
@@ -290,8 +290,8 @@ func (c contract) staleToken(t *testing.T) {
 func (c contract) failThenRetry(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
-	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
-	mustOK(t, "fail again", s.Fail(ctx, key, "A", "boom", time.Hour))
+	mustOK(t, "fail", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "boom", time.Hour))
+	mustOK(t, "fail again", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "boom", time.Hour))
 	rec := get(t, s, key)
 	if rec.State != guard.StateFailed || rec.LastError != "boom" || rec.Attempt != 1 || rec.LeaseLeft != 0 {
 		t.Fatalf("failed record = %+v", rec)
@@ -300,8 +300,8 @@ func (c contract) failThenRetry(t *testing.T) {
 	if l.Fence != 2 || l.Attempt != 2 || l.Recovered {
 		t.Fatalf("retry lease = %+v, want fence 2, attempt 2, not recovered", l)
 	}
-	mustLost(t, "old holder completes after retry", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
-	mustOK(t, "retry completes", s.Complete(ctx, key, "B", []byte("b"), time.Hour))
+	mustLost(t, "old holder completes after retry", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("a"), time.Hour))
+	mustOK(t, "retry completes", s.Complete(ctx, guard.Lease{Key: key, Token: "B"}, []byte("b"), time.Hour))
 	if out := claim(t, s, c.req(key, "C")); out.Status != guard.Replay || string(out.Result) != "b" {
 		t.Fatalf("after retry = %+v, want replay of b", out)
 	}
@@ -315,7 +315,7 @@ func (c contract) exhausted(t *testing.T) {
 		if l.Attempt != i+1 {
 			t.Fatalf("attempt = %d, want %d", l.Attempt, i+1)
 		}
-		mustOK(t, "fail", s.Fail(ctx, key, tok, fmt.Sprintf("boom %d", i+1), time.Hour))
+		mustOK(t, "fail", s.Fail(ctx, guard.Lease{Key: key, Token: tok}, fmt.Sprintf("boom %d", i+1), time.Hour))
 	}
 	out := claim(t, s, r("D"))
 	if out.Status != guard.Exhausted || out.Attempts != 3 || out.LastError != "boom 3" {
@@ -339,8 +339,8 @@ func (c contract) exhausted(t *testing.T) {
 func (c contract) releaseFirst(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
-	mustOK(t, "release", s.Release(ctx, key, "A"))
-	mustOK(t, "release again", s.Release(ctx, key, "A"))
+	mustOK(t, "release", s.Release(ctx, guard.Lease{Key: key, Token: "A"}))
+	mustOK(t, "release again", s.Release(ctx, guard.Lease{Key: key, Token: "A"}))
 	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("Get after release = %v, want ErrNotFound", err)
 	}
@@ -348,15 +348,15 @@ func (c contract) releaseFirst(t *testing.T) {
 	if l.Attempt != 1 || l.Recovered {
 		t.Fatalf("claim after release = %+v, want a first attempt", l)
 	}
-	mustOK(t, "release of an absent key", s.Release(ctx, newKey(t), "Z"))
+	mustOK(t, "release of an absent key", s.Release(ctx, guard.Lease{Key: newKey(t), Token: "Z"}))
 }
 
 func (c contract) releaseLater(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
-	mustOK(t, "fail", s.Fail(ctx, key, "A", "boom", time.Hour))
+	mustOK(t, "fail", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "boom", time.Hour))
 	second := acquire(t, s, c.req(key, "B"))
-	mustOK(t, "release", s.Release(ctx, key, "B"))
+	mustOK(t, "release", s.Release(ctx, guard.Lease{Key: key, Token: "B"}))
 	rec := get(t, s, key)
 	if rec.State != guard.StateFailed || rec.Attempt != 1 {
 		t.Fatalf("after releasing attempt 2 = %+v, want failed with 1 attempt", rec)
@@ -375,11 +375,11 @@ func (c contract) leaseRecovery(t *testing.T) {
 	if b.Fence != a.Fence+1 || b.Attempt != 2 || !b.Recovered {
 		t.Fatalf("recovered lease = %+v, want fence %d, attempt 2, recovered", b, a.Fence+1)
 	}
-	mustLost(t, "old holder's extend", s.Extend(ctx, key, "A", c.h.Lease))
-	mustLost(t, "old holder's complete", s.Complete(ctx, key, "A", []byte("a"), time.Hour))
-	mustLost(t, "old holder's fail", s.Fail(ctx, key, "A", "x", time.Hour))
-	mustLost(t, "old holder's release", s.Release(ctx, key, "A"))
-	mustOK(t, "new holder's complete", s.Complete(ctx, key, "B", []byte("b"), time.Hour))
+	mustLost(t, "old holder's extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
+	mustLost(t, "old holder's complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("a"), time.Hour))
+	mustLost(t, "old holder's fail", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, "x", time.Hour))
+	mustLost(t, "old holder's release", s.Release(ctx, guard.Lease{Key: key, Token: "A"}))
+	mustOK(t, "new holder's complete", s.Complete(ctx, guard.Lease{Key: key, Token: "B"}, []byte("b"), time.Hour))
 	if out := claim(t, s, c.req(key, "C")); out.Status != guard.Replay || string(out.Result) != "b" {
 		t.Fatalf("after recovery = %+v, want replay of b", out)
 	}
@@ -390,14 +390,14 @@ func (c contract) extendKeeps(t *testing.T) {
 	acquire(t, s, c.req(key, "A"))
 	for range 3 {
 		c.h.Advance(t, c.h.Lease/2)
-		mustOK(t, "extend", s.Extend(ctx, key, "A", c.h.Lease))
+		mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
 	}
 	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
 		t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
 	}
 	// A lease that ran out, unclaimed by anyone, still belongs to its holder.
 	c.h.Advance(t, c.h.Lease)
-	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, key, "A", c.h.Lease))
+	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
 	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
 		t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
 	}
@@ -406,7 +406,7 @@ func (c contract) extendKeeps(t *testing.T) {
 func (c contract) retention(t *testing.T) {
 	s, key := c.h.New(t), newKey(t)
 	acquire(t, s, c.req(key, "A"))
-	mustOK(t, "complete", s.Complete(ctx, key, "A", []byte("a"), c.h.TTL))
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("a"), c.h.TTL))
 	if rec := get(t, s, key); rec.TTL <= 0 || rec.TTL > c.h.TTL {
 		t.Fatalf("record TTL = %s, want in (0, %s]", rec.TTL, c.h.TTL)
 	}
@@ -424,7 +424,7 @@ func (c contract) scopes(t *testing.T) {
 	a := guard.Key{Scope: "tenant-a", ID: "same-" + rand.Text()}
 	b := guard.Key{Scope: "tenant-b", ID: a.ID}
 	acquire(t, s, c.req(a, "A"))
-	mustOK(t, "complete a", s.Complete(ctx, a, "A", []byte("a"), time.Hour))
+	mustOK(t, "complete a", s.Complete(ctx, guard.Lease{Key: a, Token: "A"}, []byte("a"), time.Hour))
 	acquire(t, s, c.req(b, "B"))
 	// Scope and ID boundaries must not blur: ("ab","c") is not ("a","bc").
 	x := guard.Key{Scope: "ab", ID: "c" + a.ID}
@@ -438,7 +438,7 @@ func (c contract) oddKeys(t *testing.T) {
 	for _, id := range []string{"{tag}", "}{", "ключ-" + rand.Text(), "a b:c*d?[e]", string(bytes.Repeat([]byte("x"), guard.MaxIDLen))} {
 		key := guard.Key{Scope: "odd " + rand.Text()[:6], ID: id}
 		acquire(t, s, c.req(key, "A"))
-		mustOK(t, "complete "+id, s.Complete(ctx, key, "A", []byte(id), time.Hour))
+		mustOK(t, "complete "+id, s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte(id), time.Hour))
 		if out := claim(t, s, c.req(key, "B")); out.Status != guard.Replay || string(out.Result) != id {
 			t.Fatalf("key %q: %+v", id, out)
 		}
