@@ -57,10 +57,10 @@ type VectorConflictError struct {
 
 	// Order is Stored compared with Base.Increment(Writer), the vector the
 	// write would have had. Concurrent is the usual case: another writer
-	// wrote on top of something this writer had not seen. After or Equal
-	// means the row holds a write of this same writer that Base lacks: two
-	// processes share a writer id, or an earlier try of this write (or a
-	// concurrent one with a different value) already landed.
+	// wrote something this writer had not seen. Any other order (Equal,
+	// After, Before) means the row holds a write of this same writer that
+	// Base lacks: two processes share a writer id, or an earlier write of
+	// this one (an earlier try with another value, say) already landed.
 	Order Ordering
 }
 
@@ -69,6 +69,8 @@ type VectorConflictError struct {
 // again meanwhile.
 func (e *VectorConflictError) MergedBase() Vector { return e.Stored.Merge(e.Base) }
 
+// Error names the row, the writer and both vectors (not the values, which
+// may be large or private).
 func (e *VectorConflictError) Error() string {
 	return fmt.Sprintf("%s: %s id=%v: %s write on [%s] refused, row is at [%s] (%s)",
 		ErrConflict, e.Table, e.ID, e.Writer, e.Base, e.Stored, e.Order)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // VectorTable names a table of the application's whose rows are entities
@@ -111,7 +112,8 @@ func (t VectorTable) Read(ctx context.Context, q Querier, id any) (Version, erro
 // base.Increment(Writer) and an equal value, as after a retry whose first
 // reply was lost), Write returns that vector and no error.
 //
-// q may be a transaction; the row is then locked until it ends. In a
+// q may be a transaction; a write that goes through keeps the row locked
+// until it ends. In a
 // REPEATABLE READ or SERIALIZABLE transaction a racing write fails instead
 // with PostgreSQL's serialization failure, which matches ErrConflict but
 // carries no versions: run the transaction again (RetryOnConflict). Deleting
@@ -127,6 +129,9 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 	}
 	if q == nil {
 		return Vector{}, errors.New("occ: Write: nil Querier")
+	}
+	if base.Get(t.Writer) == math.MaxUint64 {
+		return Vector{}, fmt.Errorf("occ: VectorTable %s: writer %q's counter is at 2^64-1", t.Name, t.Writer)
 	}
 	next := base.Increment(t.Writer)
 	// The stored vector is Before-or-Equal base when none of its counters

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/occ"
 )
@@ -279,6 +280,13 @@ func TestVectorCounters(t *testing.T) {
 	if err != nil || r.Vector.Get("a") != math.MaxUint64 {
 		t.Fatalf("Read = [%s], %v", r.Vector, err)
 	}
+	// No counter past the largest: an error, not a panic, and nothing written.
+	if _, err := tbl.Write(ctx, db, "c", r.Vector, []byte(`["w"]`)); err == nil || errors.Is(err, occ.ErrConflict) {
+		t.Fatalf("write past the largest counter = %v", err)
+	}
+	if r2, err := tbl.Read(ctx, db, "c"); err != nil || string(r2.Value) != string(r.Value) {
+		t.Fatalf("the refused write changed the row: %s, %v", r2.Value, err)
+	}
 }
 
 // TestVectorScanValue: vectors survive the jsonb column, whose own
@@ -304,5 +312,76 @@ func TestVectorScanValue(t *testing.T) {
 	var v occ.Vector
 	if err := db.QueryRowContext(ctx, `SELECT NULL::jsonb`).Scan(&v); err == nil {
 		t.Error("NULL scanned into a Vector")
+	}
+}
+
+// TestVectorConcurrentCreate: two regions create the same cart at once.
+// The second one's insert waits for the first's transaction, then is
+// judged against the row it made: a concurrent sibling, not a duplicate
+// row or a unique-violation error.
+func TestVectorConcurrentCreate(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	east := cartsTable(t, db, "us-east")
+	west := east
+	west.Writer = "eu-west"
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := east.Write(ctx, tx, "c", occ.Vector{}, itemsJSON([]string{"apple"})); err != nil {
+		t.Fatal(err)
+	}
+	var xid string
+	if err := tx.QueryRowContext(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := west.Write(ctx, db, "c", occ.Vector{}, itemsJSON([]string{"pear"}))
+		done <- err
+	}()
+	// Wait until west's insert waits on east's transaction (a condition,
+	// polled; not a sleep standing in for one).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'transactionid' AND transactionid::text = $1 AND NOT granted`, xid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("west's write ended before east committed: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("west's write never waited on east's transaction")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	var ce *occ.VectorConflictError
+	if !errors.As(err, &ce) || ce.Order != occ.Concurrent || ce.Stored.String() != "us-east:1" ||
+		!slices.Equal(items(t, ce.StoredValue), []string{"apple"}) {
+		t.Fatalf("second creator = %v, want a concurrent sibling of east's cart", err)
+	}
+	if _, err := west.Write(ctx, db, "c", ce.MergedBase(), union(t, ce.StoredValue, ce.Value)); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM occ_carts`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v)", rows, err)
+	}
+	r, err := east.Read(ctx, db, "c")
+	if err != nil || r.Vector.String() != "eu-west:1,us-east:1" || !slices.Equal(items(t, r.Value), []string{"apple", "pear"}) {
+		t.Fatalf("cart = [%s] %s, %v", r.Vector, r.Value, err)
 	}
 }
