@@ -12,8 +12,8 @@
 // The package also holds what services around an idempotent effect need on
 // PostgreSQL: embedded migrations (Migrate, MigrateDown, Migrator),
 // consumer deduplication (MarkConsumed, Consume), webhook deliveries
-// (InsertOrRetry), optimistic concurrency (VersionedTable,
-// RetryOnConflict) and a batched purge of expired rows (Purge).
+// (InsertOrRetry) and a batched purge of expired rows (Purge). Optimistic
+// concurrency (versioned updates, version vectors) is package occ.
 //
 // Table and schema names are quoted with pq.QuoteIdentifier; values are
 // always bound parameters.

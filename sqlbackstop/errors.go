@@ -25,9 +25,6 @@ var (
 	// already seen for the key (a later holder took it over). The error is
 	// a *StaleFenceError; roll the transaction back.
 	ErrStaleFence = errors.New("sqlbackstop: stale fence")
-	// ErrConflict: a versioned update found the row at another version (or
-	// gone). Re-read and try again, e.g. with RetryOnConflict.
-	ErrConflict = errors.New("sqlbackstop: version conflict")
 )
 
 // AlreadyCommittedError is returned by Commit when the key's row exists

@@ -1,4 +1,4 @@
-package sqlbackstop_test
+package occ_test
 
 import (
 	"context"
@@ -6,21 +6,21 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/occ"
 )
 
 // RetryOnConflict re-runs a read-and-update until it does not conflict.
 func ExampleRetryOnConflict() {
 	version := 1 // stands for a row another writer updates twice meanwhile
 	tries := 0
-	err := sqlbackstop.RetryOnConflict(context.Background(), sqlbackstop.RetryOptions{}, func(ctx context.Context) error {
+	err := occ.RetryOnConflict(context.Background(), occ.RetryOptions{}, func(ctx context.Context) error {
 		tries++
 		read := version // re-read
 		if tries < 3 {
 			version++ // the other writer commits first
 		}
 		if read != version {
-			return sqlbackstop.ErrConflict
+			return occ.ErrConflict
 		}
 		version++
 		return nil
@@ -37,8 +37,8 @@ func ExampleVersionedTable_Update() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	accounts := sqlbackstop.VersionedTable{Name: "accounts"}
-	err = sqlbackstop.RetryOnConflict(ctx, sqlbackstop.RetryOptions{}, func(ctx context.Context) error {
+	accounts := occ.VersionedTable{Name: "accounts"}
+	err = occ.RetryOnConflict(ctx, occ.RetryOptions{}, func(ctx context.Context) error {
 		var balance, version int64
 		if err := db.QueryRowContext(ctx, `SELECT balance, version FROM accounts WHERE id = $1`, 1).Scan(&balance, &version); err != nil {
 			return err
@@ -59,8 +59,8 @@ func ExampleVersionedTable_UpdateRetry() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	counters := sqlbackstop.VersionedTable{Name: "counters"}
-	version, err := counters.UpdateRetry(ctx, db, "visits", sqlbackstop.RetryOptions{MaxTries: 20},
+	counters := occ.VersionedTable{Name: "counters"}
+	version, err := counters.UpdateRetry(ctx, db, "visits", occ.RetryOptions{MaxTries: 20},
 		func(ctx context.Context) (int64, map[string]any, error) {
 			var n, version int64
 			err := db.QueryRowContext(ctx, `SELECT n, version FROM counters WHERE id = $1`, "visits").Scan(&n, &version)

@@ -1,4 +1,4 @@
-package sqlbackstop
+package occ
 
 import (
 	"context"
@@ -10,12 +10,28 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"github.com/lib/pq"
 )
 
-// VersionedTable names a table whose rows carry a version column, for
-// optimistic concurrency: an update names the version it read and applies
-// only if the row is still at it.
+// Querier is what the writes run their statements on: *sql.DB, *sql.Tx
+// and *sql.Conn all satisfy it, whatever the driver (lib/pq, pgx's stdlib).
+// Pass a *sql.Tx to make a write part of a larger transaction.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var (
+	_ Querier = (*sql.DB)(nil)
+	_ Querier = (*sql.Tx)(nil)
+	_ Querier = (*sql.Conn)(nil)
+)
+
+// VersionedTable names a table of the application's whose rows carry an
+// integer version column, for single-version optimistic concurrency: an
+// update names the version it read and applies only if the row is still
+// at it. occ creates no table: the application adds the column, e.g. with
+// the SQL of Migration.
 type VersionedTable struct {
 	Schema        string // "" for the connection's search_path
 	Name          string // the table; required
@@ -24,27 +40,15 @@ type VersionedTable struct {
 }
 
 func (v VersionedTable) names() (table, idCol, verCol string, err error) {
-	if v.Name == "" {
-		return "", "", "", errors.New("sqlbackstop: VersionedTable without a Name")
-	}
-	for _, s := range []string{v.Schema, v.Name, v.IDColumn, v.VersionColumn} {
-		if strings.ContainsRune(s, 0) {
-			return "", "", "", errors.New("sqlbackstop: VersionedTable names must not contain NUL bytes")
-		}
-	}
-	table = pq.QuoteIdentifier(v.Name)
-	if v.Schema != "" {
-		table = pq.QuoteIdentifier(v.Schema) + "." + table
+	table, err = tableName("VersionedTable", v.Schema, v.Name)
+	if err != nil {
+		return "", "", "", err
 	}
 	idCol, verCol = orDefault(v.IDColumn, "id"), orDefault(v.VersionColumn, "version")
-	return table, idCol, verCol, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
+	if err := checkNames("VersionedTable", idCol, verCol); err != nil {
+		return "", "", "", err
 	}
-	return s
+	return table, idCol, verCol, nil
 }
 
 // Update sets the columns in set on the row id, if it is still at version,
@@ -53,26 +57,28 @@ func orDefault(s, def string) string {
 //	UPDATE table SET col = $3, …, version = version + 1 WHERE id = $1 AND version = $2
 //
 // It returns the new version. When no row matched (another writer moved
-// the version on, or the row is gone) it returns ErrConflict and changes
-// nothing. Column names are quoted; values are parameters.
+// the version on, or the row is gone) it returns an error matching
+// ErrConflict and changes nothing. Column names are quoted; values are
+// parameters. Database errors are classified as dbErr says (ErrConflict
+// for a serialization failure, ErrUnavailable for a lost connection).
 func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version int64, set map[string]any) (int64, error) {
 	table, idCol, verCol, err := v.names()
 	if err != nil {
 		return 0, err
 	}
 	if q == nil {
-		return 0, errors.New("sqlbackstop: Update: nil Querier")
+		return 0, errors.New("occ: Update: nil Querier")
 	}
 	if len(set) == 0 {
-		return 0, errors.New("sqlbackstop: Update with no columns to set")
+		return 0, errors.New("occ: Update with no columns to set")
 	}
 	cols := make([]string, 0, len(set))
 	for c := range set {
 		switch {
 		case c == "" || strings.ContainsRune(c, 0):
-			return 0, fmt.Errorf("sqlbackstop: Update: bad column name %q", c)
+			return 0, fmt.Errorf("occ: Update: bad column name %q", c)
 		case c == idCol || c == verCol:
-			return 0, fmt.Errorf("sqlbackstop: Update may not set %q: it is the id or version column", c)
+			return 0, fmt.Errorf("occ: Update may not set %q: it is the id or version column", c)
 		}
 		cols = append(cols, c)
 	}
@@ -82,9 +88,9 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	sb.WriteString("UPDATE " + table + " SET ")
 	for _, c := range cols {
 		args = append(args, set[c])
-		fmt.Fprintf(&sb, "%s = $%d, ", pq.QuoteIdentifier(c), len(args))
+		fmt.Fprintf(&sb, "%s = $%d, ", quoteIdent(c), len(args))
 	}
-	qv, qi := pq.QuoteIdentifier(verCol), pq.QuoteIdentifier(idCol)
+	qv, qi := quoteIdent(verCol), quoteIdent(idCol)
 	fmt.Fprintf(&sb, "%s = %s + 1 WHERE %s = $1 AND %s = $2 RETURNING %s", qv, qv, qi, qv, qv)
 	var next int64
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
@@ -100,11 +106,11 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 // UpdateRetry is Update inside RetryOnConflict: before every try it calls
 // read, which must read the row afresh and return the version it read and
 // the values to set from what it read. It returns the new version, or the
-// last ErrConflict when the tries run out.
+// last conflict when the tries run out.
 func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts RetryOptions,
 	read func(ctx context.Context) (version int64, set map[string]any, err error)) (int64, error) {
 	if read == nil {
-		return 0, errors.New("sqlbackstop: UpdateRetry: nil read func")
+		return 0, errors.New("occ: UpdateRetry: nil read func")
 	}
 	var next int64
 	err := RetryOnConflict(ctx, opts, func(ctx context.Context) error {
@@ -116,6 +122,17 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 		return err
 	})
 	return next, err
+}
+
+// Migration returns the SQL that adds the version column to the table
+// (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1) and
+// drops it (Down), for the application's own migration tool.
+func (v VersionedTable) Migration() (Migration, error) {
+	table, _, verCol, err := v.names()
+	if err != nil {
+		return Migration{}, err
+	}
+	return renderMigration("version_column", map[string]string{"Table": table, "Column": quoteIdent(verCol)})
 }
 
 // RetryOptions shape RetryOnConflict's backoff. The zero value is ready to
@@ -157,11 +174,15 @@ func (o RetryOptions) withDefaults() RetryOptions {
 	return o
 }
 
-// RetryOnConflict calls try until it does not fail with ErrConflict, with
-// exponential backoff and jitter between tries, at most MaxTries times.
+// RetryOnConflict calls try until it does not fail with a conflict, with
+// exponential backoff and jitter between tries, at most MaxTries times. A
+// conflict is an error matching ErrConflict, or one whose chain holds a
+// PostgreSQL serialization failure or deadlock (SQLSTATE 40001, 40P01) from
+// any driver whose errors have a SQLState method (lib/pq, pgx): try may
+// run a SERIALIZABLE transaction of its own and return its commit error.
 // try must read the row afresh each time and update from what it read:
 //
-//	err := RetryOnConflict(ctx, RetryOptions{}, func(ctx context.Context) error {
+//	err := occ.RetryOnConflict(ctx, occ.RetryOptions{}, func(ctx context.Context) error {
 //		n, ver, err := readCounter(ctx, db, id)            // re-read before each try
 //		if err != nil {
 //			return err
@@ -171,10 +192,10 @@ func (o RetryOptions) withDefaults() RetryOptions {
 //	})
 //
 // Any other error ends the loop and is returned as it is; so is the last
-// ErrConflict when the tries run out, and the context's error when it ends.
+// conflict when the tries run out, and the context's error when it ends.
 func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx context.Context) error) error {
 	if try == nil {
-		return errors.New("sqlbackstop: RetryOnConflict: nil func")
+		return errors.New("occ: RetryOnConflict: nil func")
 	}
 	o := opts.withDefaults()
 	b := &backoff.ExponentialBackOff{
@@ -188,10 +209,51 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 			return struct{}{}, backoff.Permanent(err)
 		}
 		err := try(ctx)
-		if err != nil && !errors.Is(err, ErrConflict) {
+		if err != nil && !IsConflict(err) {
 			return struct{}{}, backoff.Permanent(err)
 		}
 		return struct{}{}, err
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(o.MaxTries), backoff.WithMaxElapsedTime(0))
 	return err
+}
+
+// IsConflict reports whether RetryOnConflict would try again after err:
+// err matches ErrConflict, or holds a PostgreSQL serialization failure or
+// deadlock (SQLSTATE 40001, 40P01) from any driver.
+func IsConflict(err error) bool {
+	return errors.Is(err, ErrConflict) || retryableState(sqlState(err))
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// quoteIdent quotes a PostgreSQL identifier, as pq.QuoteIdentifier and
+// pgx.Identifier.Sanitize do; names holding NUL are refused before.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func tableName(what, schema, name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("occ: %s without a Name", what)
+	}
+	if err := checkNames(what, schema, name); err != nil {
+		return "", err
+	}
+	t := quoteIdent(name)
+	if schema != "" {
+		t = quoteIdent(schema) + "." + t
+	}
+	return t, nil
+}
+
+func checkNames(what string, names ...string) error {
+	for _, s := range names {
+		if strings.ContainsRune(s, 0) {
+			return fmt.Errorf("occ: %s names must not contain NUL bytes", what)
+		}
+	}
+	return nil
 }

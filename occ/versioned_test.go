@@ -1,4 +1,4 @@
-package sqlbackstop_test
+package occ_test
 
 import (
 	"context"
@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/occ"
 )
 
-func accountsTable(t *testing.T, db *sql.DB) sqlbackstop.VersionedTable {
+func accountsTable(t *testing.T, db *sql.DB) occ.VersionedTable {
 	t.Helper()
-	mustExec(t, db, `CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 1)`)
-	mustExec(t, db, `INSERT INTO accounts (id, balance) VALUES (1, 100)`)
-	return sqlbackstop.VersionedTable{Name: "accounts"}
+	mustExec(t, db, `CREATE TABLE occ_accounts (id int PRIMARY KEY, balance bigint NOT NULL, note text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 1)`)
+	mustExec(t, db, `INSERT INTO occ_accounts (id, balance) VALUES (1, 100)`)
+	return occ.VersionedTable{Name: "occ_accounts"}
 }
 
 func readAccount(t *testing.T, db *sql.DB) (balance, version int64) {
 	t.Helper()
-	if err := db.QueryRowContext(ctx, `SELECT balance, version FROM accounts WHERE id = 1`).Scan(&balance, &version); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version); err != nil {
 		t.Fatal(err)
 	}
 	return balance, version
@@ -31,7 +31,7 @@ func readAccount(t *testing.T, db *sql.DB) (balance, version int64) {
 // balance and adds to it.
 func TestVersionedTwoUpdaters(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, sqlbackstop.Options{})
+	db := database(t)
 	acc := accountsTable(t, db)
 	balance, version := readAccount(t, db)
 	var wg sync.WaitGroup
@@ -53,7 +53,7 @@ func TestVersionedTwoUpdaters(t *testing.T) {
 		switch {
 		case err == nil:
 			won++
-		case errors.Is(err, sqlbackstop.ErrConflict):
+		case errors.Is(err, occ.ErrConflict):
 			lost++
 			loserDelta = []int64{+10, -30}[i]
 		default:
@@ -68,7 +68,7 @@ func TestVersionedTwoUpdaters(t *testing.T) {
 		t.Fatalf("version after one update = %d, want %d", v2, version+1)
 	}
 	var tries int
-	err := sqlbackstop.RetryOnConflict(ctx, sqlbackstop.RetryOptions{}, func(ctx context.Context) error {
+	err := occ.RetryOnConflict(ctx, occ.RetryOptions{}, func(ctx context.Context) error {
 		tries++
 		b, v := readAccount(t, db) // re-read before each try
 		if tries == 1 && (b != winner || v != v2) {
@@ -89,7 +89,7 @@ func TestVersionedTwoUpdaters(t *testing.T) {
 // and the retry loop; the counter ends at exactly 50 more.
 func TestVersionedFiftyIncrements(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, sqlbackstop.Options{})
+	db := database(t)
 	acc := accountsTable(t, db)
 	const n = 50
 	var wg sync.WaitGroup
@@ -97,10 +97,10 @@ func TestVersionedFiftyIncrements(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			opts := sqlbackstop.RetryOptions{MaxTries: 1000, InitialInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond}
+			opts := occ.RetryOptions{MaxTries: 1000, InitialInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond}
 			_, err := acc.UpdateRetry(ctx, db, 1, opts, func(ctx context.Context) (int64, map[string]any, error) {
 				var b, v int64
-				err := db.QueryRowContext(ctx, `SELECT balance, version FROM accounts WHERE id = 1`).Scan(&b, &v)
+				err := db.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&b, &v)
 				return v, map[string]any{"balance": b + 1}, err
 			})
 			if err != nil {
@@ -116,7 +116,7 @@ func TestVersionedFiftyIncrements(t *testing.T) {
 
 func TestVersionedBadInput(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, sqlbackstop.Options{})
+	db := database(t)
 	acc := accountsTable(t, db)
 	for name, set := range map[string]map[string]any{
 		"nothing":     {},
@@ -124,15 +124,15 @@ func TestVersionedBadInput(t *testing.T) {
 		"the id":      {"id": 2},
 		"empty name":  {"": 1},
 	} {
-		if _, err := acc.Update(ctx, db, 1, 1, set); err == nil || errors.Is(err, sqlbackstop.ErrConflict) {
+		if _, err := acc.Update(ctx, db, 1, 1, set); err == nil || errors.Is(err, occ.ErrConflict) {
 			t.Errorf("setting %s = %v, want a plain error", name, err)
 		}
 	}
-	if _, err := (sqlbackstop.VersionedTable{}).Update(ctx, db, 1, 1, map[string]any{"balance": 1}); err == nil {
+	if _, err := (occ.VersionedTable{}).Update(ctx, db, 1, 1, map[string]any{"balance": 1}); err == nil {
 		t.Error("Update of a table without a name succeeded")
 	}
 	// A missing row is a conflict: nothing matched.
-	if _, err := acc.Update(ctx, db, 42, 1, map[string]any{"balance": 1}); !errors.Is(err, sqlbackstop.ErrConflict) {
+	if _, err := acc.Update(ctx, db, 42, 1, map[string]any{"balance": 1}); !errors.Is(err, occ.ErrConflict) {
 		t.Errorf("update of a missing row = %v, want ErrConflict", err)
 	}
 	// A quoted column name cannot break out of its quotes.
@@ -145,15 +145,15 @@ func TestVersionedBadInput(t *testing.T) {
 	// Other errors end the retry loop at once.
 	boom := errors.New("boom")
 	tries := 0
-	if err := sqlbackstop.RetryOnConflict(ctx, sqlbackstop.RetryOptions{}, func(context.Context) error { tries++; return boom }); !errors.Is(err, boom) || tries != 1 {
+	if err := occ.RetryOnConflict(ctx, occ.RetryOptions{}, func(context.Context) error { tries++; return boom }); !errors.Is(err, boom) || tries != 1 {
 		t.Errorf("retry of a non-conflict = %v after %d tries", err, tries)
 	}
 	tries = 0
-	err := sqlbackstop.RetryOnConflict(ctx, sqlbackstop.RetryOptions{MaxTries: 3, InitialInterval: time.Microsecond}, func(context.Context) error {
+	err := occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3, InitialInterval: time.Microsecond}, func(context.Context) error {
 		tries++
-		return sqlbackstop.ErrConflict
+		return occ.ErrConflict
 	})
-	if !errors.Is(err, sqlbackstop.ErrConflict) || tries != 3 {
+	if !errors.Is(err, occ.ErrConflict) || tries != 3 {
 		t.Errorf("endless conflicts = %v after %d tries, want ErrConflict after 3", err, tries)
 	}
 }

@@ -1,0 +1,131 @@
+package occ
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+)
+
+// Sentinel errors, for branching with errors.Is. The data of a refused
+// vector write is in a *VectorConflictError (errors.As).
+var (
+	// ErrConflict: the write was refused, and changed nothing, because the
+	// row is no longer at the version (or vector) the write was based on.
+	// Re-read and try again (RetryOnConflict), or merge the values a
+	// *VectorConflictError carries. It also matches a serialization
+	// failure or deadlock reported by PostgreSQL (SQLSTATE 40001, 40P01):
+	// the transaction must then be retried from its start.
+	ErrConflict = errors.New("occ: conflict")
+	// ErrConcurrent: a vector write was refused because the stored vector
+	// and the write's are concurrent: neither descends from the other, so
+	// the two values are siblings that the application merges. It comes
+	// as a *VectorConflictError, which also matches ErrConflict.
+	ErrConcurrent = errors.New("occ: concurrent versions")
+	// ErrNotFound: VectorTable.Read found no row with the id. To create
+	// one, write with the empty vector as the base.
+	ErrNotFound = errors.New("occ: no such row")
+	// ErrUnavailable: the database could not be reached, or is shutting
+	// down or out of resources (SQLSTATE classes 08, 53, 57P, or a broken
+	// connection). When the connection broke after the statement was sent,
+	// the write may have happened: sending the same write again (same
+	// base, same value) is safe, as it is then refused with ErrConflict
+	// (or, for a vector write, answered as done); re-reading and applying
+	// a change again may apply it twice.
+	ErrUnavailable = errors.New("occ: database unavailable")
+)
+
+// VectorConflictError is returned by VectorTable.Write when the stored
+// vector is not Before-or-Equal the write's base. It carries both versions,
+// so the application can merge them (Dynamo's siblings): write the merged
+// value with MergedBase as the base. It matches ErrConflict, and
+// ErrConcurrent when Order is Concurrent.
+type VectorConflictError struct {
+	Table  string // the table, as named in the VectorTable
+	ID     any    // the row's id
+	Writer string // the writer whose write was refused
+
+	Base  Vector // the vector the refused write was based on
+	Value []byte // the value it would have written
+
+	Stored      Vector // the vector the row holds
+	StoredValue []byte // the value the row holds
+
+	// Order is Stored compared with Base.Increment(Writer), the vector the
+	// write would have had. Concurrent is the usual case: another writer
+	// wrote something this writer had not seen. Any other order (Equal,
+	// After, Before) means the row holds a write of this same writer that
+	// Base lacks: two processes share a writer id, or an earlier write of
+	// this one (an earlier try with another value, say) already landed.
+	Order Ordering
+}
+
+// MergedBase is the base to write the merged value with: the least upper
+// bound of Stored and Base. A write on it succeeds unless the row moved on
+// again meanwhile.
+func (e *VectorConflictError) MergedBase() Vector { return e.Stored.Merge(e.Base) }
+
+// Error names the row, the writer and both vectors (not the values, which
+// may be large or private).
+func (e *VectorConflictError) Error() string {
+	return fmt.Sprintf("%s: %s id=%v: %s write on [%s] refused, row is at [%s] (%s)",
+		ErrConflict, e.Table, e.ID, e.Writer, e.Base, e.Stored, e.Order)
+}
+
+// Is makes errors.Is(err, ErrConflict) true, and errors.Is(err,
+// ErrConcurrent) when Order is Concurrent.
+func (e *VectorConflictError) Is(target error) bool {
+	return target == ErrConflict || target == ErrConcurrent && e.Order == Concurrent
+}
+
+// sqlState returns the SQLSTATE of the first error in err's chain that has
+// one: *pq.Error (lib/pq) and *pgconn.PgError (pgx) both have a SQLState
+// method, so the classification needs neither driver.
+func sqlState(err error) string {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState()
+	}
+	return ""
+}
+
+// retryableState reports a serialization failure or a deadlock: the
+// transaction lost a race and may be run again.
+func retryableState(code string) bool { return code == "40001" || code == "40P01" }
+
+// dbErr classifies a database error: a serialization failure or deadlock
+// matches ErrConflict; a connection that failed or a server shutting down
+// or out of resources matches ErrUnavailable; a context error is kept
+// (errors.Is(err, context.Canceled) still holds); anything else is wrapped
+// as it is.
+func dbErr(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("occ: %s: %w", what, err)
+	}
+	code := sqlState(err)
+	switch {
+	case retryableState(code):
+		return fmt.Errorf("%w: %s: %w", ErrConflict, what, err)
+	case unavailable(code, err):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("occ: %s: %w", what, err)
+}
+
+func unavailable(code string, err error) bool {
+	if code != "" {
+		return strings.HasPrefix(code, "08") || // connection exception
+			strings.HasPrefix(code, "53") || // insufficient resources
+			strings.HasPrefix(code, "57P") // admin or crash shutdown, cannot connect now
+	}
+	var ne net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
