@@ -38,8 +38,8 @@ import (
 )
 
 // ErrFull is returned (wrapped, with the store's counts) by a Claim that
-// would add a key to a store already holding Options.MaxRecords records or
-// Options.MaxBytes bytes. It wraps guard.ErrUnavailable: nothing was
+// would add a key to a store with no room left under Options.MaxRecords or
+// Options.MaxBytes. It wraps guard.ErrUnavailable: nothing was
 // claimed and no effect may run, as when a Redis is out of memory; retry
 // later, when records have expired. The store never makes room by
 // forgetting a pending, failed or completed key.
@@ -49,9 +49,10 @@ var ErrFull = fmt.Errorf("%w: memstore is full", guard.ErrUnavailable)
 // clock and no bound on the records held.
 type Options struct {
 	// Now is the clock leases and retention are judged by. Default
-	// time.Now. Tests inject a clock they move themselves to make leases
-	// run out and records expire without sleeping; it is called with the
-	// store's lock held and must be safe for concurrent use.
+	// time.Now. Tests inject a clock they move themselves, to make leases
+	// run out and records expire without sleeping. The store calls it
+	// with its lock held; a clock that other goroutines move must be safe
+	// for concurrent use.
 	Now func() time.Time
 
 	// MaxRecords bounds the keys the store holds: pending, failed and
@@ -65,12 +66,12 @@ type Options struct {
 
 	// MaxBytes bounds the memory of the records held, as the store
 	// estimates it: RecordOverhead per record plus the bytes of its scope,
-	// ID, fingerprint, tokens, result and failure reason. A Claim that would
-	// add a key while the estimate is at or over MaxBytes is refused as for
-	// MaxRecords. A Complete is never refused for a large result (the
-	// effect has already happened), so the estimate may exceed MaxBytes by
-	// the results of the records pending when it was reached. Zero or less
-	// means no bound.
+	// ID, fingerprint, tokens, result and failure reason. A Claim whose new
+	// record would take the estimate past MaxBytes makes room or is refused
+	// as for MaxRecords. A Complete or Fail is never refused for the size
+	// of its result or reason (the effect has already happened), so the
+	// estimate may exceed MaxBytes by the results and reasons of records
+	// claimed before it was reached. Zero or less means no bound.
 	MaxBytes int64
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,31 @@ func TestRetryAfterTakeover(t *testing.T) {
 	})
 }
 
+// A holder that dies on the last allowed attempt exhausts the key: the
+// record becomes failed with "lease expired", and the late holder can no
+// longer complete it.
+func TestExhaustedByExpiry(t *testing.T) {
+	s, clk := newStore(t, memstore.Options{})
+	key := guard.Key{Scope: "s", ID: "exhausted-by-expiry"}
+	r := req(key, "A")
+	r.MaxAttempts = 1
+	mustClaim(t, s, r, guard.Acquired)
+	clk.Advance(r.Lease)
+	r.Token = "B"
+	for range 2 { // and the same answer again
+		out := mustClaim(t, s, r, guard.Exhausted)
+		if out.Attempts != 1 || out.LastError != "lease expired" {
+			t.Fatalf("claim after the only attempt's lease ran out = %+v, want 1 attempt, lease expired", out)
+		}
+	}
+	if rec, err := s.Get(ctx, key); err != nil || rec.State != guard.StateFailed || rec.LastError != "lease expired" || rec.Token != "A" {
+		t.Fatalf("record = %+v, %v; want failed by A, lease expired", rec, err)
+	}
+	if err := s.Complete(ctx, lease(key, "A"), []byte("late"), time.Hour); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("late holder's complete on an exhausted key = %v, want ErrLeaseLost", err)
+	}
+}
+
 // A pending record whose holder died is kept for its TTL (at least its
 // lease), recoverable meanwhile, and then removed like any other.
 func TestPendingRetention(t *testing.T) {
@@ -334,6 +360,49 @@ func TestSweep(t *testing.T) {
 	if st := s.Stats(); st.Records != 0 || st.Bytes != 0 || st.Released != 0 {
 		t.Fatalf("after %d calls: %+v, want nothing held", 1+n/memstore.SweepBatch, st)
 	}
+
+	// A call that finds an expired record removes it, however many others
+	// expired before it and wait for the sweep.
+	for i := range 4 * memstore.SweepBatch {
+		key := guard.Key{Scope: "sweep", ID: fmt.Sprint("early-", i)}
+		mustClaim(t, s, req(key, "A"), guard.Acquired)
+		if err := s.Fail(ctx, lease(key, "A"), "x", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := guard.Key{Scope: "sweep", ID: "last"}
+	mustClaim(t, s, req(last, "A"), guard.Acquired)
+	if err := s.Complete(ctx, lease(last, "A"), []byte("r"), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second)
+	if _, err := s.Get(ctx, last); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get of an expired record behind %d others = %v, want ErrNotFound", 4*memstore.SweepBatch, err)
+	}
+	if out := mustClaim(t, s, req(last, "B"), guard.Acquired); out.Lease.Fence != 1 {
+		t.Fatalf("claim of an expired record = %+v, want a fresh key", out.Lease)
+	}
+}
+
+// The same token claiming again renews its lease, and the record is kept
+// at least as long as that lease (the Redis store renews only the lease).
+func TestClaimAgainRenews(t *testing.T) {
+	s, clk := newStore(t, memstore.Options{})
+	key := guard.Key{Scope: "s", ID: "claim-again"}
+	r := req(key, "A")
+	r.Lease, r.TTL = 10*time.Second, 10*time.Second
+	first := mustClaim(t, s, r, guard.Acquired)
+	clk.Advance(8 * time.Second)
+	again := mustClaim(t, s, r, guard.Acquired)
+	if again.Lease != first.Lease {
+		t.Fatalf("claim again = %+v, want %+v", again, first)
+	}
+	clk.Advance(9 * time.Second) // 17s after the first claim, 9s after the second
+	rec, err := s.Get(ctx, key)
+	if err != nil || rec.State != guard.StatePending || rec.LeaseLeft != time.Second || rec.TTL != time.Second {
+		t.Fatalf("record = %+v, %v; want pending with 1s of lease and of ttl", rec, err)
+	}
+	mustClaim(t, s, req(key, "B"), guard.InProgress)
 }
 
 // A full store refuses new keys with ErrFull (an ErrUnavailable) and never
@@ -402,6 +471,31 @@ func TestFull(t *testing.T) {
 		if out := mustClaim(t, s, req(k("1"), "B"), guard.Replay); !bytes.Equal(out.Result, big) {
 			t.Fatal("the large result was not kept whole")
 		}
+	})
+
+	t.Run("expired records make room", func(t *testing.T) {
+		// 50 small records fill the bound; a key with an 8 KiB fingerprint
+		// needs more of them gone than one call's sweep removes.
+		const n = 50
+		s, clk := newStore(t, memstore.Options{MaxBytes: n * (memstore.RecordOverhead + 8)})
+		for i := range n {
+			key := guard.Key{Scope: "f", ID: fmt.Sprintf("%03d", i)}
+			r := req(key, "A")
+			r.Fingerprint = "f"
+			if _, err := s.Claim(ctx, r); err != nil {
+				t.Fatalf("claim %d: %v", i, err)
+			}
+			if err := s.Complete(ctx, lease(key, "A"), nil, time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		big := req(guard.Key{Scope: "f", ID: "big"}, "A")
+		big.Fingerprint = strings.Repeat("f", 8<<10)
+		if _, err := s.Claim(ctx, big); !errors.Is(err, memstore.ErrFull) {
+			t.Fatalf("claim of a large key in a full store = %v, want ErrFull", err)
+		}
+		clk.Advance(time.Second)
+		mustClaim(t, s, big, guard.Acquired)
 	})
 
 	t.Run("through the guard", func(t *testing.T) {
