@@ -152,8 +152,8 @@ func (e *entry) estimate() int64 {
 
 // Claim implements guard.Store, following the Redis store's claim.lua: a
 // completed key replays (or is a mismatch); a new key is taken with fence 1;
-// the same token claiming again gets the same answer with its lease
-// renewed; a live holder's key is in progress; a failed key, or a pending
+// the same token claiming a pending key again gets the same answer and
+// changes nothing; a live holder's key is in progress; a failed key, or a pending
 // one whose lease ran out, is taken over with fence+1 and attempt+1 unless
 // MaxAttempts are used up.
 //
@@ -220,9 +220,9 @@ func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
 	switch e.state {
 	case guard.StatePending:
 		if e.token == req.Token {
-			// The same claim sent again: the same answer, its lease renewed.
-			e.leaseUntil = leaseUntil
-			s.expireAt(e, later(e.expires, leaseUntil))
+			// The same claim sent again: the same answer. The lease is not
+			// renewed, so a repeat can neither shorten an extended lease
+			// nor outlast the deadline its holder counts from the first.
 			return acquired(e), nil
 		}
 		if now.Before(e.leaseUntil) {

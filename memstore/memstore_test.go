@@ -384,24 +384,30 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// The same token claiming again renews its lease, and the record is kept
-// at least as long as that lease (the Redis store renews only the lease).
-func TestClaimAgainRenews(t *testing.T) {
+// The same token claiming again gets the same answer and changes nothing:
+// its lease is not renewed (nor shortened after an Extend).
+func TestClaimAgainChangesNothing(t *testing.T) {
 	s, clk := newStore(t, memstore.Options{})
 	key := guard.Key{Scope: "s", ID: "claim-again"}
 	r := req(key, "A")
-	r.Lease, r.TTL = 10*time.Second, 10*time.Second
+	r.Lease = 10 * time.Second
 	first := mustClaim(t, s, r, guard.Acquired)
 	clk.Advance(8 * time.Second)
-	again := mustClaim(t, s, r, guard.Acquired)
-	if again.Lease != first.Lease {
-		t.Fatalf("claim again = %+v, want %+v", again, first)
+	before, _ := s.Get(ctx, key)
+	if again := mustClaim(t, s, r, guard.Acquired); again.Lease != first.Lease {
+		t.Fatalf("claim again = %+v, want %+v", again.Lease, first.Lease)
 	}
-	clk.Advance(9 * time.Second) // 17s after the first claim, 9s after the second
-	rec, err := s.Get(ctx, key)
-	if err != nil || rec.State != guard.StatePending || rec.LeaseLeft != time.Second || rec.TTL != time.Second {
-		t.Fatalf("record = %+v, %v; want pending with 1s of lease and of ttl", rec, err)
+	if after, _ := s.Get(ctx, key); after.LeaseLeft != 2*time.Second || after.TTL != before.TTL {
+		t.Fatalf("claim again changed the record: before %+v, after %+v", before, after)
 	}
+	if err := s.Extend(ctx, lease(key, "A"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, r, guard.Acquired)
+	if rec, _ := s.Get(ctx, key); rec.LeaseLeft != time.Minute {
+		t.Fatalf("claim again after a 1m extend: lease left %s, want 1m", rec.LeaseLeft)
+	}
+	clk.Advance(2 * time.Second) // the first lease's end: the extension holds
 	mustClaim(t, s, req(key, "B"), guard.InProgress)
 }
 
