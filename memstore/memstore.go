@@ -2,10 +2,15 @@
 // services that run as a single process, and for unit tests that want a
 // guard without a Redis.
 //
-// It implements the guard.Store contract (guard/storetest) exactly as the
-// Redis store does: compare-and-set on the owner token, every call safe to
-// repeat, lease recovery with fence+1 and attempt+1, MaxAttempts, release,
-// retention. Leases and retention are judged by Options.Now.
+// It keeps the guard.Store contract (guard/storetest) with the Redis
+// store's answers (TestSameAsRedisStore compares the two call by call):
+// compare-and-set on the owner token, every call safe to repeat (a retried
+// Fail or Release still answers OK after another claim took the key over),
+// lease recovery with fence+1 and attempt+1, MaxAttempts, Release,
+// retention. Leases and retention are judged by Options.Now. A claimed key
+// is kept for the claim's TTL or its lease, whichever is longer (and at
+// least to the end of an extended lease); a completed or failed one for
+// the TTL its Complete or Fail gave.
 //
 // What it does not give:
 //
