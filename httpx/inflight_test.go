@@ -24,7 +24,7 @@ import (
 type instance struct {
 	srv      *httptest.Server
 	commands *commandCounter // Redis commands this instance sent
-	conflict atomic.Int64 // 409 answers
+	conflict atomic.Int64    // 409 answers
 	mu       sync.Mutex
 	after    map[string]int // Retry-After of the 409s → count
 }
