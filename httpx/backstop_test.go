@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -38,9 +39,15 @@ type charges struct {
 	outcomes map[string]int
 }
 
+// chargesOptions shape the service.
+type chargesOptions struct {
+	guarded bool                          // the backstop under the guard (sqlbackstop.Guarded)
+	primary func(guard.Store) guard.Store // if set, wraps the Redis store
+	logger  *slog.Logger                  // the middleware's; default quiet
+}
+
 // newCharges builds the service on a fresh schema, over rdb under prefix.
-// guarded puts the backstop under the guard (sqlbackstop.Guarded).
-func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, guarded bool, gopts guard.Options) *charges {
+func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o chargesOptions) *charges {
 	t.Helper()
 	db, _ := testenv.Postgres(t)
 	if err := sqlbackstop.Migrate(context.Background(), db, sqlbackstop.Options{}); err != nil {
@@ -55,11 +62,17 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, guarded 
 		t.Fatal(err)
 	}
 	var store guard.Store = s.rs
-	if guarded {
-		store = sqlbackstop.Guarded(s.rs, s.b)
+	if o.primary != nil {
+		store = o.primary(store)
 	}
-	s.g = guard.New(store, gopts)
-	s.handler = authenticate(httpx.Guard(s.g, httpx.Options{Logger: quiet,
+	if o.guarded {
+		store = sqlbackstop.Guarded(store, s.b)
+	}
+	s.g = guard.New(store, guard.Options{})
+	if o.logger == nil {
+		o.logger = quiet
+	}
+	s.handler = authenticate(httpx.Guard(s.g, httpx.Options{Logger: o.logger,
 		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(http.HandlerFunc(s.charge)))
 	return s
 }
@@ -152,7 +165,7 @@ func sameResponse(t *testing.T, what string, first, replay reply) {
 // replayed from PostgreSQL byte for byte, with Idempotent-Replayed: true;
 // Redis then learns it again.
 func TestCommitResponseCommitted(t *testing.T) {
-	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), true, guard.Options{})
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
 	srv, c := serve(t, s.handler)
 	first := chargeReq(t, c, srv.URL, "ch-1")
 	if first.status != http.StatusCreated || first.replayed() || first.header.Get("Location") == "" {
@@ -182,7 +195,7 @@ func TestCommitResponseCommitted(t *testing.T) {
 // consulting the backstop) let the handler run again: its charge is
 // rolled back and the stored response answered, status included.
 func TestCommitResponseAlreadyCommitted(t *testing.T) {
-	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), false, guard.Options{})
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{})
 	srv, c := serve(t, s.handler)
 	first := chargeReq(t, c, srv.URL, "ch-2")
 	s.forget(t, "ch-2")
@@ -206,7 +219,7 @@ func TestCommitResponseAlreadyCommitted(t *testing.T) {
 // commits: A's charge is rolled back and A answers 409 with Retry-After,
 // which is not stored; B commits, and the key's answer is B's.
 func TestCommitResponseStaleFence(t *testing.T) {
-	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), true, guard.Options{})
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
 	srv, c := serve(t, s.handler)
 	var n atomic.Int64
 	aIn, bIn, aGo, bGo := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -253,7 +266,7 @@ func TestCommitResponseStaleFence(t *testing.T) {
 // And when PostgreSQL cannot be reached at all, Guarded's claim fails
 // closed: 503, the Redis claim released, the handler never runs.
 func TestCommitResponseBackstopUnreachable(t *testing.T) {
-	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), true, guard.Options{})
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
 	srv, c := serve(t, s.handler)
 	var n atomic.Int64
 	s.hook = func(r *http.Request, tx *sql.Tx, _ guard.Lease) {
