@@ -246,6 +246,9 @@ func TestCommitResponseStaleFence(t *testing.T) {
 	if a.status != http.StatusConflict || a.header.Get("Retry-After") == "" || a.problem(t).Type != httpx.ProblemInFlight {
 		t.Fatalf("A: %d Retry-After %q %s", a.status, a.header.Get("Retry-After"), a.body)
 	}
+	if a.header.Get("Location") != "" {
+		t.Fatalf("A's 409 carries the Location of its rolled-back charge: %q", a.header.Get("Location"))
+	}
 	if rec, err := s.rs.Get(context.Background(), s.key("ch-3")); err != nil || rec.State != guard.StatePending {
 		t.Fatalf("after A's 409 the record is %+v, %v; want B's, pending", rec, err)
 	}
