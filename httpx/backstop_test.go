@@ -41,9 +41,10 @@ type charges struct {
 
 // chargesOptions shape the service.
 type chargesOptions struct {
-	guarded bool                          // the backstop under the guard (sqlbackstop.Guarded)
-	primary func(guard.Store) guard.Store // if set, wraps the Redis store
-	logger  *slog.Logger                  // the middleware's; default quiet
+	guarded  bool                          // the backstop under the guard (sqlbackstop.Guarded)
+	primary  func(guard.Store) guard.Store // if set, wraps the Redis store
+	logger   *slog.Logger                  // the middleware's; default quiet
+	store5xx bool                          // httpx.Options.Store5xx
 }
 
 // newCharges builds the service on a fresh schema, over rdb under prefix.
@@ -72,7 +73,7 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o charge
 	if o.logger == nil {
 		o.logger = quiet
 	}
-	s.handler = authenticate(httpx.Guard(s.g, httpx.Options{Logger: o.logger,
+	s.handler = authenticate(httpx.Guard(s.g, httpx.Options{Logger: o.logger, Store5xx: o.store5xx,
 		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(http.HandlerFunc(s.charge)))
 	return s
 }
@@ -269,7 +270,14 @@ func TestCommitResponseStaleFence(t *testing.T) {
 // And when PostgreSQL cannot be reached at all, Guarded's claim fails
 // closed: 503, the Redis claim released, the handler never runs.
 func TestCommitResponseBackstopUnreachable(t *testing.T) {
-	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
+	// Store5xx keeps 5xx answers: the 503 must still not be stored.
+	for _, store5xx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Store5xx=%v", store5xx), func(t *testing.T) { backstopUnreachable(t, store5xx) })
+	}
+}
+
+func backstopUnreachable(t *testing.T, store5xx bool) {
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true, store5xx: store5xx})
 	srv, c := serve(t, s.handler)
 	var n atomic.Int64
 	s.hook = func(r *http.Request, tx *sql.Tx, _ guard.Lease) {
