@@ -102,9 +102,9 @@ type Options struct {
 	// Wait, and then answer with its replay (or with InFlightStatus when
 	// Wait passes first). While it waits it polls the guard: a read of the
 	// key's record after 10 ms, then twice as late each time, at most
-	// 200 ms apart, and one claim when the record is no longer pending.
+	// 100 ms apart, and one claim when the record is no longer pending.
 	// For a first request that takes 100 ms that is about 4 reads and a
-	// claim; each further second of waiting costs about 5 reads. A waiting
+	// claim; each further second of waiting costs about 10 reads. A waiting
 	// request holds its connection and a goroutine.
 	//
 	// Default 0: answer InFlightStatus at once, as Stripe does (409

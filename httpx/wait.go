@@ -65,7 +65,7 @@ func (m *middleware) inFlightRetryAfter(route string, leaseLeft time.Duration) t
 // up to a fifth of random jitter so that duplicates of one key spread out.
 const (
 	firstPoll = 10 * time.Millisecond
-	maxPoll   = 200 * time.Millisecond
+	maxPoll   = 100 * time.Millisecond
 )
 
 // wait is called for a request whose key another request holds: it waits,
