@@ -52,8 +52,8 @@ type TransportOptions struct {
 	// InFlightDelay is the longest the transport waits before asking again
 	// about a request answered 409 with a Retry-After: the key's first
 	// request is still running (httpx.Guard answers so). It waits
-	// min(Retry-After, InFlightDelay), less up to a fifth at random so the
-	// duplicates of one key spread out, and so gets the first request's
+	// min(Retry-After, InFlightDelay) (at least BaseDelay), less up to a
+	// fifth at random so the duplicates of one key spread out, and so gets the first request's
 	// response within about InFlightDelay of it being stored. Default
 	// DefaultInFlightDelay (1 s).
 	InFlightDelay time.Duration
@@ -195,6 +195,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !ok || d > t.opts.InFlightDelay {
 				d = t.opts.InFlightDelay
 			}
+			d = max(d, t.opts.BaseDelay) // a Retry-After of 0 must not make it spin
 			wait = d - rand.N(d/5+1)
 			if now.Add(wait).Sub(inFlightSince) > t.opts.MaxInFlightWait {
 				return resp, nil
