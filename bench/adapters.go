@@ -49,7 +49,7 @@ func prepareHTTP(guarded bool) func(context.Context, *env) (op, error) {
 			_, _ = w.Write(res)
 		})
 		if guarded {
-			h = httpx.Guard(e.guard(), httpx.Options{})(h)
+			h = httpx.Guard(e.guard(), httpx.Options{SingleCaller: true})(h) // one benchmark client
 		}
 		mux := http.NewServeMux()
 		mux.Handle("POST /orders", h)

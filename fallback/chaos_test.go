@@ -181,7 +181,7 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(result)
 	})
-	guarded := httpx.Guard(g, httpx.Options{Logger: quiet})(pay)
+	guarded := httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true})(pay)
 	mux := http.NewServeMux()
 	mux.Handle("POST /pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		guarded.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, &slot{})))

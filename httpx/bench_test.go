@@ -29,7 +29,7 @@ func BenchmarkGuard(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(payload)
 	})
-	guarded := httpx.Guard(e.g, httpx.Options{Logger: quiet})(handler)
+	guarded := httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(handler)
 	body := `{"sku":"tea","qty":1}`
 	var seq atomic.Int64
 	keyFor := func(sameKey bool) string {

@@ -3,6 +3,7 @@ package httpx
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
 )
@@ -17,8 +18,9 @@ import (
 // It implements http.Flusher and Hijacker itself (so it knows when they
 // happen) and Unwrap for the rest of http.ResponseController.
 type capture struct {
-	w   http.ResponseWriter
-	max int // body bytes kept for the store
+	w      http.ResponseWriter
+	max    int         // body bytes kept for the store
+	before http.Header // the header when the handler was called: outer middleware's fields
 
 	status      int
 	wroteHeader bool
@@ -28,12 +30,20 @@ type capture struct {
 	committed   bool // the status line has gone to the real writer
 	hijacked    bool
 	writeErr    error // the first error writing to the client
+
+	// Set by CommitResponse, which writes the whole response itself.
+	sealed  bool   // the response is complete: later writes are refused
+	stored  []byte // the result it committed to the backstop: the middleware stores these bytes
+	release bool   // it answered without committing: release the key, store nothing
 }
+
+// errSealed is what a handler's write gets after CommitResponse answered.
+var errSealed = errors.New("httpx: the response was already written by CommitResponse")
 
 func (c *capture) Header() http.Header { return c.w.Header() }
 
 func (c *capture) WriteHeader(code int) {
-	if c.wroteHeader || c.hijacked {
+	if c.wroteHeader || c.hijacked || c.sealed {
 		return
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
@@ -54,6 +64,9 @@ func (c *capture) WriteHeader(code int) {
 func (c *capture) Write(p []byte) (int, error) {
 	if c.hijacked {
 		return 0, http.ErrHijacked
+	}
+	if c.sealed {
+		return 0, errSealed
 	}
 	if !c.wroteHeader {
 		h := c.w.Header()
@@ -106,6 +119,9 @@ func (c *capture) commit() {
 		c.WriteHeader(http.StatusOK)
 	}
 	c.committed = true
+	// The header goes out as it was when the handler wrote its status, as
+	// net/http would send it: later changes are not part of the response.
+	resetHeader(c.w.Header(), c.header)
 	c.w.WriteHeader(c.status)
 	if !c.tooLarge && c.buf.Len() > 0 {
 		c.send(c.buf.Bytes())

@@ -19,6 +19,9 @@ const (
 	DefaultBaseDelay     = 100 * time.Millisecond
 	DefaultMaxDelay      = 10 * time.Second
 	DefaultMaxRetryAfter = time.Minute
+
+	DefaultInFlightDelay   = time.Second
+	DefaultMaxInFlightWait = time.Minute
 )
 
 // TransportOptions configure a Transport. The zero value is ready to use.
@@ -46,6 +49,19 @@ type TransportOptions struct {
 	// longer one ends the retries and the response is returned. Default
 	// DefaultMaxRetryAfter (1 min).
 	MaxRetryAfter time.Duration
+	// InFlightDelay is the longest the transport waits before asking again
+	// about a request answered 409 with a Retry-After: the key's first
+	// request is still running (httpx.Guard answers so). It waits
+	// min(Retry-After, InFlightDelay) (at least BaseDelay), less up to a
+	// fifth at random so the duplicates of one key spread out, and so gets the first request's
+	// response within about InFlightDelay of it being stored. Default
+	// DefaultInFlightDelay (1 s).
+	InFlightDelay time.Duration
+	// MaxInFlightWait bounds the time spent asking again after such 409s;
+	// they do not count against MaxAttempts, since each is a cheap read of
+	// the key. Past it the 409 is returned. Default DefaultMaxInFlightWait
+	// (1 min).
+	MaxInFlightWait time.Duration
 }
 
 // Transport is an http.RoundTripper that makes retries safe: it gives each
@@ -53,6 +69,11 @@ type TransportOptions struct {
 // retries a keyed request with the same key after a transport error or a
 // 409, 429, 502, 503 or 504 response, with exponential backoff and full
 // jitter, honouring Retry-After (seconds or an HTTP date).
+//
+// A 409 that carries Retry-After means the key's first request is still
+// running: the transport asks again after min(Retry-After, InFlightDelay),
+// so a duplicate gets the stored response within about a second of it
+// being ready, for up to MaxInFlightWait, without counting attempts.
 //
 // Retries stop after MaxAttempts, when the request's context ends, or when
 // the next wait would pass the context's deadline (then the last response
@@ -98,6 +119,12 @@ func NewTransport(opts TransportOptions) *Transport {
 	if opts.MaxRetryAfter <= 0 {
 		opts.MaxRetryAfter = DefaultMaxRetryAfter
 	}
+	if opts.InFlightDelay <= 0 {
+		opts.InFlightDelay = DefaultInFlightDelay
+	}
+	if opts.MaxInFlightWait <= 0 {
+		opts.MaxInFlightWait = DefaultMaxInFlightWait
+	}
 	t := &Transport{opts: opts, methods: map[string]bool{}}
 	for _, m := range opts.Methods {
 		t.methods[m] = true
@@ -134,9 +161,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	ctx := req.Context()
-	for attempt := 1; ; attempt++ {
+	var inFlightSince time.Time // when the first 409 in a row came
+	for attempt, sent := 1, 0; ; sent++ {
 		send := req
-		if attempt > 1 && req.GetBody != nil {
+		if sent > 0 && req.GetBody != nil {
 			body, err := req.GetBody()
 			if err != nil {
 				return nil, fmt.Errorf("httpx: replay request body: %w", err)
@@ -145,17 +173,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			send.Body = body
 		}
 		resp, err := t.opts.Base.RoundTrip(send)
-		if attempt >= t.opts.MaxAttempts || !replayable {
+		if !replayable {
 			return resp, err
 		}
 		var wait time.Duration
 		switch {
 		case err != nil:
-			if ctx.Err() != nil {
-				return nil, err
+			if ctx.Err() != nil || attempt >= t.opts.MaxAttempts {
+				return resp, err
 			}
 			wait = t.backoff(attempt)
+			attempt++
+			inFlightSince = time.Time{}
+		case resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "":
+			// The key's first request is still running: ask again soon.
+			now := time.Now()
+			if inFlightSince.IsZero() {
+				inFlightSince = now
+			}
+			d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+			if !ok || d > t.opts.InFlightDelay {
+				d = t.opts.InFlightDelay
+			}
+			d = max(d, t.opts.BaseDelay) // a Retry-After of 0 must not make it spin
+			wait = d - rand.N(d/5+1)
+			if now.Add(wait).Sub(inFlightSince) > t.opts.MaxInFlightWait {
+				return resp, nil
+			}
 		case retryStatus(resp.StatusCode):
+			if attempt >= t.opts.MaxAttempts {
+				return resp, nil
+			}
 			d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 			if !ok {
 				d = t.backoff(attempt)
@@ -163,6 +211,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return resp, nil
 			}
 			wait = d
+			attempt++
+			inFlightSince = time.Time{}
 		default:
 			return resp, nil
 		}
@@ -177,7 +227,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("httpx: waiting to retry after attempt %d: %w", attempt, ctx.Err())
+			return nil, fmt.Errorf("httpx: waiting to retry after attempt %d: %w", sent+1, ctx.Err())
 		case <-timer.C:
 		}
 	}

@@ -28,7 +28,8 @@ func ExampleNewClient() {
 	var attempts, orders atomic.Int64
 	var mu sync.Mutex
 	keys := map[string]bool{}
-	orderHandler := httpx.Guard(g, httpx.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// An internal service with one client: keys need no caller scope.
+	orderHandler := httpx.Guard(g, httpx.Options{SingleCaller: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "order %d", orders.Add(1))
 	}))

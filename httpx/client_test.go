@@ -52,7 +52,7 @@ func TestRetryingClientOneEffect(t *testing.T) {
 	var effects, attempts atomic.Int64
 	var mu sync.Mutex
 	var keys, bodies []string
-	guarded := httpx.Guard(e.g, httpx.Options{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	guarded := httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		effects.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "order 1")
@@ -286,4 +286,57 @@ func TestTransportRetryLimits(t *testing.T) {
 			t.Fatalf("%d attempts, bodies %q", attempts.Load(), bodies)
 		}
 	})
+}
+
+// TestTransportInFlight: a 409 with Retry-After (the key's first request
+// still runs) is asked about again within InFlightDelay, however long the
+// Retry-After, without using up MaxAttempts, until MaxInFlightWait.
+func TestTransportInFlight(t *testing.T) {
+	var attempts atomic.Int64
+	var mu sync.Mutex
+	var gaps []time.Duration
+	last := time.Time{}
+	srv, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := attempts.Add(1)
+		mu.Lock()
+		if !last.IsZero() {
+			gaps = append(gaps, time.Since(last))
+		}
+		last = time.Now()
+		mu.Unlock()
+		if n <= 6 {
+			w.Header().Set("Retry-After", "30") // what main answered: the lease left
+			w.WriteHeader(http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	c := retryClient(t, httpx.TransportOptions{MaxAttempts: 2, InFlightDelay: 100 * time.Millisecond})
+	resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || attempts.Load() != 7 {
+		t.Fatalf("%d after %d attempts; want 201 after 7 (six 409s do not use up MaxAttempts 2)", resp.StatusCode, attempts.Load())
+	}
+	for _, g := range gaps {
+		if g < 80*time.Millisecond-10*time.Millisecond || g > 2*time.Second {
+			t.Errorf("asked again after %s, want about InFlightDelay (100 ms), not Retry-After (30 s)", g)
+		}
+	}
+
+	// MaxInFlightWait ends it.
+	s := &attemptServer{status: http.StatusConflict, after: "1"}
+	srv2, _ := serve(t, s)
+	c = retryClient(t, httpx.TransportOptions{InFlightDelay: 50 * time.Millisecond, MaxInFlightWait: 300 * time.Millisecond})
+	start := time.Now()
+	resp, err = c.Post(srv2.URL, "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || time.Since(start) > 2*time.Second || s.attempts.Load() < 3 {
+		t.Fatalf("%d after %d attempts and %s", resp.StatusCode, s.attempts.Load(), time.Since(start))
+	}
 }

@@ -1,19 +1,3 @@
-// Package httpx makes net/http handlers idempotent with a guard.Guard, and
-// gives clients a transport that retries safely.
-//
-// Guard is middleware for any router (ServeMux, chi, gorilla/mux, ...). It
-// follows the IETF draft "The Idempotency-Key HTTP Header Field" and
-// Stripe: the first request with a key runs the handler and its response is
-// stored; a repeat with the same key and the same request gets the stored
-// response, byte for byte, with "Idempotent-Replayed: true", and the
-// handler does not run again. A repeat while the first still runs gets 409
-// with Retry-After; a repeat with another request under the same key gets
-// 422. Every response the middleware writes itself is an RFC 9457
-// application/problem+json document with a stable type URI (the Problem*
-// constants).
-//
-// Transport is the client side: it gives POST and PATCH requests a key and
-// retries them with that same key.
 package httpx
 
 import (
@@ -46,8 +30,31 @@ const (
 // ReplayedHeader is set to "true" on every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// Options configure Guard. The zero value is ready to use.
+// Options configure Guard. Every field's zero value is its default, except
+// that exactly one of Tenant and SingleCaller must be chosen: a Guard that
+// would let one caller's key replay another caller's response is built
+// only on purpose.
 type Options struct {
+	// Tenant names the caller a request comes from: the account, user or
+	// client an authentication middleware in front of the Guard
+	// established. Its value, quoted, prefixes every key's scope, so one
+	// caller's key never meets another's: the same key and body from two
+	// callers run twice and replay to each its own response.
+	//
+	// Name the caller, never its credential: a client that refreshes its
+	// bearer token between two retries is still the same caller, and its
+	// retry must be replayed, not run again. TenantFromContext and
+	// TenantFromJWT read what the authentication middleware stored in the
+	// request context. A request for which Tenant returns "" is answered
+	// 401 (ProblemCallerUnknown), and nothing is stored.
+	Tenant func(r *http.Request) string
+	// SingleCaller declares that one caller owns every key this Guard
+	// sees: an internal service with a single client, or one behind a
+	// gateway that already gives each caller keys of its own. Keys are
+	// then not scoped by caller, and two callers that send the same key
+	// and body get one response. Set it instead of Tenant, never with it.
+	SingleCaller bool
+
 	// Header is the request header that carries the key. Default
 	// DefaultHeader ("Idempotency-Key").
 	Header string
@@ -58,12 +65,9 @@ type Options struct {
 	// a guarded method without a key gets 400.
 	Optional bool
 	// Scope names the operation a key belongs to; keys of different scopes
-	// never meet. Default DefaultScope: method and route pattern.
+	// never meet. The caller (Tenant) is added to it. Default DefaultScope:
+	// method and route pattern.
 	Scope func(r *http.Request) string
-	// Tenant, if set, names the caller (from auth, say); its value, quoted,
-	// prefixes the scope, so one tenant's key never replays another's
-	// response.
-	Tenant func(r *http.Request) string
 	// Fingerprint digests the request; the same key with another
 	// fingerprint gets 422. body is the whole request body. Default
 	// DefaultFingerprint.
@@ -77,40 +81,78 @@ type Options struct {
 	// with a problem body saying the response was not kept (the handler
 	// does not run again). Default DefaultMaxStoredResponse (1 MiB).
 	MaxStoredResponse int
-	// ReplayHeader reports whether a response header (canonical name) is
-	// stored and replayed. Default DefaultReplayHeader, which drops
-	// hop-by-hop fields and Set-Cookie. Fields named in the response's
-	// Connection header are always dropped.
+	// ReplayHeader reports whether a response header field (canonical
+	// name) that the handler set is stored and replayed. Default
+	// DefaultReplayHeader, which leaves out Set-Cookie,
+	// Authentication-Info and Proxy-Authentication-Info. Only fields the
+	// handler set or changed are ever stored, and never hop-by-hop fields
+	// (see DefaultReplayHeader for the whole rule).
 	ReplayHeader func(name string) bool
 	// Store5xx keeps 5xx responses like any other. By default a 5xx
 	// releases the key, so a retry runs the handler again.
 	Store5xx bool
 	// InFlightStatus is the status for a key whose first request still
-	// runs. Default 409 Conflict; some APIs use 429.
+	// runs. Default 409 Conflict; some APIs use 429. Its Retry-After says
+	// when the first request's response is likely ready: the route's
+	// recent run time on this instance, at least 1 s, at most what is left
+	// of the first request's lease.
 	InFlightStatus int
+	// Wait lets a request whose key's first request is still running wait
+	// for that request's response, on this instance or another, for up to
+	// Wait, and then answer with its replay (or with InFlightStatus when
+	// Wait passes first). While it waits it polls the guard: a read of the
+	// key's record after 10 ms, then twice as late each time, at most
+	// 100 ms apart, and one claim when the record is no longer pending.
+	// For a first request that takes 100 ms that is about 4 reads and a
+	// claim; each further second of waiting costs about 10 reads. A waiting
+	// request holds its connection and a goroutine.
+	//
+	// Default 0: answer InFlightStatus at once, as Stripe does (409
+	// idempotency_key_in_use); its clients, and NewClient, retry after
+	// Retry-After. Turn it on when clients do not retry 409 on their own,
+	// or answers must come sooner than a retry's second.
+	Wait time.Duration
 	// UnavailableRetryAfter is the Retry-After sent with 503 when the store
 	// cannot be reached. Default DefaultRetryAfter (1 s).
 	UnavailableRetryAfter time.Duration
 	// Logger hears about handler panics and results that could not be
 	// stored. Default slog.Default().
 	Logger *slog.Logger
+	// LogKeys writes idempotency keys to the log in full ("scope" and "id"
+	// attributes). By default a record names a key only by a short digest
+	// ("key": 12 hex digits of SHA-256 over scope and id, the same as
+	// metrics.KeyDigest), enough to follow one key through the logs but not
+	// to replay its response: a key and its route are what fetch a stored
+	// response.
+	LogKeys bool
 }
 
 // Guard returns middleware that runs each keyed request's handler once per
 // key within g's retention, and replays its response to repeats.
 //
 // Guarantees, for requests whose method is in Options.Methods:
-//   - the handler runs at most once per (scope, key) while the key is
-//     remembered, however many requests carry it, concurrently or not;
-//   - a request rejected before the handler (400, 413, 422, 409, 503)
-//     stores nothing;
+//   - the handler runs at most once per (caller, scope, key) while the key
+//     is remembered, however many requests carry it, concurrently or not;
+//     keys of different callers (Options.Tenant) never meet;
+//   - a request rejected before the handler (400, 401, 413, 422, 409,
+//     503) stores nothing;
 //   - a handler that panics gets the client a 500 and releases the key, so
 //     a retry runs it again; a 5xx response does too unless Store5xx;
 //   - a completed response is stored even if the client hung up; if it
-//     cannot be stored, the client still gets the real response;
+//     cannot be stored, the client still gets the real response; a store
+//     that cannot be reached is retried for up to 2 s, and then the key is
+//     released if it can be, so that it is not left pending for a lease;
 //   - the response of a guarded request reaches the client only after it
 //     was stored, unless the handler flushes or it is larger than
-//     MaxStoredResponse (then it streams).
+//     MaxStoredResponse (then it streams);
+//   - a replay carries the stored status, body and the header fields the
+//     handler set (DefaultReplayHeader says which are kept), over the
+//     current values of every other field.
+//
+// Guard panics, as http.Handle does on a programmer's error, when g is nil
+// or when Options choose neither or both of Tenant and SingleCaller: a
+// Guard that silently shared keys across callers would replay one caller's
+// response to another.
 //
 // Guard uses g's Claim, Extend, Complete and Release directly rather than
 // Do, because a 5xx must release the key (Do would record a failure) and a
@@ -118,6 +160,14 @@ type Options struct {
 func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	if g == nil {
 		panic("httpx.Guard: nil guard")
+	}
+	switch {
+	case opts.Tenant == nil && !opts.SingleCaller:
+		panic("httpx.Guard: choose how keys are scoped by caller: set Options.Tenant (e.g. httpx.TenantFromContext " +
+			"or httpx.TenantFromJWT) to keep each caller's keys apart, or Options.SingleCaller for a service with " +
+			"one caller; without either, a caller could be replayed another caller's response")
+	case opts.Tenant != nil && opts.SingleCaller:
+		panic("httpx.Guard: Options.Tenant and Options.SingleCaller are both set; choose one")
 	}
 	m := &middleware{g: g, opts: opts, methods: map[string]bool{}}
 	if m.opts.Header == "" {
@@ -148,6 +198,9 @@ func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	}
 	if m.opts.InFlightStatus == 0 {
 		m.opts.InFlightStatus = http.StatusConflict
+	}
+	if m.opts.Wait < 0 {
+		m.opts.Wait = 0
 	}
 	if m.opts.UnavailableRetryAfter <= 0 {
 		m.opts.UnavailableRetryAfter = DefaultRetryAfter
@@ -190,24 +243,11 @@ func DefaultFingerprint(r *http.Request, body []byte) string {
 	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
-// dropped are the response fields DefaultReplayHeader leaves out.
-var dropped = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
-	"Upgrade": true, "Set-Cookie": true, ReplayedHeader: true,
-}
-
-// DefaultReplayHeader keeps every response field except the hop-by-hop
-// ones (RFC 9110 section 7.6.1), trailers and Set-Cookie (a cookie is
-// for one client and one moment; replaying it could hand a session on).
-func DefaultReplayHeader(name string) bool {
-	return !dropped[name] && !strings.HasPrefix(name, http.TrailerPrefix)
-}
-
 type middleware struct {
 	g       *guard.Guard
 	opts    Options
 	methods map[string]bool
+	runs    runTimes
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -239,24 +279,38 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Title: "Idempotency key malformed", Detail: err.Error()})
 		return
 	}
+	route := m.opts.Scope(r)
+	scope, ok := m.scope(r, route)
+	if !ok {
+		writeProblem(w, Problem{Type: ProblemCallerUnknown, Status: http.StatusUnauthorized,
+			Title: "Caller unknown", Key: id,
+			Detail: "idempotency keys are kept per caller, and this request names none; authenticate and retry"})
+		return
+	}
 
 	body, ok := m.readBody(w, r, id)
 	if !ok {
 		return
 	}
-	key := guard.Key{Scope: m.scope(r), ID: id}
+	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
 
 	// Claim even if the client hangs up meanwhile: a claim cut off after
 	// the store took it would lock the key for a whole lease. Guard.Claim
 	// bounds the call itself (half a lease).
 	out, err := m.g.Claim(context.WithoutCancel(r.Context()), key, fingerprint)
+	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
+		out, err, ok = m.wait(r, key, fingerprint, err)
+		if !ok {
+			return // the client left while waiting; nothing was claimed
+		}
+	}
 	if err != nil {
-		m.rejectClaim(w, id, err)
+		m.rejectClaim(w, key, route, err)
 		return
 	}
 	if out.Status == guard.Replay {
-		m.replay(w, r, id, out.Result)
+		m.replay(w, r, key, out.Result)
 		return
 	}
 	if r.Context().Err() != nil {
@@ -264,7 +318,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.release(r, out.Lease)
 		return
 	}
-	m.run(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, claimInfo{out.Lease, fingerprint})), next, out.Lease)
+	m.run(w, r, next, out.Lease, fingerprint, route)
 }
 
 // readBody reads the whole request body, up to MaxBody, and puts it back
@@ -296,30 +350,34 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, id string)
 	return body, true
 }
 
-// scope is the key's scope: Options.Scope, prefixed by the quoted tenant.
-// A scope the store would refuse (too long, control bytes) is replaced by
-// its digest.
-func (m *middleware) scope(r *http.Request) string {
-	s := m.opts.Scope(r)
+// scope is the key's scope: route (Options.Scope), prefixed by the quoted
+// caller (Options.Tenant). ok is false when Tenant names no caller. A scope
+// the store would refuse (too long, control bytes) is replaced by its
+// digest.
+func (m *middleware) scope(r *http.Request, route string) (s string, ok bool) {
+	s = route
 	if m.opts.Tenant != nil {
-		s = strconv.Quote(m.opts.Tenant(r)) + " " + s
+		caller := m.opts.Tenant(r)
+		if caller == "" {
+			return "", false
+		}
+		s = strconv.Quote(caller) + " " + s
 	}
 	if (guard.Key{Scope: s, ID: "-"}).Validate() != nil {
 		sum := sha256.Sum256([]byte(s))
 		s = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return s
+	return s, true
 }
 
 // rejectClaim answers a claim that did not give the key to this request.
-func (m *middleware) rejectClaim(w http.ResponseWriter, id string, err error) {
-	var inProgress *guard.InProgressError
+func (m *middleware) rejectClaim(w http.ResponseWriter, key guard.Key, route string, err error) {
+	id := key.ID
+	if inProgress, ok := errors.AsType[*guard.InProgressError](err); ok {
+		m.inFlight(w, id, route, inProgress.RetryAfter)
+		return
+	}
 	switch {
-	case errors.As(err, &inProgress):
-		writeProblem(w, Problem{Type: ProblemInFlight, Status: m.opts.InFlightStatus,
-			Title: "Request with this key in progress", Key: id,
-			Detail: "the first request with this key has not finished; retry after the delay given"},
-			"Retry-After", retryAfter(inProgress.RetryAfter))
 	case errors.Is(err, guard.ErrMismatch):
 		writeProblem(w, Problem{Type: ProblemKeyMismatch, Status: http.StatusUnprocessableEntity,
 			Title: "Idempotency key reused", Key: id,
@@ -330,29 +388,48 @@ func (m *middleware) rejectClaim(w http.ResponseWriter, id string, err error) {
 			Detail: "the request with this key was abandoned too often and will not run again"})
 	case errors.Is(err, guard.ErrInvalidKey):
 		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title: "Idempotency key malformed", Key: id, Detail: err.Error()})
+			Title: "Idempotency key malformed", Key: id, Detail: m.logErr(key, err)})
 	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		writeProblem(w, Problem{Type: ProblemStoreUnavailable, Status: http.StatusServiceUnavailable,
-			Title: "Idempotency store unavailable", Key: id,
-			Detail: "the request was not run; retry later with the same key"},
-			"Retry-After", retryAfter(m.opts.UnavailableRetryAfter))
+		m.unavailable(w, id, "the request was not run; retry later with the same key")
 	default:
-		m.opts.Logger.Error("httpx: idempotency claim failed", "key", id, "err", err)
+		m.opts.Logger.Error("httpx: idempotency claim failed", append(m.logKey(key), "err", m.logErr(key, err))...)
 		writeProblem(w, Problem{Type: ProblemStoreError, Status: http.StatusInternalServerError,
 			Title: "Idempotency store error", Key: id, Detail: "the request was not run"})
 	}
 }
 
+// inFlight answers a request whose key another request holds.
+func (m *middleware) inFlight(w http.ResponseWriter, id, route string, leaseLeft time.Duration) {
+	writeProblem(w, Problem{Type: ProblemInFlight, Status: m.opts.InFlightStatus,
+		Title: "Request with this key in progress", Key: id,
+		Detail: "another request with this key has not finished; retry after the delay given"},
+		"Retry-After", retryAfter(m.inFlightRetryAfter(route, leaseLeft)))
+}
+
+// unavailable answers 503 with Retry-After.
+func (m *middleware) unavailable(w http.ResponseWriter, id, detail string) {
+	writeProblem(w, Problem{Type: ProblemStoreUnavailable, Status: http.StatusServiceUnavailable,
+		Title: "Idempotency store unavailable", Key: id, Detail: detail},
+		"Retry-After", retryAfter(m.opts.UnavailableRetryAfter))
+}
+
 // replay writes a stored response.
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, id string, result []byte) {
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key guard.Key, result []byte) {
 	sr, err := decodeResponse(result)
 	if err != nil {
-		m.opts.Logger.Error("httpx: stored response unreadable", "key", id, "path", r.URL.Path, "err", err)
+		m.opts.Logger.Error("httpx: stored response unreadable",
+			append(m.logKey(key), "path", r.URL.Path, "err", m.logErr(key, err))...)
 		writeProblem(w, Problem{Type: ProblemCorruptResponse, Status: http.StatusInternalServerError,
-			Title: "Stored response unreadable", Key: id,
+			Title: "Stored response unreadable", Key: key.ID,
 			Detail: "the request with this key ran, but its stored response cannot be read"})
 		return
 	}
+	writeStored(w, key.ID, sr)
+}
+
+// writeStored writes sr as a replay: its header fields over w's, its
+// status and body, and Idempotent-Replayed: true.
+func writeStored(w http.ResponseWriter, id string, sr storedResponse) {
 	if sr.notKept != 0 {
 		why := "it was larger than the server keeps"
 		if sr.notKept&notKeptHijacked != 0 {
@@ -374,9 +451,9 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, id string, r
 }
 
 // run calls the handler under lease and stores or releases the outcome.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease guard.Lease) {
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease guard.Lease, fingerprint, route string) {
 	ctx, stop := m.g.KeepAlive(r.Context(), lease)
-	c := &capture{w: w, max: m.opts.MaxStoredResponse}
+	c := &capture{w: w, max: m.opts.MaxStoredResponse, before: w.Header().Clone()}
 	returned := false
 	defer func() {
 		if returned {
@@ -392,17 +469,20 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			panic(p) // the handler's way to cut the response off; net/http handles it
 		}
 		m.opts.Logger.Error("httpx: handler panicked; idempotency key released",
-			"key", lease.Key.ID, "path", r.URL.Path, "panic", p)
+			append(m.logKey(lease.Key), "path", r.URL.Path, "panic", p)...)
 		if c.committed || c.hijacked {
 			panic(http.ErrAbortHandler) // part of the response is out: cut it off
 		}
-		clear(w.Header())
+		resetHeader(w.Header(), c.before)
 		writeProblem(w, Problem{Type: ProblemHandlerPanic, Status: http.StatusInternalServerError,
 			Title: "Internal server error", Key: lease.Key.ID,
 			Detail: "the handler failed; the key was released, retry with the same key"})
 	}()
+	ctx = context.WithValue(ctx, claimKey{}, claimInfo{lease: lease, fingerprint: fingerprint, route: route, c: c, m: m})
+	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(ctx))
 	returned = true
+	m.runs.observe(route, time.Since(start))
 	stop()
 	m.finish(r, c, lease)
 }
@@ -414,72 +494,91 @@ func (m *middleware) finish(r *http.Request, c *capture, lease guard.Lease) {
 		c.WriteHeader(http.StatusOK)
 	}
 	status := c.status
-	var sr storedResponse
+	var result []byte
 	switch {
+	case c.release:
+		// CommitResponse answered without committing: nothing is final.
+		m.release(r, lease)
+		c.commit()
+		return
+	case c.stored != nil:
+		result = c.stored // the bytes CommitResponse committed
 	case c.hijacked:
 		if status < 200 {
 			status = http.StatusOK
 		}
-		sr = storedResponse{status: status, notKept: notKeptHijacked}
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
 	case status >= 500 && !m.opts.Store5xx:
 		m.release(r, lease)
 		c.commit()
 		return
 	case c.tooLarge:
-		sr = storedResponse{status: status, notKept: notKeptTooLarge}
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	default:
-		sr = storedResponse{status: status, header: m.replayable(c.header), body: c.buf.Bytes()}
+		result = encodeResponse(storedResponse{status: status, header: m.handlerSet(c.before, c.header), body: c.buf.Bytes()})
 	}
-	if err := m.g.Complete(r.Context(), lease, encodeResponse(sr)); err != nil {
-		// The handler ran; the client gets its real response anyway.
-		m.opts.Logger.Error("httpx: response not stored; a retry with this key may run the handler again",
-			"key", lease.Key.ID, "path", r.URL.Path, "err", err)
-	}
+	m.complete(r, lease, result)
 	if !c.hijacked {
 		c.commit()
 	}
 }
 
-// replayable returns the fields of h that are stored for replays.
-func (m *middleware) replayable(h http.Header) http.Header {
-	var conn map[string]bool
-	for _, v := range h.Values("Connection") {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				if conn == nil {
-					conn = map[string]bool{}
-				}
-				conn[textproto.CanonicalMIMEHeaderKey(f)] = true
-			}
-		}
+// complete stores result for lease, retrying while the store cannot be
+// reached (settle). If it still cannot, it releases the key if it can, so
+// the next request with it is not told 409 until the lease ends: with a
+// SQL backstop under the guard, that request then finds the committed
+// response; without one, it runs the handler again, as it would have once
+// the lease ran out.
+func (m *middleware) complete(r *http.Request, lease guard.Lease, result []byte) {
+	ctx := context.WithoutCancel(r.Context())
+	err := settle(ctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
+	if err == nil {
+		return
 	}
-	out := make(http.Header, len(h))
-	for k, vs := range h {
-		if len(vs) > 0 && !conn[k] && m.opts.ReplayHeader(k) {
-			out[k] = vs
-		}
+	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(ctx, lease) == nil {
+		m.opts.Logger.Warn("httpx: response not stored (store unreachable); idempotency key released",
+			append(m.logKey(lease.Key), "path", r.URL.Path, "err", m.logErr(lease.Key, err))...)
+		return
 	}
-	return out
+	// The handler ran; the client gets its real response anyway.
+	m.opts.Logger.Error("httpx: response not stored; a retry with this key may run the handler again",
+		append(m.logKey(lease.Key), "path", r.URL.Path, "err", m.logErr(lease.Key, err))...)
 }
 
-// release undoes the claim, even if the client is gone.
+// lastRelease tries once more, briefly, to free a key whose completion
+// could not be stored.
+func (m *middleware) lastRelease(ctx context.Context, lease guard.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return m.g.Release(ctx, lease)
+}
+
+// release undoes the claim, even if the client is gone, retrying while the
+// store cannot be reached (settle).
 func (m *middleware) release(r *http.Request, lease guard.Lease) {
-	if err := m.g.Release(r.Context(), lease); err != nil {
+	ctx := context.WithoutCancel(r.Context())
+	if err := settle(ctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
 		m.opts.Logger.Warn("httpx: idempotency key not released; it frees when its lease ends",
-			"key", lease.Key.ID, "err", err)
+			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
 	}
 }
 
 type claimKey struct{}
 
+// claimInfo is what a guarded handler's context carries: its claim, and
+// for CommitResponse the capture it writes to and the middleware.
 type claimInfo struct {
 	lease       guard.Lease
 	fingerprint string
+	route       string // Options.Scope of the request
+	c           *capture
+	m           *middleware
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
 // the request's fingerprint: what a handler passes to downstream writes
-// (lease.Fence) or to sqlbackstop's Commit in its business transaction.
+// (lease.Fence). A handler that commits a SQL backstop row should do it
+// through CommitResponse, which stores the response the client receives.
 // ok is false outside a guarded run (a safe method, an optional key).
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
 	c, ok := ctx.Value(claimKey{}).(claimInfo)

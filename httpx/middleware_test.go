@@ -38,9 +38,14 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"order":%d,"at":%q,"echo":%q}`, n, time.Now().Format(time.RFC3339Nano), body)
 }
 
+// guarded is h behind a Guard on e. Tests that are not about callers run
+// as a single-caller service.
 func guarded(e *env, h http.Handler, opts httpx.Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = quiet
+	}
+	if opts.Tenant == nil {
+		opts.SingleCaller = true
 	}
 	return httpx.Guard(e.g, opts)(h)
 }
@@ -446,7 +451,7 @@ func TestRetentionExpires(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{TTL: time.Hour})
 	h := &orders{}
-	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet})(h))
+	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true})(h))
 
 	first := do(t, c, "POST", srv.URL+"/o", "a", key("ttl")...)
 	mr.FastForward(59 * time.Minute)
@@ -504,7 +509,7 @@ func TestStoreUnavailable(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
 	h := &orders{}
-	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, UnavailableRetryAfter: 2500 * time.Millisecond})(h))
+	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true, UnavailableRetryAfter: 2500 * time.Millisecond})(h))
 	r := do(t, c, "POST", srv.URL+"/o", "a", key("u-1")...)
 	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "3" || r.problem(t).Type != httpx.ProblemStoreUnavailable {
 		t.Fatalf("%d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)

@@ -23,6 +23,7 @@ const (
 	ProblemHandlerPanic     = "https://idemguard.dev/problems/handler-panic"      // 500: the handler panicked; the key was released
 	ProblemResponseNotKept  = "https://idemguard.dev/problems/response-not-kept"  // original status: the request ran, its response was not stored
 	ProblemCorruptResponse  = "https://idemguard.dev/problems/corrupt-response"   // 500: the stored response cannot be read
+	ProblemCallerUnknown    = "https://idemguard.dev/problems/caller-unknown"     // 401: Options.Tenant named no caller for the request
 )
 
 // Problem is an RFC 9457 problem details object, the body of every

@@ -45,11 +45,19 @@ func TestResponseEncoding(t *testing.T) {
 
 // FuzzDecodeResponse: decodeResponse never panics, and whatever it accepts
 // encodes back to the same bytes (the format has one spelling per value,
-// given sorted names).
+// given sorted names). The seeds include values the SQL backstop holds:
+// responses CommitResponse committed, read back from PostgreSQL (live
+// when IDEMGUARD_POSTGRES_DSN is set, and saved in testdata/fuzz), and the
+// plain results non-HTTP callers commit.
 func FuzzDecodeResponse(f *testing.F) {
 	f.Add(encodeResponse(storedResponse{status: 201, header: http.Header{"A": {"1", "2"}, "B": {"x"}}, body: []byte("hi")}))
 	f.Add(encodeResponse(storedResponse{status: 500, notKept: notKeptTooLarge}))
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add([]byte("receipt-42")) // a plain result, as Backstop.Func stores
+	f.Add([]byte{})
+	for _, v := range backstopValues(f) {
+		f.Add(v)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeResponse(b)
 		if err != nil {

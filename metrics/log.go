@@ -2,7 +2,10 @@ package metrics
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
+	"strings"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -18,11 +21,31 @@ type LogOptions struct {
 	// released, recovered) at slog.LevelDebug; without it only recovered
 	// and failed are logged, at Info.
 	All bool
+	// LogKeys writes each key's id in full (an "id" attribute). By default
+	// a record names the key by its digest only (KeyDigest, the "key"
+	// attribute), and the id is replaced by it in error texts too: an
+	// idempotency key and its scope are what fetch a stored response.
+	LogKeys bool
+}
+
+// KeyDigest is how logs name an idempotency key without carrying it: the
+// first 12 hex digits (48 bits) of SHA-256 over the key's scope, a zero
+// byte and its id. The same key has the same digest in every process, so
+// its log lines still correlate (httpx's log uses the same digest), but
+// the digest does not give the key back to whoever reads the log.
+func KeyDigest(k guard.Key) string {
+	h := sha256.New()
+	h.Write([]byte(k.Scope))
+	h.Write([]byte{0})
+	h.Write([]byte(k.ID))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:6])
 }
 
 // Logger is a guard.Observer that logs every replay and every conflict
 // (in progress, mismatch, exhausted, lease lost, unavailable) through
-// log/slog, with the key's scope and id, the attempt and the error.
+// log/slog, with the key's scope and digest (its id too with
+// LogOptions.LogKeys), the attempt and the error.
 type Logger struct {
 	log  *slog.Logger
 	opts LogOptions
@@ -64,14 +87,22 @@ func (l *Logger) Observe(ctx context.Context, e guard.Event) {
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 5)
+	digest := KeyDigest(e.Key)
+	attrs := make([]slog.Attr, 0, 6)
 	attrs = append(attrs, slog.String("event", e.Kind.String()),
-		slog.String("scope", e.Key.Scope), slog.String("id", e.Key.ID))
+		slog.String("scope", e.Key.Scope), slog.String("key", digest))
+	if l.opts.LogKeys {
+		attrs = append(attrs, slog.String("id", e.Key.ID))
+	}
 	if e.Attempt > 0 {
 		attrs = append(attrs, slog.Int("attempt", e.Attempt))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("error", e.Err.Error()))
+		msg := e.Err.Error()
+		if !l.opts.LogKeys {
+			msg = redactIn(msg, e.Key, digest)
+		}
+		attrs = append(attrs, slog.String("error", msg))
 	}
 	l.log.LogAttrs(ctx, level, "idemguard "+e.Kind.String(), attrs...)
 }
@@ -94,4 +125,19 @@ func (t tee) Observe(ctx context.Context, e guard.Event) {
 	for _, o := range t {
 		o.Observe(ctx, e)
 	}
+}
+
+// redactIn replaces key k in s (errors name keys as "scope/id") by its
+// digest, and its bare id too when that is long enough not to match
+// ordinary words.
+func redactIn(s string, k guard.Key, digest string) string {
+	if k.ID == "" {
+		return s
+	}
+	hidden := "<key " + digest + ">"
+	s = strings.ReplaceAll(s, k.String(), k.Scope+"/"+hidden)
+	if len(k.ID) >= 8 {
+		s = strings.ReplaceAll(s, k.ID, hidden)
+	}
+	return s
 }

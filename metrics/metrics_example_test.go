@@ -61,8 +61,16 @@ func ExampleNewLogger() {
 	log.Observe(context.Background(), guard.Event{Kind: guard.EventReplayed, Key: key})
 	log.Observe(context.Background(), guard.Event{Kind: guard.EventMismatch, Key: key})
 	// Output:
-	// level=INFO msg="idemguard replayed" event=replayed scope=orders-consumer id=msg-7
-	// level=WARN msg="idemguard mismatch" event=mismatch scope=orders-consumer id=msg-7
+	// level=INFO msg="idemguard replayed" event=replayed scope=orders-consumer key=9d9fd7fb17ce
+	// level=WARN msg="idemguard mismatch" event=mismatch scope=orders-consumer key=9d9fd7fb17ce
+}
+
+// Keys are logged as a digest unless LogKeys; the digest is the same in
+// every process, so one key's records can be found by computing it.
+func ExampleKeyDigest() {
+	key := guard.Key{Scope: "orders-consumer", ID: "msg-7"}
+	fmt.Println(metrics.KeyDigest(key))
+	// Output: 9d9fd7fb17ce
 }
 
 // Count outcomes and log replays and conflicts with one observer.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -265,8 +266,8 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// The logger writes every replay and conflict with the key, and nothing
-// for routine events unless asked.
+// The logger writes every replay and conflict with the key's digest, and
+// nothing for routine events unless asked.
 func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
 	var buf bytes.Buffer
 	l := metrics.NewLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics.LogOptions{})
@@ -293,7 +294,7 @@ func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
 		t.Fatalf("%d records, want %d:\n%s", len(recs), len(wantEvents), buf.String())
 	}
 	for i, r := range recs {
-		if r["event"] != wantEvents[i] || r["scope"] != key.Scope || r["id"] != key.ID || r["attempt"] != float64(2) {
+		if r["event"] != wantEvents[i] || r["scope"] != key.Scope || r["key"] != metrics.KeyDigest(key) || r["attempt"] != float64(2) {
 			t.Errorf("record %d: %v", i, r)
 		}
 		wantLevel := "WARN"
@@ -325,5 +326,77 @@ func TestTee(t *testing.T) {
 	o.Observe(context.Background(), guard.Event{Kind: guard.EventReplayed})
 	if a != 1 || b != 1 {
 		t.Fatalf("a=%d b=%d", a, b)
+	}
+}
+
+// The logger names keys by their digest by default, in error texts too;
+// LogKeys puts the id back. The digest is stable and tells keys apart.
+func TestLoggerRedactsKeys(t *testing.T) {
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /charges", ID: "ch_9c1e77-secret"}
+	ev := guard.Event{Kind: guard.EventInProgress, Key: key,
+		Err: &guard.InProgressError{Key: key, RetryAfter: time.Second}}
+	for _, logKeys := range []bool{false, true} {
+		var buf bytes.Buffer
+		l := metrics.NewLogger(slog.New(slog.NewJSONHandler(&buf, nil)), metrics.LogOptions{LogKeys: logKeys})
+		l.Observe(ctx, ev)
+		l.Observe(ctx, guard.Event{Kind: guard.EventUnavailable, Key: key,
+			Err: fmt.Errorf("claim %s: %w", key, guard.ErrUnavailable)})
+		out := buf.String()
+		if strings.Count(out, metrics.KeyDigest(key)) < 2 {
+			t.Errorf("LogKeys=%v: the digest is not on every record:\n%s", logKeys, out)
+		}
+		if strings.Contains(out, key.ID) != logKeys {
+			t.Errorf("LogKeys=%v: the key's id in the log: %v\n%s", logKeys, !logKeys, out)
+		}
+		if !strings.Contains(out, "lease ends in 1s") || !strings.Contains(out, "store unavailable") {
+			t.Errorf("LogKeys=%v: the errors lost their meaning:\n%s", logKeys, out)
+		}
+	}
+	d := metrics.KeyDigest(key)
+	if len(d) != 12 || d != metrics.KeyDigest(guard.Key{Scope: key.Scope, ID: key.ID}) {
+		t.Fatalf("digest %q", d)
+	}
+	for _, other := range []guard.Key{{Scope: key.Scope, ID: key.ID + "x"}, {Scope: key.Scope + "x", ID: key.ID},
+		{Scope: "POST /charges" + "\x00" + "ch", ID: "_9c1e77-secret"}} {
+		if metrics.KeyDigest(other) == d {
+			t.Errorf("%v has the digest of %v", other, key)
+		}
+	}
+}
+
+// No metric carries a key in a label: after events and store calls for
+// keys with distinctive ids, no label value holds one.
+func TestMetricLabelsCarryNoKeys(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g, _ := redisGuard(t, reg, guard.Options{})
+	ctx := context.Background()
+	for i := range 3 {
+		k := guard.Key{Scope: "label-scope-zq", ID: fmt.Sprintf("label-key-zq-%d", i)}
+		if _, err := g.Do(ctx, k, "fp", ok); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctx, k, "fp", ok); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = g.Do(ctx, k, "other", ok)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := 0
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			series++
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "zq") {
+					t.Errorf("%s has label %s=%q", f.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	if series == 0 {
+		t.Fatal("no series gathered")
 	}
 }

@@ -9,6 +9,15 @@
 // the stored result. Guarded wires the backstop into a guard on Redis;
 // Store is a full guard.Store on PostgreSQL for deployments without Redis.
 //
+// The result a row keeps is opaque bytes: what Guard.Do and consumers
+// replay, unchanged. An HTTP handler behind httpx.Guard commits its row
+// with httpx.CommitResponse, which stores the response the client receives
+// (status, header fields, body) in the middleware's versioned
+// stored-response format, so a replay from PostgreSQL after Redis forgot
+// the key is the original response. The httpx package documentation has
+// the recipes for each outcome of the commit (committed,
+// ErrAlreadyCommitted, ErrStaleFence, the backstop unreachable).
+//
 // The package also holds what services around an idempotent effect need on
 // PostgreSQL: embedded migrations (Migrate, MigrateDown, Migrator),
 // consumer deduplication (MarkConsumed, Consume), webhook deliveries
@@ -119,6 +128,10 @@ func checkLease(lease guard.Lease) error {
 // caller may replace, turns it into the committed row. When the
 // transaction commits, the effect and the row exist together; when it
 // rolls back, neither does.
+//
+// Inside a handler behind httpx.Guard, call httpx.CommitResponse instead:
+// result must then be the response in the middleware's stored format, or
+// the middleware cannot replay it from PostgreSQL.
 //
 // If the row shows the effect was committed before, Commit returns an
 // *AlreadyCommittedError (ErrAlreadyCommitted) carrying the stored result

@@ -30,8 +30,19 @@ import (
 // Release and Extend go to primary. Get reads primary and, when it has no
 // record, the committed row in PostgreSQL.
 //
+// A write to primary that ends a claim is never given up at the first
+// failure: Guarded's own (teaching primary a committed result, releasing
+// a claim it refuses) and the holder's Complete, Fail and Release are
+// retried while primary cannot be reached, for up to 2 s (a restarted
+// Redis is answered within a second), so a claim primary just granted is
+// not left pending for a whole lease, during which every retry would be
+// told the key is in progress though the backstop holds its answer. When
+// teaching primary still fails, its claim is released if it can be.
+//
 // Effects run under a Guarded store must Commit their row with b (see
-// Backstop.Func); the lease's fence may differ from primary's own record.
+// Backstop.Func, and httpx.CommitResponse for HTTP handlers, which commits
+// the response the client receives); the lease's fence may differ from
+// primary's own record.
 func Guarded(primary guard.Store, b *Backstop) guard.Store {
 	if primary == nil || b == nil {
 		panic("sqlbackstop.Guarded: nil primary store or backstop")
@@ -73,10 +84,15 @@ func (g *guardedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 		return guard.Outcome{Status: guard.Mismatch}, nil
 	case m.committed:
 		// Primary forgot a key whose effect is committed: teach it again.
-		// If that fails, the replay is still right; the next claim asks
+		// The replay is right either way; what matters is that the claim
+		// primary just granted does not stay pending for a lease, so if
+		// it cannot be completed it is released, and the next claim asks
 		// the backstop again.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(req.Lease, time.Second))
-		_ = g.primary.Complete(wctx, out.Lease, m.result, req.TTL)
+		err := settle(wctx, settleBudget, func() error { return g.primary.Complete(wctx, out.Lease, m.result, req.TTL) })
+		if errors.Is(err, guard.ErrUnavailable) {
+			_ = g.primary.Release(wctx, out.Lease)
+		}
 		cancel()
 		return guard.Outcome{Status: guard.Replay, Result: m.result}, nil
 	}
@@ -88,19 +104,19 @@ func (g *guardedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 func (g *guardedStore) undo(ctx context.Context, l guard.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = g.primary.Release(ctx, l)
+	_ = settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, l) })
 }
 
 func (g *guardedStore) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
-	return g.primary.Complete(ctx, lease, result, ttl)
+	return settle(ctx, settleBudget, func() error { return g.primary.Complete(ctx, lease, result, ttl) })
 }
 
 func (g *guardedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return g.primary.Fail(ctx, lease, reason, ttl)
+	return settle(ctx, settleBudget, func() error { return g.primary.Fail(ctx, lease, reason, ttl) })
 }
 
 func (g *guardedStore) Release(ctx context.Context, lease guard.Lease) error {
-	return g.primary.Release(ctx, lease)
+	return settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, lease) })
 }
 
 func (g *guardedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {

@@ -47,7 +47,7 @@ type demoConfig struct {
 	keys, copies, clients         int
 	messages, consumers           int
 	dupRate                       float64
-	work, lease                   time.Duration
+	work, lease, wait             time.Duration
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,7 +65,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&c.dupRate, "duplicates", 0.3, "consumer: fraction of messages delivered twice")
 	fs.IntVar(&c.consumers, "consumers", 8, "consumer: consumers in the group")
 	fs.DurationVar(&c.work, "work", 20*time.Millisecond, "how long each business effect takes")
-	fs.DurationVar(&c.lease, "lease", 2*time.Second, "guard lease; a duplicate in flight is told to retry after what is left of it")
+	fs.DurationVar(&c.lease, "lease", 2*time.Second, "guard lease: how long a holder that died keeps its key")
+	fs.DurationVar(&c.wait, "wait", 0, "HTTP: how long a copy whose key is in flight waits for the first copy's response (httpx.Options.Wait); 0 answers 409 at once")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -83,6 +84,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("--work %s must not be negative", c.work)
 	case c.lease < 100*time.Millisecond:
 		return usagef("--lease %s: want at least 100ms", c.lease)
+	case c.wait < 0:
+		return usagef("--wait %s must not be negative", c.wait)
 	}
 	if c.redisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.redisAddr); err != nil {
@@ -157,6 +160,12 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 			return fmt.Errorf("start embedded redis: %w", err)
 		}
 		defer mr.Close()
+		// miniredis's keys expire only when told that time passed: tell it
+		// as it passes, so a lease runs out as on a real Redis (a claim
+		// whose answer came too late on a loaded machine would otherwise
+		// hold its key for good).
+		stopClock := realTime(mr)
+		defer stopClock()
 		addr, where = mr.Addr(), "embedded Redis (miniredis) on "+mr.Addr()+", nothing to install"
 	} else {
 		where = "Redis at " + addr
@@ -225,11 +234,12 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		observer = metrics.Tee(m, metrics.NewLogger(slog.New(slog.NewTextHandler(stderr, nil)), metrics.LogOptions{}))
 	}
 	gopts := guard.Options{Observer: observer, Lease: c.lease, TTL: 10 * time.Minute}
-	httpGuard := guard.New(m.Store(store), gopts)
-	consumerStore := m.Store(store)
+	httpStore, consumerStore := m.Store(store), m.Store(store)
 	if backstop != nil {
+		httpStore = sqlbackstop.Guarded(httpStore, backstop)
 		consumerStore = sqlbackstop.Guarded(consumerStore, backstop)
 	}
+	httpGuard := guard.New(httpStore, gopts)
 	consumerGuard := guard.New(consumerStore, gopts)
 
 	if c.metricsAddr != "" {
@@ -255,7 +265,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	prog := newProgress(stderr, total, terminal)
 
 	fmt.Fprintf(stdout, "idemguard demo: %s\n\n", where)
-	hs, err := httpStorm(ctx, c, httpGuard, effects, logger, prog)
+	hs, err := httpStorm(ctx, c, httpGuard, backstop, effects, logger, prog)
 	if err != nil {
 		return err
 	}
@@ -266,12 +276,15 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	}
 
 	var failed []string
-	fmt.Fprintf(stdout, "HTTP: POST /orders behind httpx.Guard; %d keys × %d copies sent at once by a retrying client (httpx.NewClient)\n", c.keys, c.copies)
+	fmt.Fprintf(stdout, "HTTP: POST /orders behind httpx.Guard, keys kept per customer; %d keys × %d copies sent at once by a retrying client (httpx.NewClient), each copy with a token of its own\n", c.keys, c.copies)
+	if backstop != nil {
+		fmt.Fprintf(stdout, "  (each order and its response committed in one transaction: httpx.CommitResponse over sqlbackstop.Guarded)\n")
+	}
 	fmt.Fprintf(stdout, "  requests          %6d  (client calls, each answered with its key's first response)\n", hs.requests)
 	fmt.Fprintf(stdout, "  attempts          %6d  (HTTP requests the server saw, retries included)\n", hs.attempts)
 	fmt.Fprintf(stdout, "  executions        %6d  (handler runs)\n", hs.executions)
 	fmt.Fprintf(stdout, "  replays           %6d  (answered from the stored response, Idempotent-Replayed: true)\n", hs.replays)
-	fmt.Fprintf(stdout, "  conflicts         %6d  (409 while the first copy ran; the client retried after Retry-After)\n", hs.conflicts)
+	fmt.Fprintf(stdout, "  conflicts         %6d  (409 while the first copy ran; the client asked again within a second)\n", hs.conflicts)
 	failed = append(failed, verdict(stdout, "distinct keys", hs.effects, hs.distinct, int64(c.keys))...)
 	if hs.mismatched > 0 {
 		failed = append(failed, fmt.Sprintf("%d HTTP responses differ from their key's first", hs.mismatched))
@@ -297,6 +310,31 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	return nil
 }
 
+// realTime moves mr's clock forward with the wall clock, every 50 ms,
+// until the returned func is called (it waits for the ticking to stop).
+func realTime(mr *miniredis.Miniredis) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				mr.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
 // verdict prints the effects line and returns what is wrong with it.
 func verdict(w io.Writer, what string, effects, distinct, want int64) []string {
 	ok := effects == distinct && distinct == want
@@ -316,26 +354,44 @@ type httpStats struct {
 	effects, distinct, mismatched                      int64
 }
 
-func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, effects *demoEffects, logger *slog.Logger, prog *progress) (httpStats, error) {
+func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlbackstop.Backstop, effects *demoEffects, logger *slog.Logger, prog *progress) (httpStats, error) {
 	var st httpStats
 	var attempts, executions, replays, conflicts, seq atomic.Int64
 	var effectErr atomic.Value
 	orders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		executions.Add(1)
 		key := r.Header.Get(httpx.DefaultHeader)
-		if err := effects.record(r.Context(), effects.db, "http", key); err != nil {
+		if c.work > 0 {
+			time.Sleep(c.work) // the business effect itself
+		}
+		body := fmt.Appendf(nil, `{"order":%q,"customer":%q,"number":%d}`, key, r.Context().Value(customerKey{}), seq.Add(1))
+		w.Header().Set("Content-Type", "application/json")
+		if backstop == nil {
+			if err := effects.record(r.Context(), effects.db, "http", key); err != nil {
+				effectErr.Store(err)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(body)
+			return
+		}
+		// The order and the response the client gets, in one transaction.
+		tx, err := effects.db.BeginTx(r.Context(), nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback()
+		if err := effects.record(r.Context(), tx, "http", key); err != nil {
 			effectErr.Store(err)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		if c.work > 0 {
-			time.Sleep(c.work) // the business effect itself
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"order":%q,"number":%d}`, key, seq.Add(1))
+		_ = httpx.CommitResponse(w, r, tx, backstop, http.StatusCreated, body) // it answers in every outcome
 	})
-	guarded := httpx.Guard(g, httpx.Options{Logger: logger})(orders)
+	guarded := authenticateCustomer(httpx.Guard(g, httpx.Options{Logger: logger, Wait: c.wait,
+		Tenant: httpx.TenantFromContext[string](customerKey{}, nil)})(orders))
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		attempts.Add(1)
@@ -379,7 +435,11 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, effects *demoE
 			for j := range jobs {
 				k, cp := j[0], j[1]
 				key := "order-" + effects.run + "-" + strconv.Itoa(k)
-				body, err := post(ctx, client, url, key)
+				// Each copy has a token of its own (a client that refreshed
+				// it between retries): the customer, not the token, scopes
+				// the key.
+				token := "cust-" + strconv.Itoa(k%5) + "." + strconv.Itoa(cp)
+				body, err := post(ctx, client, url, key, token)
 				if err != nil {
 					select {
 					case errs <- fmt.Errorf("http: POST %s: %w", key, err):
@@ -431,7 +491,7 @@ feed:
 	return st, err
 }
 
-func post(ctx context.Context, client *http.Client, url, key string) (string, error) {
+func post(ctx context.Context, client *http.Client, url, key, token string) (string, error) {
 	body := []byte(`{"item":"book","key":"` + key + `"}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -439,6 +499,7 @@ func post(ctx context.Context, client *http.Client, url, key string) (string, er
 	}
 	req.Header.Set(httpx.DefaultHeader, key)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
@@ -452,6 +513,25 @@ func post(ctx context.Context, client *http.Client, url, key string) (string, er
 		return "", fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return string(b), nil
+}
+
+// customerKey is where authenticateCustomer stores the customer.
+type customerKey struct{}
+
+// authenticateCustomer stands in for an authentication middleware: a
+// bearer token "<customer>.<anything>" names its customer (a real one
+// verifies the token). The customer goes into the request context, where
+// httpx.TenantFromContext reads it.
+func authenticateCustomer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		customer, _, found := strings.Cut(token, ".")
+		if !ok || !found || customer == "" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), customerKey{}, customer)))
+	})
 }
 
 // statusWriter remembers the status a handler wrote.

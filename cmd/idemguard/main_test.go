@@ -181,6 +181,22 @@ func TestDemoLog(t *testing.T) {
 	}
 }
 
+// With --wait, copies of a key in flight wait for the first copy's
+// response instead of being told 409.
+func TestDemoWait(t *testing.T) {
+	code, out, stderr := cli(t, "demo", "--wait", "5s", "--keys", "10", "--copies", "4", "--messages", "20", "--work", "50ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	checkDemo(t, out, 10, 20)
+	if !regexp.MustCompile(`conflicts\s+0\s`).MatchString(out) {
+		t.Errorf("conflicts with --wait:\n%s", out)
+	}
+	if !regexp.MustCompile(`replays\s+30\s`).MatchString(out) {
+		t.Errorf("want 30 replays (3 copies of 10 keys):\n%s", out)
+	}
+}
+
 func TestVerdict(t *testing.T) {
 	var b bytes.Buffer
 	if f := verdict(&b, "distinct keys", 10, 10, 10); f != nil {
@@ -205,6 +221,7 @@ func TestDemoBadInput(t *testing.T) {
 		{[]string{"--keys", "0"}, 2, "--keys"},
 		{[]string{"--duplicates", "1.5"}, 2, "--duplicates 1.5"},
 		{[]string{"--lease", "1ms"}, 2, "--lease"},
+		{[]string{"--wait", "-1s"}, 2, "--wait -1s"},
 		{[]string{"--redis", "nohost"}, 2, `--redis "nohost"`},
 		{[]string{"--metrics", "nope"}, 2, `--metrics "nope"`},
 		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},

@@ -1,0 +1,50 @@
+package httpx
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// settleBudget bounds how long the middleware keeps retrying the write
+// that ends a claim (Complete or Release) while the store is unreachable.
+// A claim that is neither completed nor released stays pending until its
+// lease runs out, and every retry of the key meanwhile gets 409. Right
+// after Redis comes back, go-redis answers new connections with its last
+// dial error for up to a second (it probes the server once a second), so
+// two seconds see the write through a restart.
+const settleBudget = 2 * time.Second
+
+// settle runs write until it succeeds, fails for a reason other than the
+// store being unreachable (ErrLeaseLost: nothing of the caller's is left
+// to end), or budget has passed, backing off between tries (20 ms, doubled
+// up to 250 ms). Complete and Release are safe to repeat.
+func settle(ctx context.Context, budget time.Duration, write func(context.Context) error) error {
+	deadline := time.Now().Add(budget)
+	delay := 20 * time.Millisecond
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		err := write(ctx)
+		if err == nil || !errors.Is(err, guard.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-timer.C:
+		}
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
