@@ -9,6 +9,16 @@
 // NATS JetStream and Kafka live in the subpackages redisstream, watermillx,
 // jetstreamx and kafkax; each imports only its own broker.
 //
+// Shutdown is not failure: when the context a consumer passes to Process
+// ends (it is shutting down, or a rebalance took its partition) while the
+// handler runs, and the handler then returns an error, the claim is
+// released instead of failed. No attempt is counted, nothing is
+// dead-lettered, and the outcome is Interrupted (not acknowledged), so the
+// message runs again on its next delivery. A handler that returns nil
+// after the context ended still completes the message; a handler's error
+// while the consumer's context is live counts as an attempt, as does a
+// run cut short by the guard's lease or MaxRun.
+//
 // The guard makes the effect happen once as long as each run's completion
 // is recorded; a consumer that dies between its effect and the recording
 // leaves a pending claim that is taken over after the guard's lease.
@@ -211,6 +221,8 @@ func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFun
 		p.log.DebugContext(ctx, "consumerx: message in progress elsewhere, left for redelivery", "id", msg.ID, "err", err)
 	case Failed:
 		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
+	case Interrupted:
+		p.log.InfoContext(ctx, "consumerx: consumer stopped while the handler ran; claim released, left for redelivery", "id", msg.ID, "err", err)
 	}
 	if p.opts.OnOutcome != nil {
 		p.opts.OnOutcome(ctx, msg, o, err)
@@ -225,6 +237,16 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
+// interrupted is a handler's error returned after the consumer's context
+// ended: it matches guard.ErrRejected, so Guard.Do releases the claim
+// instead of failing it, and the handler's error.
+type interrupted struct{ err error }
+
+func (e *interrupted) Error() string {
+	return "consumerx: consumer stopped while the handler ran: " + e.err.Error()
+}
+func (e *interrupted) Unwrap() []error { return []error{guard.ErrRejected, e.err} }
+
 func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
 	key, err := p.Key(msg)
 	if err != nil {
@@ -235,11 +257,18 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		ran     bool
 		attempt int
 		herr    *handlerError
+		stopped *interrupted
 	)
+	consumer := ctx
 	res, err := p.claims.Do(ctx, key, fp, func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		ran, attempt = true, lease.Attempt
 		v, err := fn(context.WithValue(ctx, leaseKey{}, lease), msg)
 		if err != nil {
+			if consumer.Err() != nil {
+				// Shutdown, not failure: release the claim.
+				stopped = &interrupted{err}
+				return nil, stopped
+			}
 			herr = &handlerError{err}
 			return nil, herr
 		}
@@ -250,6 +279,13 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		return Duplicate, res.Value, nil
 	case err == nil:
 		return Processed, res.Value, nil
+	case stopped != nil:
+		// Released (or, if the release was not recorded, left to run out
+		// and be recovered).
+		return Interrupted, nil, err
+	case !ran && consumer.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Stopped before the handler ran: nothing happened.
+		return Interrupted, nil, err
 	case ran && herr == nil:
 		// The effect happened but was not recorded (lease lost or store
 		// down): leave the message to a redelivery, which finds the record.
