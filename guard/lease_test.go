@@ -78,18 +78,19 @@ func claimWhenFree(t *testing.T, g *guard.Guard, key guard.Key, limit time.Durat
 }
 
 // The effect's context ends at the lease's deadline while the extension
-// that would keep it alive hangs (a partition), before another claim can
-// succeed, and not before the deadline.
+// that would keep it alive hangs (a partition, and a client that waits
+// out its read timeout whatever the context says, as go-redis does by
+// default), before another claim can succeed, and not before the
+// deadline.
 func TestDeadlineCancelsWhileExtensionHangs(t *testing.T) {
 	const lease = time.Second
 	release := make(chan struct{})
 	h := &hooked{Store: realStore(t), beforeExtend: func(ctx context.Context, _ int32) {
-		select { // a partition: no answer until the extension gives up
+		select { // no answer until the other holder has the key, or a read timeout
 		case <-release:
-		case <-ctx.Done():
+		case <-time.After(3 * lease):
 		}
 	}}
-	defer close(release)
 	g := guard.New(h, guard.Options{Lease: lease})
 	other := guard.New(h.Store, guard.Options{Lease: lease})
 	key := guard.Key{Scope: "s", ID: "partitioned"}
@@ -105,6 +106,7 @@ func TestDeadlineCancelsWhileExtensionHangs(t *testing.T) {
 					t.Error("B's claim succeeded while A's context was live")
 				}
 			})
+			close(release)
 			bDone <- err
 		}()
 		<-ctx.Done()
@@ -139,7 +141,10 @@ func TestLateExtensionDoesNotRevive(t *testing.T) {
 	h := &hooked{Store: realStore(t), onWire: true}
 	h.beforeExtend = func(_ context.Context, n int32) {
 		if n == 1 {
-			<-cancelled // held past the client's deadline, then sent
+			select { // held past the client's deadline, then sent
+			case <-cancelled:
+			case <-time.After(3 * lease):
+			}
 		}
 	}
 	g := guard.New(h, guard.Options{Lease: lease})
@@ -276,8 +281,12 @@ func TestMaxRunCancels(t *testing.T) {
 	key := guard.Key{Scope: "s", ID: "hung"}
 	start := time.Now()
 	_, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-		<-ctx.Done()
-		return nil, context.Cause(ctx)
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(10 * maxRun):
+			return nil, errors.New("not cancelled at MaxRun")
+		}
 	})
 	took := time.Since(start)
 	if !errors.Is(err, guard.ErrMaxRun) || !errors.Is(err, guard.ErrLeaseLost) {
@@ -305,7 +314,11 @@ func TestMaxRunFreesKeyOfHungEffect(t *testing.T) {
 	other := guard.New(h.Store, guard.Options{Lease: lease})
 	key := guard.Key{Scope: "s", ID: "ignores-ctx"}
 	res, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * maxRun):
+			return nil, errors.New("not cancelled at MaxRun")
+		}
 		if !errors.Is(context.Cause(ctx), guard.ErrMaxRun) {
 			return nil, fmt.Errorf("cause %v, want ErrMaxRun", context.Cause(ctx))
 		}
