@@ -61,6 +61,8 @@ type keepalive struct {
 	done    chan struct{} // made when first asked for; closed when it ends
 	callErr error         // why it ended; nil while it lasts
 	late    bool          // the claim's bound passed before its answer
+	// afters run when the call's context ends (contexts derived from it).
+	afters []*func()
 }
 
 type phase uint8
@@ -117,6 +119,10 @@ func (k *keepalive) endCall(err error) {
 	} else {
 		close(k.done)
 	}
+	for _, f := range k.afters {
+		go (*f)()
+	}
+	k.afters = nil
 }
 
 // timedOut reports whether the claim's bound passed before its answer.
@@ -355,5 +361,30 @@ func (c *callCtx) Err() error {
 }
 
 func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
+
+// AfterFunc arranges for f to run, in a goroutine of its own, when the
+// context ends. The context package uses it for contexts derived from
+// this one, instead of a goroutine watching Done for each.
+func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.callErr != nil {
+		go f()
+		return func() bool { return false }
+	}
+	p := &f
+	c.afters = append(c.afters, p)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, q := range c.afters {
+			if q == p {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
 
 func (c *callCtx) String() string { return "idemguard store call" }

@@ -359,3 +359,41 @@ func TestMaxRunDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A context derived from the claim's (as a store or its client may make)
+// ends with it and costs no goroutine.
+func TestClaimContextDerived(t *testing.T) {
+	var derived atomic.Pointer[context.Context]
+	h := &hooked{Store: realStore(t), afterClaim: func(guard.Outcome) {}}
+	g := guard.New(storeFunc{h, func(ctx context.Context) {
+		d, cancel := context.WithTimeout(ctx, time.Hour)
+		_ = cancel // ended by the claim's context, checked below
+		derived.Store(&d)
+		buf := make([]byte, 1<<20)
+		if n := runtime.Stack(buf, true); strings.Contains(string(buf[:n]), "propagateCancel") {
+			t.Error("deriving from the claim's context started a goroutine")
+		}
+	}}, guard.Options{})
+	if _, err := g.Do(bg, guard.Key{Scope: "s", ID: "derived"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return []byte("v"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := *derived.Load()
+	select {
+	case <-d.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a context derived from the claim's did not end with it")
+	}
+}
+
+// storeFunc calls onClaim with the claim's context before the claim.
+type storeFunc struct {
+	guard.Store
+	onClaim func(ctx context.Context)
+}
+
+func (s storeFunc) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	s.onClaim(ctx)
+	return s.Store.Claim(ctx, req)
+}
