@@ -197,11 +197,13 @@ func (p *Processor) Key(msg Message) (guard.Key, error) {
 }
 
 // Process runs h for msg unless msg's (group, id) already ran, and reports
-// what to do with the delivery; see Outcome. The error says why for
-// InProgress (a *guard.InProgressError), Failed (the handler's or the
-// store's error) and DeadLettered (the cause given to DeadLetter); it is
-// nil for Processed and Duplicate. A panic in h releases the claim and
-// goes on.
+// what to do with the delivery; see Outcome. ctx is the consumer's own
+// context: if it has ended when h returns an error, the claim is released
+// and the outcome is Interrupted (see the package doc). The error says
+// why for InProgress (a *guard.InProgressError), Failed (the handler's or
+// the store's error), DeadLettered (the cause given to DeadLetter) and
+// Interrupted (the handler's error, or the context's); it is nil for
+// Processed and Duplicate. A panic in h releases the claim and goes on.
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
