@@ -58,9 +58,10 @@ func TestGuardAllocations(t *testing.T) {
 	})
 	t.Logf("fresh Do: %.1f allocs (store calls %.1f, guard %.1f); replay: %.1f (store %.1f, guard %.1f)",
 		fresh, bare, fresh-bare, replay, bareReplay, replay-bareReplay)
-	// A context.WithTimeout costs 3-4 allocations; a heartbeat goroutine
-	// or a second timer per call would show here.
-	if fresh-bare > 9 || replay-bareReplay > 6 {
-		t.Errorf("the guard adds %.1f allocations to a fresh key and %.1f to a replay, want at most 9 and 6", fresh-bare, replay-bareReplay)
+	// Measured 7 and 5 (8 and 6 under -race); the guard before this
+	// layout took 19 and 6. A context.WithTimeout costs 4-5 allocations, a
+	// heartbeat timer with its context 4: either one back per call shows.
+	if fresh-bare > 9 || replay-bareReplay > 7 {
+		t.Errorf("the guard adds %.1f allocations to a fresh key and %.1f to a replay, want at most 9 and 7", fresh-bare, replay-bareReplay)
 	}
 }

@@ -18,15 +18,21 @@ import (
 // the way a slow or partitioned network would.
 type hooked struct {
 	guard.Store
+	beforeClaim  func()                             // before a claim reaches the store
 	afterClaim   func(guard.Outcome)                // after the store answered a claim
 	beforeExtend func(ctx context.Context, n int32) // before the n-th extension (from 1) reaches the store
 	extends      atomic.Int32
 	// onWire: an extension, once past beforeExtend, reaches the server
 	// whatever its context says, as a request already sent does.
 	onWire bool
+	// afterExtend hears how the n-th extension ended.
+	afterExtend func(n int32, err error)
 }
 
 func (h *hooked) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	if h.beforeClaim != nil {
+		h.beforeClaim()
+	}
 	out, err := h.Store.Claim(ctx, req)
 	if err == nil && h.afterClaim != nil {
 		h.afterClaim(out)
@@ -42,7 +48,11 @@ func (h *hooked) Extend(ctx context.Context, l guard.Lease, d time.Duration) err
 	if h.onWire {
 		ctx = context.WithoutCancel(ctx)
 	}
-	return h.Store.Extend(ctx, l, d)
+	err := h.Store.Extend(ctx, l, d)
+	if h.afterExtend != nil {
+		h.afterExtend(n, err)
+	}
+	return err
 }
 
 // realStore is a RedisStore on the shared Redis under a prefix of the
@@ -138,13 +148,22 @@ func TestDeadlineCancelsWhileExtensionHangs(t *testing.T) {
 func TestLateExtensionDoesNotRevive(t *testing.T) {
 	const lease = 900 * time.Millisecond
 	cancelled := make(chan struct{})
-	h := &hooked{Store: realStore(t), onWire: true}
+	// The claim takes 200ms to reach the server, so the server's lease
+	// ends 200ms after the client's deadline: room for the late
+	// extension to arrive while the server still has the lease.
+	h := &hooked{Store: realStore(t), onWire: true, beforeClaim: func() { time.Sleep(200 * time.Millisecond) }}
+	lateDone := make(chan error, 1)
 	h.beforeExtend = func(_ context.Context, n int32) {
 		if n == 1 {
 			select { // held past the client's deadline, then sent
 			case <-cancelled:
 			case <-time.After(3 * lease):
 			}
+		}
+	}
+	h.afterExtend = func(n int32, err error) {
+		if n == 1 {
+			lateDone <- err
 		}
 	}
 	g := guard.New(h, guard.Options{Lease: lease})
@@ -154,6 +173,9 @@ func TestLateExtensionDoesNotRevive(t *testing.T) {
 	res, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
 		<-ctx.Done()
 		close(cancelled)
+		if err := <-lateDone; err != nil {
+			return nil, fmt.Errorf("the late extension failed (%w): the test proves nothing", err)
+		}
 		// Ignore the context: keep running until someone else has the key.
 		b, err := claimWhenFree(t, other, key, 5*lease, func(guard.Lease) {})
 		if err != nil {
