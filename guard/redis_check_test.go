@@ -127,8 +127,13 @@ func TestCheckClusterEveryMaster(t *testing.T) {
 func startCluster(t *testing.T, n int) []*testenv.Server {
 	t.Helper()
 	nodes := make([]*testenv.Server, n)
+	bus := make([]int, n)
 	for i := range nodes {
-		nodes[i] = testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+		// The bus port too below the ephemeral range (by default it is
+		// port+10000, where a client connection may hold it).
+		bus[i] = testenv.FreePort(t)
+		nodes[i] = testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+			"--cluster-port", strconv.Itoa(bus[i]))
 	}
 	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
@@ -140,7 +145,7 @@ func startCluster(t *testing.T, n int) []*testenv.Server {
 			t.Fatalf("addslots on %s: %v", node.Addr(), err)
 		}
 		if i > 0 {
-			if err := c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port())).Err(); err != nil {
+			if err := c.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", nodes[0].Port(), bus[0]).Err(); err != nil {
 				t.Fatalf("meet: %v", err)
 			}
 		}
