@@ -21,9 +21,15 @@ const (
 	// id is unusable, or its id was reused with another payload); it was
 	// handed to the dead letter and is to be acknowledged.
 	DeadLettered
+	// Interrupted: the consumer's own context ended (shutdown, rebalance)
+	// before the handler finished, and the handler returned an error; the
+	// claim was released, so no attempt is counted and nothing is
+	// dead-lettered for it. Do not acknowledge: the message runs again on
+	// its next delivery, to this consumer or another.
+	Interrupted
 )
 
-var outcomeNames = [...]string{"", "processed", "duplicate", "in_progress", "failed", "dead_lettered"}
+var outcomeNames = [...]string{"", "processed", "duplicate", "in_progress", "failed", "dead_lettered", "interrupted"}
 
 // String returns the outcome's name ("processed", "duplicate", …), for logs
 // and metric labels.

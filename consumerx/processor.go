@@ -9,6 +9,16 @@
 // NATS JetStream and Kafka live in the subpackages redisstream, watermillx,
 // jetstreamx and kafkax; each imports only its own broker.
 //
+// Shutdown is not failure: when the context a consumer passes to Process
+// ends (it is shutting down, or a rebalance took its partition) while the
+// handler runs, and the handler then returns an error, the claim is
+// released instead of failed. No attempt is counted, nothing is
+// dead-lettered, and the outcome is Interrupted (not acknowledged), so the
+// message runs again on its next delivery. A handler that returns nil
+// after the context ended still completes the message; a handler's error
+// while the consumer's context is live counts as an attempt, as does a
+// run cut short by the guard's lease or MaxRun.
+//
 // The guard makes the effect happen once as long as each run's completion
 // is recorded; a consumer that dies between its effect and the recording
 // leaves a pending claim that is taken over after the guard's lease.
@@ -187,11 +197,13 @@ func (p *Processor) Key(msg Message) (guard.Key, error) {
 }
 
 // Process runs h for msg unless msg's (group, id) already ran, and reports
-// what to do with the delivery; see Outcome. The error says why for
-// InProgress (a *guard.InProgressError), Failed (the handler's or the
-// store's error) and DeadLettered (the cause given to DeadLetter); it is
-// nil for Processed and Duplicate. A panic in h releases the claim and
-// goes on.
+// what to do with the delivery; see Outcome. ctx is the consumer's own
+// context: if it has ended when h returns an error, the claim is released
+// and the outcome is Interrupted (see the package doc). The error says
+// why for InProgress (a *guard.InProgressError), Failed (the handler's or
+// the store's error), DeadLettered (the cause given to DeadLetter) and
+// Interrupted (the handler's error, or the context's); it is nil for
+// Processed and Duplicate. A panic in h releases the claim and goes on.
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
@@ -211,6 +223,8 @@ func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFun
 		p.log.DebugContext(ctx, "consumerx: message in progress elsewhere, left for redelivery", "id", msg.ID, "err", err)
 	case Failed:
 		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
+	case Interrupted:
+		p.log.InfoContext(ctx, "consumerx: consumer stopped while the handler ran; claim released, left for redelivery", "id", msg.ID, "err", err)
 	}
 	if p.opts.OnOutcome != nil {
 		p.opts.OnOutcome(ctx, msg, o, err)
@@ -225,6 +239,16 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
+// interrupted is a handler's error returned after the consumer's context
+// ended: it matches guard.ErrRejected, so Guard.Do releases the claim
+// instead of failing it, and the handler's error.
+type interrupted struct{ err error }
+
+func (e *interrupted) Error() string {
+	return "consumerx: consumer stopped while the handler ran: " + e.err.Error()
+}
+func (e *interrupted) Unwrap() []error { return []error{guard.ErrRejected, e.err} }
+
 func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
 	key, err := p.Key(msg)
 	if err != nil {
@@ -235,11 +259,18 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		ran     bool
 		attempt int
 		herr    *handlerError
+		stopped *interrupted
 	)
+	consumer := ctx
 	res, err := p.claims.Do(ctx, key, fp, func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		ran, attempt = true, lease.Attempt
 		v, err := fn(context.WithValue(ctx, leaseKey{}, lease), msg)
 		if err != nil {
+			if consumer.Err() != nil {
+				// Shutdown, not failure: release the claim.
+				stopped = &interrupted{err}
+				return nil, stopped
+			}
 			herr = &handlerError{err}
 			return nil, herr
 		}
@@ -250,6 +281,13 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		return Duplicate, res.Value, nil
 	case err == nil:
 		return Processed, res.Value, nil
+	case stopped != nil:
+		// Released (or, if the release was not recorded, left to run out
+		// and be recovered).
+		return Interrupted, nil, err
+	case !ran && consumer.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Stopped before the handler ran: nothing happened.
+		return Interrupted, nil, err
 	case ran && herr == nil:
 		// The effect happened but was not recorded (lease lost or store
 		// down): leave the message to a redelivery, which finds the record.

@@ -14,10 +14,17 @@ var (
 	ErrInProgress = errors.New("idemguard: request in progress")
 	// ErrMismatch: the key was used before with a different fingerprint.
 	ErrMismatch = errors.New("idemguard: key reused with a different request")
-	// ErrLeaseLost: the caller no longer holds the key (its lease ran out
-	// and another holder took over, or the record is gone); nothing it
-	// writes through the guard is kept.
+	// ErrLeaseLost: the caller no longer holds the key, or can no longer
+	// be sure it does: its lease ran out (by the client's reckoning, see
+	// the package doc) or another holder took over, or the record is gone.
+	// A write through the guard that returns it was not kept. An effect's
+	// context is cancelled with a cause matching it.
 	ErrLeaseLost = errors.New("idemguard: lease lost")
+	// ErrMaxRun: the effect ran for Options.MaxRun; its context was
+	// cancelled with a cause matching both ErrMaxRun and ErrLeaseLost, the
+	// lease is no longer extended, and the key can be recovered by another
+	// claim once the lease runs out.
+	ErrMaxRun = errors.New("idemguard: maximum run time reached")
 	// ErrExhausted: the key failed MaxAttempts times and is not run again.
 	// The error is an *ExhaustedError with the last failure.
 	ErrExhausted = errors.New("idemguard: attempts exhausted")
@@ -36,6 +43,11 @@ var (
 	ErrRejected = errors.New("idemguard: rejected before any effect")
 	// ErrCorrupt: the store holds a record this version cannot read.
 	ErrCorrupt = errors.New("idemguard: corrupt record")
+	// ErrEviction: the Redis server may evict keys under memory pressure,
+	// which would forget records and leases and let an effect run twice.
+	// RedisStore.Check returns it as an *EvictionError naming the server
+	// and its maxmemory-policy.
+	ErrEviction = errors.New("idemguard: redis may evict keys")
 )
 
 // InProgressError is returned when another holder has the key.
@@ -64,3 +76,19 @@ func (e *ExhaustedError) Error() string {
 
 // Is makes errors.Is(err, ErrExhausted) true.
 func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// EvictionError is returned by RedisStore.Check for a server whose
+// maxmemory-policy is not noeviction.
+type EvictionError struct {
+	Addr   string // the server (a Cluster master, a Ring shard), as its client names it
+	Policy string // its maxmemory-policy, e.g. "allkeys-lru"
+}
+
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("%s: %s has maxmemory-policy %s, which can evict idempotency records and leases "+
+		"(an effect would run twice); set maxmemory-policy noeviction, or CheckOptions.AcceptEviction to accept the risk",
+		ErrEviction, e.Addr, e.Policy)
+}
+
+// Is makes errors.Is(err, ErrEviction) true.
+func (e *EvictionError) Is(target error) bool { return target == ErrEviction }

@@ -4,8 +4,53 @@
 // A Guard claims a key in a Store, runs the effect while it holds the
 // claim's lease, and stores the result; a later call with the same key gets
 // the stored result without running the effect again. Guard.Do does all of
-// it; Claim, Complete, Fail, Release and Extend are the steps for callers
-// that need them apart.
+// it; Claim, Complete, Fail, Release, Extend and KeepAlive are the steps
+// for callers that need them apart.
+//
+// # The lease, and what a holder may assume
+//
+// A claim takes the key for Options.Lease, judged by the store's clock; an
+// extension pushes it out for another Lease from when the store runs it.
+// The guard cannot see the store's clock, so it reckons from its own: the
+// holder's lease lasts until
+//
+//	Lease.Deadline = sent + Lease − LeaseMargin(Lease)
+//
+// where sent is when the claim, or the last extension that succeeded, was
+// sent (the store ran it at sent or later, so its lease ends no sooner
+// than sent + Lease by the store's clock), and LeaseMargin (Lease/100 +
+// 2ms, Redlock's drift allowance) covers the two clocks running at
+// different rates. While the effect runs, Do (and KeepAlive) extend the
+// lease every Lease/3 and cancel the effect's context, with a cause
+// matching ErrLeaseLost, at the deadline in force: on a timer of their
+// own, whatever an extension under way is doing. An extension whose answer
+// comes after the deadline, or that fails, never revives the context.
+// A claim answered after its own deadline is not handed out: Claim and Do
+// release it and return ErrUnavailable.
+//
+// So a holder may assume: its context is done before any other claim of
+// the key can succeed, provided the client's clock runs at the server's
+// rate within the margin and the process is not paused (a pause, a long
+// garbage collection or a late timer counts against the margin too).
+// What the lease cannot give: a holder that ignores its context, a process
+// paused after it checked its context, a write already on its way to
+// another system, or a Redis failover that loses the last writes all let
+// a second holder in while the first one's effect still lands. That is
+// what Lease.Fence is for: downstream writes carry it and refuse a stale
+// one, and the sqlbackstop package's row, written in the same transaction
+// as the effect, makes the effect happen once even then.
+//
+// Options.MaxRun bounds how long one holder keeps a key: after it the
+// lease is no longer extended and the effect's context is cancelled with
+// a cause matching ErrMaxRun (and ErrLeaseLost); the key can be recovered
+// once the lease runs out.
+//
+// # The Redis server
+//
+// RedisStore needs a server that never evicts keys: call RedisStore.Check
+// at start-up; it refuses a maxmemory-policy other than noeviction. When
+// such a server runs out of memory, writes answer OOM, which the store
+// reports as ErrUnavailable (retry later).
 package guard
 
 import (
@@ -13,14 +58,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
 // Defaults for Options.
 const (
-	DefaultTTL   = 24 * time.Hour   // how long a completed key is remembered
-	DefaultLease = 30 * time.Second // how long a claim lives without a heartbeat
+	DefaultTTL    = 24 * time.Hour   // how long a completed key is remembered
+	DefaultLease  = 30 * time.Second // how long a claim lives without a heartbeat
+	DefaultMaxRun = 5 * time.Minute  // how long one holder may keep a key
 )
 
 // Options configure a Guard. The zero value is ready to use.
@@ -29,9 +74,26 @@ type Options struct {
 	// key replays for this long. Default DefaultTTL (24h, as Stripe).
 	TTL time.Duration
 	// Lease is how long a claim lives without being extended. While the
-	// effect runs, Do extends it every Lease/3. A holder that dies loses the
-	// key after at most Lease. Default DefaultLease (30s).
+	// effect runs, Do extends it every Lease/3; the effect's context ends
+	// at the lease's deadline (see the package doc) if no extension
+	// succeeded in time. A holder that dies loses the key after at most
+	// Lease. Default DefaultLease (30s).
 	Lease time.Duration
+	// MaxRun bounds how long one run of the effect keeps the key, counted
+	// from when the effect starts: after it the lease is no longer
+	// extended, the effect's context is cancelled with a cause matching
+	// ErrMaxRun and ErrLeaseLost, and the key can be claimed again once
+	// the lease has run out (an effect that still returns a result is
+	// recorded only if no one took the key over meanwhile). Default
+	// DefaultMaxRun (5 minutes); negative means no limit.
+	//
+	// Five minutes is ten default leases, longer than any single call to
+	// a payment provider with its retries (Stripe's libraries give up on a
+	// request after 80s), and the bound Kafka puts on a consumer between
+	// polls (max.poll.interval.ms): an effect still running then is hung,
+	// and a customer's retry should not wait on it for the 24h its key is
+	// kept. Raise it for effects that are meant to run long.
+	MaxRun time.Duration
 	// MaxAttempts bounds how often a failing key is tried before claims
 	// return ErrExhausted. Zero means no limit.
 	MaxAttempts int
@@ -46,6 +108,12 @@ func (o Options) withDefaults() Options {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
+	switch {
+	case o.MaxRun == 0:
+		o.MaxRun = DefaultMaxRun
+	case o.MaxRun < 0:
+		o.MaxRun = -1
+	}
 	if o.MaxAttempts < 0 {
 		o.MaxAttempts = 0
 	}
@@ -54,8 +122,9 @@ func (o Options) withDefaults() Options {
 
 // Guard runs effects once per key. It is safe for concurrent use.
 type Guard struct {
-	store Store
-	opts  Options
+	store    Store
+	opts     Options
+	validity time.Duration // Lease − LeaseMargin(Lease)
 }
 
 // New returns a Guard over store.
@@ -63,18 +132,22 @@ func New(store Store, opts Options) *Guard {
 	if store == nil {
 		panic("guard.New: nil Store")
 	}
-	return &Guard{store: store, opts: opts.withDefaults()}
+	opts = opts.withDefaults()
+	return &Guard{store: store, opts: opts, validity: opts.Lease - LeaseMargin(opts.Lease)}
 }
 
 // Store returns the store the guard writes to.
 func (g *Guard) Store() Store { return g.store }
 
-// Options returns the guard's options with defaults filled in.
+// Options returns the guard's options with defaults filled in (MaxRun
+// is -1 when unlimited).
 func (g *Guard) Options() Options { return g.opts }
 
-// Func is the effect Do guards. ctx is cancelled, with cause ErrLeaseLost,
-// when the lease is found lost; a Func that makes downstream writes should
-// pass lease.Fence along with them.
+// Func is the effect Do guards. ctx is cancelled, with a cause matching
+// ErrLeaseLost, at the lease's deadline unless the lease was extended in
+// time, when the lease is found lost, and at MaxRun (the cause then
+// matches ErrMaxRun too); it is also cancelled with Do's ctx. A Func that
+// makes downstream writes should pass lease.Fence along with them.
 type Func func(ctx context.Context, lease Lease) ([]byte, error)
 
 // Result is what Do returns.
@@ -89,57 +162,108 @@ type Result struct {
 // that result with Replayed set, without running fn. While fn runs, others
 // get ErrInProgress; a different fingerprint gets ErrMismatch.
 //
-// If fn returns an error, the attempt is recorded as failed and the key may
-// run again (up to MaxAttempts); Do returns fn's error. An error matching
-// ErrRejected releases the key instead, as if it had never been claimed. If fn panics, the
-// claim is released and the panic goes on. The result is stored even when
-// ctx is cancelled after fn returned. If it cannot be stored, Do returns the
-// value together with the error (ErrLeaseLost when another holder took
-// over): fn ran, but the guard could not record it.
+// fn's context ends no later than the lease's deadline (see the package
+// doc); Do extends the lease while fn runs. If fn returns an error, the
+// attempt is recorded as failed and the key may run again (up to
+// MaxAttempts); Do returns fn's error. An error matching ErrRejected
+// releases the key instead, as if it had never been claimed. If fn panics,
+// the claim is released and the panic goes on. The result is stored even
+// when ctx is cancelled after fn returned. If it cannot be stored, Do
+// returns the value together with the error (ErrLeaseLost when another
+// holder took over): fn ran, but the guard could not record it.
 func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (Result, error) {
-	out, err := g.Claim(ctx, key, fingerprint)
+	if err := key.Validate(); err != nil {
+		return Result{}, err
+	}
+	// One keepalive bounds the claim and then runs the heartbeat: the
+	// claim's deadline is the lease's first one.
+	valid := time.Now().Add(g.validity)
+	k := g.newKeepalive(ctx, valid)
+	req := g.request(key, fingerprint)
+	out, err := g.store.Claim(k.claimContext(), req)
+	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
+	}
+	var late bool
+	if err == nil && out.Status == Acquired {
+		out.Lease.Deadline = valid
+		late = !k.start(out.Lease)
+	}
+	if err != nil || out.Status != Acquired || late {
+		k.stop()
+	}
+	out, err = g.claimed(ctx, req, out, err, valid, late)
 	if err != nil {
 		return Result{}, err
 	}
 	if out.Status == Replay {
 		return Result{Value: out.Result, Replayed: true}, nil
 	}
-	return g.run(ctx, out.Lease, fn)
+	return g.run(ctx, k, out.Lease, fn)
 }
 
 // Claim takes key for the caller. On Acquired the caller must end the
-// claim with Complete, Fail or Release, and Extend it while it works past
-// the lease. On Replay the Outcome holds the stored result. The other
-// outcomes come back as errors: *InProgressError, ErrMismatch,
-// *ExhaustedError, alongside the Outcome.
+// claim with Complete, Fail or Release, and keep it alive with KeepAlive
+// (or Extend) while it works past the lease; out.Lease.Deadline says when
+// the lease ends unless extended. On Replay the Outcome holds the stored
+// result. The other outcomes come back as errors: *InProgressError,
+// ErrMismatch, *ExhaustedError, alongside the Outcome.
+//
+// The call is bounded by the lease's first deadline: a client that
+// re-sends the claim after a lost reply (go-redis does) must not do so
+// after the lease it may have taken has run out and another holder
+// recovered the key. A claim whose answer is Acquired but arrives after
+// that deadline is released and reported as ErrUnavailable: its lease
+// may already be another's. Past the bound the outcome is unknown
+// (ErrUnavailable); a claim that still runs in the store then has no one
+// to hear its answer, and its lease runs out like an abandoned one.
 func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome, error) {
 	if err := key.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	// Bound the call by half the lease: a client that re-sends the script
-	// after a lost reply (go-redis does) must not do so after the lease
-	// this claim may have taken has run out and another holder recovered
-	// the key; that retry would answer IN_PROGRESS for a claim that took
-	// effect. Past the bound the outcome is unknown (ErrUnavailable). A
-	// pipelined store stops waiting at the bound, though its batch may
-	// still be re-sent: a claim that runs then has no one to hear its
-	// answer, and its lease runs out like an abandoned one.
-	cctx, cancel := context.WithTimeout(ctx, g.opts.Lease/2)
-	defer cancel()
-	out, err := g.store.Claim(cctx, ClaimRequest{
+	valid := time.Now().Add(g.validity)
+	cctx, cancel := context.WithDeadline(ctx, valid)
+	req := g.request(key, fingerprint)
+	out, err := g.store.Claim(cctx, req)
+	cancel()
+	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
+	return g.claimed(ctx, req, out, err, valid, late)
+}
+
+func (g *Guard) request(key Key, fingerprint string) ClaimRequest {
+	return ClaimRequest{
 		Key:         key,
 		Token:       newToken(),
 		Fingerprint: fingerprint,
 		Lease:       g.opts.Lease,
 		TTL:         g.opts.TTL,
 		MaxAttempts: g.opts.MaxAttempts,
-	})
+	}
+}
+
+// claimed turns a store's answer to req into Claim's. valid is the
+// lease's deadline; late means an Acquired answer came after it.
+func (g *Guard) claimed(ctx context.Context, req ClaimRequest, out Outcome, err error, valid time.Time, late bool) (Outcome, error) {
+	key := req.Key
 	if err != nil {
 		g.observeErr(ctx, key, 0, err)
 		return Outcome{}, fmt.Errorf("claim %s: %w", key, err)
 	}
 	switch out.Status {
 	case Acquired:
+		if late {
+			// Nobody ran the effect: give the key back, attempt uncounted,
+			// rather than leave it to run out.
+			err := fmt.Errorf("claim %s: %w: answered after the lease's deadline, so not used", key, ErrUnavailable)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
+			if rerr := g.store.Release(rctx, out.Lease); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+				err = fmt.Errorf("%w (releasing it: %w)", err, rerr)
+			}
+			cancel()
+			g.observe(ctx, Event{Kind: EventUnavailable, Key: key, Attempt: out.Lease.Attempt, Err: err})
+			return Outcome{}, err
+		}
+		out.Lease.Deadline = valid
 		if out.Lease.Recovered {
 			g.observe(ctx, Event{Kind: EventRecovered, Key: key, Attempt: out.Lease.Attempt})
 		}
@@ -163,13 +287,71 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	}
 }
 
+// run executes fn under lease, kept alive by k, and ends the claim as fn
+// ended.
+func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Result, error) {
+	returned := false
+	defer func() {
+		k.stop()
+		if !returned {
+			// fn panicked or called runtime.Goexit: no result exists, so
+			// free the key for a retry. The panic continues unchanged.
+			_ = g.Release(ctx, lease)
+		}
+	}()
+
+	value, err := fn(k.ctx, lease)
+	returned = true
+	wctx := k.detach()
+
+	res := Result{Value: value, Lease: lease}
+	if errors.Is(err, ErrRejected) {
+		if rerr := g.release(ctx, wctx, lease); rerr != nil {
+			return res, errors.Join(err, rerr)
+		}
+		return res, err
+	}
+	if err != nil {
+		if ferr := g.fail(ctx, wctx, lease, err); ferr != nil {
+			return res, errors.Join(err, ferr)
+		}
+		return res, err
+	}
+	return res, g.complete(ctx, wctx, lease, value)
+}
+
+// KeepAlive keeps lease alive for callers that run the effect themselves
+// after Claim: it extends the lease every Lease/3 until stop is called,
+// and returns a context, a child of ctx, that is cancelled with a cause
+// matching ErrLeaseLost at the lease's deadline unless an extension
+// succeeded in time (see the package doc), as soon as the lease is found
+// lost, and at Options.MaxRun (counted from this call; the cause then
+// matches ErrMaxRun too). The deadline starts from lease.Deadline, as
+// Claim set it; a Lease without one (built by hand) is taken as claimed
+// now. Extensions go on when ctx is cancelled, since the effect may still
+// be running. stop ends the heartbeat, waits for an extension under way,
+// cancels the context, and may be called more than once.
+func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
+	valid := lease.Deadline
+	if valid.IsZero() {
+		valid = time.Now().Add(g.validity)
+	}
+	k := g.newKeepalive(ctx, valid)
+	k.start(lease)
+	return k.ctx, k.stop
+}
+
 // Complete stores result for the holder of lease. It writes even if ctx
-// is cancelled, within the guard's lease. ErrLeaseLost means another holder
-// took the key over and the result was not stored.
+// is cancelled, for at most max(Lease, 1s). ErrLeaseLost means another
+// holder took the key over and the result was not stored.
 func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error {
-	ctx, cancel := g.detached(ctx)
+	wctx, cancel := g.detached(ctx)
 	defer cancel()
-	err := g.store.Complete(ctx, lease, result, g.opts.TTL)
+	return g.complete(ctx, wctx, lease, result)
+}
+
+func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte) error {
+	err := bounded(wctx, g.store.Complete(wctx, lease, result, g.opts.TTL))
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("complete %s: %w", lease.Key, err)
@@ -179,15 +361,20 @@ func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error 
 }
 
 // Fail records the holder's attempt as failed with cause; the key may be
-// claimed again until MaxAttempts. It writes even if ctx is cancelled.
+// claimed again until MaxAttempts. It writes even if ctx is cancelled, for
+// at most max(Lease, 1s).
 func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
-	ctx, cancel := g.detached(ctx)
+	wctx, cancel := g.detached(ctx)
 	defer cancel()
+	return g.fail(ctx, wctx, lease, cause)
+}
+
+func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error) error {
 	reason := "failed"
 	if cause != nil {
 		reason = cause.Error()
 	}
-	err := g.store.Fail(ctx, lease, reason, g.opts.TTL)
+	err := bounded(wctx, g.store.Fail(wctx, lease, reason, g.opts.TTL))
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("fail %s: %w", lease.Key, err)
@@ -198,11 +385,15 @@ func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
 
 // Release undoes the holder's claim, as if it had never been made: use it
 // when the request was rejected before any effect. It writes even if ctx is
-// cancelled.
+// cancelled, for at most max(Lease, 1s).
 func (g *Guard) Release(ctx context.Context, lease Lease) error {
-	ctx, cancel := g.detached(ctx)
+	wctx, cancel := g.detached(ctx)
 	defer cancel()
-	err := g.store.Release(ctx, lease)
+	return g.release(ctx, wctx, lease)
+}
+
+func (g *Guard) release(ctx, wctx context.Context, lease Lease) error {
+	err := bounded(wctx, g.store.Release(wctx, lease))
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		return fmt.Errorf("release %s: %w", lease.Key, err)
@@ -211,7 +402,10 @@ func (g *Guard) Release(ctx context.Context, lease Lease) error {
 	return nil
 }
 
-// Extend keeps the holder's lease alive for another Options.Lease.
+// Extend keeps the holder's lease alive for another Options.Lease from
+// when the store runs it. A caller keeping its own deadline takes the new
+// one as (when it sent this call) + Lease − LeaseMargin(Lease), and only
+// if the call returned nil before the old deadline; KeepAlive does that.
 func (g *Guard) Extend(ctx context.Context, lease Lease) error {
 	err := g.store.Extend(ctx, lease, g.opts.Lease)
 	if err != nil {
@@ -233,131 +427,14 @@ func (g *Guard) Get(ctx context.Context, key Key) (Record, error) {
 	return rec, nil
 }
 
-// run executes fn under lease and ends the claim as fn ended.
-func (g *Guard) run(ctx context.Context, lease Lease, fn Func) (Result, error) {
-	runCtx, stop := g.KeepAlive(ctx, lease)
-	returned := false
-	defer func() {
-		stop()
-		if !returned {
-			// fn panicked or called runtime.Goexit: no result exists, so
-			// free the key for a retry. The panic continues unchanged.
-			_ = g.Release(ctx, lease)
-		}
-	}()
-
-	value, err := fn(runCtx, lease)
-	returned = true
-	stop()
-
-	res := Result{Value: value, Lease: lease}
-	if errors.Is(err, ErrRejected) {
-		if rerr := g.Release(ctx, lease); rerr != nil {
-			return res, errors.Join(err, rerr)
-		}
-		return res, err
+// bounded reports a write that wctx, detached from the caller's context,
+// ended before its answer came as ErrUnavailable: the outcome is unknown.
+func bounded(wctx context.Context, err error) error {
+	if err != nil && wctx.Err() != nil && !errors.Is(err, ErrUnavailable) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("%w: no answer within max(Lease, 1s): %w", ErrUnavailable, err)
 	}
-	if err != nil {
-		if ferr := g.Fail(ctx, lease, err); ferr != nil {
-			return res, errors.Join(err, ferr)
-		}
-		return res, err
-	}
-	return res, g.Complete(ctx, lease, value)
-}
-
-// KeepAlive extends lease in the background every Lease/3 until stop is
-// called, for callers that run the effect themselves after Claim. The
-// returned context is cancelled, with a cause wrapping ErrLeaseLost, when
-// the lease is found lost or could not be extended before it ran out; it
-// is not ended by the parent's cancellation alone, since the effect may
-// still be running. stop ends the heartbeat, waits for an extension under
-// way, cancels the context, and may be called more than once.
-func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopHeartbeat := g.heartbeat(runCtx, cancel, lease)
-	return runCtx, func() {
-		stopHeartbeat()
-		cancel(nil)
-	}
-}
-
-// heartbeat extends lease every Lease/3 until stop is called, and cancels
-// ctx with cause ErrLeaseLost when the lease is gone or could not be
-// extended before it ran out. It keeps going when ctx's parent is
-// cancelled: fn may still be running, and the lease must outlive it. stop
-// waits for an extension under way and may be called more than once. No
-// goroutine exists until the first extension is due, so a quick fn costs
-// one timer.
-func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) (stop func()) {
-	hb := &heartbeat{g: g, ctx: ctx, cancel: cancel, lease: lease,
-		every: g.opts.Lease / 3, validUntil: time.Now().Add(g.opts.Lease)}
-	hb.idle.L = &hb.mu
-	hb.mu.Lock()
-	hb.timer = time.AfterFunc(hb.every, hb.beat)
-	hb.mu.Unlock()
-	return hb.stop
-}
-
-type heartbeat struct {
-	g      *Guard
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lease  Lease
-	every  time.Duration
-
-	mu         sync.Mutex
-	idle       sync.Cond // signalled when an extension ends
-	timer      *time.Timer
-	busy       bool // an extension is under way
-	stopped    bool
-	validUntil time.Time
-}
-
-func (h *heartbeat) beat() {
-	h.mu.Lock()
-	if h.stopped {
-		h.mu.Unlock()
-		return
-	}
-	h.busy = true
-	h.mu.Unlock()
-
-	start := time.Now()
-	ectx, ecancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.every)
-	err := h.g.Extend(ectx, h.lease)
-	ecancel()
-
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.busy = false
-	h.idle.Broadcast()
-	switch {
-	case err == nil:
-		h.validUntil = start.Add(h.g.opts.Lease)
-	case errors.Is(err, ErrLeaseLost):
-		h.cancel(err)
-		return
-	case !time.Now().Before(h.validUntil.Add(-h.every / 2)):
-		// Transient failures until the lease has run out: assume the worst,
-		// another holder may have it now.
-		h.cancel(fmt.Errorf("%w: lease ran out while extending failed: %w", ErrLeaseLost, err))
-		h.g.observe(h.ctx, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
-		return
-	}
-	if !h.stopped {
-		h.timer.Reset(h.every)
-	}
-}
-
-func (h *heartbeat) stop() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.stopped = true
-	h.timer.Stop()
-	for h.busy {
-		h.idle.Wait()
-	}
+	return err
 }
 
 // detached returns a context that outlives ctx's cancellation but is

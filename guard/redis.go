@@ -393,7 +393,7 @@ func storeErr(ctx context.Context, err error) error {
 }
 
 func isTryLater(msg string) bool {
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "OOM"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

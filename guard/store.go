@@ -87,6 +87,16 @@ type Lease struct {
 	Attempt   int    // 1 for the first acquisition
 	Recovered bool   // a previous holder's lease ran out before it finished
 
+	// Deadline is when the holder must be done unless the lease is
+	// extended: when the claim was sent, plus the lease, minus
+	// LeaseMargin (see the package doc). Guard.Claim and Guard.Do set it;
+	// a Store leaves it zero. No other claim can succeed before it, as
+	// long as the client's and the server's clocks drift apart by less
+	// than the margin. KeepAlive and Do extend the lease and cancel the
+	// effect's context at the deadline in force; the Lease value keeps
+	// the first one.
+	Deadline time.Time
+
 	// names caches the issuing store's Redis name for Key, so the
 	// holder's later writes need not derive it again. It is a comparable
 	// value: two answers to the same claim are equal Leases.

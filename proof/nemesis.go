@@ -56,8 +56,16 @@ var (
 	}}
 )
 
+// Partition drops everything one direction carries, requests or
+// replies, for as long as it is held, on every connection: the link
+// stays open and nothing arrives. It is not among DefaultFaults; hold it
+// for about a lease to cut a holder off.
+var Partition = FaultKind{"partition", func(r *rand.Rand) Fault {
+	return Fault{Type: SwallowType, Stream: pick(r, "upstream", "downstream"), Attributes: map[string]any{"timeout": 600_000}}
+}}
+
 // DefaultFaults is what a Nemesis draws from when NemesisOptions.Faults is
-// empty: every kind above.
+// empty: every kind above but Partition.
 var DefaultFaults = []FaultKind{Latency, ResetRequest, ResetReply, DropReply, TruncateReply, Bandwidth, Slice}
 
 func pick(r *rand.Rand, s ...string) string { return s[r.IntN(len(s))] }

@@ -42,7 +42,11 @@ type Options struct {
 
 // Handler runs a consumerx.Handler for JetStream messages and acknowledges
 // them as the outcome says: Ack for Processed, Duplicate and DeadLettered,
-// Nak (with a delay) for InProgress and Failed. Keep the consumer's
+// Nak (with a delay) for InProgress and Failed, a plain Nak for
+// Interrupted. A message whose handler returns an error after the context
+// given to Handle (or Consume) ended is Interrupted: its claim is
+// released, no attempt is counted, and the Nak hands it to another
+// consumer at once. Keep the consumer's
 // AckWait above the longest handler run, or the message is redelivered
 // while it runs (and Nak'ed as InProgress). Safe for concurrent use.
 type Handler struct {
@@ -104,6 +108,8 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 			delay = min(delay, ip.RetryAfter)
 		}
 		aerr = msg.NakWithDelay(delay)
+	case consumerx.Interrupted:
+		aerr = msg.Nak() // this consumer is stopping: let another take it now
 	default:
 		if h.opts.RetryDelay > 0 {
 			aerr = msg.NakWithDelay(h.opts.RetryDelay)
@@ -119,7 +125,10 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 
 // Consume runs cons's messages through the Handler until ctx is cancelled,
 // then stops the subscription and returns once no handler is running. A
-// message received after the stop is left unacknowledged, for redelivery.
+// handler running when ctx ends sees its context cancelled; if it then
+// returns an error the message is Interrupted (released and Nak'ed, no
+// attempt counted). A message received after the stop is left
+// unacknowledged, for redelivery.
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer, opts ...jetstream.PullConsumeOpt) error {
 	var (
 		mu      sync.Mutex

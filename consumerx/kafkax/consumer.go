@@ -113,7 +113,10 @@ func ID(r *kgo.Record) string {
 // in partition order, each retried in place until acknowledged; then the
 // poll's offsets are committed. Once ctx is cancelled nothing more is
 // committed: the records of the unfinished poll are fetched again by the
-// next member and found done (Duplicate) or not.
+// next member and found done (Duplicate) or not. A handler running when
+// ctx ends sees its context cancelled; if it then returns an error, the
+// record is Interrupted: its claim is released, no attempt is counted and
+// nothing is dead-lettered, and the next member runs it again.
 func (c *Consumer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)
@@ -162,6 +165,9 @@ func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
 		o, err := c.proc.Process(ctx, msg, c.h)
 		if o.Ack() {
 			return true
+		}
+		if o == consumerx.Interrupted {
+			return false
 		}
 		wait := c.opts.RetryDelay
 		var ip *guard.InProgressError

@@ -185,7 +185,11 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // then reads new entries (XREADGROUP), runs each through the handler and
 // acknowledges the batch with one XACK. Once ctx is cancelled it sends
 // nothing more: entries it had not acknowledged stay pending, and the
-// consumer that takes them over finds them done (Duplicate) or not.
+// consumer that takes them over finds them done (Duplicate) or not. A
+// handler running when ctx is cancelled sees its context cancelled; if it
+// then returns an error, the entry is Interrupted: its claim is released,
+// no attempt is counted and nothing is dead-lettered, and the consumer
+// that takes the entry over (XAUTOCLAIM, after MinIdle) runs it again.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.createGroup(ctx); err != nil {
 		return err

@@ -89,7 +89,11 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // Middleware is a message.HandlerMiddleware. The wrapped handler's return
 // tells the router what to do: produced messages and nil to ack
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
-// InProgress).
+// InProgress, Interrupted). The message's context is the consumer's: when
+// it ends while the handler runs (the router or subscriber is closing)
+// and the handler returns an error, the message is Interrupted: its claim
+// is released, no attempt is counted and nothing is dead-lettered, and it
+// runs again when the broker delivers it again.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()

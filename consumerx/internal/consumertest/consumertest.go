@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +125,49 @@ func (o *Outcomes) All() map[consumerx.Outcome]int {
 		n[k] = v
 	}
 	return n
+}
+
+// Interrupted is a handler whose first N runs stand for a consumer
+// stopped mid-handler: each announces itself on Started, waits until its
+// context ends (the consumer's shutdown cancels it) and returns the
+// context's error, as a well-behaved handler does. Later runs make the
+// effect (counted in Effects) and succeed.
+type Interrupted struct {
+	N       int32
+	Started chan int32 // receives the run's number; make it with room for N
+	runs    atomic.Int32
+	Effects atomic.Int32
+}
+
+// NewInterrupted returns an Interrupted whose first n runs are stopped.
+func NewInterrupted(n int32) *Interrupted {
+	return &Interrupted{N: n, Started: make(chan int32, n)}
+}
+
+// Handle is the consumerx.Handler.
+func (h *Interrupted) Handle(ctx context.Context, _ consumerx.Message) error {
+	n := h.runs.Add(1)
+	if n <= h.N {
+		h.Started <- n
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	h.Effects.Add(1)
+	return nil
+}
+
+// Runs is how often the handler was called.
+func (h *Interrupted) Runs() int32 { return h.runs.Load() }
+
+// WaitStarted waits for the next stopped run to begin, failing the test
+// after limit.
+func (h *Interrupted) WaitStarted(t testing.TB, limit time.Duration) int32 {
+	t.Helper()
+	select {
+	case n := <-h.Started:
+		return n
+	case <-time.After(limit):
+		t.Fatalf("no handler run began within %s", limit)
+		return 0
+	}
 }

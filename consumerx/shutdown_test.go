@@ -1,0 +1,78 @@
+package consumerx_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// A consumer stopped while the handler runs releases the claim: no
+// attempt is counted, nothing is dead-lettered, however often it happens;
+// the handler's own errors still count.
+func TestShutdownIsNotFailure(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead atomic.Int32
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 2,
+		DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }})
+	key, _ := p.Key(order)
+	h := consumertest.NewInterrupted(5)
+	stopMidHandler := func() (consumerx.Outcome, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			h.WaitStarted(t, 10*time.Second)
+			cancel() // the consumer shuts down while the handler runs
+		}()
+		return p.Process(ctx, order, h.Handle)
+	}
+	for i := range 3 {
+		o, err := stopMidHandler()
+		if o != consumerx.Interrupted || o.Ack() || !errors.Is(err, context.Canceled) {
+			t.Fatalf("stop %d: %s, %v; want interrupted, not acknowledged", i+1, o, err)
+		}
+		if _, err := g.Get(context.Background(), key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("stop %d: record %v, want released", i+1, err)
+		}
+	}
+	// The handler's own error, the consumer's context live: an attempt.
+	fail := func(context.Context, consumerx.Message) error { return errors.New("card declined") }
+	if o, err := p.Process(context.Background(), order, fail); o != consumerx.Failed || err == nil {
+		t.Fatalf("handler error: %s, %v; want failed", o, err)
+	}
+	for i := range 2 {
+		if o, _ := stopMidHandler(); o != consumerx.Interrupted {
+			t.Fatalf("stop %d after a failure: %s", i+4, o)
+		}
+		rec, err := g.Get(context.Background(), key)
+		if err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 {
+			t.Fatalf("after a stop following a failure: %+v, %v; want failed with 1 attempt", rec, err)
+		}
+	}
+	var lease guard.Lease
+	ok := func(ctx context.Context, msg consumerx.Message) error {
+		lease, _ = consumerx.LeaseFrom(ctx)
+		return h.Handle(ctx, msg)
+	}
+	if o, err := p.Process(context.Background(), order, ok); o != consumerx.Processed || err != nil {
+		t.Fatalf("last delivery: %s, %v", o, err)
+	}
+	if h.Effects.Load() != 1 || dead.Load() != 0 || lease.Attempt != 2 {
+		t.Fatalf("effects %d, dead letters %d, attempt %d; want 1, 0, 2", h.Effects.Load(), dead.Load(), lease.Attempt)
+	}
+
+	// A handler that finishes its work although the consumer is stopping:
+	// the message is done.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other := consumerx.Message{ID: "order-2", Payload: []byte("x")}
+	finishes := func(context.Context, consumerx.Message) error { cancel(); return nil }
+	if o, err := p.Process(ctx, other, finishes); o != consumerx.Processed || err != nil {
+		t.Fatalf("stopped consumer, handler succeeded: %s, %v; want processed", o, err)
+	}
+}

@@ -1,0 +1,390 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// LeaseMargin is how much sooner than the store a Guard takes a lease of
+// length lease to end: lease/100 + 2ms, at most a quarter of the lease.
+// It is Redlock's allowance for clock drift (a validity of TTL − elapsed −
+// (TTL·0.01 + 2ms)): the 1% covers the client's and the server's clocks
+// running at different rates over one lease, the 2ms Redis's millisecond
+// expiry and the lease's rounding to whole milliseconds. A holder's
+// context ends at Lease.Deadline = (when the claim or the last successful
+// extension was sent) + lease − LeaseMargin(lease).
+func LeaseMargin(lease time.Duration) time.Duration {
+	return min(lease/100+2*time.Millisecond, lease/4)
+}
+
+// keepalive is the one timer behind a holder's run. In Do it is, in turn:
+// the claim's context (bounded by the lease's first deadline), the
+// heartbeat that extends the lease every Lease/3 while the effect runs and
+// cancels the effect's context at the lease's deadline or at MaxRun,
+// whatever an extension under way is doing, and the context of the write
+// that ends the claim (detached from the caller's, bounded by
+// max(Lease, 1s)). A replay costs this struct, its timer and the claim
+// context's channel; an effect that ends within a third of the lease adds
+// only its own context: no goroutine, no other timer.
+//
+// The timer's callback, fire, decides from the state alone what is due,
+// so a late or spurious firing does no harm: it re-arms the timer for
+// what is due next.
+type keepalive struct {
+	g      *Guard
+	parent context.Context // the caller's context
+	ctx    context.Context // the effect's context, a child of parent, from start on
+	cancel context.CancelCauseFunc
+	// unwatch ends the claim context's watch of parent's cancellation.
+	unwatch func() bool
+
+	mu    sync.Mutex
+	idle  sync.Cond   // broadcast when an extension ends
+	timer *time.Timer // calls fire
+	phase phase
+	lease Lease
+	valid time.Time // the deadline in force: the effect's context ends then
+	beat  time.Time // when the next extension is due
+	// maxRun is when MaxRun ends the run; zero: never.
+	maxRun time.Time
+	busy   bool // an extension is under way
+	// extStop ends the extension under way, if any.
+	extStop context.CancelFunc
+	// lastErr is the last failed extension's error, for the cause.
+	lastErr error
+
+	// The store call's context (callCtx), while claiming or writing.
+	bound   time.Time     // its deadline
+	done    chan struct{} // made when first asked for; closed when it ends
+	callErr error         // why it ended; nil while it lasts
+	late    bool          // the claim's bound passed before its answer
+	// afters run when the call's context ends (contexts derived from it).
+	afters []*func()
+}
+
+type phase uint8
+
+const (
+	claiming phase = iota // the claim is under way: the timer bounds it
+	running               // the effect runs: the timer extends and keeps the deadline
+	writing               // the effect returned: the timer bounds the write that ends the claim
+	ended                 // the timer does nothing
+)
+
+// closed is a closed channel, for a call context that ended before anyone
+// asked for its channel.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// newKeepalive returns a keepalive in phase claiming, with the lease's
+// first deadline valid; its timer fires then unless start moves it on.
+func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive {
+	k := &keepalive{g: g, parent: parent, valid: valid, bound: valid}
+	k.idle.L = &k.mu
+	k.mu.Lock()
+	k.timer = time.AfterFunc(time.Until(valid), k.fire)
+	k.mu.Unlock()
+	return k
+}
+
+// claimContext returns the context of the claim: parent's values, ended
+// by parent's cancellation and at the lease's first deadline, which it
+// reports as its deadline (a client that sets socket deadlines from the
+// context, go-redis with ContextTimeoutEnabled, gives up then as well).
+func (k *keepalive) claimContext() context.Context {
+	if k.parent.Done() != nil {
+		k.unwatch = context.AfterFunc(k.parent, k.parentDone)
+	}
+	return (*callCtx)(k)
+}
+
+func (k *keepalive) parentDone() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.phase == claiming {
+		k.endCall(k.parent.Err())
+	}
+}
+
+// endCall ends the store call's context with err. k.mu is held.
+func (k *keepalive) endCall(err error) {
+	if k.callErr != nil {
+		return
+	}
+	k.callErr = err
+	if k.done == nil {
+		k.done = closed
+	} else {
+		close(k.done)
+	}
+	for _, f := range k.afters {
+		go (*f)()
+	}
+	k.afters = nil
+}
+
+// timedOut reports whether the claim's bound passed before its answer.
+func (k *keepalive) timedOut() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.late
+}
+
+// start begins the run of lease, whose deadline is k.valid, and makes the
+// effect's context. It reports false, with the context cancelled, if the
+// deadline has already passed, or the claim's bound did before its
+// answer came: the lease must not be used.
+func (k *keepalive) start(lease Lease) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.unwatch != nil {
+		k.unwatch()
+	}
+	k.ctx, k.cancel = context.WithCancelCause(k.parent)
+	if k.phase != claiming || k.late {
+		k.cancel(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
+		return false
+	}
+	now := time.Now()
+	if !now.Before(k.valid) {
+		k.end(fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
+			ErrLeaseLost, k.valid.Format(time.RFC3339Nano)))
+		return false
+	}
+	k.phase, k.lease = running, lease
+	// Extend a third of a lease after the claim was sent.
+	k.beat = k.valid.Add(-k.g.validity + k.g.opts.Lease/3)
+	if k.g.opts.MaxRun > 0 {
+		k.maxRun = now.Add(k.g.opts.MaxRun)
+	}
+	k.arm(now)
+	return true
+}
+
+// arm sets the timer for what is due next. k.mu is held.
+func (k *keepalive) arm(now time.Time) {
+	var next time.Time
+	switch k.phase {
+	case claiming, writing:
+		next = k.bound
+	case running:
+		next = k.beat
+		if k.busy {
+			next = k.valid // the deadline holds whatever the extension does
+		}
+		if !k.maxRun.IsZero() && k.maxRun.Before(next) {
+			next = k.maxRun
+		}
+	default:
+		return
+	}
+	k.timer.Reset(next.Sub(now))
+}
+
+// end cancels the effect's context with cause and stops the timer. An
+// extension under way is abandoned: its answer changes nothing. k.mu is
+// held.
+func (k *keepalive) end(cause error) {
+	k.phase = ended
+	k.timer.Stop()
+	if k.extStop != nil {
+		k.extStop()
+	}
+	if k.cancel != nil {
+		k.cancel(cause)
+	}
+}
+
+// fire is the timer's callback.
+func (k *keepalive) fire() {
+	k.mu.Lock()
+	var ev *Event
+	defer func() {
+		k.mu.Unlock()
+		if ev != nil {
+			k.g.observe(k.ctx, *ev)
+		}
+	}()
+	now := time.Now()
+	switch k.phase {
+	case ended:
+		return
+	case claiming, writing:
+		if now.Before(k.bound) {
+			k.arm(now)
+			return
+		}
+		k.late = k.phase == claiming
+		k.phase = ended
+		k.endCall(context.DeadlineExceeded)
+		return
+	}
+	switch {
+	case !k.maxRun.IsZero() && !now.Before(k.maxRun):
+		err := fmt.Errorf("%w (%s): %w: the lease is no longer extended", ErrMaxRun, k.g.opts.MaxRun, ErrLeaseLost)
+		k.end(err)
+		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
+		return
+	case !now.Before(k.valid):
+		err := fmt.Errorf("%w: the lease's deadline passed without a successful extension", ErrLeaseLost)
+		if k.lastErr != nil {
+			err = fmt.Errorf("%w: the lease's deadline passed without a successful extension: %w", ErrLeaseLost, k.lastErr)
+		}
+		k.end(err)
+		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
+		return
+	case k.busy || now.Before(k.beat):
+		k.arm(now) // early, or an extension is under way: wait
+		return
+	}
+
+	// An extension is due. The timer now keeps the deadline while it runs;
+	// the extension's own context ends then too, so an answer that would
+	// come too late is not waited for where the client honours deadlines.
+	k.busy = true
+	k.arm(now)
+	ectx, ecancel := context.WithDeadline(context.WithoutCancel(k.ctx), k.valid)
+	k.extStop = ecancel
+	lease := k.lease
+	k.mu.Unlock()
+
+	sent := time.Now()
+	err := k.g.Extend(ectx, lease)
+	ecancel()
+
+	k.mu.Lock()
+	k.busy, k.extStop = false, nil
+	k.idle.Broadcast()
+	if k.phase != running {
+		return // stopped, or the deadline passed: a late answer revives nothing
+	}
+	now = time.Now()
+	switch {
+	case err == nil && now.Before(k.valid):
+		// The server pushed the lease out at or after sent.
+		k.valid = sent.Add(k.g.validity)
+		k.beat = sent.Add(k.g.opts.Lease / 3)
+		k.lastErr = nil
+	case err == nil:
+		k.end(fmt.Errorf("%w: an extension succeeded only after the lease's deadline", ErrLeaseLost))
+		return
+	case errors.Is(err, ErrLeaseLost):
+		k.end(err) // observed by Extend
+		return
+	default:
+		// Unavailable or timed out: try again soon, while the lease lasts.
+		k.lastErr = err
+		k.beat = now.Add(max(min(k.g.opts.Lease/3, k.valid.Sub(now)/3), time.Millisecond))
+	}
+	k.arm(now)
+}
+
+// stop ends the heartbeat (waiting for an extension under way, after
+// telling it to give up), cancels the effect's context and ends the store
+// call's. It may be called more than once.
+func (k *keepalive) stop() {
+	k.halt()
+	k.mu.Lock()
+	k.endCall(context.Canceled)
+	k.mu.Unlock()
+	if k.unwatch != nil {
+		k.unwatch()
+	}
+	if k.cancel != nil {
+		k.cancel(nil)
+	}
+}
+
+// halt ends the heartbeat and waits for an extension under way, without
+// cancelling the effect's context.
+func (k *keepalive) halt() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.phase = ended
+	k.timer.Stop()
+	if k.extStop != nil {
+		k.extStop()
+	}
+	for k.busy {
+		k.idle.Wait()
+	}
+}
+
+// detach ends the heartbeat and returns the context of the write that
+// ends the claim: it carries the caller's values, outlives the caller's
+// cancellation (a client that hangs up does not lose the result), and
+// ends after max(Lease, 1s). Call stop when the write is done.
+func (k *keepalive) detach() context.Context {
+	k.halt()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	k.phase, k.bound = writing, now.Add(max(k.g.opts.Lease, time.Second))
+	if k.callErr != nil { // the caller's cancellation ended the claim's context
+		k.done, k.callErr = nil, nil
+	}
+	k.arm(now)
+	return (*callCtx)(k)
+}
+
+// callCtx is a keepalive seen as the context of its store call: the claim
+// or the write that ends it.
+type callCtx keepalive
+
+func (c *callCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	d, claim := c.bound, c.phase == claiming || c.late
+	c.mu.Unlock()
+	if claim {
+		if pd, ok := c.parent.Deadline(); ok && pd.Before(d) {
+			return pd, true
+		}
+	}
+	return d, true
+}
+
+func (c *callCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+	}
+	return c.done
+}
+
+func (c *callCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.callErr
+}
+
+func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
+
+// AfterFunc arranges for f to run, in a goroutine of its own, when the
+// context ends. The context package uses it for contexts derived from
+// this one, instead of a goroutine watching Done for each.
+func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.callErr != nil {
+		go f()
+		return func() bool { return false }
+	}
+	p := &f
+	c.afters = append(c.afters, p)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, q := range c.afters {
+			if q == p {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func (c *callCtx) String() string { return "idemguard store call" }

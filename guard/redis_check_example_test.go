@@ -1,0 +1,45 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// At start-up, refuse a Redis that may evict records. (miniredis, used
+// here so the example runs anywhere, never evicts but cannot report a
+// policy either: Check says so.)
+func ExampleRedisStore_Check() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	store := guard.NewRedisStore(client, guard.RedisOptions{})
+	ctx := context.Background()
+	if err := store.LoadScripts(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	err = store.Check(ctx, guard.CheckOptions{})
+	var evicts *guard.EvictionError
+	switch {
+	case errors.As(err, &evicts):
+		log.Fatalf("configure %s with maxmemory-policy noeviction (it has %s)", evicts.Addr, evicts.Policy)
+	case errors.Is(err, guard.ErrUnavailable):
+		log.Fatal("Redis is down: ", err)
+	case err != nil:
+		fmt.Println("policy unknown:", errors.Is(err, guard.ErrEviction))
+	default:
+		fmt.Println("noeviction")
+	}
+	// Output: policy unknown: false
+}
