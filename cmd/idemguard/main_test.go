@@ -359,9 +359,15 @@ func TestInspectListRelease(t *testing.T) {
 	if !strings.Contains(stderr, "2 pending keys") {
 		t.Errorf("list pending summary: %s", stderr)
 	}
+	// A completed record keeps no scope and ID: list shows its Redis key.
 	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "completed")...)
-	if !strings.Contains(out, "done") || strings.Contains(out, "running") {
+	doneName := g.Store().(*guard.RedisStore).Name(k("done"))
+	if !regexp.MustCompile(`-\s+-\s+completed\s+1\s+1\s+-\s+`+regexp.QuoteMeta(doneName)).MatchString(out) || strings.Contains(out, "running") {
 		t.Errorf("list completed:\n%s", out)
+	}
+	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "failed")...)
+	if !regexp.MustCompile(`POST /orders\s+broken\s+failed\s+1\s+1\s+-`).MatchString(out) {
+		t.Errorf("list failed:\n%s", out)
 	}
 
 	// release refuses a completed key and a live holder, frees a stuck one.
