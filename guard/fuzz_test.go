@@ -63,8 +63,8 @@ func encodeStored(s stored) []byte {
 // recordSeeds are values of every shape: valid records of each state, and
 // corrupt ones.
 func recordSeeds() [][]byte {
-	p, _ := newPending(ClaimRequest{Key: Key{Scope: "tenant-42/POST /orders", ID: "0b9e3c1e-5a7d-4b8e-9f51-2c1d5f6a7b80"},
-		Token: "ABCDEFGHIJKLMNOPQRSTUVWXYZ", Fingerprint: strings.Repeat("f", 64), Lease: 30e9, TTL: 86400e9})
+	p, _, _ := newPending(ClaimRequest{Key: Key{Scope: "tenant-42/POST /orders", ID: "0b9e3c1e-5a7d-4b8e-9f51-2c1d5f6a7b80"},
+		Token: "ABCDEFGHIJKLMNOPQRSTUVWXYZ", Fingerprint: strings.Repeat("f", 64), Lease: 30e9, TTL: 86400e9}, 0)
 	tok := string(appendToken(nil, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
 	fp := string(appendFingerprint(nil, "fp"))
 	completed := encodeStored(stored{state: stCompleted, fence: 3, attempt: 2, fp: fp, tok: tok, ptok: "\x01A", lastErr: "boom", result: strings.Repeat("r", 200)})

@@ -385,19 +385,23 @@ func (p *pendingValue) fpEnc() []byte  { return p.buf[p.fp[0]:p.fp[1]] }
 func (p *pendingValue) tokEnc() []byte { return p.buf[p.tok[0]:p.tok[1]] }
 func (p *pendingValue) keyEnc() []byte { return p.buf[p.key[0]:p.key[1]] }
 
-// newPending encodes req's first attempt in one allocation.
-func newPending(req ClaimRequest) (pendingValue, error) {
+// newPending encodes req's first attempt in one allocation, after room
+// for head more bytes (newPending's caller writes the record's name
+// there: name and value then share the allocation). p.buf is the value;
+// all is the whole allocation.
+func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err error) {
 	tl := tokenLen(req.Token)
 	if tl == 0 {
-		return pendingValue{}, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
+		return p, nil, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
 	}
 	ret := ms(req.TTL)
 	if ret > RedisMaxFence/2 || ms(req.Lease) > RedisMaxFence/2 {
-		return pendingValue{}, fmt.Errorf("idemguard: retention %s or lease %s too long", req.TTL, req.Lease)
+		return p, nil, fmt.Errorf("idemguard: retention %s or lease %s too long", req.TTL, req.Lease)
 	}
-	p := pendingValue{retention: ret, ttl: ret + ms(req.Lease)}
+	p = pendingValue{retention: ret, ttl: ret + ms(req.Lease)}
 	n := 2 + 1 + 1 + fingerprintLen(req.Fingerprint) + tl + 1 + 1 + uvarintLen(ret) + keyLen(req.Key)
-	b := make([]byte, 0, n)
+	all = make([]byte, head, head+n)
+	b := all[head:]
 	b = append(b, recordVersion, stPending, 1, 1) // fence 1, attempt 1
 	p.fp[0] = len(b)
 	b = appendFingerprint(b, req.Fingerprint)
@@ -410,7 +414,7 @@ func newPending(req ClaimRequest) (pendingValue, error) {
 	b = appendKey(b, req.Key)
 	p.key[1] = len(b)
 	p.buf = b
-	return p, nil
+	return p, all[:head+len(b)], nil
 }
 
 // record is the Record a stored value describes, for key (or the key

@@ -160,14 +160,14 @@ func TestPendingValueLayout(t *testing.T) {
 		{Key: Key{Scope: "tenant-42/POST /orders", ID: "9f2c"}, Token: newToken(), Fingerprint: strings.Repeat("ab", 32), Lease: 30e9, TTL: 86400e9},
 		{Key: Key{Scope: "s", ID: strings.Repeat("é", 100)}, Token: "A", Fingerprint: "", Lease: 1e6, TTL: 1e6},
 	} {
-		p, err := newPending(req)
+		p, _, err := newPending(req, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		name := s.Name(req.Key)
 		// The script's path for an absent key.
 		mr.Del(name)
-		reply, err := s.script(ctx, scripts.Claim, name, p.tokEnc(), p.fpEnc(), ms(req.Lease), p.retention, 0, p.keyEnc()).Slice()
+		reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name, p.tokEnc(), p.fpEnc(), ms(req.Lease), p.retention, 0, p.keyEnc()}).Slice()
 		if err != nil || len(reply) != 4 || reply[0] != int64(1) {
 			t.Fatalf("claim script: %v, %v", reply, err)
 		}

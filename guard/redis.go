@@ -1,15 +1,19 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -77,6 +81,7 @@ type RedisStore struct {
 	client redis.UniversalClient
 	prefix string
 	pipe   autopipeliner // nil: unpipelined
+	raw    bool          // a *redis.Client: claims read their reply raw
 
 	direct   int64        // RedisOptions.DirectCalls
 	inflight atomic.Int64 // calls under way, when pipelined
@@ -98,6 +103,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 		opts.DirectCalls = DefaultDirectCalls
 	}
 	s := &RedisStore{client: client, prefix: opts.Prefix, direct: max(int64(opts.DirectCalls), 0)}
+	_, s.raw = client.(*redis.Client)
 	if !opts.Unpipelined {
 		switch c := client.(type) {
 		case *redis.Client:
@@ -140,6 +146,12 @@ const tagLen = 22
 // hash tag of 22 characters, a digest of scope and ID, so any key bytes
 // are safe and a Cluster routes by the tag.
 func (s *RedisStore) Name(key Key) string {
+	return string(s.appendName(make([]byte, 0, s.nameLen()), key))
+}
+
+func (s *RedisStore) nameLen() int { return len(s.prefix) + tagLen + 2 }
+
+func (s *RedisStore) appendName(dst []byte, key Key) []byte {
 	// The digest input is length(scope) | scope | id, so ("ab","c") and
 	// ("a","bc") differ. Small keys hash from the stack.
 	var buf [320]byte
@@ -155,12 +167,9 @@ func (s *RedisStore) Name(key Key) string {
 		h.Write([]byte(key.ID))
 		h.Sum(sum[:0])
 	}
-	full := make([]byte, len(s.prefix)+tagLen+2)
-	n := copy(full, s.prefix)
-	full[n] = '{'
-	base64.RawURLEncoding.Encode(full[n+1:], sum[:16])
-	full[len(full)-1] = '}'
-	return string(full)
+	dst = append(append(dst, s.prefix...), '{')
+	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:16])
+	return append(dst, '}')
 }
 
 // Names returns key's record name and the name of the lease key the store
@@ -178,19 +187,19 @@ func (s *RedisStore) Names(key Key) (record, lease string) {
 // again. It is a comparable value: two answers to the same claim are
 // equal Leases.
 type leaseNames struct {
-	key   Key    // the key it was derived from
+	key   Key    // the key they were derived from
 	token string // the token it was encoded from
 	name  string // the record's name, under the issuing store's prefix
 	tok   string // the token as records keep it
 }
 
-// leaseNames returns the record name and encoded token of l: those its
+// leaseArgs returns the record name and encoded token of l: those its
 // Claim computed, when a store with this prefix issued l for l.Key and
 // l.Token, else derived again.
-func (s *RedisStore) leaseNames(l Lease) (name, tok string, err error) {
+func (s *RedisStore) leaseArgs(l Lease) (name, tok string, err error) {
 	n := l.names
 	if n.key == l.Key && n.token == l.Token && n.tok != "" &&
-		len(n.name) == len(s.prefix)+tagLen+2 && strings.HasPrefix(n.name, s.prefix) {
+		len(n.name) == s.nameLen() && strings.HasPrefix(n.name, s.prefix) {
 		return n.name, n.tok, nil
 	}
 	tl := tokenLen(l.Token)
@@ -200,50 +209,56 @@ func (s *RedisStore) leaseNames(l Lease) (name, tok string, err error) {
 	return s.Name(l.Key), string(appendToken(make([]byte, 0, tl), l.Token)), nil
 }
 
+// acquired is the outcome of a claim that took the key.
+func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recovered bool) Outcome {
+	return Outcome{Status: Acquired, Lease: Lease{
+		Key: req.Key, Token: req.Token, Fence: fence, Attempt: int(attempt), Recovered: recovered,
+		names: leaseNames{key: req.Key, token: req.Token, name: name, tok: tok},
+	}}
+}
+
 // Claim implements Store. A fresh key and a replay take one native
 // command, SET NX GET: it creates the first attempt's record, or leaves the
 // record there and returns it. Only a record the client cannot answer from
 // (another holder's, a failed or a released one) needs the claim script.
 func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
-	p, err := newPending(req)
+	// The name and the first attempt's value share one allocation, and
+	// neither is changed again: the lease keeps the name and the encoded
+	// token as pieces of it, without copies.
+	p, buf, err := newPending(req, s.nameLen())
 	if err != nil {
 		return Outcome{}, err
 	}
-	name := s.Name(req.Key)
-	cmd := redis.NewStringCmd(ctx, "set", name, p.buf, "nx", "get", "px", p.ttl)
-	abandoned, err := s.send(ctx, cmd)
-	acquired := func(fence, attempt int64, recovered bool) Outcome {
-		return Outcome{Status: Acquired, Lease: Lease{
-			Key: req.Key, Token: req.Token, Fence: fence, Attempt: int(attempt), Recovered: recovered,
-			names: leaseNames{key: req.Key, token: req.Token, name: name, tok: string(p.tokEnc())},
-		}}
-	}
-	if err == redis.Nil && !abandoned {
-		return acquired(1, 1, false), nil
-	}
+	s.appendName(buf[:0], req.Key)
+	all := unsafeString(buf)
+	name, value := all[:s.nameLen()], all[s.nameLen():]
+	tok := value[p.tok[0]:p.tok[1]]
+	v, found, owned, err := s.setNXGet(ctx, name, value, p.ttl)
 	if err != nil {
 		return Outcome{}, s.callErr(ctx, req.Key, name, err)
 	}
-	v := cmd.Val()
+	if !found {
+		return acquired(&req, name, tok, 1, 1, false), nil
+	}
 	st, why := parseValue(v)
 	if why != "" {
 		return Outcome{}, &CorruptError{Key: req.Key, Name: name, Detail: why}
 	}
 	if st.state != stReleased {
 		// A different payload under the same key learns nothing else.
-		if st.fp != string(p.fpEnc()) {
+		if st.fp != value[p.fp[0]:p.fp[1]] {
 			return Outcome{Status: Mismatch}, nil
 		}
 		switch {
 		case st.state == stCompleted:
-			return Outcome{Status: Replay, Result: []byte(st.result)}, nil
-		case st.state == stPending && st.tok == string(p.tokEnc()):
+			return Outcome{Status: Replay, Result: resultBytes(st.result, owned)}, nil
+		case st.state == stPending && st.tok == tok:
 			// This claim sent again (a client retry after a lost reply).
-			return acquired(st.fence, st.attempt, st.recovered), nil
+			return acquired(&req, name, tok, st.fence, st.attempt, st.recovered), nil
 		}
 	}
-	reply, err := s.script(ctx, scripts.Claim, name,
-		p.tokEnc(), p.fpEnc(), ms(req.Lease), p.retention, req.MaxAttempts, p.keyEnc()).Slice()
+	reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name,
+		tok, p.fpEnc(), ms(req.Lease), p.retention, req.MaxAttempts, p.keyEnc()}).Slice()
 	if err != nil {
 		return Outcome{}, s.callErr(ctx, req.Key, name, err)
 	}
@@ -252,10 +267,100 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 		return Outcome{}, err
 	}
 	if out.Status == Acquired {
-		out = acquired(out.Lease.Fence, int64(out.Lease.Attempt), out.Lease.Recovered)
+		out = acquired(&req, name, tok, out.Lease.Fence, int64(out.Lease.Attempt), out.Lease.Recovered)
 	}
 	return out, nil
 }
+
+// setCall is the arguments of a claim's SET NX GET in one allocation: the
+// arguments point at its fields, so none is boxed on the heap.
+type setCall struct {
+	name, value string
+	px          int64
+	args        [7]any
+}
+
+// setNXGet sends SET name value NX GET PX ttl and returns the value that
+// was there (found), or none when this call created the key. owned: the
+// value's bytes are a reply buffer no one else holds, which the caller may
+// hand out as a []byte.
+//
+// On a *redis.Client the reply is read raw: go-redis treats the nil reply
+// of a created key as an error, and checking whether to retry it costs
+// about twenty allocations. Error replies are then go-redis-free too: a
+// Redis error comes back as a respError.
+func (s *RedisStore) setNXGet(ctx context.Context, name, value string, ttl int64) (v string, found, owned bool, err error) {
+	c := &setCall{name: name, value: value, px: ttl}
+	c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
+	args := c.args[:]
+	if !s.raw {
+		cmd := redis.NewStringCmd(ctx, args...)
+		abandoned, err := s.send(ctx, cmd)
+		switch {
+		case err == redis.Nil && !abandoned:
+			return "", false, false, nil
+		case err != nil:
+			return "", false, false, err
+		}
+		return cmd.Val(), true, false, nil
+	}
+	cmd := redis.NewRawCmd(ctx, args...)
+	if _, err := s.send(ctx, cmd); err != nil {
+		return "", false, false, err
+	}
+	v, found, err = parseBulk(cmd.Val())
+	return v, found, true, err
+}
+
+// resultBytes is a stored result as Outcome.Result: r itself when its
+// bytes are an owned reply buffer, else a copy.
+func resultBytes(r string, owned bool) []byte {
+	if owned {
+		return unsafe.Slice(unsafe.StringData(r), len(r))
+	}
+	return []byte(r)
+}
+
+// parseBulk reads a raw RESP reply that is a bulk string or nil.
+func parseBulk(b []byte) (string, bool, error) {
+	line, rest, ok := bytes.Cut(b, crlf)
+	if !ok || len(line) == 0 {
+		return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+	}
+	switch line[0] {
+	case '_': // RESP3 null
+		return "", false, nil
+	case '-':
+		return "", false, respError(line[1:])
+	case '$', '!':
+		n, err := strconv.Atoi(string(line[1:]))
+		switch {
+		case err == nil && n == -1 && line[0] == '$': // RESP2 null
+			return "", false, nil
+		case err != nil || n < 0 || len(rest) != n+2:
+			return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+		case line[0] == '!': // RESP3 blob error
+			return "", false, respError(rest[:n])
+		}
+		return unsafeString(rest[:n]), true, nil
+	}
+	return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+}
+
+var crlf = []byte("\r\n")
+
+// unsafeString views b as a string; b is a reply buffer nothing else holds
+// or changes.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// respError is an error reply read raw. It is a redis.Error, as go-redis's
+// own error replies are.
+type respError string
+
+func (e respError) Error() string { return string(e) }
+
+// RedisError marks respError as a redis.Error.
+func (respError) RedisError() {}
 
 // decodeClaim reads claim.lua's reply.
 func decodeClaim(r []any) (Outcome, error) {
@@ -301,47 +406,84 @@ func decodeClaim(r []any) (Outcome, error) {
 	return bad()
 }
 
+// writeCall is the arguments of a write script in one allocation: the
+// arguments point at its fields, so none is boxed on the heap.
+type writeCall struct {
+	name, tok, reason string
+	result            bytesArg
+	ms                int64
+	args              [7]any
+}
+
+// bytesArg is a []byte argument passed by pointer (go-redis writes an
+// encoding.BinaryMarshaler's bytes as they are).
+type bytesArg struct{ b []byte }
+
+// MarshalBinary returns the bytes.
+func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// newWrite starts a write's arguments for lease: EVALSHA's three, the
+// record's name and the encoded token.
+func (s *RedisStore) newWrite(lease Lease) (*writeCall, error) {
+	name, tok, err := s.leaseArgs(lease)
+	if err != nil {
+		return nil, err
+	}
+	w := &writeCall{name: name, tok: tok}
+	w.args[0], w.args[1], w.args[2], w.args[3], w.args[4] = evalsha, nil, 1, &w.name, &w.tok
+	return w, nil
+}
+
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
-	return s.write(ctx, scripts.Complete, lease, result, ms(ttl))
+	w, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	w.result.b, w.ms = result, ms(ttl)
+	w.args[5], w.args[6] = &w.result, &w.ms
+	return s.write(ctx, scripts.Complete, lease.Key, w, 7)
 }
 
 // Fail implements Store.
 func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error {
-	return s.write(ctx, scripts.Fail, lease, reason, ms(ttl))
+	w, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	w.reason, w.ms = reason, ms(ttl)
+	w.args[5], w.args[6] = &w.reason, &w.ms
+	return s.write(ctx, scripts.Fail, lease.Key, w, 7)
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
-	return s.write(ctx, scripts.Release, lease, nil, nil)
+	w, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, scripts.Release, lease.Key, w, 5)
 }
 
 // Extend implements Store.
 func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) error {
-	return s.write(ctx, scripts.Extend, lease, ms(d), nil)
-}
-
-// write runs a compare-and-set script that answers 1 (OK) or 0 (LOST),
-// with the token and up to two more arguments (nil: none).
-func (s *RedisStore) write(ctx context.Context, sc *redis.Script, lease Lease, a, b any) error {
-	name, tok, err := s.leaseNames(lease)
+	w, err := s.newWrite(lease)
 	if err != nil {
 		return err
 	}
-	var cmd *redis.Cmd
-	switch {
-	case a == nil:
-		cmd = s.script(ctx, sc, name, tok)
-	case b == nil:
-		cmd = s.script(ctx, sc, name, tok, a)
-	default:
-		cmd = s.script(ctx, sc, name, tok, a, b)
-	}
-	n, err := cmd.Int64()
+	w.ms = ms(d)
+	w.args[5] = &w.ms
+	return s.write(ctx, scripts.Extend, lease.Key, w, 6)
+}
+
+// write runs a compare-and-set script on w's first n arguments; it
+// answers 1 (OK) or 0 (LOST).
+func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, w *writeCall, n int) error {
+	v, err := s.script(ctx, sc, w.args[:n]).Int64()
 	if err != nil {
-		return s.callErr(ctx, lease.Key, name, err)
+		return s.callErr(ctx, key, w.name, err)
 	}
-	if n != 1 {
+	if v != 1 {
 		return ErrLeaseLost
 	}
 	return nil
@@ -350,7 +492,7 @@ func (s *RedisStore) write(ctx context.Context, sc *redis.Script, lease Lease, a
 // Get implements Store.
 func (s *RedisStore) Get(ctx context.Context, key Key) (Record, error) {
 	name := s.Name(key)
-	reply, err := s.script(ctx, scripts.Get, name).Slice()
+	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
 	if err != nil {
 		return Record{}, s.callErr(ctx, key, name, err)
 	}
@@ -392,23 +534,24 @@ func (s *RedisStore) decodeGet(key Key, name string, reply []any) (Record, error
 // the scope and ID the record keeps, which a completed record does not
 // (its Key is then zero). ErrNotFound when there is none.
 func (s *RedisStore) GetByName(ctx context.Context, name string) (Record, error) {
-	reply, err := s.script(ctx, scripts.Get, name).Slice()
+	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
 	if err != nil {
 		return Record{}, s.callErr(ctx, Key{}, name, err)
 	}
 	return s.decodeGet(Key{}, name, reply)
 }
 
-// script runs sc on the record name with args: as EVALSHA, and as EVAL if
-// the server does not have it (a restarted or flushed server).
-func (s *RedisStore) script(ctx context.Context, sc *redis.Script, name string, args ...any) *redis.Cmd {
-	all := make([]any, 0, 4+len(args))
-	all = append(all, "evalsha", sc.Hash(), 1, name)
-	all = append(all, args...)
+// script runs sc with all = {evalsha, nil, 1, the record's name, ARGV...}:
+// the first three slots are the command's, filled in here, so the caller's
+// slice is the command's arguments. It sends EVALSHA, and EVAL if the
+// server does not have the script (a restarted or flushed server).
+func (s *RedisStore) script(ctx context.Context, sc *redis.Script, all []any) *redis.Cmd {
+	all[0], all[1], all[2] = evalsha, scriptHash(sc), 1
 	cmd := redis.NewCmd(ctx, all...)
 	cmd.SetFirstKeyPos(3)
 	abandoned, err := s.send(ctx, cmd)
 	if !abandoned && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		all = slices.Clone(all) // the first command may still hold all
 		all[0], all[1] = "eval", scripts.Source(sc)
 		cmd = redis.NewCmd(ctx, all...)
 		cmd.SetFirstKeyPos(3)
@@ -418,6 +561,25 @@ func (s *RedisStore) script(ctx context.Context, sc *redis.Script, name string, 
 		return failed(ctx, err) // the autopipeliner may still fill cmd in
 	}
 	return cmd
+}
+
+const evalsha = "evalsha"
+
+// hashes are the scripts' SHA1 digests, as arguments that need no boxing.
+var hashes = func() map[*redis.Script]*string {
+	m := map[*redis.Script]*string{}
+	for _, sc := range scripts.All() {
+		h := sc.Hash()
+		m[sc] = &h
+	}
+	return m
+}()
+
+func scriptHash(sc *redis.Script) any {
+	if h, ok := hashes[sc]; ok {
+		return h
+	}
+	return sc.Hash()
 }
 
 // send sends cmd: straight out, or through the autopipeliner when
