@@ -230,10 +230,13 @@ func TestBench(t *testing.T) {
 			rows++
 		}
 	}
-	if rows != 8 {
-		t.Errorf("%d rows, want 8:\n%s", rows, out)
+	// Each guard row runs right after its baseline in the same transport
+	// mode: setnx+set, setnx+set-auto, fresh, naive-storm-auto, storm,
+	// naive-storm, at 2 and at 4 workers.
+	if rows != 12 {
+		t.Errorf("%d rows, want 12:\n%s", rows, out)
 	}
-	if !strings.Contains(out, "| fresh | miniredis | 4 |") || !strings.Contains(out, "× setnx+set") {
+	if !strings.Contains(out, "| fresh | miniredis | 4 |") || !strings.Contains(out, "× setnx+set-auto") {
 		t.Errorf("no fresh row at 4 workers with its ratio:\n%s", out)
 	}
 	if !regexp.MustCompile(`\| storm \| miniredis \| 2 \|[^\n]*\| 20 \| 20 \| 0 \|`).MatchString(out) {
