@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ const (
 	Fresh             = "fresh"              // Guard.Do on a new key: claim + complete
 	FreshUnpipelined  = "fresh-unpipelined"  // the same, each call on a connection of its own
 	ClaimComplete     = "claim-complete"     // Guard.Claim + Guard.Complete, no Do machinery
+	StoreFresh        = "store-fresh"        // RedisStore.Claim + RedisStore.Complete: the store alone, no Guard
+	StoreReplay       = "store-replay"       // RedisStore.Claim of a completed key: the store alone
 	Replay            = "replay"             // Guard.Do on a completed key: one claim, a replay
 	ReplayUnpipelined = "replay-unpipelined" // the same, each call on a connection of its own
 	Storm             = "storm"              // Guard.Do, Keys × Duplicates sent at once
@@ -106,6 +109,8 @@ var scenarios = []scenario{
 	{name: Fresh, baseline: SetNXSetAuto, about: "Guard.Do on a new key (claim + complete), the store's default: calls share pipelines past 16 at once", prepare: prepareFresh(guard.RedisOptions{})},
 	{name: FreshUnpipelined, baseline: SetNXSet, about: "Guard.Do on a new key, RedisOptions.Unpipelined", prepare: prepareFresh(unpipelined)},
 	{name: ClaimComplete, baseline: SetNXSetAuto, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
+	{name: StoreFresh, baseline: SetNXSetAuto, about: "RedisStore.Claim + RedisStore.Complete on a new key, no Guard: what the store costs", prepare: prepareStoreFresh},
+	{name: StoreReplay, baseline: GetAuto, about: "RedisStore.Claim of a completed key, no Guard: what the store costs", prepare: prepareStoreReplay},
 	{name: Replay, baseline: GetAuto, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay(guard.RedisOptions{})},
 	{name: ReplayUnpipelined, baseline: Get, about: "Guard.Do on a completed key, RedisOptions.Unpipelined", prepare: prepareReplay(unpipelined)},
 	{name: Storm, baseline: NaiveStormAuto, storm: true, about: "Guard.Do under Keys × Duplicates concurrent duplicates", prepare: prepareStorm(guard.RedisOptions{})},
@@ -193,6 +198,44 @@ func prepareClaimComplete(_ context.Context, e *env) (op, error) {
 			return fmt.Errorf("fresh key %d: %s", i, out.Status)
 		}
 		return g.Complete(ctx, out.Lease, res)
+	}, nil
+}
+
+func (e *env) store() *guard.RedisStore {
+	return guard.NewRedisStore(e.t.client, guard.RedisOptions{Prefix: e.prefix})
+}
+
+func (e *env) claimRequest(i int64) guard.ClaimRequest {
+	return guard.ClaimRequest{Key: guard.Key{Scope: scope, ID: idOf(i)}, Token: rand.Text(), Fingerprint: "fp",
+		Lease: guard.DefaultLease, TTL: e.opts.TTL}
+}
+
+func prepareStoreFresh(_ context.Context, e *env) (op, error) {
+	s, res := e.store(), e.result()
+	return func(ctx context.Context, i int64) error {
+		out, err := s.Claim(ctx, e.claimRequest(i))
+		if err != nil {
+			return err
+		}
+		if out.Status != guard.Acquired {
+			return fmt.Errorf("fresh key %d: %s", i, out.Status)
+		}
+		return s.Complete(ctx, out.Lease, res, e.opts.TTL)
+	}, nil
+}
+
+func prepareStoreReplay(ctx context.Context, e *env) (op, error) {
+	s := e.store()
+	if err := preload(ctx, e, guard.New(s, guard.Options{TTL: e.opts.TTL})); err != nil {
+		return nil, err
+	}
+	keys := int64(e.opts.Keys)
+	return func(ctx context.Context, i int64) error {
+		out, err := s.Claim(ctx, e.claimRequest(i%keys))
+		if err == nil && out.Status != guard.Replay {
+			err = fmt.Errorf("completed key %d: %s", i%keys, out.Status)
+		}
+		return err
 	}, nil
 }
 

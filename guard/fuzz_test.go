@@ -143,13 +143,13 @@ func FuzzTokenCodec(f *testing.F) {
 }
 
 func FuzzDecodeClaim(f *testing.F) {
-	f.Add(int64(1), int64(1), int64(1), "", uint8(4))
+	f.Add(int64(1), int64(1), int64(1), "\x01p\x01\x01\x02fp\x01A\x00\x00\x01\x01s\x01k", uint8(5))
 	f.Add(int64(3), int64(0), int64(0), "result", uint8(2))
 	f.Add(int64(5), int64(3), int64(0), "boom", uint8(3))
 	f.Add(int64(9), int64(0), int64(0), "", uint8(0))
 	f.Fuzz(func(t *testing.T, code, a, b int64, s string, n uint8) {
-		full := []any{code, a, b, s, nil, []any{s}}
-		for _, reply := range [][]any{full[:min(int(n), len(full))], {code, s, a}, {s}, {code, a, b, b}, {code, nil}} {
+		full := []any{code, a, b, b, s, nil, []any{s}}
+		for _, reply := range [][]any{full[:min(int(n), len(full))], {code, s, a}, {s}, {code, a, b, b}, {code, nil}, {code, a, b, b, s}} {
 			out, err := decodeClaim(reply)
 			if err == nil && (out.Status < Acquired || out.Status > Exhausted) {
 				t.Fatalf("decodeClaim(%v) = %+v", reply, out)

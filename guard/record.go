@@ -378,6 +378,7 @@ func keyLen(k Key) int {
 type pendingValue struct {
 	buf            []byte
 	fp, tok, key   [2]int // [start, end) in buf
+	body           int    // where the body starts (after the last error)
 	retention, ttl int64  // ms
 }
 
@@ -409,12 +410,29 @@ func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err err
 	b = appendToken(b, req.Token)
 	p.tok[1] = len(b)
 	b = append(b, 0, 0) // no ptok, no last error
+	p.body = len(b)
 	b = appendUvarint(b, ret)
 	p.key[0] = len(b)
 	b = appendKey(b, req.Key)
 	p.key[1] = len(b)
 	p.buf = b
 	return p, all[:head+len(b)], nil
+}
+
+// bodyStart is where the body of a pending value v with fields s starts.
+func (s stored) bodyStart(v string) int {
+	return len(v) - uvarintLen(s.retention) - keyLen(Key{Scope: s.scope, ID: s.id})
+}
+
+// appendCompleted appends the completed record a pending value becomes:
+// its state byte changed and its body replaced by result. body is where
+// the pending value's body starts.
+func appendCompleted(dst []byte, pending string, body int, result []byte) []byte {
+	dst = append(append(dst, recordVersion, stCompleted), pending[2:body]...)
+	if pending[1] != stPending {
+		dst[len(dst)-body+1] = stCompleted - ('a' - 'A') // recovered
+	}
+	return append(appendUvarint(dst, int64(len(result))), result...)
 }
 
 // record is the Record a stored value describes, for key (or the key

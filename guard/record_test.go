@@ -18,6 +18,8 @@ import (
 // luaDecode runs record.lua on the value at KEYS[1] and returns what it
 // read: the reason it refused the value, or the fields as strings.
 var luaDecode = scripts.WithRecord(`
+local v = redis.pcall('GET', KEYS[1])
+local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
 if bad then return {bad} end
 if not v then return {'absent'} end
 local n, i = uvar(v, ep)
@@ -168,8 +170,8 @@ func TestPendingValueLayout(t *testing.T) {
 		// The script's path for an absent key.
 		mr.Del(name)
 		reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name, p.tokEnc(), p.fpEnc(), ms(req.Lease), p.retention, 0, p.keyEnc()}).Slice()
-		if err != nil || len(reply) != 4 || reply[0] != int64(1) {
-			t.Fatalf("claim script: %v, %v", reply, err)
+		if err != nil || len(reply) != 5 || reply[0] != int64(1) || reply[4] != string(p.buf) {
+			t.Fatalf("claim script: %q, %v", reply, err)
 		}
 		v, err := c.Get(ctx, name).Bytes()
 		if err != nil {

@@ -191,29 +191,35 @@ type leaseNames struct {
 	token string // the token it was encoded from
 	name  string // the record's name, under the issuing store's prefix
 	tok   string // the token as records keep it
+	// pending is the record the claim left, when the client knows it
+	// byte for byte (its own first attempt), else ""; body is where its
+	// body starts. Complete then needs no decoding in Redis.
+	pending string
+	body    int
 }
 
-// leaseArgs returns the record name and encoded token of l: those its
-// Claim computed, when a store with this prefix issued l for l.Key and
-// l.Token, else derived again.
-func (s *RedisStore) leaseArgs(l Lease) (name, tok string, err error) {
+// leaseNames returns what l's Claim computed, when a store with this
+// prefix issued l for l.Key and l.Token, else the name and encoded token
+// derived again (and no pending record).
+func (s *RedisStore) leaseNames(l Lease) (leaseNames, error) {
 	n := l.names
 	if n.key == l.Key && n.token == l.Token && n.tok != "" &&
 		len(n.name) == s.nameLen() && strings.HasPrefix(n.name, s.prefix) {
-		return n.name, n.tok, nil
+		return n, nil
 	}
 	tl := tokenLen(l.Token)
 	if tl == 0 {
-		return "", "", fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(l.Token), maxRawToken)
+		return n, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(l.Token), maxRawToken)
 	}
-	return s.Name(l.Key), string(appendToken(make([]byte, 0, tl), l.Token)), nil
+	return leaseNames{name: s.Name(l.Key), tok: string(appendToken(make([]byte, 0, tl), l.Token))}, nil
 }
 
-// acquired is the outcome of a claim that took the key.
-func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recovered bool) Outcome {
+// acquired is the outcome of a claim that took the key; pending is the
+// record it left, when known byte for byte, and body where its body starts.
+func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recovered bool, pending string, body int) Outcome {
 	return Outcome{Status: Acquired, Lease: Lease{
 		Key: req.Key, Token: req.Token, Fence: fence, Attempt: int(attempt), Recovered: recovered,
-		names: leaseNames{key: req.Key, token: req.Token, name: name, tok: tok},
+		names: leaseNames{key: req.Key, token: req.Token, name: name, tok: tok, pending: pending, body: body},
 	}}
 }
 
@@ -238,7 +244,7 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 		return Outcome{}, s.callErr(ctx, req.Key, name, err)
 	}
 	if !found {
-		return acquired(&req, name, tok, 1, 1, false), nil
+		return acquired(&req, name, tok, 1, 1, false, value, p.body), nil
 	}
 	st, why := parseValue(v)
 	if why != "" {
@@ -254,7 +260,10 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 			return Outcome{Status: Replay, Result: resultBytes(st.result, owned)}, nil
 		case st.state == stPending && st.tok == tok:
 			// This claim sent again (a client retry after a lost reply).
-			return acquired(&req, name, tok, st.fence, st.attempt, st.recovered), nil
+			if owned {
+				v = strings.Clone(v) // the lease keeps it; not the whole reply
+			}
+			return acquired(&req, name, tok, st.fence, st.attempt, st.recovered, v, st.bodyStart(v)), nil
 		}
 	}
 	reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name,
@@ -267,7 +276,8 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 		return Outcome{}, err
 	}
 	if out.Status == Acquired {
-		out = acquired(&req, name, tok, out.Lease.Fence, int64(out.Lease.Attempt), out.Lease.Recovered)
+		l := out.Lease
+		out = acquired(&req, name, tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
 	}
 	return out, nil
 }
@@ -373,14 +383,20 @@ func decodeClaim(r []any) (Outcome, error) {
 		return bad()
 	}
 	switch {
-	case code == 1 && len(r) == 4:
+	case code == 1 && len(r) == 5:
 		fence, ok1 := r[1].(int64)
 		att, ok2 := r[2].(int64)
 		rcv, ok3 := r[3].(int64)
-		if !ok1 || !ok2 || !ok3 || fence < 1 || att < 1 {
+		v, ok4 := r[4].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || fence < 1 || att < 1 {
 			return bad()
 		}
-		return Outcome{Status: Acquired, Lease: Lease{Fence: fence, Attempt: int(att), Recovered: rcv == 1}}, nil
+		st, why := parseValue(v)
+		if why != "" || st.state != stPending {
+			return bad()
+		}
+		return Outcome{Status: Acquired, Lease: Lease{Fence: fence, Attempt: int(att), Recovered: rcv == 1,
+			names: leaseNames{pending: v, body: st.bodyStart(v)}}}, nil
 	case code == 2 && len(r) == 2:
 		ms, ok := r[1].(int64)
 		if !ok {
@@ -409,10 +425,10 @@ func decodeClaim(r []any) (Outcome, error) {
 // writeCall is the arguments of a write script in one allocation: the
 // arguments point at its fields, so none is boxed on the heap.
 type writeCall struct {
-	name, tok, reason string
-	result            bytesArg
-	ms                int64
-	args              [7]any
+	name, tok, reason, pending string
+	result                     bytesArg
+	ms, body                   int64
+	args                       [9]any
 }
 
 // bytesArg is a []byte argument passed by pointer (go-redis writes an
@@ -424,30 +440,38 @@ func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
 
 // newWrite starts a write's arguments for lease: EVALSHA's three, the
 // record's name and the encoded token.
-func (s *RedisStore) newWrite(lease Lease) (*writeCall, error) {
-	name, tok, err := s.leaseArgs(lease)
+func (s *RedisStore) newWrite(lease Lease) (*writeCall, leaseNames, error) {
+	n, err := s.leaseNames(lease)
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
-	w := &writeCall{name: name, tok: tok}
+	w := &writeCall{name: n.name, tok: n.tok}
 	w.args[0], w.args[1], w.args[2], w.args[3], w.args[4] = evalsha, nil, 1, &w.name, &w.tok
-	return w, nil
+	return w, n, nil
 }
 
-// Complete implements Store.
+// Complete implements Store. When the lease knows the pending record its
+// claim left, the client builds the completed record and the script only
+// compares and sets it.
 func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
-	w, err := s.newWrite(lease)
+	w, n, err := s.newWrite(lease)
 	if err != nil {
 		return err
 	}
-	w.result.b, w.ms = result, ms(ttl)
-	w.args[5], w.args[6] = &w.result, &w.ms
-	return s.write(ctx, scripts.Complete, lease.Key, w, 7)
+	w.ms, w.pending = ms(ttl), n.pending
+	if n.pending != "" {
+		w.result.b = appendCompleted(make([]byte, 0, len(n.pending)+len(result)), n.pending, n.body, result)
+		w.body = int64(n.body)
+	} else {
+		w.result.b = append(appendUvarint(make([]byte, 0, uvarintLen(int64(len(result)))+len(result)), int64(len(result))), result...)
+	}
+	w.args[5], w.args[6], w.args[7], w.args[8] = &w.ms, &w.pending, &w.result, &w.body
+	return s.write(ctx, scripts.Complete, lease.Key, w, 9)
 }
 
 // Fail implements Store.
 func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error {
-	w, err := s.newWrite(lease)
+	w, _, err := s.newWrite(lease)
 	if err != nil {
 		return err
 	}
@@ -458,7 +482,7 @@ func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl t
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
-	w, err := s.newWrite(lease)
+	w, _, err := s.newWrite(lease)
 	if err != nil {
 		return err
 	}
@@ -467,7 +491,7 @@ func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
 
 // Extend implements Store.
 func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) error {
-	w, err := s.newWrite(lease)
+	w, _, err := s.newWrite(lease)
 	if err != nil {
 		return err
 	}

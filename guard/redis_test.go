@@ -218,3 +218,65 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return next(ctx, cmds)
 	}
 }
+
+// TestCompleteFastPath: a lease that knows the pending record its claim
+// left completes with a value the client built; it is the value the
+// script builds for a lease that does not (one built by hand), for a
+// first attempt, a recovered one and one after a failure.
+func TestCompleteFastPath(t *testing.T) {
+	s, mr := miniStore(t)
+	c := s.Client()
+	ttl := time.Hour
+	req := func(id, tok string) guard.ClaimRequest {
+		return guard.ClaimRequest{Key: guard.Key{Scope: "s", ID: id}, Token: tok, Fingerprint: strings.Repeat("f", 64), Lease: time.Second, TTL: ttl}
+	}
+	claim := func(r guard.ClaimRequest) guard.Lease {
+		t.Helper()
+		out, err := s.Claim(bg, r)
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatal(out, err)
+		}
+		return out.Lease
+	}
+	value := func(id string) string {
+		return c.Get(bg, s.Name(guard.Key{Scope: "s", ID: id})).Val()
+	}
+	for _, shape := range []string{"first", "recovered", "after-failure"} {
+		var leases [2]guard.Lease
+		for i, id := range []string{shape + "-known", shape + "-by-hand"} {
+			tok := "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			switch shape {
+			case "first":
+				leases[i] = claim(req(id, tok))
+			case "recovered":
+				claim(req(id, "OTHER"))
+				mr.FastForward(2 * time.Second)
+				leases[i] = claim(req(id, tok))
+			case "after-failure":
+				l := claim(req(id, "OTHER"))
+				if err := s.Fail(bg, l, "boom", ttl); err != nil {
+					t.Fatal(err)
+				}
+				leases[i] = claim(req(id, tok))
+			}
+		}
+		known, byHand := leases[0], guard.Lease{Key: leases[1].Key, Token: leases[1].Token}
+		for _, l := range []guard.Lease{known, byHand} {
+			if err := s.Complete(bg, l, []byte("the result"), ttl); err != nil {
+				t.Fatalf("%s: %v", shape, err)
+			}
+			if err := s.Complete(bg, l, []byte("the result"), ttl); err != nil {
+				t.Fatalf("%s: complete again: %v", shape, err)
+			}
+		}
+		a, b := value(shape+"-known"), value(shape+"-by-hand")
+		if a != b || a == "" {
+			t.Errorf("%s: completed from the known pending record %q, by the script %q", shape, a, b)
+		}
+		rec, err := s.Get(bg, known.Key)
+		if err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "the result" || rec.Fence != known.Fence ||
+			rec.Attempt != known.Attempt || rec.Recovered != known.Recovered {
+			t.Errorf("%s: %+v, %v; lease %+v", shape, rec, err, known)
+		}
+	}
+}

@@ -7,11 +7,14 @@
 --       retention ms, max attempts (0 = no limit), key (uvarint length +
 --       scope, uvarint length + id)
 -- Returns one of:
---   {1, fence, attempt, recovered}  ACQUIRED
+--   {1, fence, attempt, recovered, record}  ACQUIRED, with the pending
+--                                   record as it stands
 --   {2, lease ms left}              IN_PROGRESS
 --   {3, result}                     REPLAY
 --   {4}                             MISMATCH
 --   {5, attempts, last error}       EXHAUSTED
+local v = redis.pcall('GET', KEYS[1])
+local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
 if bad then return corrupt(bad) end
 local name, mytok, myfp = KEYS[1], ARGV[1], ARGV[2]
 local lease_ms, ret_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -20,7 +23,7 @@ local lease_ms, ret_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARG
 local function take(f, a, recovered, ptok, err)
   local nv = head('p', recovered, f, a) .. myfp .. mytok .. ptok .. err .. uvenc(ret_ms) .. ARGV[6]
   redis.call('SET', name, nv, 'PX', string.format('%d', ret_ms + lease_ms))
-  return {1, f, a, recovered and 1 or 0}
+  return {1, f, a, recovered and 1 or 0, nv}
 end
 
 if not v then return take(1, 1, false, NONE, '\0') end
@@ -36,7 +39,7 @@ if st == 'c' then return {3, sub(v, rp)} end
 if st == 'p' then
   if tok == mytok then
     -- The same claim sent again (a client retry after a lost reply): same answer.
-    return {1, fence, att, rcv and 1 or 0}
+    return {1, fence, att, rcv and 1 or 0, v}
   end
   local pttl = redis.call('PTTL', name)
   if pttl < 0 then return corrupt('pending record without expiry') end
@@ -49,7 +52,7 @@ local expired = st == 'p'
 if max > 0 and att >= max then
   if expired then
     local err = 'lease expired'
-    redis.call('SET', name, '\1' .. state('f') .. sub(v, 3, ep - 1) .. uvenc(#err) .. err .. sub(v, kp), 'KEEPTTL')
+    redis.call('SET', name, '\1' .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#err) .. err .. sub(v, kp), 'KEEPTTL')
     return {5, att, err}
   end
   local n, i = uvar(v, ep)

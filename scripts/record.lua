@@ -1,5 +1,6 @@
 -- record.lua: the format of an idemguard record, shared by every script
--- (scripts.go puts it in front of each); guard/record.go is its Go twin.
+-- (scripts.go puts it in each: in front, or where a script marks its place);
+-- guard/record.go is its Go twin.
 -- One Redis string per key:
 --
 --   version      1 byte, 1
@@ -69,86 +70,90 @@ local function uvenc(n)
   return string.char(unpack(t))
 end
 
--- The record at KEYS[1], read into these locals (plain code, no table and
--- few functions: in Redis every closure a script makes costs it time on
--- each call):
---   v      the value; false when there is none
---   bad    nil, or what is wrong with v: then the script must answer
+-- decode reads a record value v, as redis.pcall('GET') gives it, into
+-- plain values (a table or more closures would cost Redis time on each
+-- call):
+--   bad    nil, or what is wrong with v: the script must then answer
 --          corrupt(bad) and change nothing
---   st     'p', 'c', 'f' or 'r'; rcv: reached by recovering a lease
+--   st     'p', 'c', 'f' or 'r' (nil when v is false: no record);
+--   rcv    reached by recovering a lease
 --   fence, att
 --   where the fields lie in v: fingerprint fp..tp-1, token tp..pp-1
 --   (tok: the token as stored), ptok pp..ep-1, last error (length and
 --   bytes) ep..bp-1, body bp..#v; ret: a pending record's retention ms;
 --   kp: where a pending or failed record's key starts; rp: where a
 --   completed record's result starts.
-local v = redis.pcall('GET', KEYS[1])
-local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp
-if v then repeat
-  if type(v) ~= 'string' then bad = 'not a string' break end
+-- Each script starts:
+--   local v = redis.pcall('GET', KEYS[1])
+--   local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
+local function decode(v)
+  if not v then return nil end
+  if type(v) ~= 'string' then return 'not a string' end
+  local st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp
   local n = #v
-  if n == 0 then bad = 'empty value' break end
+  if n == 0 then return 'empty value' end
   local ver, s, i, k, k2 = byte(v, 1, 3)
-  if ver ~= 1 then bad = 'unknown version' break end
+  if ver ~= 1 then return 'unknown version' end
   if s == 99 then st = 'c' elseif s == 112 then st = 'p' elseif s == 102 then st = 'f'
   elseif s == 114 then st = 'r' elseif s == 67 then st, rcv = 'c', true
   elseif s == 80 then st, rcv = 'p', true elseif s == 70 then st, rcv = 'f', true
-  else bad = 'unknown state' break end
+  else return 'unknown state' end
   if i and i < 128 then fence, i = i, 4 else fence, i = uvar(v, 3) end
-  if not fence or fence < 1 then bad = 'fence out of range' break end
+  if not fence or fence < 1 then return 'fence out of range' end
   att = byte(v, i)
   if att and att < 128 then i = i + 1 else att, i = uvar(v, i) end
-  if not att or att < 1 then bad = 'attempts out of range' break end
+  if not att or att < 1 then return 'attempts out of range' end
   -- fingerprint: kind 0..16, or 255 and a 16-byte digest
   fp = i
   k = byte(v, i)
-  if k == 255 then k = 16 elseif not k or k > 16 then bad = 'bad fingerprint' break end
+  if k == 255 then k = 16 elseif not k or k > 16 then return 'bad fingerprint' end
   i = i + 1 + k
-  if i - 1 > n then bad = 'bad fingerprint' break end
+  if i - 1 > n then return 'bad fingerprint' end
   -- token: kind 1..239, or 255 and 17 packed bytes (the first at most 3)
   tp = i
   k, k2 = byte(v, i, i + 1)
   if k == 255 then
-    if not k2 or k2 > 3 then bad = 'bad token' break end
+    if not k2 or k2 > 3 then return 'bad token' end
     k = 17
-  elseif not k or k < 1 or k > 239 then bad = 'bad token' break end
+  elseif not k or k < 1 or k > 239 then return 'bad token' end
   i = i + 1 + k
-  if i - 1 > n then bad = 'bad token' break end
+  if i - 1 > n then return 'bad token' end
   tok = sub(v, tp, i - 1)
   -- ptok: 0 for none, else as a token
   pp = i
   k, k2 = byte(v, i, i + 1)
   if k == 255 then
-    if not k2 or k2 > 3 then bad = 'bad previous token' break end
+    if not k2 or k2 > 3 then return 'bad previous token' end
     k = 17
-  elseif not k or k > 239 then bad = 'bad previous token' break end
+  elseif not k or k > 239 then return 'bad previous token' end
   i = i + 1 + k
-  if i - 1 > n then bad = 'bad previous token' break end
+  if i - 1 > n then return 'bad previous token' end
   -- last error
   ep = i
   k = byte(v, i)
   if k and k < 128 then i = i + 1 else k, i = uvar(v, i) end
-  if not k or i + k - 1 > n then bad = 'bad last error' break end
+  if not k or i + k - 1 > n then return 'bad last error' end
   i = i + k
   bp = i
   if st == 'p' then
     ret, i = uvar(v, i)
-    if not ret or ret < 1 then bad = 'retention out of range' break end
+    if not ret or ret < 1 then return 'retention out of range' end
   end
   if st == 'p' or st == 'f' then
     kp = i
     k, i = uvar(v, i)
     if k and i + k - 1 <= n then k, i = uvar(v, i + k) end
-    if not k or i + k - 1 > n then bad = 'bad key' break end
+    if not k or i + k - 1 > n then return 'bad key' end
     i = i + k
   elseif st == 'c' then
     k, i = uvar(v, i)
-    if not k or i + k - 1 > n then bad = 'completed without its result' break end
+    if not k or i + k - 1 > n then return 'completed without its result' end
     rp = i
     i = i + k
   end
-  if i ~= n + 1 then bad = 'trailing bytes' end
-until true end
+  if i ~= n + 1 then return 'trailing bytes' end
+  return nil, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp
+end
 
 -- corrupt is the error reply for a value that cannot be read.
 local function corrupt(why)
@@ -160,10 +165,4 @@ end
 local function head(s, recovered, f, a)
   if recovered then s = string.upper(s) end
   return '\1' .. s .. uvenc(f) .. uvenc(a)
-end
-
--- state is the state byte for s, keeping this record's recovered mark.
-local function state(s)
-  if rcv then return string.upper(s) end
-  return s
 end

@@ -5,6 +5,8 @@
 -- uncounted, so the fence still only grows.
 -- KEYS[1] the record; ARGV: token (encoded)
 -- Returns 1 (OK) or 0 (LOST).
+local v = redis.pcall('GET', KEYS[1])
+local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
 if bad then return corrupt(bad) end
 if not v or st == 'r' then return 1 end
 if tok ~= ARGV[1] then
