@@ -17,8 +17,8 @@ import (
 // defaultScenarios are the guard's rows; each runs right after its
 // baseline in the same transport mode (bench.Plan).
 var defaultScenarios = []string{
-	bench.Fresh, bench.FreshUnpipelined, bench.ClaimComplete,
-	bench.Replay, bench.ReplayUnpipelined,
+	bench.Fresh, bench.FreshUnpipelined, bench.ClaimComplete, bench.StoreFresh,
+	bench.Replay, bench.ReplayUnpipelined, bench.StoreReplay,
 	bench.Storm, bench.StormUnpipelined,
 }
 
