@@ -17,6 +17,7 @@ import (
 // Scenario names of the adapters.
 const (
 	HTTP          = "http"           // POST through httpx.Guard, a new key each
+	HTTPReplay    = "http-replay"    // POST through httpx.Guard with a completed key: a replay
 	HTTPPlain     = "http-plain"     // baseline: the same POST and handler, unguarded
 	Consumer      = "consumer"       // consumerx.Wrap on a new message each
 	ConsumerStorm = "consumer-storm" // consumerx.Wrap under Keys × Duplicates redeliveries
@@ -24,17 +25,19 @@ const (
 
 func init() {
 	scenarios = append(scenarios,
-		scenario{name: HTTPPlain, about: "baseline: POST to the same handler over loopback HTTP, unguarded", prepare: prepareHTTP(false)},
-		scenario{name: HTTP, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP, a new key each", prepare: prepareHTTP(true)},
-		scenario{name: Consumer, baseline: SetNXSet, about: "consumerx.Wrap on a new message each (claim + complete)", prepare: prepareConsumer},
-		scenario{name: ConsumerStorm, baseline: NaiveStorm, storm: true, about: "consumerx.Wrap under Keys × Duplicates concurrent deliveries", prepare: prepareConsumerStorm},
+		scenario{name: HTTPPlain, about: "baseline: POST to the same handler over loopback HTTP, unguarded", prepare: prepareHTTP(false, false)},
+		scenario{name: HTTP, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP, a new key each", prepare: prepareHTTP(true, false)},
+		scenario{name: HTTPReplay, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP with a completed key (a replay)", prepare: prepareHTTP(true, true)},
+		scenario{name: Consumer, baseline: SetNXSetAuto, about: "consumerx.Wrap on a new message each (claim + complete)", prepare: prepareConsumer},
+		scenario{name: ConsumerStorm, baseline: NaiveStormAuto, storm: true, about: "consumerx.Wrap under Keys × Duplicates concurrent deliveries", prepare: prepareConsumerStorm},
 	)
 }
 
 // prepareHTTP serves a handler on loopback, behind httpx.Guard when
-// guarded, and returns an op that POSTs to it with a new key each time.
-func prepareHTTP(guarded bool) func(context.Context, *env) (op, error) {
-	return func(_ context.Context, e *env) (op, error) {
+// guarded, and returns an op that POSTs to it with a new key each time,
+// or, for replays, with one of Keys keys completed beforehand.
+func prepareHTTP(guarded, replays bool) func(context.Context, *env) (op, error) {
+	return func(ctx context.Context, e *env) (op, error) {
 		res := e.result()
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := io.Copy(io.Discard, r.Body); err != nil {
@@ -67,13 +70,13 @@ func prepareHTTP(guarded bool) func(context.Context, *env) (op, error) {
 		}
 		url := "http://" + ln.Addr().String() + "/orders"
 		body := []byte(`{"item":"book","quantity":1}`)
-		return func(ctx context.Context, i int64) error {
+		post := func(ctx context.Context, key int64, replay bool) error {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 			if err != nil {
 				return err
 			}
 			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(httpx.DefaultHeader, "k"+strconv.FormatInt(i, 10))
+			req.Header.Set(httpx.DefaultHeader, "k"+strconv.FormatInt(key, 10))
 			resp, err := client.Do(req)
 			if err != nil {
 				return err
@@ -86,8 +89,22 @@ func prepareHTTP(guarded bool) func(context.Context, *env) (op, error) {
 			if resp.StatusCode != http.StatusCreated || n != int64(len(res)) {
 				return fmt.Errorf("POST: status %d, %d bytes", resp.StatusCode, n)
 			}
+			if got := resp.Header.Get(httpx.ReplayedHeader) == "true"; got != replay {
+				return fmt.Errorf("POST: %s %t, want %t", httpx.ReplayedHeader, got, replay)
+			}
 			return nil
-		}, nil
+		}
+		if !replays {
+			return func(ctx context.Context, i int64) error { return post(ctx, i, false) }, nil
+		}
+		keys := int64(e.opts.Keys)
+		_, _, _, err = drive(ctx, min(e.opts.Concurrency, 64), keys, 0, func(ctx context.Context, i int64) error {
+			return post(ctx, i, false)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, i int64) error { return post(ctx, i%keys, true) }, nil
 	}
 }
 

@@ -3,20 +3,21 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/idemguard/idemguard/bench"
 )
 
-// Measure the guard under a duplicate storm beside the naive
-// GET-then-SETEX pattern, on an embedded miniredis.
+// Measure the guard under a duplicate storm right after its baseline, the
+// naive GET-then-SETEX pattern, on an embedded miniredis.
 func ExampleTarget_RunAll() {
 	t, err := bench.Open(context.Background(), bench.TargetOptions{}) // no Addr: embedded miniredis
 	if err != nil {
 		panic(err)
 	}
 	defer t.Close()
-	results, err := t.RunAll(context.Background(), []string{bench.NaiveStorm, bench.Storm}, []int{8},
+	results, err := t.RunAll(context.Background(), []string{bench.Storm}, []int{8},
 		bench.Options{Keys: 20, Duplicates: 4, Work: time.Millisecond}, nil)
 	if err != nil {
 		panic(err)
@@ -25,7 +26,7 @@ func ExampleTarget_RunAll() {
 		fmt.Printf("%s: %d keys, effects == keys: %t\n", r.Scenario, r.Keys, r.Effects == r.Keys)
 	}
 	// Output:
-	// naive-storm: 20 keys, effects == keys: false
+	// naive-storm-auto: 20 keys, effects == keys: false
 	// storm: 20 keys, effects == keys: true
 }
 
@@ -37,4 +38,28 @@ func ExampleHistogram() {
 	fmt.Println(h.Count(), h.Quantile(0.5), h.Quantile(0.99), h.Max())
 	// Output:
 	// 1000 501.759µs 991.231µs 1ms
+}
+
+// Each guard row runs right after its baseline in the same transport mode.
+func ExamplePlan() {
+	fmt.Println(bench.Plan([]string{bench.Fresh, bench.ReplayUnpipelined, bench.HTTPReplay}))
+	// Output:
+	// [setnx+set-auto fresh get replay-unpipelined http-plain http-replay]
+}
+
+// Size Redis for the records the guard keeps: bytes of memory per
+// completed record, on a Redis of its own (miniredis has no memory figure).
+func ExampleTarget_Memory() {
+	t, err := bench.Open(context.Background(), bench.TargetOptions{Addr: "127.0.0.1:6379"})
+	if err != nil {
+		panic(err)
+	}
+	defer t.Close()
+	m, err := t.Memory(context.Background(), bench.MemoryOptions{Records: 20000, ResultSize: 200})
+	if err != nil {
+		panic(err)
+	}
+	if err := bench.WriteMemory(os.Stdout, m); err != nil {
+		panic(err)
+	}
 }

@@ -11,10 +11,10 @@ import (
 
 // benchScenarios are the rows `go test -bench` measures: the guard's
 // fresh and replay paths beside their plain-Redis baselines.
-var benchScenarios = []string{
-	SetNXSet, Fresh, ClaimComplete, FreshUnpipelined, SetNXSetPipe, SetNXSetAuto,
-	Get, Replay, ReplayUnpipelined, GetAuto, NaiveStorm, Storm, HTTPPlain, HTTP, Consumer, ConsumerStorm,
-}
+var benchScenarios = Plan([]string{
+	Fresh, FreshUnpipelined, ClaimComplete, Replay, ReplayUnpipelined, Storm, StormUnpipelined,
+	HTTP, HTTPReplay, Consumer, ConsumerStorm,
+})
 
 // benchWorkers is the concurrency of every benchmark, as in the README's table.
 const benchWorkers = 64

@@ -23,9 +23,12 @@ import (
 )
 
 // RunAll measures every scenario at every concurrency on t, one row at a
-// time: for each concurrency, the scenarios in the order given, so a
-// guard row and its baseline run close together on the same server.
-// progress, if set, hears each row as it ends.
+// time. Each guard row runs right after a run of its baseline (the same
+// transport mode, see Baseline), its pair: the two see the same machine
+// load, and the guard row's Ratio is taken between them. A baseline asked
+// for that is also a partner runs only as the partner. For each
+// concurrency the rows follow Plan(scenarios). progress, if set, hears
+// each row as it ends.
 func (t *Target) RunAll(ctx context.Context, scenarios []string, concurrency []int, opts Options, progress func(Result)) ([]Result, error) {
 	if len(scenarios) == 0 {
 		return nil, fmt.Errorf("bench: no scenario given")
@@ -43,14 +46,21 @@ func (t *Target) RunAll(ctx context.Context, scenarios []string, concurrency []i
 			return nil, fmt.Errorf("bench: concurrency %d must be positive", c)
 		}
 	}
+	plan := plan(scenarios)
 	var out []Result
 	for _, c := range concurrency {
-		for _, s := range scenarios {
+		for _, row := range plan {
 			o := opts
 			o.Concurrency = c
-			r, err := t.Run(ctx, s, o)
+			r, err := t.Run(ctx, row.scenario, o)
 			if err != nil {
 				return out, err
+			}
+			r.Partner = row.partner
+			if base := Baseline(r.Scenario); base != "" {
+				if n := len(out); n > 0 && out[n-1].Scenario == base && out[n-1].Partner == r.Scenario && out[n-1].OpsPerSec() > 0 {
+					r.Ratio = r.OpsPerSec() / out[n-1].OpsPerSec()
+				}
 			}
 			out = append(out, r)
 			if progress != nil {
@@ -61,9 +71,44 @@ func (t *Target) RunAll(ctx context.Context, scenarios []string, concurrency []i
 	return out, nil
 }
 
-// Ratio returns r's throughput over its baseline's in results (same
-// target, same concurrency), or NaN when there is none.
+type planned struct{ scenario, partner string }
+
+// Plan lists the rows RunAll runs for scenarios, in order: each guard row
+// after its baseline, each other baseline alone where it was asked for.
+func Plan(scenarios []string) []string {
+	var out []string
+	for _, p := range plan(scenarios) {
+		out = append(out, p.scenario)
+	}
+	return out
+}
+
+func plan(scenarios []string) []planned {
+	partners := map[string]bool{}
+	for _, s := range scenarios {
+		if b := Baseline(s); b != "" {
+			partners[b] = true
+		}
+	}
+	var out []planned
+	for _, s := range scenarios {
+		switch b := Baseline(s); {
+		case b != "":
+			out = append(out, planned{b, s}, planned{scenario: s})
+		case !partners[s]:
+			out = append(out, planned{scenario: s})
+		}
+	}
+	return out
+}
+
+// Ratio returns r's throughput over its baseline's: r.Ratio when RunAll
+// paired them, else from its baseline's row in results (same target, same
+// concurrency), or NaN when there is none.
 func Ratio(r Result, results []Result) float64 {
+	if r.Ratio > 0 {
+		return r.Ratio
+	}
 	base := Baseline(r.Scenario)
 	if base == "" {
 		return math.NaN()
@@ -85,6 +130,8 @@ func WriteTable(w io.Writer, results []Result) error {
 		ratio := "—"
 		if x := Ratio(r, results); !math.IsNaN(x) {
 			ratio = fmt.Sprintf("%.2f× %s", x, Baseline(r.Scenario))
+		} else if r.Partner != "" {
+			ratio = "(baseline of " + r.Partner + ")"
 		}
 		cmds := "n/a"
 		if !math.IsNaN(r.CommandsPerOp) {
@@ -224,9 +271,11 @@ func WriteChart(path string, results []Result) error {
 }
 
 // Median merges the rows of several rounds of the same matrix: for each
-// scenario and concurrency, the row of median throughput (the lower middle
-// one for an even count). Ratios between medians are steadier than those
-// of one round on a busy machine.
+// row, the round of median throughput (the lower middle one for an even
+// count), with Ratio the median of the rounds' ratios, each taken between
+// a guard row and the baseline run right before it in the same round.
+// Ratios between rows run back to back are steadier than throughput on a
+// busy machine.
 func Median(rounds [][]Result) []Result {
 	if len(rounds) == 0 {
 		return nil
@@ -239,6 +288,13 @@ func Median(rounds [][]Result) []Result {
 				rows = append(rows, other[i])
 			}
 		}
+		var ratios []float64
+		for _, row := range rows {
+			if row.Ratio > 0 {
+				ratios = append(ratios, row.Ratio)
+			}
+		}
+		slices.Sort(ratios)
 		slices.SortFunc(rows, func(a, b Result) int {
 			switch x, y := a.OpsPerSec(), b.OpsPerSec(); {
 			case x < y:
@@ -248,7 +304,22 @@ func Median(rounds [][]Result) []Result {
 			}
 			return 0
 		})
-		out = append(out, rows[(len(rows)-1)/2])
+		m := rows[(len(rows)-1)/2]
+		m.Ratio = 0
+		if len(ratios) > 0 {
+			m.Ratio = ratios[(len(ratios)-1)/2]
+		}
+		out = append(out, m)
 	}
 	return out
+}
+
+// LoadAverage returns the machine's load average over 1, 5 and 15
+// minutes as /proc/loadavg gives it, or "unknown".
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }

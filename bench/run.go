@@ -108,6 +108,14 @@ type Result struct {
 	DuplicateEffects int64
 	Replays          int64 // answers served from a stored result
 	Conflicts        int64 // answers "in progress elsewhere"
+
+	// Partner is, for a baseline run right before a guard row to pair
+	// with it, that row's scenario; "" otherwise.
+	Partner string
+	// Ratio is, for a guard row, its throughput over that of its
+	// baseline run right before it; after Median, the median of the
+	// rounds' ratios. 0 when the row has no baseline.
+	Ratio float64
 }
 
 // OpsPerSec is the row's throughput.

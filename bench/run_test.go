@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -46,8 +47,23 @@ func TestEveryScenarioMiniredis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != len(Scenarios()) {
-		t.Fatalf("%d rows, want %d", len(results), len(Scenarios()))
+	if plan := Plan(Scenarios()); len(results) != len(plan) {
+		t.Fatalf("%d rows, want %d (%v)", len(results), len(plan), plan)
+	}
+	// Each guard row ran right after its baseline, and its ratio is
+	// taken between the two.
+	for i, r := range results {
+		base := Baseline(r.Scenario)
+		if base == "" {
+			continue
+		}
+		if i == 0 || results[i-1].Scenario != base || results[i-1].Partner != r.Scenario {
+			t.Errorf("%s did not run right after its baseline %s", r.Scenario, base)
+			continue
+		}
+		if want := r.OpsPerSec() / results[i-1].OpsPerSec(); r.Ratio != want || Ratio(r, results) != want {
+			t.Errorf("%s: ratio %v, want %v", r.Scenario, r.Ratio, want)
+		}
 	}
 	for _, r := range results {
 		want := int64(60)
@@ -66,14 +82,14 @@ func TestEveryScenarioMiniredis(t *testing.T) {
 	}
 	// Round trips per operation, counted at the client.
 	// At 4 workers every call of a pipelined store goes straight out.
-	trips := map[string]float64{Fresh: 2, FreshUnpipelined: 2, ClaimComplete: 2, Replay: 1, ReplayUnpipelined: 1, SetNXSet: 2, SetNXSetPipe: 1, Get: 1, HTTP: 2, HTTPPlain: 0, Consumer: 2}
+	trips := map[string]float64{Fresh: 2, FreshUnpipelined: 2, ClaimComplete: 2, Replay: 1, ReplayUnpipelined: 1, SetNXSet: 2, SetNXSetPipe: 1, Get: 1, HTTP: 2, HTTPReplay: 1, HTTPPlain: 0, Consumer: 2}
 	for _, r := range results {
 		if w, ok := trips[r.Scenario]; ok && r.RoundTripsPerOp != w {
 			t.Errorf("%s: %.3f round trips/op, want %v", r.Scenario, r.RoundTripsPerOp, w)
 		}
 	}
 	for _, r := range results {
-		guarded := r.Scenario == Storm || r.Scenario == ConsumerStorm
+		guarded := r.Scenario == Storm || r.Scenario == StormUnpipelined || r.Scenario == ConsumerStorm
 		if guarded && (r.Effects != 15 || r.DuplicateEffects != 0) {
 			t.Errorf("%s: %d effects (%d duplicates) for 15 keys", r.Scenario, r.Effects, r.DuplicateEffects)
 		}
@@ -94,11 +110,14 @@ func TestEveryScenarioMiniredis(t *testing.T) {
 // operation come from INFO commandstats.
 func TestStormRedis(t *testing.T) {
 	tg := openRedis(t)
-	results, err := tg.RunAll(context.Background(), []string{Storm, NaiveStorm, Fresh}, []int{64}, Options{Concurrency: 64, Keys: 200, Duplicates: 8, Work: 2 * time.Millisecond, Ops: 1000}, nil)
+	results, err := tg.RunAll(context.Background(), []string{Storm, FreshUnpipelined}, []int{64}, Options{Concurrency: 64, Keys: 200, Duplicates: 8, Work: 2 * time.Millisecond, Ops: 1000}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	guardRow, naive, fresh := results[0], results[1], results[2]
+	if got := fmt.Sprint(rowNames(results)); got != "[naive-storm-auto storm setnx+set fresh-unpipelined]" {
+		t.Fatalf("rows %s", got)
+	}
+	naive, guardRow, fresh := results[0], results[1], results[3]
 	if guardRow.Effects != 200 || guardRow.DuplicateEffects != 0 {
 		t.Errorf("guard storm: %d effects, %d duplicates; want 200, 0", guardRow.Effects, guardRow.DuplicateEffects)
 	}
@@ -106,9 +125,13 @@ func TestStormRedis(t *testing.T) {
 		t.Errorf("naive storm: %d effects, %d duplicates: the race was not seen", naive.Effects, naive.DuplicateEffects)
 	}
 	// Other clients share the server, so commands/op is at least the
-	// guard's own: claim.lua and complete.lua make 2 calls and 8 commands.
-	if math.IsNaN(fresh.CommandsPerOp) || fresh.CommandsPerOp < 10 {
-		t.Errorf("fresh: %v redis commands/op, want at least 10 (2 EVALSHA + 8 inside)", fresh.CommandsPerOp)
+	// guard's own: SET NX GET, and complete.lua's EVALSHA with a GET and a
+	// SET inside.
+	if math.IsNaN(fresh.CommandsPerOp) || fresh.CommandsPerOp < 4 {
+		t.Errorf("fresh: %v redis commands/op, want at least 4 (SET, EVALSHA, and 2 inside)", fresh.CommandsPerOp)
+	}
+	if fresh.Ratio <= 0 || fresh.RoundTripsPerOp != 2 {
+		t.Errorf("fresh-unpipelined: ratio %v, %v round trips/op; want a ratio, 2", fresh.Ratio, fresh.RoundTripsPerOp)
 	}
 	n, err := tg.client.Keys(context.Background(), tg.prefix+"*").Result()
 	if err != nil || len(n) != 0 {
@@ -131,8 +154,13 @@ func TestTableAndChart(t *testing.T) {
 	if len(lines) != 2+len(results) {
 		t.Fatalf("%d table lines for %d rows:\n%s", len(lines), len(results), buf.String())
 	}
-	if !strings.Contains(lines[2], "× setnx+set") || !strings.HasPrefix(lines[2], "| fresh | miniredis | 2 |") {
-		t.Errorf("fresh row: %s", lines[2])
+	// Plan: setnx+set-auto, fresh, setnx+set, naive-storm-auto, storm,
+	// naive-storm; for 2 workers, then 4.
+	if !strings.HasPrefix(lines[2], "| setnx+set-auto | miniredis | 2 |") || !strings.Contains(lines[2], "(baseline of fresh)") {
+		t.Errorf("baseline row: %s", lines[2])
+	}
+	if !strings.Contains(lines[3], "× setnx+set-auto") || !strings.HasPrefix(lines[3], "| fresh | miniredis | 2 |") {
+		t.Errorf("fresh row: %s", lines[3])
 	}
 	dir := t.TempDir()
 	for _, name := range []string{"c.svg", "c.png"} {
@@ -176,3 +204,44 @@ func TestBadInput(t *testing.T) {
 }
 
 func itoa(n int) string { return idOf(int64(n)) }
+
+func rowNames(rs []Result) []string {
+	var n []string
+	for _, r := range rs {
+		n = append(n, r.Scenario)
+	}
+	return n
+}
+
+// Median keeps each row's median-throughput round and the median of the
+// rounds' ratios, each taken within its round.
+func TestMedian(t *testing.T) {
+	row := func(s string, ops int64, ratio float64) Result {
+		return Result{Scenario: s, Concurrency: 64, Ops: ops, Elapsed: time.Second, Ratio: ratio}
+	}
+	rounds := [][]Result{
+		{row(GetAuto, 100, 0), row(Replay, 60, 0.6)},
+		{row(GetAuto, 50, 0), row(Replay, 40, 0.8)}, // a loaded round: both slow
+		{row(GetAuto, 120, 0), row(Replay, 84, 0.7)},
+	}
+	m := Median(rounds)
+	if len(m) != 2 || m[0].Ops != 100 || m[1].Ops != 60 || m[1].Ratio != 0.7 || m[0].Ratio != 0 {
+		t.Fatalf("median %+v", m)
+	}
+	if r := Ratio(m[1], m); r != 0.7 {
+		t.Fatalf("Ratio = %v, want the rounds' median 0.7 (not 60/100)", r)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{Fresh}, []string{SetNXSetAuto, Fresh}},
+		{[]string{SetNXSetAuto, Fresh, ClaimComplete}, []string{SetNXSetAuto, Fresh, SetNXSetAuto, ClaimComplete}},
+		{[]string{Get, ReplayUnpipelined, SetNXSetPipe}, []string{Get, ReplayUnpipelined, SetNXSetPipe}},
+		{[]string{HTTP, HTTPReplay}, []string{HTTPPlain, HTTP, HTTPPlain, HTTPReplay}},
+	} {
+		if got := Plan(c.in); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Plan(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}

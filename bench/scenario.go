@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,20 +17,29 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// Scenario names.
+// Scenario names. Every guard row has a baseline in the same transport
+// mode: the guard's default store shares pipelines through go-redis's
+// autopipeliner past RedisOptions.DirectCalls calls at once, so its rows
+// compare with the -auto baselines; the -unpipelined rows send each call
+// on a connection of its own, like the plain baselines.
 const (
 	Fresh             = "fresh"              // Guard.Do on a new key: claim + complete
-	FreshUnpipelined  = "fresh-unpipelined"  // the same, each script on a connection of its own
+	FreshUnpipelined  = "fresh-unpipelined"  // the same, each call on a connection of its own
 	ClaimComplete     = "claim-complete"     // Guard.Claim + Guard.Complete, no Do machinery
+	StoreFresh        = "store-fresh"        // RedisStore.Claim + RedisStore.Complete: the store alone, no Guard
+	StoreReplay       = "store-replay"       // RedisStore.Claim of a completed key: the store alone
 	Replay            = "replay"             // Guard.Do on a completed key: one claim, a replay
-	ReplayUnpipelined = "replay-unpipelined" // the same, each script on a connection of its own
+	ReplayUnpipelined = "replay-unpipelined" // the same, each call on a connection of its own
 	Storm             = "storm"              // Guard.Do, Keys × Duplicates sent at once
+	StormUnpipelined  = "storm-unpipelined"  // the same, each call on a connection of its own
 	SetNXSet          = "setnx+set"          // baseline: SET NX PX, then SET PX: two round trips
 	SetNXSetPipe      = "setnx+set-pipe"     // baseline: the same two in one pipeline
 	SetNXSetAuto      = "setnx+set-auto"     // baseline: the two through the client's autopipeliner
 	Get               = "get"                // baseline of a replay: a plain GET of a stored value
 	GetAuto           = "get-auto"           // baseline: the GET through the client's autopipeliner
 	NaiveStorm        = "naive-storm"        // GET, run, SETEX under the same storm as Storm
+	NaiveStormAuto    = "naive-storm-auto"   // the same through the client's autopipeliner
+	Memory            = "memory"             // not a row: bytes of Redis memory per completed record (Target.Memory)
 )
 
 // scenario is one kind of row.
@@ -96,18 +106,22 @@ func (e *env) effect(k int64) {
 func (e *env) stormKey(i int64) int64 { return i / int64(e.opts.Duplicates) }
 
 var scenarios = []scenario{
-	{name: Fresh, baseline: SetNXSet, about: "Guard.Do on a new key (claim + complete)", prepare: prepareFresh(guard.RedisOptions{})},
+	{name: Fresh, baseline: SetNXSetAuto, about: "Guard.Do on a new key (claim + complete), the store's default: calls share pipelines past 16 at once", prepare: prepareFresh(guard.RedisOptions{})},
 	{name: FreshUnpipelined, baseline: SetNXSet, about: "Guard.Do on a new key, RedisOptions.Unpipelined", prepare: prepareFresh(unpipelined)},
-	{name: ClaimComplete, baseline: SetNXSet, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
-	{name: Replay, baseline: Get, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay(guard.RedisOptions{})},
+	{name: ClaimComplete, baseline: SetNXSetAuto, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
+	{name: StoreFresh, baseline: SetNXSetAuto, about: "RedisStore.Claim + RedisStore.Complete on a new key, no Guard: what the store costs", prepare: prepareStoreFresh},
+	{name: StoreReplay, baseline: GetAuto, about: "RedisStore.Claim of a completed key, no Guard: what the store costs", prepare: prepareStoreReplay},
+	{name: Replay, baseline: GetAuto, about: "Guard.Do on a completed key (a replay)", prepare: prepareReplay(guard.RedisOptions{})},
 	{name: ReplayUnpipelined, baseline: Get, about: "Guard.Do on a completed key, RedisOptions.Unpipelined", prepare: prepareReplay(unpipelined)},
-	{name: Storm, baseline: NaiveStorm, storm: true, about: "Guard.Do under Keys × Duplicates concurrent duplicates", prepare: prepareStorm},
+	{name: Storm, baseline: NaiveStormAuto, storm: true, about: "Guard.Do under Keys × Duplicates concurrent duplicates", prepare: prepareStorm(guard.RedisOptions{})},
+	{name: StormUnpipelined, baseline: NaiveStorm, storm: true, about: "the storm, RedisOptions.Unpipelined", prepare: prepareStorm(unpipelined)},
 	{name: SetNXSet, about: "baseline: SET NX PX, then SET PX (two round trips)", prepare: prepareSetNXSet(false)},
 	{name: SetNXSetPipe, about: "baseline: SET NX PX and SET PX in one pipeline", prepare: prepareSetNXSetPipe},
 	{name: SetNXSetAuto, about: "baseline: SET NX PX, then SET PX, through the client's autopipeliner", prepare: prepareSetNXSet(true)},
 	{name: Get, about: "baseline: GET of a stored result", prepare: prepareGet(false)},
 	{name: GetAuto, about: "baseline: GET of a stored result through the client's autopipeliner", prepare: prepareGet(true)},
-	{name: NaiveStorm, storm: true, about: "baseline: GET, run, SETEX under the same storm", prepare: prepareNaiveStorm},
+	{name: NaiveStorm, storm: true, about: "baseline: GET, run, SETEX under the same storm", prepare: prepareNaiveStorm(false)},
+	{name: NaiveStormAuto, storm: true, about: "baseline: GET, run, SETEX under the same storm, through the client's autopipeliner", prepare: prepareNaiveStorm(true)},
 }
 
 func lookup(name string) (scenario, bool) {
@@ -142,7 +156,8 @@ func About(name string) string {
 	return s.about
 }
 
-// Baseline names the scenario a row is compared to, or "".
+// Baseline names the scenario a row is compared to (a baseline in the same
+// transport mode), or "".
 func Baseline(name string) string {
 	s, _ := lookup(name)
 	return s.baseline
@@ -186,6 +201,44 @@ func prepareClaimComplete(_ context.Context, e *env) (op, error) {
 	}, nil
 }
 
+func (e *env) store() *guard.RedisStore {
+	return guard.NewRedisStore(e.t.client, guard.RedisOptions{Prefix: e.prefix})
+}
+
+func (e *env) claimRequest(i int64) guard.ClaimRequest {
+	return guard.ClaimRequest{Key: guard.Key{Scope: scope, ID: idOf(i)}, Token: rand.Text(), Fingerprint: "fp",
+		Lease: guard.DefaultLease, TTL: e.opts.TTL}
+}
+
+func prepareStoreFresh(_ context.Context, e *env) (op, error) {
+	s, res := e.store(), e.result()
+	return func(ctx context.Context, i int64) error {
+		out, err := s.Claim(ctx, e.claimRequest(i))
+		if err != nil {
+			return err
+		}
+		if out.Status != guard.Acquired {
+			return fmt.Errorf("fresh key %d: %s", i, out.Status)
+		}
+		return s.Complete(ctx, out.Lease, res, e.opts.TTL)
+	}, nil
+}
+
+func prepareStoreReplay(ctx context.Context, e *env) (op, error) {
+	s := e.store()
+	if err := preload(ctx, e, guard.New(s, guard.Options{TTL: e.opts.TTL})); err != nil {
+		return nil, err
+	}
+	keys := int64(e.opts.Keys)
+	return func(ctx context.Context, i int64) error {
+		out, err := s.Claim(ctx, e.claimRequest(i%keys))
+		if err == nil && out.Status != guard.Replay {
+			err = fmt.Errorf("completed key %d: %s", i%keys, out.Status)
+		}
+		return err
+	}, nil
+}
+
 // preload completes e.opts.Keys keys through g, concurrently.
 func preload(ctx context.Context, e *env, g *guard.Guard) error {
 	res := e.result()
@@ -218,25 +271,27 @@ func prepareReplay(o guard.RedisOptions) func(context.Context, *env) (op, error)
 	}
 }
 
-func prepareStorm(_ context.Context, e *env) (op, error) {
-	g, res := e.guard(), e.result()
-	return func(ctx context.Context, i int64) error {
-		k := e.stormKey(i)
-		r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(k)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
-			e.effect(k)
-			return res, nil
-		})
-		switch {
-		case errors.Is(err, guard.ErrInProgress):
-			e.conflicts.Add(1) // a real client retries later and gets the replay
+func prepareStorm(o guard.RedisOptions) func(context.Context, *env) (op, error) {
+	return func(_ context.Context, e *env) (op, error) {
+		g, res := e.guardWith(o), e.result()
+		return func(ctx context.Context, i int64) error {
+			k := e.stormKey(i)
+			r, err := g.Do(ctx, guard.Key{Scope: scope, ID: idOf(k)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+				e.effect(k)
+				return res, nil
+			})
+			switch {
+			case errors.Is(err, guard.ErrInProgress):
+				e.conflicts.Add(1) // a real client retries later and gets the replay
+				return nil
+			case err != nil:
+				return err
+			case r.Replayed:
+				e.replays.Add(1)
+			}
 			return nil
-		case err != nil:
-			return err
-		case r.Replayed:
-			e.replays.Add(1)
-		}
-		return nil
-	}, nil
+		}, nil
+	}
 }
 
 func (e *env) plainKey(i int64) string { return e.prefix + "p:" + idOf(i) }
@@ -303,22 +358,28 @@ func prepareGet(auto bool) func(context.Context, *env) (op, error) {
 	}
 }
 
-func prepareNaiveStorm(_ context.Context, e *env) (op, error) {
-	c, res, ttl := e.t.client, e.result(), e.opts.TTL
-	return func(ctx context.Context, i int64) error {
-		k := e.stormKey(i)
-		name := e.plainKey(k)
-		_, err := c.Get(ctx, name).Bytes()
-		switch {
-		case err == nil:
-			e.replays.Add(1)
-			return nil
-		case !errors.Is(err, redis.Nil):
-			return err
+func prepareNaiveStorm(auto bool) func(context.Context, *env) (op, error) {
+	return func(_ context.Context, e *env) (op, error) {
+		c, err := e.cmdable(auto)
+		if err != nil {
+			return nil, err
 		}
-		e.effect(k)
-		return c.SetEx(ctx, name, res, ttl).Err()
-	}, nil
+		res, ttl := e.result(), e.opts.TTL
+		return func(ctx context.Context, i int64) error {
+			k := e.stormKey(i)
+			name := e.plainKey(k)
+			_, err := c.Get(ctx, name).Bytes()
+			switch {
+			case err == nil:
+				e.replays.Add(1)
+				return nil
+			case !errors.Is(err, redis.Nil):
+				return err
+			}
+			e.effect(k)
+			return c.Set(ctx, name, res, ttl).Err()
+		}, nil
+	}
 }
 
 // sortByName orders names as Scenarios lists them; unknown ones last.

@@ -1,14 +1,17 @@
 // Package bench measures idemguard against plain Redis: the guard's fresh
 // keys, replays and duplicate storms, its HTTP and consumer adapters, and
 // baselines run in the same process, on the same server, at the same
-// concurrency (SET NX + SET, the two pipelined, GET, and the naive
-// "GET, run, SETEX" pattern, whose duplicate side effects it counts).
+// concurrency (SET NX + SET, GET, and the naive "GET, run, SET" pattern,
+// whose duplicate side effects it counts), each plain and through go-redis's
+// autopipeliner. Every guard row runs right after its baseline in the same
+// transport mode (Plan), and its ratio is taken between the two.
 //
 // Each row reports throughput, latency quantiles from a log-linear
 // Histogram, round trips and Redis commands per operation, client and
 // server CPU per operation, allocations per operation and, for storms,
-// effects per key. The idemguard command's bench subcommand prints the
-// rows as a Markdown table and draws them with WriteChart.
+// effects per key. Target.Memory measures Redis memory per completed
+// record. The idemguard command's bench subcommand prints the rows as a
+// Markdown table with the load average and draws them with WriteChart.
 package bench
 
 import (

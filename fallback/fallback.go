@@ -319,7 +319,7 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 	case err != nil:
 		s.undo(ctx, req)
 		return guard.Outcome{}, fmt.Errorf("fallback: checking the secondary for %s: %w", req.Key, err)
-	case rec.Fingerprint != req.Fingerprint:
+	case !rec.SameFingerprint(req.Fingerprint): // a RedisStore keeps long fingerprints as digests
 		s.undo(ctx, req)
 		return guard.Outcome{Status: guard.Mismatch}, nil
 	case rec.State == guard.StateCompleted:

@@ -30,8 +30,9 @@ func TestContractRedisClusterPipelined(t *testing.T) {
 	runContract(t, testenv.Cluster(t), guard.RedisOptions{DirectCalls: -1})
 }
 
-// batchCounter is a go-redis hook that counts the scripts sent alone and
-// those sent in pipelines, and the most scripts in one pipeline.
+// batchCounter is a go-redis hook that counts the guard's calls (claims,
+// which are SET NX GET, and scripts) sent alone and those sent in
+// pipelines, and the most calls in one pipeline.
 type batchCounter struct {
 	alone, piped, largest atomic.Int64
 }
@@ -62,7 +63,12 @@ func (h *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-func isScript(cmd redis.Cmder) bool { n := cmd.Name(); return n == "evalsha" || n == "eval" }
+// isScript reports whether cmd is one of the guard's calls: a script, or
+// the SET NX GET of a claim.
+func isScript(cmd redis.Cmder) bool {
+	n := cmd.Name()
+	return n == "evalsha" || n == "eval" || n == "set"
+}
 
 // storm runs Guard.Do on keys × dups calls at once, each key's copies
 // together, and returns the effects per key. A copy that finds its key in
@@ -110,9 +116,9 @@ func TestPipelinedCallsShareRoundTrips(t *testing.T) {
 			t.Errorf("key %d: %d effects, want 1", k, n)
 		}
 	}
-	// The scripts went out together: most in pipelines (the autopipeliner
+	// The calls went out together: most in pipelines (the autopipeliner
 	// sends a batch of one as a plain command), some pipelines holding
-	// several scripts. The first EVALSHA of each script found none loaded
+	// several calls. The first EVALSHA of each script found none loaded
 	// and was followed by an EVAL.
 	alone, piped := hook.alone.Load(), hook.piped.Load()
 	if alone+piped < keys*dups+keys {

@@ -1,16 +1,19 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,7 +25,9 @@ const DefaultPrefix = "idem:"
 
 // RedisOptions configure a RedisStore. The zero value is ready to use.
 type RedisOptions struct {
-	// Prefix starts every Redis key name. Default DefaultPrefix.
+	// Prefix starts every Redis key name. Default DefaultPrefix. Names
+	// are the prefix and 24 characters; with a prefix of 7 characters or
+	// more Redis keeps each name in 48 bytes instead of 32.
 	Prefix string
 
 	// Unpipelined sends every script on a connection of its own.
@@ -57,12 +62,28 @@ type RedisOptions struct {
 const DefaultDirectCalls = 16
 
 // RedisStore is a Store on Redis: standalone, Sentinel or Cluster, through
-// any go-redis UniversalClient. Each call is one script. A key's record hash
-// and lease string share one hash tag, so a Cluster keeps them on one slot.
+// any go-redis UniversalClient. It needs Redis 7.0 or later (SET … NX GET)
+// or miniredis.
+//
+// Each logical key is one Redis string (RedisStore.Name) holding the
+// record in a compact binary format (record.go, scripts/record.lua): a
+// completed record with a 200-byte result costs 394 bytes of Redis memory
+// (Redis 7.0, a prefix of at most 6 characters; README, Memory). A fresh claim and a replay are one native command, SET NX GET;
+// the other changes are Lua scripts that compare the owner token first.
+// Fingerprints longer than 16 bytes are kept as 16 bytes of their SHA-256;
+// fences stop at RedisMaxFence. A pending record's key lives for retention
+// + lease and its lease is its PTTL minus the retention, so the server's
+// clock alone judges it.
+//
+// A value the store cannot read whole (another format, another type such
+// as the hash of idemguard's first layout, a truncated or altered value)
+// gives a *CorruptError from every call on that key; nothing runs and
+// nothing is written over it.
 type RedisStore struct {
 	client redis.UniversalClient
 	prefix string
 	pipe   autopipeliner // nil: unpipelined
+	raw    bool          // a *redis.Client: claims read their reply raw
 
 	direct   int64        // RedisOptions.DirectCalls
 	inflight atomic.Int64 // calls under way, when pipelined
@@ -84,6 +105,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 		opts.DirectCalls = DefaultDirectCalls
 	}
 	s := &RedisStore{client: client, prefix: opts.Prefix, direct: max(int64(opts.DirectCalls), 0)}
+	_, s.raw = client.(*redis.Client)
 	if !opts.Unpipelined {
 		switch c := client.(type) {
 		case *redis.Client:
@@ -97,6 +119,9 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 
 // Client returns the Redis client the store uses.
 func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+
+// Prefix returns the prefix every key name of the store starts with.
+func (s *RedisStore) Prefix() string { return s.prefix }
 
 // LoadScripts loads every script into the script cache (on every master of
 // a Cluster), so calls go out as EVALSHA. Scripts missing later (a
@@ -116,72 +141,238 @@ func (s *RedisStore) LoadScripts(ctx context.Context) error {
 	return load(ctx, s.client)
 }
 
-// Names returns the Redis key names of key: its record hash and its lease.
-// Both carry the same hash tag, a digest of scope and ID, so any key bytes
-// are safe and a Cluster keeps the pair on one slot.
-func (s *RedisStore) Names(key Key) (record, lease string) {
+// tagLen is the length of a name's hash tag: base64 of 16 digest bytes.
+const tagLen = 22
+
+// Name returns the Redis key that holds key's record: the prefix, then a
+// hash tag of 22 characters, a digest of scope and ID, so any key bytes
+// are safe and a Cluster routes by the tag.
+func (s *RedisStore) Name(key Key) string {
+	return string(s.appendName(make([]byte, 0, s.nameLen()), key))
+}
+
+func (s *RedisStore) nameLen() int { return len(s.prefix) + tagLen + 2 }
+
+func (s *RedisStore) appendName(dst []byte, key Key) []byte {
 	// The digest input is length(scope) | scope | id, so ("ab","c") and
 	// ("a","bc") differ. Small keys hash from the stack.
 	var buf [320]byte
-	in := binary.BigEndian.AppendUint32(buf[:0], uint32(len(key.Scope)))
-	in = append(append(in, key.Scope...), key.ID...)
-	sum := sha256.Sum256(in)
-
-	const suffix = leaseSuffix
-	var tag [22]byte // base64 of the first 16 bytes of the digest
-	base64.RawURLEncoding.Encode(tag[:], sum[:16])
-	full := make([]byte, 0, len(s.prefix)+len(tag)+2+len(suffix))
-	full = append(full, s.prefix...)
-	full = append(append(append(full, '{'), tag[:]...), '}')
-	full = append(full, suffix...)
-	lease = string(full) // one allocation for both names
-	return lease[:len(lease)-len(suffix)], lease
-}
-
-// leaseNames is a RedisStore's record name for a lease's key, computed
-// once by Claim and carried in the Lease to the holder's later writes.
-type leaseNames struct {
-	key    Key    // the key it was derived from
-	record string // the record's name, under the issuing store's prefix
-}
-
-const leaseSuffix = ":lease"
-
-func (s *RedisStore) keys(key Key) []string {
-	rec, lease := s.Names(key)
-	return []string{rec, lease}
-}
-
-// leaseKeys returns the names of l's key: from the record name its Claim
-// computed, when a store with this prefix issued l for l.Key, else
-// derived again.
-func (s *RedisStore) leaseKeys(l Lease) []string {
-	n := l.names
-	if n.key == l.Key && len(n.record) == len(s.prefix)+24 && strings.HasPrefix(n.record, s.prefix) {
-		return []string{n.record, n.record + leaseSuffix}
+	var sum [sha256.Size]byte
+	if 4+len(key.Scope)+len(key.ID) <= len(buf) {
+		in := binary.BigEndian.AppendUint32(buf[:0], uint32(len(key.Scope)))
+		in = append(append(in, key.Scope...), key.ID...)
+		sum = sha256.Sum256(in)
+	} else {
+		h := sha256.New()
+		h.Write(binary.BigEndian.AppendUint32(buf[:0], uint32(len(key.Scope))))
+		h.Write([]byte(key.Scope))
+		h.Write([]byte(key.ID))
+		h.Sum(sum[:0])
 	}
-	return s.keys(l.Key)
+	dst = append(append(dst, s.prefix...), '{')
+	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:16])
+	return append(dst, '}')
 }
 
-// Claim implements Store.
+// Names returns key's record name and the name of the lease key the store
+// kept beside it before record format 1.
+//
+// Deprecated: a record is one Redis key now, Name; nothing is written
+// under the lease name any more.
+func (s *RedisStore) Names(key Key) (record, lease string) {
+	n := s.Name(key)
+	return n, n + ":lease"
+}
+
+// leaseNames is what a RedisStore's Claim computed for a lease, carried in
+// the Lease to the holder's later writes so they need not compute it
+// again. It is a comparable value: two answers to the same claim are
+// equal Leases.
+type leaseNames struct {
+	key   Key    // the key they were derived from
+	token string // the token it was encoded from
+	name  string // the record's name, under the issuing store's prefix
+	tok   string // the token as records keep it
+	// pending is the record the claim left, when the client knows it
+	// byte for byte (its own first attempt), else ""; body is where its
+	// body starts. Complete then needs no decoding in Redis.
+	pending string
+	body    int
+}
+
+// leaseNames returns what l's Claim computed, when a store with this
+// prefix issued l for l.Key and l.Token, else the name and encoded token
+// derived again (and no pending record).
+func (s *RedisStore) leaseNames(l Lease) (leaseNames, error) {
+	n := l.names
+	if n.key == l.Key && n.token == l.Token && n.tok != "" &&
+		len(n.name) == s.nameLen() && strings.HasPrefix(n.name, s.prefix) {
+		return n, nil
+	}
+	tl := tokenLen(l.Token)
+	if tl == 0 {
+		return n, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(l.Token), maxRawToken)
+	}
+	return leaseNames{name: s.Name(l.Key), tok: string(appendToken(make([]byte, 0, tl), l.Token))}, nil
+}
+
+// acquired is the outcome of a claim that took the key; pending is the
+// record it left, when known byte for byte, and body where its body starts.
+func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recovered bool, pending string, body int) Outcome {
+	return Outcome{Status: Acquired, Lease: Lease{
+		Key: req.Key, Token: req.Token, Fence: fence, Attempt: int(attempt), Recovered: recovered,
+		names: leaseNames{key: req.Key, token: req.Token, name: name, tok: tok, pending: pending, body: body},
+	}}
+}
+
+// Claim implements Store. A fresh key and a replay take one native
+// command, SET NX GET: it creates the first attempt's record, or leaves the
+// record there and returns it. Only a record the client cannot answer from
+// (another holder's, a failed or a released one) needs the claim script.
 func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
-	keys := s.keys(req.Key)
-	reply, err := s.run(ctx, scripts.Claim, keys,
-		req.Token, req.Fingerprint, ms(req.Lease), ms(req.TTL),
-		req.MaxAttempts, req.Key.Scope, req.Key.ID).Slice()
+	// The name and the first attempt's value share one allocation, and
+	// neither is changed again: the lease keeps the name and the encoded
+	// token as pieces of it, without copies.
+	p, buf, err := newPending(req, s.nameLen())
 	if err != nil {
-		return Outcome{}, storeErr(ctx, err)
+		return Outcome{}, err
+	}
+	s.appendName(buf[:0], req.Key)
+	all := unsafeString(buf)
+	name, value := all[:s.nameLen()], all[s.nameLen():]
+	tok := value[p.tok[0]:p.tok[1]]
+	v, found, owned, err := s.setNXGet(ctx, name, value, p.ttl)
+	if err != nil {
+		return Outcome{}, s.callErr(ctx, req.Key, name, err)
+	}
+	if !found {
+		return acquired(&req, name, tok, 1, 1, false, value, p.body), nil
+	}
+	st, why := parseValue(v)
+	if why != "" {
+		return Outcome{}, &CorruptError{Key: req.Key, Name: name, Detail: why}
+	}
+	if st.state != stReleased {
+		// A different payload under the same key learns nothing else.
+		if st.fp != value[p.fp[0]:p.fp[1]] {
+			return Outcome{Status: Mismatch}, nil
+		}
+		switch {
+		case st.state == stCompleted:
+			return Outcome{Status: Replay, Result: resultBytes(st.result, owned)}, nil
+		case st.state == stPending && st.tok == tok:
+			// This claim sent again (a client retry after a lost reply).
+			if owned {
+				v = strings.Clone(v) // the lease keeps it; not the whole reply
+			}
+			return acquired(&req, name, tok, st.fence, st.attempt, st.recovered, v, st.bodyStart(v)), nil
+		}
+	}
+	reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name,
+		tok, p.fpEnc(), ms(req.Lease), p.retention, req.MaxAttempts, p.keyEnc()}).Slice()
+	if err != nil {
+		return Outcome{}, s.callErr(ctx, req.Key, name, err)
 	}
 	out, err := decodeClaim(reply)
 	if err != nil {
 		return Outcome{}, err
 	}
 	if out.Status == Acquired {
-		out.Lease.Key, out.Lease.Token = req.Key, req.Token
-		out.Lease.names = leaseNames{key: req.Key, record: keys[0]}
+		l := out.Lease
+		out = acquired(&req, name, tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
 	}
 	return out, nil
 }
+
+// setCall is the arguments of a claim's SET NX GET in one allocation: the
+// arguments point at its fields, so none is boxed on the heap.
+type setCall struct {
+	name, value string
+	px          int64
+	args        [7]any
+}
+
+// setNXGet sends SET name value NX GET PX ttl and returns the value that
+// was there (found), or none when this call created the key. owned: the
+// value's bytes are a reply buffer no one else holds, which the caller may
+// hand out as a []byte.
+//
+// On a *redis.Client the reply is read raw: go-redis treats the nil reply
+// of a created key as an error, and checking whether to retry it costs
+// about twenty allocations. Error replies are then go-redis-free too: a
+// Redis error comes back as a respError.
+func (s *RedisStore) setNXGet(ctx context.Context, name, value string, ttl int64) (v string, found, owned bool, err error) {
+	c := &setCall{name: name, value: value, px: ttl}
+	c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
+	args := c.args[:]
+	if !s.raw {
+		cmd := redis.NewStringCmd(ctx, args...)
+		abandoned, err := s.send(ctx, cmd)
+		switch {
+		case err == redis.Nil && !abandoned:
+			return "", false, false, nil
+		case err != nil:
+			return "", false, false, err
+		}
+		return cmd.Val(), true, false, nil
+	}
+	cmd := redis.NewRawCmd(ctx, args...)
+	if _, err := s.send(ctx, cmd); err != nil {
+		return "", false, false, err
+	}
+	v, found, err = parseBulk(cmd.Val())
+	return v, found, true, err
+}
+
+// resultBytes is a stored result as Outcome.Result: r itself when its
+// bytes are an owned reply buffer, else a copy.
+func resultBytes(r string, owned bool) []byte {
+	if owned {
+		return unsafe.Slice(unsafe.StringData(r), len(r))
+	}
+	return []byte(r)
+}
+
+// parseBulk reads a raw RESP reply that is a bulk string or nil.
+func parseBulk(b []byte) (string, bool, error) {
+	line, rest, ok := bytes.Cut(b, crlf)
+	if !ok || len(line) == 0 {
+		return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+	}
+	switch line[0] {
+	case '_': // RESP3 null
+		return "", false, nil
+	case '-':
+		return "", false, respError(line[1:])
+	case '$', '!':
+		n, err := strconv.Atoi(string(line[1:]))
+		switch {
+		case err == nil && n == -1 && line[0] == '$': // RESP2 null
+			return "", false, nil
+		case err != nil || n < 0 || len(rest) != n+2:
+			return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+		case line[0] == '!': // RESP3 blob error
+			return "", false, respError(rest[:n])
+		}
+		return unsafeString(rest[:n]), true, nil
+	}
+	return "", false, fmt.Errorf("%w: reply %q", ErrCorrupt, b)
+}
+
+var crlf = []byte("\r\n")
+
+// unsafeString views b as a string; b is a reply buffer nothing else holds
+// or changes.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// respError is an error reply read raw. It is a redis.Error, as go-redis's
+// own error replies are.
+type respError string
+
+func (e respError) Error() string { return string(e) }
+
+// RedisError marks respError as a redis.Error.
+func (respError) RedisError() {}
 
 // decodeClaim reads claim.lua's reply.
 func decodeClaim(r []any) (Outcome, error) {
@@ -194,14 +385,20 @@ func decodeClaim(r []any) (Outcome, error) {
 		return bad()
 	}
 	switch {
-	case code == 1 && len(r) == 4:
+	case code == 1 && len(r) == 5:
 		fence, ok1 := r[1].(int64)
 		att, ok2 := r[2].(int64)
 		rcv, ok3 := r[3].(int64)
-		if !ok1 || !ok2 || !ok3 {
+		v, ok4 := r[4].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || fence < 1 || att < 1 {
 			return bad()
 		}
-		return Outcome{Status: Acquired, Lease: Lease{Fence: fence, Attempt: int(att), Recovered: rcv == 1}}, nil
+		st, why := parseValue(v)
+		if why != "" || st.state != stPending {
+			return bad()
+		}
+		return Outcome{Status: Acquired, Lease: Lease{Fence: fence, Attempt: int(att), Recovered: rcv == 1,
+			names: leaseNames{pending: v, body: st.bodyStart(v)}}}, nil
 	case code == 2 && len(r) == 2:
 		ms, ok := r[1].(int64)
 		if !ok {
@@ -209,9 +406,12 @@ func decodeClaim(r []any) (Outcome, error) {
 		}
 		return Outcome{Status: InProgress, LeaseLeft: time.Duration(ms) * time.Millisecond}, nil
 	case code == 3 && len(r) == 2:
-		res, _ := r[1].(string) // a missing result reads as nil: an empty one
+		res, ok := r[1].(string)
+		if !ok {
+			return bad()
+		}
 		return Outcome{Status: Replay, Result: []byte(res)}, nil
-	case code == 4:
+	case code == 4 && len(r) == 1:
 		return Outcome{Status: Mismatch}, nil
 	case code == 5 && len(r) == 3:
 		att, ok1 := r[1].(int64)
@@ -224,63 +424,214 @@ func decodeClaim(r []any) (Outcome, error) {
 	return bad()
 }
 
-// Complete implements Store.
+// writeCall is the arguments of a write script in one allocation: the
+// arguments point at its fields, so none is boxed on the heap.
+type writeCall struct {
+	name, tok, reason, pending string
+	result                     bytesArg
+	ms, body                   int64
+	args                       [9]any
+}
+
+// bytesArg is a []byte argument passed by pointer (go-redis writes an
+// encoding.BinaryMarshaler's bytes as they are).
+type bytesArg struct{ b []byte }
+
+// MarshalBinary returns the bytes.
+func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// newWrite starts a write's arguments for lease: EVALSHA's three, the
+// record's name and the encoded token.
+func (s *RedisStore) newWrite(lease Lease) (*writeCall, leaseNames, error) {
+	n, err := s.leaseNames(lease)
+	if err != nil {
+		return nil, n, err
+	}
+	w := &writeCall{name: n.name, tok: n.tok}
+	w.args[0], w.args[1], w.args[2], w.args[3], w.args[4] = evalsha, nil, 1, &w.name, &w.tok
+	return w, n, nil
+}
+
+// Complete implements Store. When the lease knows the pending record its
+// claim left, the client builds the completed record and the script only
+// compares and sets it.
 func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
-	return s.write(ctx, scripts.Complete, lease, result, ms(ttl))
+	w, n, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	w.ms, w.pending = ms(ttl), n.pending
+	if n.pending != "" {
+		w.result.b = appendCompleted(make([]byte, 0, len(n.pending)+len(result)), n.pending, n.body, result)
+		w.body = int64(n.body)
+	} else {
+		w.result.b = append(appendUvarint(make([]byte, 0, uvarintLen(int64(len(result)))+len(result)), int64(len(result))), result...)
+	}
+	w.args[5], w.args[6], w.args[7], w.args[8] = &w.ms, &w.pending, &w.result, &w.body
+	return s.write(ctx, scripts.Complete, lease.Key, w, 9)
 }
 
 // Fail implements Store.
 func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error {
-	return s.write(ctx, scripts.Fail, lease, reason, ms(ttl))
+	w, _, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	w.reason, w.ms = reason, ms(ttl)
+	w.args[5], w.args[6] = &w.reason, &w.ms
+	return s.write(ctx, scripts.Fail, lease.Key, w, 7)
 }
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
-	return s.write(ctx, scripts.Release, lease)
+	w, _, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, scripts.Release, lease.Key, w, 5)
 }
 
 // Extend implements Store.
 func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) error {
-	return s.write(ctx, scripts.Extend, lease, ms(d))
+	w, _, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	w.ms = ms(d)
+	w.args[5] = &w.ms
+	return s.write(ctx, scripts.Extend, lease.Key, w, 6)
 }
 
-// run runs sc: as EVALSHA, and as EVAL if the server does not have it
-// (a restarted or flushed server).
-func (s *RedisStore) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+// write runs a compare-and-set script on w's first n arguments; it
+// answers 1 (OK) or 0 (LOST).
+func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, w *writeCall, n int) error {
+	v, err := s.script(ctx, sc, w.args[:n]).Int64()
+	if err != nil {
+		return s.callErr(ctx, key, w.name, err)
+	}
+	if v != 1 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *RedisStore) Get(ctx context.Context, key Key) (Record, error) {
+	name := s.Name(key)
+	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
+	if err != nil {
+		return Record{}, s.callErr(ctx, key, name, err)
+	}
+	return s.decodeGet(key, name, reply)
+}
+
+// decodeGet reads get.lua's reply for the record of key at name.
+func (s *RedisStore) decodeGet(key Key, name string, reply []any) (Record, error) {
+	if len(reply) != 2 {
+		return Record{}, fmt.Errorf("%w: get reply %v", ErrCorrupt, reply)
+	}
+	if reply[0] == nil {
+		return Record{}, ErrNotFound
+	}
+	v, ok1 := reply[0].(string)
+	pttl, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return Record{}, fmt.Errorf("%w: get reply %v", ErrCorrupt, reply)
+	}
+	st, why := parseValue(v)
+	if why != "" {
+		return Record{}, &CorruptError{Key: key, Name: name, Detail: why}
+	}
+	if st.state == stReleased {
+		return Record{}, ErrNotFound
+	}
+	rec := st.record(key)
+	if pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+		if st.state == stPending && pttl > st.retention {
+			rec.LeaseLeft = time.Duration(pttl-st.retention) * time.Millisecond
+		}
+	}
+	return rec, nil
+}
+
+// GetByName reads the record a RedisStore keeps under the Redis key name
+// (found by SCAN, for operator tools): like Get, but the Record's Key is
+// the scope and ID the record keeps, which a completed record does not
+// (its Key is then zero). ErrNotFound when there is none.
+func (s *RedisStore) GetByName(ctx context.Context, name string) (Record, error) {
+	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
+	if err != nil {
+		return Record{}, s.callErr(ctx, Key{}, name, err)
+	}
+	return s.decodeGet(Key{}, name, reply)
+}
+
+// script runs sc with all = {evalsha, nil, 1, the record's name, ARGV...}:
+// the first three slots are the command's, filled in here, so the caller's
+// slice is the command's arguments. It sends EVALSHA, and EVAL if the
+// server does not have the script (a restarted or flushed server).
+func (s *RedisStore) script(ctx context.Context, sc *redis.Script, all []any) *redis.Cmd {
+	all[0], all[1], all[2] = evalsha, scriptHash(sc), 1
+	cmd := redis.NewCmd(ctx, all...)
+	cmd.SetFirstKeyPos(3)
+	abandoned, err := s.send(ctx, cmd)
+	if !abandoned && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		all = slices.Clone(all) // the first command may still hold all
+		all[0], all[1] = "eval", scripts.Source(sc)
+		cmd = redis.NewCmd(ctx, all...)
+		cmd.SetFirstKeyPos(3)
+		abandoned, err = s.send(ctx, cmd)
+	}
+	if abandoned {
+		return failed(ctx, err) // the autopipeliner may still fill cmd in
+	}
+	return cmd
+}
+
+const evalsha = "evalsha"
+
+// hashes are the scripts' SHA1 digests, as arguments that need no boxing.
+var hashes = func() map[*redis.Script]*string {
+	m := map[*redis.Script]*string{}
+	for _, sc := range scripts.All() {
+		h := sc.Hash()
+		m[sc] = &h
+	}
+	return m
+}()
+
+func scriptHash(sc *redis.Script) any {
+	if h, ok := hashes[sc]; ok {
+		return h
+	}
+	return sc.Hash()
+}
+
+// send sends cmd: straight out, or through the autopipeliner when
+// DirectCalls others are under way, and returns its error. A pipelined
+// command waits no longer than ctx; when ctx ends first, send returns
+// abandoned and ctx's error, and cmd must not be read: the autopipeliner
+// may still fill it in, and the command may still run, as after any lost
+// reply.
+func (s *RedisStore) send(ctx context.Context, cmd redis.Cmder) (abandoned bool, err error) {
 	if s.pipe == nil {
-		return sc.Run(ctx, s.client, keys, args...)
+		_ = s.client.Process(ctx, cmd)
+		return false, cmd.Err()
 	}
 	defer s.inflight.Add(-1)
 	if s.inflight.Add(1) <= s.direct {
-		return sc.Run(ctx, s.client, keys, args...)
+		_ = s.client.Process(ctx, cmd)
+		return false, cmd.Err()
 	}
 	ap, err := s.pipe()
 	if err != nil {
-		return failed(ctx, err)
+		return true, err
 	}
-	cmd := submit(ctx, ap, "evalsha", sc.Hash(), keys, args)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd = submit(ctx, ap, "eval", scripts.Source(sc), keys, args)
-	}
-	return cmd
-}
-
-// submit sends one EVAL or EVALSHA through ap and waits for its reply or
-// for ctx to end. The script may still run after ctx ended: the outcome
-// is then unknown, as after any lost reply.
-func submit(ctx context.Context, ap *redis.AutoPipeliner, eval, script string, keys []string, args []any) *redis.Cmd {
-	all := make([]any, 0, 3+len(keys)+len(args))
-	all = append(all, eval, script, len(keys))
-	for _, k := range keys {
-		all = append(all, k)
-	}
-	cmd := redis.NewCmd(ctx, append(all, args...)...)
-	cmd.SetFirstKeyPos(3)
 	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil {
-		// The autopipeliner may still fill cmd in: hand back another.
-		return failed(ctx, err)
+		return true, err
 	}
-	return cmd
+	return false, cmd.Err()
 }
 
 // failed is a command whose answer is err.
@@ -293,89 +644,22 @@ func failed(ctx context.Context, err error) *redis.Cmd {
 // ms converts a duration for PX/PEXPIRE, which refuse zero: at least 1ms.
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// write runs a compare-and-set script that answers 1 (OK) or 0 (LOST).
-func (s *RedisStore) write(ctx context.Context, sc *redis.Script, lease Lease, args ...any) error {
-	n, err := s.run(ctx, sc, s.leaseKeys(lease), append([]any{lease.Token}, args...)...).Int64()
-	if err != nil {
-		return storeErr(ctx, err)
+// callErr maps the error of a call on key's record: a value the scripts or
+// the server could not read as a record is a *CorruptError; anything else
+// goes to storeErr.
+func (s *RedisStore) callErr(ctx context.Context, key Key, name string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		if detail, ok := strings.CutPrefix(msg, scripts.CorruptPrefix+" "); ok {
+			return &CorruptError{Key: key, Name: name, Detail: strings.TrimSuffix(detail, " at "+name)}
+		}
+		if strings.HasPrefix(msg, "WRONGTYPE") {
+			return &CorruptError{Key: key, Name: name,
+				Detail: "not a string: a record of another layout (idemguard before record format 1 kept a hash), or not idemguard's"}
+		}
 	}
-	if n != 1 {
-		return ErrLeaseLost
-	}
-	return nil
-}
-
-// Get implements Store.
-func (s *RedisStore) Get(ctx context.Context, key Key) (Record, error) {
-	reply, err := s.run(ctx, scripts.Get, s.keys(key)).Slice()
-	if err != nil {
-		return Record{}, storeErr(ctx, err)
-	}
-	if len(reply) != 3 {
-		return Record{}, fmt.Errorf("%w: get reply %v", ErrCorrupt, reply)
-	}
-	flat, _ := reply[0].([]any)
-	leaseMS, _ := reply[1].(int64)
-	ttlMS, _ := reply[2].(int64)
-	if len(flat) == 0 {
-		return Record{}, ErrNotFound
-	}
-	fields := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		fields[k] = v
-	}
-	rec, err := DecodeRecord(fields)
-	if err != nil {
-		return Record{}, err
-	}
-	if rec.State == StatePending && leaseMS > 0 {
-		rec.LeaseLeft = time.Duration(leaseMS) * time.Millisecond
-	}
-	if ttlMS > 0 {
-		rec.TTL = time.Duration(ttlMS) * time.Millisecond
-	}
-	return rec, nil
-}
-
-// DecodeRecord reads a record from the fields of its Redis hash. Fields it
-// cannot read give an error wrapping ErrCorrupt, never a panic.
-func DecodeRecord(f map[string]string) (Record, error) {
-	var rec Record
-	switch f["st"] {
-	case "p":
-		rec.State = StatePending
-	case "c":
-		rec.State = StateCompleted
-	case "f":
-		rec.State = StateFailed
-	default:
-		return Record{}, fmt.Errorf("%w: state %q", ErrCorrupt, f["st"])
-	}
-	fence, err := strconv.ParseInt(f["fen"], 10, 64)
-	if err != nil || fence < 1 {
-		return Record{}, fmt.Errorf("%w: fence %q", ErrCorrupt, f["fen"])
-	}
-	att, err := strconv.Atoi(f["att"])
-	if err != nil || att < 0 {
-		return Record{}, fmt.Errorf("%w: attempts %q", ErrCorrupt, f["att"])
-	}
-	tok, ok := f["tok"]
-	if !ok || tok == "" {
-		return Record{}, fmt.Errorf("%w: no owner token", ErrCorrupt)
-	}
-	rec.Key = Key{Scope: f["sc"], ID: f["id"]}
-	rec.Fingerprint = f["fp"]
-	rec.Token = tok
-	rec.Fence = fence
-	rec.Attempt = att
-	rec.Recovered = f["rcv"] == "1"
-	rec.LastError = f["err"]
-	if res, ok := f["res"]; ok {
-		rec.Result = []byte(res)
-	}
-	return rec, nil
+	return storeErr(ctx, err)
 }
 
 // storeErr maps a go-redis error to the guard's: transport failures and

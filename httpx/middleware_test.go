@@ -737,7 +737,7 @@ func TestClaimFromHandler(t *testing.T) {
 		t.Fatalf("leases seen by the handler: %+v %q; want one, for claim-1 with fence 1", got, fps)
 	}
 	rec, err := e.g.Get(context.Background(), got[0].Key)
-	if err != nil || rec.Token != got[0].Token || rec.Fingerprint != fps[0] {
+	if err != nil || rec.Token != got[0].Token || !rec.SameFingerprint(fps[0]) {
 		t.Fatalf("record %+v, %v; want the handler's token and fingerprint", rec, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,10 @@ type retryRig struct {
 	drop   *ReplyDropper
 	viaP   *guard.RedisStore // through the proxy
 	plain  *guard.RedisStore // direct
+
+	// atScript, when set, arms the dropper as the proxied client sends
+	// its next script (a claim's script follows its SET NX GET).
+	atScript atomic.Pointer[func()]
 }
 
 func newRetryRig(t *testing.T) *retryRig {
@@ -36,35 +41,87 @@ func newRetryRig(t *testing.T) *retryRig {
 	}
 	direct := srv.Client()
 	prefix := testenv.Prefix(t)
-	return &retryRig{
-		t: t, direct: direct, drop: drop,
-		viaP:  redisStore(t, faultyClient(t, p.Addr(), 1), prefix),
-		plain: redisStore(t, direct, prefix),
-	}
+	r := &retryRig{t: t, direct: direct, drop: drop, plain: redisStore(t, direct, prefix)}
+	viaP := faultyClient(t, p.Addr(), 1)
+	viaP.AddHook(armHook{r})
+	r.viaP = redisStore(t, viaP, prefix)
+	return r
 }
 
-var evalCalls = regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`)
+// armHook arms the rig's dropper for the first script sent after
+// retryRig.atScript was set.
+type armHook struct{ r *retryRig }
 
-// scriptRuns counts EVAL and EVALSHA calls the server has executed.
-func (r *retryRig) scriptRuns() int {
+func (h armHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h armHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			if arm := h.r.atScript.Swap(nil); arm != nil {
+				(*arm)()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h armHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+var evalCalls = regexp.MustCompile(`cmdstat_(eval|evalsha|set):calls=(\d+)`)
+
+// serverCalls counts EVAL and EVALSHA, and SET, calls the server has
+// executed.
+type serverCalls struct{ scripts, sets int }
+
+func (r *retryRig) serverCalls() serverCalls {
 	r.t.Helper()
 	info, err := r.direct.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	n := 0
+	var n serverCalls
 	for _, m := range evalCalls.FindAllStringSubmatch(info, -1) {
-		c, _ := strconv.Atoi(m[1])
-		n += c
+		c, _ := strconv.Atoi(m[2])
+		if m[1] == "set" {
+			n.sets += c
+		} else {
+			n.scripts += c
+		}
 	}
 	return n
 }
+
+// runsSince is how many of the store's calls ran on the server since
+// before: its scripts, or when no script ran, its SETs (a claim is a SET
+// NX GET; the SETs scripts run inside count only when no script ran).
+func (r *retryRig) runsSince(before serverCalls) int {
+	now := r.serverCalls()
+	if n := now.scripts - before.scripts; n != 0 {
+		return n
+	}
+	return now.sets - before.sets
+}
+
+// dropAt says which reply of a call retryRig.run drops.
+type dropAt int
+
+const (
+	firstReply  dropAt = iota // the call's first command: a script, or a claim's SET NX GET
+	scriptReply               // the first script the call sends (a claim's, after its SET NX GET)
+	nativeReply               // the first command, a SET NX GET: its retry answers the record it wrote, not nil again
+)
 
 // once runs call with the next reply dropped once, and checks that the
 // script ran twice on the server and that the second run's reply is the
 // first's, byte for byte. competitor, if not nil, runs while the first
 // reply is dropped and before the retry can reach the server.
 func (r *retryRig) once(call func() error, competitor func()) error {
+	r.t.Helper()
+	return r.run(firstReply, call, competitor)
+}
+
+// run is once, dropping the reply at.
+func (r *retryRig) run(at dropAt, call func() error, competitor func()) error {
 	r.t.Helper()
 	r.drop.Reset()
 	var hook func([]byte)
@@ -74,21 +131,29 @@ func (r *retryRig) once(call func() error, competitor func()) error {
 	} else {
 		close(hookDone)
 	}
-	before := r.scriptRuns()
-	r.drop.Arm(1, hook)
+	before := r.serverCalls()
+	if at == scriptReply {
+		arm := func() { r.drop.Arm(1, hook) }
+		r.atScript.Store(&arm)
+	} else {
+		r.drop.Arm(1, hook)
+	}
 	err := call()
 	<-hookDone // the call may give up before the competitor is done
-	ran := r.scriptRuns() - before
+	ran := r.runsSince(before)
 	if competitor == nil {
 		if ran != 2 {
-			r.t.Fatalf("the script ran %d times on the server, want 2 (one dropped reply, one retry)", ran)
+			r.t.Fatalf("the call ran %d times on the server, want 2 (one dropped reply, one retry)", ran)
 		}
 	}
 	dropped, forwarded := r.drop.Dropped(), r.drop.Forwarded()
 	if len(dropped) != 1 || len(forwarded) != 1 {
 		r.t.Fatalf("dropped %d replies, forwarded %d after the drop; want 1 and 1", len(dropped), len(forwarded))
 	}
-	if competitor == nil && !bytes.Equal(dropped[0], forwarded[0]) {
+	// A SET NX GET that created the record answers nil, and its retry the
+	// record it wrote: the store reads both as the same ACQUIRED, which
+	// the caller checks.
+	if competitor == nil && at != nativeReply && !bytes.Equal(dropped[0], forwarded[0]) {
 		r.t.Errorf("first run replied %q, the retry %q: a retried script must answer the same", dropped[0], forwarded[0])
 	}
 	r.t.Logf("first run %q, retry %q, script runs %d", dropped[0], forwarded[0], ran)
@@ -124,7 +189,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("claim new", func(t *testing.T) {
 		k := key()
 		var out guard.Outcome
-		err := r.once(func() (err error) {
+		err := r.run(nativeReply, func() (err error) {
 			out, err = r.viaP.Claim(ctx, guard.ClaimRequest{Key: k, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			return err
 		}, nil)
@@ -142,7 +207,7 @@ func TestScriptsUnderRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out guard.Outcome
-		err := r.once(func() (err error) {
+		err := r.run(scriptReply, func() (err error) {
 			out, err = r.viaP.Claim(ctx, guard.ClaimRequest{Key: k, Token: "B", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			return err
 		}, nil)
@@ -153,10 +218,9 @@ func TestScriptsUnderRetry(t *testing.T) {
 	t.Run("claim recovering an expired lease", func(t *testing.T) {
 		k := key()
 		r.claim(r.plain, k, "A", 30*time.Millisecond)
-		_, lease := r.plain.Names(k)
-		waitGone(t, r.direct, lease)
+		waitLeaseOut(t, r.plain, k)
 		var out guard.Outcome
-		err := r.once(func() (err error) {
+		err := r.run(scriptReply, func() (err error) {
 			out, err = r.viaP.Claim(ctx, guard.ClaimRequest{Key: k, Token: "B", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			return err
 		}, nil)
@@ -233,13 +297,21 @@ func TestScriptsUnderRetry(t *testing.T) {
 	})
 }
 
-// waitGone polls until a Redis key has expired.
-func waitGone(t testing.TB, c *redis.Client, key string) {
+// waitLeaseOut polls until the lease of key's pending record has run out
+// on the server's clock.
+func waitLeaseOut(t testing.TB, s *guard.RedisStore, key guard.Key) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.Exists(context.Background(), key).Val() != 0 {
+	for {
+		rec, err := s.Get(context.Background(), key)
+		if err != nil {
+			t.Fatalf("get %s: %v", key, err)
+		}
+		if rec.LeaseLeft == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not expire", key)
+			t.Fatalf("the lease of %s did not run out", key)
 		}
 		time.Sleep(5 * time.Millisecond) // waiting for a TTL to pass on the server
 	}
@@ -348,14 +420,13 @@ func TestClaimRetriedAfterItsLeaseRanOut(t *testing.T) {
 	const lease = 100 * time.Millisecond
 	g := guard.New(r.viaP, guard.Options{Lease: lease, TTL: time.Hour})
 	key := guard.Key{Scope: "late-retry", ID: "1"}
-	_, leaseName := r.plain.Names(key)
 	var rival guard.Outcome
 	var out guard.Outcome
 	err := r.once(func() (err error) {
 		out, err = g.Claim(context.Background(), key, "fp")
 		return err
 	}, func() {
-		waitGone(t, r.direct, leaseName) // the claim's lease runs out before its retry
+		waitLeaseOut(t, r.plain, key) // the claim's lease runs out before its retry
 		rival = r.claim(r.plain, key, "RIVAL", time.Minute)
 	})
 	if rival.Status != guard.Acquired || !rival.Lease.Recovered || rival.Lease.Fence != 2 {

@@ -1,70 +1,68 @@
--- claim: take a key, or say why it cannot be taken.
--- KEYS[1] record hash, KEYS[2] lease string (same hash tag)
--- ARGV: token, fingerprint, lease ms, retention ms, max attempts (0 = no limit), scope, id
+-- claim: take a key, or say why it cannot be taken. The client tries a
+-- native SET NX GET first; this script runs when that found a record it
+-- cannot answer from alone (another holder's pending record, a failed or
+-- released one), and answers every case itself.
+-- KEYS[1] the record
+-- ARGV: token, fingerprint (both encoded as in the record), lease ms,
+--       retention ms, max attempts (0 = no limit), key (uvarint length +
+--       scope, uvarint length + id)
 -- Returns one of:
---   {1, fence, attempt, recovered}  ACQUIRED
+--   {1, fence, attempt, recovered, record}  ACQUIRED, with the pending
+--                                   record as it stands
 --   {2, lease ms left}              IN_PROGRESS
 --   {3, result}                     REPLAY
 --   {4}                             MISMATCH
 --   {5, attempts, last error}       EXHAUSTED
-local rec, lease = KEYS[1], KEYS[2]
-local token, fp = ARGV[1], ARGV[2]
+local v = redis.pcall('GET', KEYS[1])
+local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
+if bad then return corrupt(bad) end
+local name, mytok, myfp = KEYS[1], ARGV[1], ARGV[2]
+local lease_ms, ret_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
--- The common answers first, reading no more than they need. A different
--- payload under the same key learns nothing else about it.
-local f = redis.call('HMGET', rec, 'st', 'fp', 'res')
-local st = f[1]
-if st == 'c' then
-  if f[2] ~= fp then return {4} end
-  return {3, f[3]}
+-- take writes this claim's pending record; err is the last error, encoded.
+local function take(f, a, recovered, ptok, err)
+  local nv = head('p', recovered, f, a) .. myfp .. mytok .. ptok .. err .. uvenc(ret_ms) .. ARGV[6]
+  redis.call('SET', name, nv, 'PX', string.format('%d', ret_ms + lease_ms))
+  return {1, f, a, recovered and 1 or 0, nv}
 end
 
-local lease_ms, ttl_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local keep_ms = math.max(ttl_ms, lease_ms)
-if not st then
-  -- A first attempt released just before leaves its token in the lease
-  -- key, so that release's retry (go-redis resends a script whose reply
-  -- was lost) still answers OK after this claim re-created the record.
-  local released, ptok = redis.call('GET', lease), ''
-  if released and string.sub(released, 1, 1) == '~' then ptok = string.sub(released, 2) end
-  redis.call('HSET', rec, 'st', 'p', 'fp', fp, 'tok', token, 'fen', 1, 'att', 1, 'rcv', 0,
-    'sc', ARGV[6], 'id', ARGV[7], 'ptok', ptok)
-  redis.call('PEXPIRE', rec, keep_ms)
-  redis.call('SET', lease, token, 'PX', lease_ms)
-  return {1, 1, 1, 0}
-end
+if not v then return take(1, 1, false, NONE, '\0') end
+-- A first attempt released just before: its token stays as ptok, so that
+-- release's retry (go-redis resends a script whose reply was lost) still
+-- answers OK after this claim took the key.
+if st == 'r' then return take(1, 1, false, tok, '\0') end
 
-if f[2] ~= fp then return {4} end
+-- A different payload under the same key learns nothing else about it.
+if sub(v, fp, tp - 1) ~= myfp then return {4} end
+if st == 'c' then return {3, sub(v, rp)} end
 
-f = redis.call('HMGET', rec, 'tok', 'fen', 'att', 'rcv', 'err')
-local fence, att = tonumber(f[2]), tonumber(f[3])
 if st == 'p' then
-  if f[1] == token then
+  if tok == mytok then
     -- The same claim sent again (a client retry after a lost reply): same answer.
-    redis.call('SET', lease, token, 'PX', lease_ms)
-    return {1, fence, att, tonumber(f[4])}
+    return {1, fence, att, rcv and 1 or 0, v}
   end
-  local left = redis.call('PTTL', lease)
-  if left ~= -2 then return {2, math.max(left, 1)} end
-elseif st ~= 'f' then
-  return redis.error_reply('idemguard: record has unknown state')
+  local pttl = redis.call('PTTL', name)
+  if pttl < 0 then return corrupt('pending record without expiry') end
+  local left = pttl - ret
+  if left > 0 then return {2, left} end
 end
 
 -- Failed, or pending with its lease gone (the holder died): take it over.
-local recovered, ptok = 0, f[1]
-if st == 'p' then recovered, ptok = 1, '' end
+local expired = st == 'p'
 if max > 0 and att >= max then
-  local reason = f[5] or ''
-  if st == 'p' then
-    reason = 'lease expired'
-    redis.call('HSET', rec, 'st', 'f', 'err', reason)
+  if expired then
+    local err = 'lease expired'
+    redis.call('SET', name, '\1' .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#err) .. err .. sub(v, kp), 'KEEPTTL')
+    return {5, att, err}
   end
-  return {5, att, reason}
+  local n, i = uvar(v, ep)
+  return {5, att, sub(v, i, i + n - 1)}
 end
-fence, att = fence + 1, att + 1
--- ptok: the holder that ended its claim by fail or release, so a retry of
--- that call answers OK after this claim took the key over.
-redis.call('HSET', rec, 'st', 'p', 'tok', token, 'fen', fence, 'att', att, 'rcv', recovered, 'ptok', ptok)
-redis.call('PEXPIRE', rec, keep_ms)
-redis.call('SET', lease, token, 'PX', lease_ms)
-return {1, fence, att, recovered}
+if fence >= MAXN then return corrupt('fence cannot grow') end
+if att >= MAXN then return corrupt('attempts cannot grow') end
+-- ptok: the holder that ended its claim by fail, so a retry of that call
+-- answers OK after this claim took the key over. A holder whose lease ran
+-- out never ended its claim.
+local ptok = NONE
+if not expired then ptok = tok end
+return take(fence + 1, att + 1, expired, ptok, sub(v, ep, bp - 1))

@@ -1,15 +1,23 @@
 // Package scripts holds the Lua scripts that change an idemguard record in
 // Redis. Each runs in one round trip and writes only after comparing the
 // owner token, so a script that runs twice gives the same answer.
+//
+// Every script but Get starts with record.lua, the record's format (one
+// Redis string per key, described there), which reads the record at
+// KEYS[1]. A value a script cannot read whole gets an error reply starting
+// with CorruptPrefix, and nothing is written.
 package scripts
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
+	//go:embed record.lua
+	recordSrc string
 	//go:embed claim.lua
 	claimSrc string
 	//go:embed complete.lua
@@ -24,22 +32,44 @@ var (
 	getSrc string
 )
 
-// The scripts. Each takes KEYS[1] = the record hash and KEYS[2] = the lease
-// string of one logical key; both names must carry the same hash tag.
+// CorruptPrefix starts the error reply of a script that found a value it
+// cannot read.
+const CorruptPrefix = "IDEMGUARD_CORRUPT"
+
+// The scripts. Each takes KEYS[1] = the record of one logical key.
 var (
 	// Claim creates or recovers a pending record, or reports why it cannot.
-	Claim = redis.NewScript(claimSrc)
+	Claim = newScript(claimSrc)
 	// Complete moves the owner's pending record to completed.
-	Complete = redis.NewScript(completeSrc)
+	Complete = newScript(completeSrc)
 	// Fail moves the owner's pending record to failed.
-	Fail = redis.NewScript(failSrc)
+	Fail = newScript(failSrc)
 	// Release undoes the owner's claim.
-	Release = redis.NewScript(releaseSrc)
+	Release = newScript(releaseSrc)
 	// Extend pushes the owner's lease out.
-	Extend = redis.NewScript(extendSrc)
-	// Get reads a record, its lease and its retention.
+	Extend = newScript(extendSrc)
+	// Get reads a record and its time to live together; the client
+	// decodes the record.
 	Get = redis.NewScript(getSrc)
 )
+
+var sources = map[*redis.Script]string{Get: getSrc}
+
+// newScript puts record.lua in body: where body marks its place with a
+// line "--[[record.lua]]", else in front. Code above the mark runs before
+// record.lua makes its functions (each closure costs Redis time on every
+// call), for a fast path that needs none of them.
+func newScript(body string) *redis.Script {
+	src := recordSrc + "\n" + body
+	if before, after, ok := strings.Cut(body, recordMark); ok {
+		src = before + recordSrc + after
+	}
+	sc := redis.NewScript(src)
+	sources[sc] = src
+	return sc
+}
+
+const recordMark = "--[[record.lua]]\n"
 
 // All lists every script, for loading them at start-up.
 func All() []*redis.Script {
@@ -48,20 +78,9 @@ func All() []*redis.Script {
 
 // Source returns the Lua text of one of the scripts above, for sending it
 // by EVAL, or "" for any other script.
-func Source(sc *redis.Script) string {
-	switch sc {
-	case Claim:
-		return claimSrc
-	case Complete:
-		return completeSrc
-	case Fail:
-		return failSrc
-	case Release:
-		return releaseSrc
-	case Extend:
-		return extendSrc
-	case Get:
-		return getSrc
-	}
-	return ""
-}
+func Source(sc *redis.Script) string { return sources[sc] }
+
+// WithRecord returns a script made of record.lua and body, which may use
+// what record.lua reads from KEYS[1] and its functions: for tests that hold
+// the Go and Lua codecs to one another.
+func WithRecord(body string) *redis.Script { return redis.NewScript(recordSrc + "\n" + body) }

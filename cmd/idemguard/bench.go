@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,17 +14,18 @@ import (
 	"github.com/idemguard/idemguard/bench"
 )
 
-// defaultScenarios pairs each guard row with its baseline, baseline first.
+// defaultScenarios are the guard's rows; each runs right after its
+// baseline in the same transport mode (bench.Plan).
 var defaultScenarios = []string{
-	bench.SetNXSet, bench.Fresh, bench.ClaimComplete, bench.FreshUnpipelined,
-	bench.SetNXSetPipe, bench.SetNXSetAuto,
-	bench.Get, bench.Replay, bench.ReplayUnpipelined, bench.GetAuto,
-	bench.NaiveStorm, bench.Storm,
+	bench.Fresh, bench.FreshUnpipelined, bench.ClaimComplete, bench.StoreFresh,
+	bench.Replay, bench.ReplayUnpipelined, bench.StoreReplay,
+	bench.Storm, bench.StormUnpipelined,
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench")
-	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios: "+strings.Join(bench.Scenarios(), ", ")+", or all")
+	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios: "+strings.Join(bench.Scenarios(), ", ")+", or all; each guard row runs right after its baseline; or memory alone: Redis bytes per completed record")
+	records := fs.Int("records", 20000, "memory: completed records to write")
 	concurrency := fs.String("concurrency", "64", "comma-separated worker counts, one set of rows each")
 	duration := fs.Duration("duration", 2*time.Second, "how long each row runs")
 	ops := fs.Int64("ops", 0, "run this many operations per row instead of --duration")
@@ -31,7 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keys := fs.Int("keys", 1000, "storm: distinct keys; replay/get: completed keys cycled over")
 	dups := fs.Int("duplicates", 8, "storm: concurrent copies of each key")
 	work := fs.Duration("work", 0, "storm: how long each business effect takes")
-	size := fs.Int("result-size", 64, "bytes of each stored result")
+	size := fs.Int("result-size", 64, "bytes of each stored result (memory: default 200)")
 	chart := fs.String("chart", "", "also draw throughput and p99 by concurrency into this .svg or .png file")
 	format := fs.String("format", "markdown", "table format: markdown or text")
 	rounds := fs.Int("rounds", 1, "run the whole matrix this many times, interleaved, and report each row's median-throughput round")
@@ -47,6 +50,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(list) == 0 {
 		return usagef("--scenario is empty")
+	}
+	if slices.Contains(list, bench.Memory) {
+		if len(list) > 1 {
+			return usagef("--scenario memory runs alone")
+		}
+		sizeSet := false
+		fs.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "result-size" })
+		if !sizeSet {
+			*size = 200
+		}
+		return runMemory(ctx, *target, *records, *size, *pool, stdout, stderr)
 	}
 	for _, s := range list {
 		if bench.About(s) == "" {
@@ -101,7 +115,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer t.Close()
-	fmt.Fprintf(stderr, "idemguard bench: %s, pool %d, GOMAXPROCS %d, %d rows\n", t.Name(), *pool, gomaxprocs(), len(list)*len(conc))
+	rows := bench.Plan(list)
+	fmt.Fprintf(stderr, "idemguard bench: %s, pool %d, GOMAXPROCS %d, %d rows (%s), load average %s\n",
+		t.Name(), *pool, gomaxprocs(), len(rows)*len(conc), strings.Join(rows, ", "), bench.LoadAverage())
+	loadBefore := bench.LoadAverage()
 	opts := bench.Options{Duration: *duration, Ops: *ops, Keys: *keys, Duplicates: *dups, Work: *work, ResultSize: *size}
 	var all [][]bench.Result
 	for round := range *rounds {
@@ -117,6 +134,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		all = append(all, results)
 	}
 	results := bench.Median(all)
+	fmt.Fprintf(stdout, "%s, workers %s, %d round(s) (median); load average (1, 5, 15 min) %s before, %s after.\n"+
+		"× baseline: the median over the rounds of each guard row's throughput over its baseline's, run right before it in the same transport mode.\n\n",
+		t.Name(), *concurrency, *rounds, loadBefore, bench.LoadAverage())
 	if *format == "text" {
 		err = bench.WriteText(stdout, results)
 	} else {
@@ -132,6 +152,31 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "idemguard bench: chart written to %s\n", *chart)
 	}
 	return nil
+}
+
+// runMemory runs the memory scenario on the Redis at target.
+func runMemory(ctx context.Context, target string, records, size, pool int, stdout, stderr io.Writer) error {
+	switch {
+	case records <= 0:
+		return usagef("--records %d must be positive", records)
+	case size <= 0:
+		return usagef("--result-size %d must be positive", size)
+	case target == "" || target == "miniredis":
+		return usagef("--scenario memory needs --target host:port: miniredis has no memory figure")
+	case !strings.Contains(target, ":"):
+		return usagef("--target %q: want host:port", target)
+	}
+	t, err := bench.Open(ctx, bench.TargetOptions{Addr: target, PoolSize: max(pool, 64)})
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	fmt.Fprintf(stderr, "idemguard bench: memory on %s: %d records, %d-byte results, load average %s\n", t.Name(), records, size, bench.LoadAverage())
+	m, err := t.Memory(ctx, bench.MemoryOptions{Records: records, ResultSize: size})
+	if err != nil {
+		return err
+	}
+	return bench.WriteMemory(stdout, m)
 }
 
 func splitList(s string) []string {

@@ -130,7 +130,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	default:
-		name, _ := store.Names(key)
+		name := store.Name(key)
 		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
 		printRecord(stdout, rec)
 	}
@@ -206,60 +206,55 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer c.Close()
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT")
-	n, scanned := 0, 0
-	iter := c.ScanType(ctx, 0, globEscape(*rf.prefix)+"{*}", 500, "hash").Iterator()
-	batch := make([]string, 0, 100)
-	flush := func() error {
-		defer func() { batch = batch[:0] }()
-		for _, name := range batch {
-			if *limit > 0 && n >= *limit {
-				return nil
-			}
-			fields, err := c.HGetAll(ctx, name).Result()
-			if err != nil {
-				return err
-			}
-			rec, err := guard.DecodeRecord(fields)
-			if err != nil || rec.State != state {
-				continue
-			}
-			// Read through the store, which also reports the lease.
-			if full, err := store.Get(ctx, rec.Key); err == nil {
-				rec = full
-			}
-			lease := "-"
-			if rec.State == guard.StatePending {
-				lease = "expired"
-				if rec.LeaseLeft > 0 {
-					lease = rec.LeaseLeft.Round(time.Millisecond).String()
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", rec.Key.Scope, rec.Key.ID, rec.State, rec.Fence, rec.Attempt, lease)
-			n++
-		}
-		return nil
-	}
+	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
+	n, scanned, unreadable := 0, 0, 0
+	var firstBad error
+	iter := c.Scan(ctx, 0, globEscape(*rf.prefix)+"{*}", 500).Iterator()
 	for iter.Next(ctx) {
-		scanned++
-		batch = append(batch, iter.Val())
-		if len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return fmt.Errorf("read records: %w", err)
-			}
-		}
 		if *limit > 0 && n >= *limit {
 			break
 		}
+		scanned++
+		name := iter.Val()
+		rec, err := store.GetByName(ctx, name)
+		switch {
+		case errors.Is(err, guard.ErrNotFound):
+			continue // expired since the scan, or a released first attempt
+		case errors.Is(err, guard.ErrCorrupt):
+			unreadable++
+			if firstBad == nil {
+				firstBad = err
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("read %s: %w", name, err)
+		case rec.State != state:
+			continue
+		}
+		lease := "-"
+		if rec.State == guard.StatePending {
+			lease = "expired"
+			if rec.LeaseLeft > 0 {
+				lease = rec.LeaseLeft.Round(time.Millisecond).String()
+			}
+		}
+		// A completed record keeps no scope and ID: its Redis key is a
+		// digest of them (idemguard inspect SCOPE ID finds it).
+		scope, id := rec.Key.Scope, rec.Key.ID
+		if rec.Key == (guard.Key{}) {
+			scope, id = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", scope, id, rec.State, rec.Fence, rec.Attempt, lease, name)
+		n++
 	}
 	if err := iter.Err(); err != nil {
 		return fmt.Errorf("scan %s: %w", *rf.addr, err)
 	}
-	if err := flush(); err != nil {
-		return fmt.Errorf("read records: %w", err)
-	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	if unreadable > 0 {
+		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
+	}
 	return nil
 }
 

@@ -247,10 +247,13 @@ func TestBench(t *testing.T) {
 			rows++
 		}
 	}
-	if rows != 8 {
-		t.Errorf("%d rows, want 8:\n%s", rows, out)
+	// Each guard row runs right after its baseline in the same transport
+	// mode: setnx+set, setnx+set-auto, fresh, naive-storm-auto, storm,
+	// naive-storm, at 2 and at 4 workers.
+	if rows != 12 {
+		t.Errorf("%d rows, want 12:\n%s", rows, out)
 	}
-	if !strings.Contains(out, "| fresh | miniredis | 4 |") || !strings.Contains(out, "× setnx+set") {
+	if !strings.Contains(out, "| fresh | miniredis | 4 |") || !strings.Contains(out, "× setnx+set-auto") {
 		t.Errorf("no fresh row at 4 workers with its ratio:\n%s", out)
 	}
 	if !regexp.MustCompile(`\| storm \| miniredis \| 2 \|[^\n]*\| 20 \| 20 \| 0 \|`).MatchString(out) {
@@ -376,9 +379,15 @@ func TestInspectListRelease(t *testing.T) {
 	if !strings.Contains(stderr, "2 pending keys") {
 		t.Errorf("list pending summary: %s", stderr)
 	}
+	// A completed record keeps no scope and ID: list shows its Redis key.
 	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "completed")...)
-	if !strings.Contains(out, "done") || strings.Contains(out, "running") {
+	doneName := g.Store().(*guard.RedisStore).Name(k("done"))
+	if !regexp.MustCompile(`-\s+-\s+completed\s+1\s+1\s+-\s+`+regexp.QuoteMeta(doneName)).MatchString(out) || strings.Contains(out, "running") {
 		t.Errorf("list completed:\n%s", out)
+	}
+	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "failed")...)
+	if !regexp.MustCompile(`POST /orders\s+broken\s+failed\s+1\s+1\s+-`).MatchString(out) {
+		t.Errorf("list failed:\n%s", out)
 	}
 
 	// release refuses a completed key and a live holder, frees a stuck one.

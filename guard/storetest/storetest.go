@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,19 @@ type Harness struct {
 	TTL time.Duration
 	// Keys and Duplicates size the many-keys race (default 1,000 × 8).
 	Keys, Duplicates int
+	// Corruptions are ways to store a record the store cannot read, one
+	// subtest each: every call on such a key must fail with an error
+	// wrapping guard.ErrCorrupt that names the key, run nothing and change
+	// nothing. None: the case is skipped.
+	Corruptions []Corruption
+}
+
+// Corruption stores, for one key, a record its store cannot read.
+type Corruption struct {
+	Name string
+	// Write stores the unreadable record for key in s and returns a
+	// check that it is still there, unchanged.
+	Write func(t *testing.T, s guard.Store, key guard.Key) (unchanged func() bool)
 }
 
 // Wait is an Advance for real servers: it lets d (and a margin for clock
@@ -91,6 +105,10 @@ func Run(t *testing.T, h Harness) {
 		{"Retention", c.retention},
 		{"ScopesNeverMeet", c.scopes},
 		{"OddKeyBytes", c.oddKeys},
+		{"LongFingerprints", c.longFingerprints},
+		{"TokenShapes", c.tokenShapes},
+		{"LargeValues", c.largeValues},
+		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
 	} {
@@ -445,6 +463,139 @@ func (c contract) oddKeys(t *testing.T) {
 		if rec := get(t, s, key); rec.Key != key {
 			t.Fatalf("record key = %q, want %q", rec.Key, key)
 		}
+	}
+}
+
+// longFingerprints: fingerprints of any length are told apart, including
+// long ones that differ only near their end (a store may keep a digest).
+func (c contract) longFingerprints(t *testing.T) {
+	s := c.h.New(t)
+	hex64 := strings.Repeat("0123456789abcdef", 4)
+	for _, fp := range []string{"", "x", strings.Repeat("y", 16), strings.Repeat("y", 17), hex64, strings.Repeat("z", 5000)} {
+		key := newKey(t)
+		r := c.req(key, "A")
+		r.Fingerprint = fp
+		acquire(t, s, r)
+		if rec := get(t, s, key); !rec.SameFingerprint(fp) {
+			t.Fatalf("fingerprint of %d bytes reads back as %q", len(fp), rec.Fingerprint)
+		}
+		mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("r"), time.Hour))
+		for _, other := range []string{fp + "!", "!" + fp, fp[:max(len(fp)-1, 0)] + "?"} {
+			if other == fp {
+				continue
+			}
+			o := c.req(key, "B")
+			o.Fingerprint = other
+			if out := claim(t, s, o); out.Status != guard.Mismatch || out.Result != nil {
+				t.Fatalf("claim with fingerprint %q after %q = %+v, want mismatch", short(other), short(fp), out)
+			}
+			if rec := get(t, s, key); rec.SameFingerprint(other) {
+				t.Fatalf("record of %q says it has fingerprint %q", short(fp), short(other))
+			}
+		}
+		r.Token = "C"
+		if out := claim(t, s, r); out.Status != guard.Replay || string(out.Result) != "r" {
+			t.Fatalf("claim with the same fingerprint of %d bytes = %+v, want replay", len(fp), out)
+		}
+	}
+}
+
+func short(s string) string {
+	if len(s) > 20 {
+		return fmt.Sprintf("%s…(%d bytes)", s[:20], len(s))
+	}
+	return s
+}
+
+// tokenShapes: owner tokens of the shapes callers use read back exactly and
+// are told apart.
+func (c contract) tokenShapes(t *testing.T) {
+	s := c.h.New(t)
+	for _, tok := range []string{"A", rand.Text(), strings.ToLower(rand.Text()), rand.Text() + "=", "тoken with spaces", strings.Repeat("t", 200)} {
+		key := newKey(t)
+		l := acquire(t, s, c.req(key, tok))
+		if rec := get(t, s, key); rec.Token != tok {
+			t.Fatalf("token %q reads back as %q", tok, rec.Token)
+		}
+		// A token one character off is another holder.
+		last := "A"
+		if strings.HasSuffix(tok, last) {
+			last = "B"
+		}
+		other := tok[:len(tok)-1] + last
+		mustLost(t, "complete with a token one character off", s.Complete(ctx, guard.Lease{Key: key, Token: other}, []byte("x"), time.Hour))
+		mustOK(t, "complete", s.Complete(ctx, l, []byte("ok"), time.Hour))
+		mustOK(t, "complete again with a hand-built lease", s.Complete(ctx, guard.Lease{Key: key, Token: tok}, []byte("ok"), time.Hour))
+	}
+}
+
+// largeValues: a large result and a long failure reason are kept whole.
+func (c contract) largeValues(t *testing.T) {
+	s := c.h.New(t)
+	key := newKey(t)
+	acquire(t, s, c.req(key, "A"))
+	reason := strings.Repeat("why? ", 20000)
+	mustOK(t, "fail", s.Fail(ctx, guard.Lease{Key: key, Token: "A"}, reason, time.Hour))
+	if rec := get(t, s, key); rec.LastError != reason {
+		t.Fatalf("reason of %d bytes reads back as %d bytes", len(reason), len(rec.LastError))
+	}
+	acquire(t, s, c.req(key, "B"))
+	result := make([]byte, 1<<20)
+	for i := range result {
+		result[i] = byte(i * 7)
+	}
+	mustOK(t, "complete", s.Complete(ctx, guard.Lease{Key: key, Token: "B"}, result, time.Hour))
+	out := claim(t, s, c.req(key, "C"))
+	if out.Status != guard.Replay || !bytes.Equal(out.Result, result) {
+		t.Fatalf("replay of a 1 MiB result: %v, %d bytes", out.Status, len(out.Result))
+	}
+	if rec := get(t, s, key); rec.LastError != reason || rec.Attempt != 2 {
+		t.Fatalf("after completion: attempt %d, last error of %d bytes", rec.Attempt, len(rec.LastError))
+	}
+}
+
+// corruptRecords: a record the store cannot read fails every call with
+// ErrCorrupt naming the key; nothing runs and the record stays as it was.
+func (c contract) corruptRecords(t *testing.T) {
+	if len(c.h.Corruptions) == 0 {
+		t.Skip("the harness gives no way to corrupt a record")
+	}
+	for _, cor := range c.h.Corruptions {
+		t.Run(cor.Name, func(t *testing.T) {
+			s, key := c.h.New(t), newKey(t)
+			unchanged := cor.Write(t, s, key)
+			corrupt := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, guard.ErrCorrupt) || !strings.Contains(err.Error(), key.String()) {
+					t.Errorf("%s of a corrupt record = %v, want ErrCorrupt naming %s", what, err, key)
+				}
+			}
+			l := guard.Lease{Key: key, Token: "A"}
+			for _, tok := range []string{"A", "B"} {
+				r := c.req(key, tok)
+				r.MaxAttempts = 5
+				out, err := s.Claim(ctx, r)
+				corrupt("Claim", err)
+				if out.Status != 0 {
+					t.Errorf("Claim of a corrupt record answered %v", out.Status)
+				}
+			}
+			corrupt("Complete", s.Complete(ctx, l, []byte("x"), time.Hour))
+			corrupt("Fail", s.Fail(ctx, l, "x", time.Hour))
+			corrupt("Release", s.Release(ctx, l))
+			corrupt("Extend", s.Extend(ctx, l, time.Minute))
+			_, err := s.Get(ctx, key)
+			corrupt("Get", err)
+			g := guard.New(s, guard.Options{})
+			_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+				t.Error("Do ran its effect on a corrupt record")
+				return nil, nil
+			})
+			corrupt("Guard.Do", err)
+			if !unchanged() {
+				t.Error("the corrupt record changed")
+			}
+		})
 	}
 }
 
