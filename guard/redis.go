@@ -242,30 +242,19 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 	name, value := all[:s.nameLen()], all[s.nameLen():]
 	tok := value[p.tok[0]:p.tok[1]]
 	v, found, owned, err := s.setNXGet(ctx, name, value, p.ttl)
-	if err != nil {
+	switch {
+	case isOOM(err):
+		// A server out of memory refuses every SET, even one that would
+		// write nothing; the script reads first and writes only where
+		// the claim must, so replays and in-progress answers still work.
+	case err != nil:
 		return Outcome{}, s.callErr(ctx, req.Key, name, err)
-	}
-	if !found {
+	case !found:
 		return acquired(&req, name, tok, 1, 1, false, value, p.body), nil
 	}
-	st, why := parseValue(v)
-	if why != "" {
-		return Outcome{}, &CorruptError{Key: req.Key, Name: name, Detail: why}
-	}
-	if st.state != stReleased {
-		// A different payload under the same key learns nothing else.
-		if st.fp != value[p.fp[0]:p.fp[1]] {
-			return Outcome{Status: Mismatch}, nil
-		}
-		switch {
-		case st.state == stCompleted:
-			return Outcome{Status: Replay, Result: resultBytes(st.result, owned)}, nil
-		case st.state == stPending && st.tok == tok:
-			// This claim sent again (a client retry after a lost reply).
-			if owned {
-				v = strings.Clone(v) // the lease keeps it; not the whole reply
-			}
-			return acquired(&req, name, tok, st.fence, st.attempt, st.recovered, v, st.bodyStart(v)), nil
+	if err == nil {
+		if out, ok, err := answerFound(&req, name, tok, value[p.fp[0]:p.fp[1]], v, owned); ok {
+			return out, err
 		}
 	}
 	reply, err := s.script(ctx, scripts.Claim, []any{evalsha, nil, 1, name,
@@ -282,6 +271,35 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 		out = acquired(&req, name, tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
 	}
 	return out, nil
+}
+
+// answerFound answers a claim from the record its SET NX GET found, v,
+// where no script is needed: a mismatch, a replay, or this claim sent
+// again. ok is false when the claim script must decide. fp is the claim's
+// encoded fingerprint; owned means v is a copy of the reply's own.
+func answerFound(req *ClaimRequest, name, tok, fp, v string, owned bool) (out Outcome, ok bool, err error) {
+	st, why := parseValue(v)
+	if why != "" {
+		return Outcome{}, true, &CorruptError{Key: req.Key, Name: name, Detail: why}
+	}
+	if st.state == stReleased {
+		return Outcome{}, false, nil
+	}
+	// A different payload under the same key learns nothing else.
+	if st.fp != fp {
+		return Outcome{Status: Mismatch}, true, nil
+	}
+	switch {
+	case st.state == stCompleted:
+		return Outcome{Status: Replay, Result: resultBytes(st.result, owned)}, true, nil
+	case st.state == stPending && st.tok == tok:
+		// This claim sent again (a client retry after a lost reply).
+		if owned {
+			v = strings.Clone(v) // the lease keeps it; not the whole reply
+		}
+		return acquired(req, name, tok, st.fence, st.attempt, st.recovered, v, st.bodyStart(v)), true, nil
+	}
+	return Outcome{}, false, nil
 }
 
 // setCall is the arguments of a claim's SET NX GET in one allocation: the
@@ -674,6 +692,13 @@ func storeErr(ctx context.Context, err error) error {
 		return fmt.Errorf("redis: %w", err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// isOOM reports whether err is Redis's refusal of a write command while
+// used memory is over maxmemory (with the noeviction policy).
+func isOOM(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM ")
 }
 
 func isTryLater(msg string) bool {

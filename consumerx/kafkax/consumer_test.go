@@ -186,8 +186,12 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 		}
 	}
 	all := outs.All()
-	if all[consumerx.Processed] != distinct || all[consumerx.Duplicate] < dups || all[consumerx.Failed] < distinct/5 || redelivered.Load() == 0 {
-		t.Errorf("outcomes = %v, redelivered to B = %d; want %d processed, ≥ %d duplicates, ≥ %d failed, some redelivered",
+	// A first failure that A's handler returns after A was stopped counts
+	// as interrupted (shutdown is not failure), and B's retry then
+	// succeeds: together they are at least one per failing order.
+	if all[consumerx.Processed] != distinct || all[consumerx.Duplicate] < dups ||
+		all[consumerx.Failed]+all[consumerx.Interrupted] < distinct/5 || redelivered.Load() == 0 {
+		t.Errorf("outcomes = %v, redelivered to B = %d; want %d processed, ≥ %d duplicates, ≥ %d failed or interrupted, some redelivered",
 			all, redelivered.Load(), distinct, dups, distinct/5)
 	}
 	t.Logf("outcomes %v, redelivered after A died: %d", all, redelivered.Load())
