@@ -190,10 +190,7 @@ func (ks KeySource) bodyKey(body []byte) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: the value at %q is not a string or a number", ErrMalformedKey, ks.pointer)
 	}
-	if len(key) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrMalformedKey, len(key), MaxKeyLen)
-	}
-	if err := (guard.Key{Scope: "-", ID: key}).Validate(); err != nil {
+	if err := (guard.Key{Scope: "-", ID: key}).Validate(); err != nil { // empty, over MaxKeyLen, control characters
 		return "", fmt.Errorf("%w: %w", ErrMalformedKey, err)
 	}
 	return key, nil

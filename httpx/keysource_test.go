@@ -76,6 +76,26 @@ func TestComputedKeyRetryReplays(t *testing.T) {
 	}
 }
 
+// TestComputedKeyPatternRoute: two paths of one route pattern are two
+// requests: the second runs (no 422 for a key the client never sent).
+func TestComputedKeyPatternRoute(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	h := &orders{}
+	m := http.NewServeMux()
+	m.Handle("POST /orders/{id}/pay", guarded(e, h, httpx.Options{Key: httpx.ComputedKey()}))
+	srv, c := serve(t, m)
+	for _, id := range []string{"1", "2"} {
+		first := do(t, c, "POST", srv.URL+"/orders/"+id+"/pay", `{"amount":10}`)
+		retry := do(t, c, "POST", srv.URL+"/orders/"+id+"/pay", `{"amount":10}`)
+		if first.status != http.StatusCreated || first.replayed() || !retry.replayed() || !bytes.Equal(retry.body, first.body) {
+			t.Fatalf("order %s: %d replayed %v (%s), retry replayed %v", id, first.status, first.replayed(), first.body, retry.replayed())
+		}
+	}
+	if n := h.runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
 func TestComputedKeyConcurrentCopies(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	h := &orders{}

@@ -121,3 +121,31 @@ func TestNil(t *testing.T) {
 		t.Fatal("nil accepted")
 	}
 }
+
+// TestGuardAboveSubrouters: a guard Used on the root router, or on a
+// Group a subrouter is routed in, covers the subrouters' routes.
+func TestGuardAboveSubrouters(t *testing.T) {
+	g := guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: time.Hour})
+	r := chi.NewRouter()
+	r.Use(httpx.Guard(g, httpx.Options{SingleCaller: true}))
+	api := chi.NewRouter()
+	api.Post("/orders", ok)
+	r.Mount("/api", api)
+	plain := chi.NewRouter()
+	plain.Group(func(r chi.Router) {
+		r.Use(httpx.Guard(g, httpx.Options{SingleCaller: true, Optional: true}))
+		r.Route("/v3", func(r chi.Router) { r.Post("/quotes", ok) })
+	})
+	plain.Post("/open", ok)
+	inv := inventory.New(inventory.Options{})
+	for _, router := range []chi.Routes{r, plain} {
+		if err := chiwalk.Add(inv, router); err != nil {
+			t.Fatal(err)
+		}
+	}
+	invtest.SameRows(t, inv, []string{
+		"http | /api/orders | POST | hard | header | Idempotency-Key | global | 1h | chi",
+		"http | /open | POST | none |  |  |  |  | chi | GAP",
+		"http | /v3/quotes | POST | soft | header | Idempotency-Key | global | 1h | chi",
+	})
+}
