@@ -278,6 +278,7 @@ func settle(entries []Entry) {
 		}
 	}
 	for i, e := range entries {
+		entries[i].open, entries[i].covered = "", false // settled: an Entry compares with one built by hand
 		if e.Method != AnyMethod || e.Kind != KindHTTP {
 			continue
 		}

@@ -289,3 +289,14 @@ func TestFormatTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryComparable: an entry Entries returns equals one built by hand.
+func TestEntryComparable(t *testing.T) {
+	inv := inventory.New(inventory.Options{})
+	inv.AddRoute(inventory.Route{Router: "r", Pattern: "/x", Handler: ok})
+	want := inventory.Entry{Kind: inventory.KindHTTP, Handler: "/x", Method: inventory.AnyMethod, Required: inventory.RequireNone,
+		Gap: true, Router: "r", Note: "every method, unguarded: PATCH, POST"}
+	if got := inv.Entries(); len(got) != 1 || got[0] != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+}
