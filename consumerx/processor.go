@@ -37,6 +37,7 @@ import (
 	"log/slog"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/inventory"
 )
 
 // Key scopes. A message of group G is guarded under the key
@@ -92,6 +93,16 @@ type Options struct {
 	// (Debug), failures (Warn) and dead letters (Error). Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Inventory, if set, lists the group in an idempotency inventory when
+	// the Processor is made (by NewProcessor, Wrap or an adapter's New; a
+	// watermillx middleware without a Group makes one per router handler
+	// when its first message comes): every message deduplicated (hard),
+	// keyed by the message id (or computed, with Key), one scope for the
+	// whole group (global), the guard's TTL.
+	Inventory *inventory.Inventory
+	// MessageType names the group's messages in the inventory (a topic,
+	// stream or event name). Default "message".
+	MessageType string
 }
 
 // Processor runs handlers once per (group, message id). It is safe for
@@ -142,7 +153,7 @@ func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Processor{
+	p := &Processor{
 		claims: claims,
 		dead:   guard.New(g.Store(), dopts),
 		group:  group,
@@ -150,7 +161,9 @@ func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error
 		max:    max,
 		opts:   opts,
 		log:    log.With("group", group),
-	}, nil
+	}
+	p.register()
+	return p, nil
 }
 
 // Wrapped is a Handler wrapped by Wrap: it runs the handler at most once

@@ -24,6 +24,27 @@
 // credential itself: a client that refreshes its token between two retries
 // is replayed, not run again.
 //
+// # Where the key comes from
+//
+// Options.Key chooses, per Guard and so per route or route group: the
+// Idempotency-Key header (the default); a field of the JSON body,
+// KeyFromBody("/order_id") (an RFC 6901 pointer), which behaves as a
+// header key does (422 for another body under the same key, 400 when it
+// is missing); or ComputedKey, for clients that send no key, which
+// digests the method, route, path, query, Content-Type, chosen header
+// fields and body, so a retry of the same request replays. A computed key
+// is wrong where a client sends the same request twice on purpose: two
+// identical orders within the TTL become one. A key the client does send
+// in the header wins over a computed one.
+//
+// # The inventory
+//
+// The handler a Guard returns reports its policy (inventory.Guarded): how
+// the key is required, where it comes from, whose keys are kept apart,
+// the TTL. The inventory package and its chiwalk and muxwalk subpackages
+// find it on each route and list unguarded unsafe routes as gaps;
+// Options.CallerScope says whether Tenant names a tenant or a user there.
+//
 // # What a replay carries
 //
 // The stored status and body, and the header fields the handler set or

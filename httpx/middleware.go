@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/inventory"
 )
 
 // Defaults for Options.
@@ -54,15 +56,29 @@ type Options struct {
 	// then not scoped by caller, and two callers that send the same key
 	// and body get one response. Set it instead of Tenant, never with it.
 	SingleCaller bool
+	// CallerScope says, for the idempotency inventory, what Tenant names:
+	// inventory.ScopeTenant (an account, organisation or client; the
+	// default with Tenant) or inventory.ScopeUser (one user, as
+	// TenantFromJWT's subject is). It changes nothing else: keys are kept
+	// apart by Tenant's value either way. With SingleCaller it is
+	// inventory.ScopeGlobal; Guard panics on another choice.
+	CallerScope inventory.Scope
 
 	// Header is the request header that carries the key. Default
 	// DefaultHeader ("Idempotency-Key").
 	Header string
+	// Key says where the key comes from: the zero value is Header;
+	// KeyFromBody reads a field of the JSON body; ComputedKey derives a
+	// key from the request for clients that send none (read its doc for
+	// when that is wrong). The choice is per Guard, so per route or route
+	// group.
+	Key KeySource
 	// Methods are the request methods that are guarded; others pass
 	// through untouched and never reach the store. Default POST and PATCH.
 	Methods []string
 	// Optional lets a request without a key through, unguarded. By default
-	// a guarded method without a key gets 400.
+	// a guarded method without a key gets 400. It cannot be set with
+	// ComputedKey, which gives every request a key.
 	Optional bool
 	// Scope names the operation a key belongs to; keys of different scopes
 	// never meet. The caller (Tenant) is added to it. Default DefaultScope:
@@ -168,6 +184,12 @@ func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 			"one caller; without either, a caller could be replayed another caller's response")
 	case opts.Tenant != nil && opts.SingleCaller:
 		panic("httpx.Guard: Options.Tenant and Options.SingleCaller are both set; choose one")
+	case opts.Tenant != nil && opts.CallerScope != "" && opts.CallerScope != inventory.ScopeTenant && opts.CallerScope != inventory.ScopeUser:
+		panic(fmt.Sprintf("httpx.Guard: Options.CallerScope %q with Options.Tenant: want inventory.ScopeTenant or inventory.ScopeUser", opts.CallerScope))
+	case opts.SingleCaller && opts.CallerScope != "" && opts.CallerScope != inventory.ScopeGlobal:
+		panic(fmt.Sprintf("httpx.Guard: Options.CallerScope %q with Options.SingleCaller: keys are not kept per caller (inventory.ScopeGlobal)", opts.CallerScope))
+	case opts.Key.kind == inventory.KeyComputed && opts.Optional:
+		panic("httpx.Guard: Options.Optional with a ComputedKey: every request gets a computed key, so none runs unguarded; drop Optional")
 	}
 	m := &middleware{g: g, opts: opts, methods: map[string]bool{}}
 	if m.opts.Header == "" {
@@ -208,11 +230,56 @@ func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	if m.opts.Logger == nil {
 		m.opts.Logger = slog.Default()
 	}
+	m.policy = m.makePolicy(methods)
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(w, r, next)
-		})
+		return &guardedHandler{m: m, next: next}
 	}
+}
+
+// guardedHandler is what the middleware Guard returns makes of a handler.
+type guardedHandler struct {
+	m    *middleware
+	next http.Handler
+}
+
+func (h *guardedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(w, r, h.next) }
+
+// IdempotencyPolicy reports what the guard enforces, for the idempotency
+// inventory (inventory.Guarded): how a key is required, where it comes
+// from, whose keys are kept apart, the guard's TTL and the methods
+// guarded.
+func (h *guardedHandler) IdempotencyPolicy() inventory.Policy {
+	p := h.m.policy
+	p.Methods = slices.Clone(p.Methods)
+	return p
+}
+
+// Unwrap returns the handler the guard runs.
+func (h *guardedHandler) Unwrap() http.Handler { return h.next }
+
+// makePolicy describes the guard for the inventory.
+func (m *middleware) makePolicy(methods []string) inventory.Policy {
+	p := inventory.Policy{
+		Required:  inventory.RequireHard,
+		KeySource: inventory.KeyHeader,
+		Key:       m.opts.Key.describe(m.opts.Header),
+		Scope:     inventory.ScopeGlobal,
+		TTL:       m.g.Options().TTL,
+		Methods:   slices.Clone(methods),
+	}
+	if m.opts.Key.kind != "" {
+		p.KeySource = m.opts.Key.kind
+	}
+	if m.opts.Optional {
+		p.Required = inventory.RequireSoft
+	}
+	if m.opts.Tenant != nil {
+		p.Scope = inventory.ScopeTenant
+		if m.opts.CallerScope == inventory.ScopeUser {
+			p.Scope = inventory.ScopeUser
+		}
+	}
+	return p
 }
 
 // DefaultScope is the method and the route pattern the router matched
@@ -248,6 +315,7 @@ type middleware struct {
 	opts    Options
 	methods map[string]bool
 	runs    runTimes
+	policy  inventory.Policy
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -255,31 +323,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	values := r.Header.Values(m.opts.Header)
-	switch len(values) {
-	case 0:
-		if m.opts.Optional {
-			next.ServeHTTP(w, r)
-			return
-		}
-		writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
-			Title:  "Idempotency key missing",
-			Detail: fmt.Sprintf("%s %s requires an %s header", r.Method, r.URL.Path, m.opts.Header)})
-		return
-	case 1:
-	default:
-		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title:  "Idempotency key malformed",
-			Detail: fmt.Sprintf("%d %s fields; send exactly one", len(values), m.opts.Header)})
-		return
-	}
-	id, err := ParseKey(values[0])
-	if err != nil {
-		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title: "Idempotency key malformed", Detail: err.Error()})
-		return
-	}
 	route := m.opts.Scope(r)
+	id, body, read, ok := m.requestKey(w, r, route)
+	if !ok {
+		return // answered
+	}
+	if id == "" {
+		next.ServeHTTP(w, r) // Optional, and the request has no key
+		return
+	}
 	scope, ok := m.scope(r, route)
 	if !ok {
 		writeProblem(w, Problem{Type: ProblemCallerUnknown, Status: http.StatusUnauthorized,
@@ -287,10 +339,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			Detail: "idempotency keys are kept per caller, and this request names none; authenticate and retry"})
 		return
 	}
-
-	body, ok := m.readBody(w, r, id)
-	if !ok {
-		return
+	if !read {
+		if body, ok = m.readBody(w, r, id); !ok {
+			return
+		}
 	}
 	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
@@ -319,6 +371,76 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	m.run(w, r, next, out.Lease, fingerprint, route)
+}
+
+// requestKey finds the request's key where Options.Key says. It answers
+// 400 (or 413, reading a body) itself and reports ok false; id is "" with
+// ok true for a request without a key that Optional lets through. read
+// reports whether body holds the request body already (body and computed
+// keys read it first).
+func (m *middleware) requestKey(w http.ResponseWriter, r *http.Request, route string) (id string, body []byte, read, ok bool) {
+	switch m.opts.Key.kind {
+	case inventory.KeyBody:
+		if body, ok = m.readBody(w, r, ""); !ok {
+			return "", nil, false, false
+		}
+		id, err := m.opts.Key.bodyKey(body)
+		switch {
+		case err == nil:
+			return id, body, true, true
+		case m.opts.Optional && (errors.Is(err, errNoBodyKey) || errors.Is(err, errNotJSON)):
+			return "", body, true, true // no key: run unguarded
+		case errors.Is(err, errNoBodyKey):
+			writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
+				Title:  "Idempotency key missing",
+				Detail: fmt.Sprintf("%s %s requires an idempotency key in the JSON body at %s", r.Method, r.URL.Path, m.opts.Key.pointer)})
+		default:
+			writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+				Title: "Idempotency key malformed", Detail: err.Error()})
+		}
+		return "", nil, false, false
+	case inventory.KeyComputed:
+		if len(r.Header.Values(m.opts.Header)) > 0 {
+			id, ok = m.headerKey(w, r)
+			return id, nil, false, ok // the client's own key wins
+		}
+		if body, ok = m.readBody(w, r, ""); !ok {
+			return "", nil, false, false
+		}
+		return m.opts.Key.computedKey(r, route, body), body, true, true
+	}
+	id, ok = m.headerKey(w, r)
+	return id, nil, false, ok
+}
+
+// headerKey reads the key from Options.Header. It answers 400 itself and
+// reports false; id is "" with ok true for a request without the header
+// that Optional lets through.
+func (m *middleware) headerKey(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	values := r.Header.Values(m.opts.Header)
+	switch len(values) {
+	case 0:
+		if m.opts.Optional {
+			return "", true
+		}
+		writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
+			Title:  "Idempotency key missing",
+			Detail: fmt.Sprintf("%s %s requires an %s header", r.Method, r.URL.Path, m.opts.Header)})
+		return "", false
+	case 1:
+	default:
+		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+			Title:  "Idempotency key malformed",
+			Detail: fmt.Sprintf("%d %s fields; send exactly one", len(values), m.opts.Header)})
+		return "", false
+	}
+	id, err := ParseKey(values[0])
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+			Title: "Idempotency key malformed", Detail: err.Error()})
+		return "", false
+	}
+	return id, true
 }
 
 // readBody reads the whole request body, up to MaxBody, and puts it back

@@ -32,6 +32,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx/redisstream"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/inventory"
 	"github.com/idemguard/idemguard/metrics"
 	"github.com/idemguard/idemguard/sqlbackstop"
 )
@@ -39,6 +40,9 @@ import (
 // demoMetricsReady, when set (by tests), is called with the URL of the
 // /metrics endpoint once it serves and again after both storms ran.
 var demoMetricsReady func(url string, storms bool)
+
+// demoTTL is how long the demo's guards remember a key.
+const demoTTL = 10 * time.Minute
 
 type demoConfig struct {
 	redisAddr, pgDSN, metricsAddr string
@@ -233,7 +237,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	if c.log {
 		observer = metrics.Tee(m, metrics.NewLogger(slog.New(slog.NewTextHandler(stderr, nil)), metrics.LogOptions{}))
 	}
-	gopts := guard.Options{Observer: observer, Lease: c.lease, TTL: 10 * time.Minute}
+	gopts := guard.Options{Observer: observer, Lease: c.lease, TTL: demoTTL}
 	httpStore, consumerStore := m.Store(store), m.Store(store)
 	if backstop != nil {
 		httpStore = sqlbackstop.Guarded(httpStore, backstop)
@@ -390,20 +394,20 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlb
 		}
 		_ = httpx.CommitResponse(w, r, tx, backstop, http.StatusCreated, body) // it answers in every outcome
 	})
-	guarded := authenticateCustomer(httpx.Guard(g, httpx.Options{Logger: logger, Wait: c.wait,
-		Tenant: httpx.TenantFromContext[string](customerKey{}, nil)})(orders))
-	mux := http.NewServeMux()
-	mux.Handle("POST /orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attempts.Add(1)
-		sw := &statusWriter{ResponseWriter: w}
-		guarded.ServeHTTP(sw, r)
-		switch {
-		case sw.status == http.StatusConflict:
-			conflicts.Add(1)
-		case sw.Header().Get(httpx.ReplayedHeader) == "true":
-			replays.Add(1)
-		}
-	}))
+	mux := inventory.NewServeMux(inventory.New(inventory.Options{}), nil)
+	demoRoutes(mux, g, c, logger, orders, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			attempts.Add(1)
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
+			switch {
+			case sw.status == http.StatusConflict:
+				conflicts.Add(1)
+			case sw.Header().Get(httpx.ReplayedHeader) == "true":
+				replays.Add(1)
+			}
+		})
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return st, fmt.Errorf("http: %w", err)
@@ -489,6 +493,14 @@ feed:
 	st.attempts, st.executions, st.replays, st.conflicts = attempts.Load(), executions.Load(), replays.Load(), conflicts.Load()
 	st.effects, st.distinct, err = effects.count(ctx, "http")
 	return st, err
+}
+
+// demoRoutes registers the demo service's routes: POST /orders, seen
+// first by observe, then authenticated, then behind httpx.Guard with keys
+// kept per customer. `idemguard inventory` lists the same routes.
+func demoRoutes(mux *inventory.ServeMux, g *guard.Guard, c demoConfig, logger *slog.Logger, orders http.Handler, observe func(http.Handler) http.Handler) {
+	mux.Handle("POST /orders", orders, observe, authenticateCustomer,
+		httpx.Guard(g, httpx.Options{Logger: logger, Wait: c.wait, Tenant: httpx.TenantFromContext[string](customerKey{}, nil)}))
 }
 
 func post(ctx context.Context, client *http.Client, url, key, token string) (string, error) {
@@ -637,13 +649,8 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 		return tx.Commit()
 	}
 	opts := redisstream.Options{
-		Stream: stream, Group: "billing", Block: 100 * time.Millisecond, Count: 4,
-		// An entry left pending (in progress elsewhere) comes back once the
-		// holder's lease could have ended.
-		MinIdle: c.lease, ClaimEvery: 100 * time.Millisecond,
 		Logger: logger,
 		Process: consumerx.Options{
-			Key:         func(m consumerx.Message) (string, error) { return m.Metadata["msg_id"], nil },
 			Fingerprint: fingerprint,
 			Logger:      logger,
 			OnOutcome: func(_ context.Context, m consumerx.Message, o consumerx.Outcome, _ error) {
@@ -674,6 +681,7 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 			},
 		},
 	}
+	demoConsumer(&opts, stream, c)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -726,6 +734,18 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 	var err error
 	st.effects, st.distinct, err = effects.count(ctx, "consumer")
 	return st, err
+}
+
+// demoConsumer sets what makes o one of the demo's consumers of stream:
+// group "billing", each order message deduplicated by its msg_id field.
+// `idemguard inventory` lists the same group.
+func demoConsumer(o *redisstream.Options, stream string, c demoConfig) {
+	o.Stream, o.Group, o.Block, o.Count = stream, "billing", 100*time.Millisecond, 4
+	// An entry left pending (in progress elsewhere) comes back once the
+	// holder's lease could have ended.
+	o.MinIdle, o.ClaimEvery = c.lease, 100*time.Millisecond
+	o.Process.Key = func(m consumerx.Message) (string, error) { return m.Metadata["msg_id"], nil }
+	o.Process.MessageType = "order (Redis stream)"
 }
 
 // progress shows a bar on a terminal and a line every quarter otherwise.

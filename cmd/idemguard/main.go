@@ -7,6 +7,7 @@
 //	idemguard release [--redis ADDR] SCOPE ID
 //	idemguard migrate --postgres DSN up|down
 //	idemguard purge --postgres DSN --before DURATION [--lock-addrs LIST]
+//	idemguard inventory [--format markdown|json] [--unsafe METHODS]
 //
 // `go run ./cmd/idemguard demo` needs no service: it starts an embedded
 // Redis (miniredis) in the process.
@@ -50,6 +51,7 @@ func commands() []command {
 		{"release", "[--redis ADDR] SCOPE ID", "free a stuck pending key (never a completed one)", runRelease},
 		{"migrate", "--postgres DSN up|down", "apply or roll back the SQL backstop's schema", runMigrate},
 		{"purge", "--postgres DSN --before DURATION [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
+		{"inventory", "[--format markdown|json] [--unsafe METHODS]", "list what the demo service deduplicates, and its gaps", runInventory},
 	}
 }
 
@@ -99,8 +101,8 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: idemguard COMMAND [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.about)
-		fmt.Fprintf(w, "           idemguard %s %s\n", c.name, c.usage)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.about)
+		fmt.Fprintf(w, "            idemguard %s %s\n", c.name, c.usage)
 	}
 }
 

@@ -1,0 +1,80 @@
+// Package chiwalk lists the routes of a chi router in an inventory.
+package chiwalk
+
+import (
+	"errors"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemguard/idemguard/inventory"
+)
+
+// Add walks r as chi.Walk does and lists each route in inv, with the
+// guard found among its middleware (r.Use, r.With, r.Group, r.Route,
+// mounted subrouters' middleware) or on its handler. A route registered
+// for every method (r.Handle, r.HandleFunc) is one inventory.AnyMethod
+// route; methods registered on their own are listed on their own. Walk it
+// after every route is registered; routes added later are not listed.
+func Add(inv *inventory.Inventory, r chi.Routes) error {
+	if inv == nil || r == nil {
+		return errors.New("chiwalk: nil inventory or router")
+	}
+	walk(inv, r, "", nil)
+	return nil
+}
+
+type middleware = func(http.Handler) http.Handler
+
+// walk follows chi.Walk (chi v5 tree.go), keeping a catch-all route whole.
+func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []middleware) {
+	for _, route := range r.Routes() {
+		mws := slices.Concat(parentMw, r.Middlewares())
+		if route.SubRoutes != nil {
+			if chain, ok := route.Handlers["*"].(*chi.ChainHandler); ok {
+				mws = append(mws, chain.Middlewares...)
+			}
+			walk(inv, route.SubRoutes, parent+route.Pattern, mws)
+			continue
+		}
+		pattern := strings.ReplaceAll(parent+route.Pattern, "/*/", "/")
+		add := func(method string, h http.Handler) {
+			rt := inventory.Route{Router: "chi", Method: method, Pattern: pattern, Handler: h, Middleware: mws}
+			if chain, ok := h.(*chi.ChainHandler); ok {
+				rt.Handler, rt.Middleware = chain.Endpoint, slices.Concat(mws, chain.Middlewares)
+			}
+			inv.AddRoute(rt)
+		}
+		all, hasAll := route.Handlers["*"]
+		if hasAll {
+			add(inventory.AnyMethod, all)
+		}
+		for method, h := range route.Handlers {
+			if method == "*" || (hasAll && sameHandler(h, all)) {
+				continue // part of the catch-all registration
+			}
+			add(method, h)
+		}
+	}
+}
+
+// sameHandler reports whether a and b are one registration's handler, as
+// chi itself tells (func values by their code, others by ==).
+func sameHandler(a, b http.Handler) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
+	switch {
+	case av.Type() != bv.Type():
+		return false
+	case av.Kind() == reflect.Func:
+		return av.Pointer() == bv.Pointer()
+	case av.Type().Comparable():
+		return a == b
+	}
+	return false
+}
