@@ -199,6 +199,8 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 	if out.Status == Replay {
 		return Result{Value: out.Result, Replayed: true}, nil
 	}
+	k.steps = stepLog{g: g, known: out.Steps}
+	out.Lease.steps = &k.steps
 	return g.run(ctx, k, out.Lease, fn)
 }
 
@@ -227,7 +229,11 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	out, err := g.store.Claim(cctx, req)
 	cancel()
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
-	return g.claimed(ctx, req, out, err, valid, late)
+	out, err = g.claimed(ctx, req, out, err, valid, late)
+	if err == nil && out.Status == Acquired {
+		out.Lease.steps = &stepLog{g: g, known: out.Steps}
+	}
+	return out, err
 }
 
 func (g *Guard) request(key Key, fingerprint string) ClaimRequest {
