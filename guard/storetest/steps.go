@@ -450,15 +450,15 @@ func (c contract) stepsGuardOrder(t *testing.T) {
 	}
 }
 
-// stepsRace: 200 keys, 8 concurrent Do calls each, three steps per
-// effect that fail now and then: every step runs once per key, and every
-// key's result is built from those runs.
+// stepsRace: Keys/5 keys (200 by default), Duplicates concurrent Do calls
+// each, three steps per effect that fail now and then: every step runs
+// once per key, and every key's result is built from those runs.
 func (c contract) stepsRace(t *testing.T) {
 	s := stepStore(t, c)
 	g := guard.New(s, guard.Options{Lease: 10 * time.Second})
-	const keys, dups = 200, 8
+	keys, dups := max(c.h.Keys/5, 20), c.h.Duplicates
 	prefix := rand.Text()[:8]
-	var runs [keys][3]atomic.Int64
+	runs := make([][3]atomic.Int64, keys)
 	names := [3]string{"reserve", "charge", "order"}
 	var wg sync.WaitGroup
 	jobs := make(chan int)
