@@ -371,3 +371,48 @@ func TestDownstreamKey(t *testing.T) {
 		}
 	}
 }
+
+// TestStepCompleteFastPath: a lease whose claim reported steps completes
+// with the record the client builds from them (no new step since: the
+// script's fast path), and that record is the one the script builds for a
+// lease built by hand: version 1, steps dropped.
+func TestStepCompleteFastPath(t *testing.T) {
+	s, _ := miniStore(t)
+	c := s.Client()
+	value := func(id string) string { return c.Get(bg, s.Name(guard.Key{Scope: "s", ID: id})).Val() }
+	var leases [2]guard.Lease
+	for i, id := range []string{"known", "by-hand"} {
+		key := guard.Key{Scope: "s", ID: id}
+		req := guard.ClaimRequest{Key: key, Token: "OTHER", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour}
+		out, err := s.Claim(bg, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SaveStep(bg, out.Lease, 0, guard.StepResult{Name: "a", Result: []byte("1")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Fail(bg, out.Lease, "boom", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		req.Token = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		if out, err = s.Claim(bg, req); err != nil || len(out.Steps) != 1 {
+			t.Fatal(out, err)
+		}
+		leases[i] = out.Lease
+		if v := value(id); v[0] != 2 {
+			t.Fatalf("pending record with a step is version %d", v[0])
+		}
+	}
+	for _, l := range []guard.Lease{leases[0], {Key: leases[1].Key, Token: leases[1].Token}} {
+		if err := s.Complete(bg, l, []byte("done"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := value("known"), value("by-hand")
+	if a != b || a == "" || a[0] != 1 {
+		t.Fatalf("completed from the known pending record %q, by the script %q; want equal, version 1", a, b)
+	}
+	if rec, err := s.Get(bg, leases[0].Key); err != nil || rec.Steps != nil || string(rec.Result) != "done" || rec.Attempt != 2 {
+		t.Fatalf("%+v, %v", rec, err)
+	}
+}
