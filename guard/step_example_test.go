@@ -131,3 +131,15 @@ func ExampleDownstreamKey() {
 	// e12e1441-ff11-80cb-ba0b-40053569cafd 36
 	// e12e1441ff1180cbba0b40053569cafd
 }
+
+// CheckStep is the rule every StepStore applies to a step before storing
+// it; Step applies it before running one.
+func ExampleCheckStep() {
+	fmt.Println(guard.CheckStep(0, "charge"))
+	fmt.Println(errors.Is(guard.CheckStep(0, ""), guard.ErrInvalidKey))
+	fmt.Println(errors.Is(guard.CheckStep(guard.MaxSteps, "one too many"), guard.ErrInvalidKey))
+	// Output:
+	// <nil>
+	// true
+	// true
+}
