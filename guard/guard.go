@@ -45,6 +45,14 @@
 // a cause matching ErrMaxRun (and ErrLeaseLost); the key can be recovered
 // once the lease runs out.
 //
+// # Steps
+//
+// An effect that does several things in turn can record each as a step
+// (Step): its result is stored with the key's record, and a later attempt
+// of the key resumes after the last stored step instead of running the
+// whole effect again. Lease.KeyFor gives the idempotency key a step
+// passes to a service downstream, the same in every attempt.
+//
 // # The Redis server
 //
 // RedisStore needs a server that never evicts keys: call RedisStore.Check
@@ -147,7 +155,8 @@ func (g *Guard) Options() Options { return g.opts }
 // ErrLeaseLost, at the lease's deadline unless the lease was extended in
 // time, when the lease is found lost, and at MaxRun (the cause then
 // matches ErrMaxRun too); it is also cancelled with Do's ctx. A Func that
-// makes downstream writes should pass lease.Fence along with them.
+// makes downstream writes should pass lease.Fence along with them; one that
+// does several things in turn can make each a Step.
 type Func func(ctx context.Context, lease Lease) ([]byte, error)
 
 // Result is what Do returns.
@@ -199,6 +208,8 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 	if out.Status == Replay {
 		return Result{Value: out.Result, Replayed: true}, nil
 	}
+	k.steps = stepLog{g: g, known: out.Steps}
+	out.Lease.steps = &k.steps
 	return g.run(ctx, k, out.Lease, fn)
 }
 
@@ -227,7 +238,11 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	out, err := g.store.Claim(cctx, req)
 	cancel()
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
-	return g.claimed(ctx, req, out, err, valid, late)
+	out, err = g.claimed(ctx, req, out, err, valid, late)
+	if err == nil && out.Status == Acquired {
+		out.Lease.steps = &stepLog{g: g, known: out.Steps}
+	}
+	return out, err
 }
 
 func (g *Guard) request(key Key, fingerprint string) ClaimRequest {

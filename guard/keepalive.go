@@ -63,6 +63,9 @@ type keepalive struct {
 	late    bool          // the claim's bound passed before its answer
 	// afters run when the call's context ends (contexts derived from it).
 	afters []*func()
+
+	// steps is the run's step log (Step); Lease.steps points here.
+	steps stepLog
 }
 
 type phase uint8

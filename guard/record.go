@@ -28,6 +28,10 @@ import (
 //	             uvarint length + id; failed: the scope and id alone;
 //	             completed: uvarint length + result; released: nothing
 //
+// Version 2 is version 1 with recovery points (Step) after the body of a
+// pending or failed record: see redis_step.go. A record without steps
+// stays version 1, byte for byte.
+//
 // A uvarint is encoding/binary's (7 bits a byte, least significant first),
 // at most 8 bytes, minimal, and at most RedisMaxFence. The value ends where
 // its body ends. A completed record with a 200-byte result and the guard's
@@ -92,6 +96,7 @@ type stored struct {
 	scope, id      string
 	hasKey         bool // pending and failed records keep their key
 	result         string
+	steps          string // version 2: the steps, as the record keeps them
 }
 
 // parseValue splits a record value, or says what is wrong with it.
@@ -100,7 +105,7 @@ func parseValue(v string) (stored, string) {
 	switch {
 	case len(v) == 0:
 		return s, "empty value"
-	case v[0] != recordVersion:
+	case v[0] != recordVersion && v[0] != recordVersionSteps:
 		return s, "unknown version"
 	case len(v) < 2:
 		return s, "unknown state"
@@ -150,6 +155,12 @@ func parseValue(v string) (stored, string) {
 	case stCompleted:
 		if s.result, i, ok = lenString(v, i); !ok {
 			return s, "completed without its result"
+		}
+	}
+	if v[0] == recordVersionSteps {
+		var why string
+		if s.steps, i, why = parseSteps(v, i, s.state); why != "" {
+			return s, why
 		}
 	}
 	if i != len(v) {
@@ -421,7 +432,7 @@ func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err err
 
 // bodyStart is where the body of a pending value v with fields s starts.
 func (s stored) bodyStart(v string) int {
-	return len(v) - uvarintLen(s.retention) - keyLen(Key{Scope: s.scope, ID: s.id})
+	return len(v) - len(s.steps) - uvarintLen(s.retention) - keyLen(Key{Scope: s.scope, ID: s.id})
 }
 
 // appendCompleted appends the completed record a pending value becomes:
@@ -446,6 +457,7 @@ func (s stored) record(key Key) Record {
 		Attempt:     int(s.attempt),
 		Recovered:   s.recovered,
 		LastError:   s.lastErr,
+		Steps:       decodeSteps(s.steps),
 	}
 	if key == (Key{}) && s.hasKey {
 		rec.Key = Key{Scope: s.scope, ID: s.id}

@@ -93,7 +93,10 @@ type RedisStore struct {
 // none (a closed client).
 type autopipeliner func() (*redis.AutoPipeliner, error)
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store     = (*RedisStore)(nil)
+	_ StepStore = (*RedisStore)(nil)
+)
 
 // NewRedisStore returns a Store on client. It does not touch the network;
 // call LoadScripts at start-up so the first calls need no EVAL.
@@ -187,7 +190,8 @@ func (s *RedisStore) Names(key Key) (record, lease string) {
 // leaseNames is what a RedisStore's Claim computed for a lease, carried in
 // the Lease to the holder's later writes so they need not compute it
 // again. It is a comparable value: two answers to the same claim are
-// equal Leases.
+// equal Leases, until the holder records a step (pending is then the
+// record with the steps).
 type leaseNames struct {
 	key   Key    // the key they were derived from
 	token string // the token it was encoded from
@@ -219,7 +223,7 @@ func (s *RedisStore) leaseNames(l Lease) (leaseNames, error) {
 // acquired is the outcome of a claim that took the key; pending is the
 // record it left, when known byte for byte, and body where its body starts.
 func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recovered bool, pending string, body int) Outcome {
-	return Outcome{Status: Acquired, Lease: Lease{
+	return Outcome{Status: Acquired, Steps: pendingSteps(pending), Lease: Lease{
 		Key: req.Key, Token: req.Token, Fence: fence, Attempt: int(attempt), Recovered: recovered,
 		names: leaseNames{key: req.Key, token: req.Token, name: name, tok: tok, pending: pending, body: body},
 	}}

@@ -73,6 +73,9 @@ type Outcome struct {
 	LeaseLeft time.Duration // when InProgress: time until the holder's lease ends
 	Attempts  int           // when Exhausted: attempts made
 	LastError string        // when Exhausted: the last failure's reason
+	// Steps: when Acquired from a StepStore, the steps the record holds,
+	// in order (see StepStore); nil when none.
+	Steps []StepResult
 }
 
 // Lease is a held claim on a key. Downstream writes that must not happen
@@ -97,9 +100,16 @@ type Lease struct {
 	// the first one.
 	Deadline time.Time
 
+	// steps is the holder's step log (Step), shared by the copies of a
+	// Lease that Guard.Do or Guard.Claim handed out; nil in a Lease a
+	// Store returned or one built by hand. A pointer keeps Lease
+	// comparable.
+	steps *stepLog
+
 	// names caches the issuing store's Redis name for Key, so the
 	// holder's later writes need not derive it again. It is a comparable
-	// value: two answers to the same claim are equal Leases.
+	// value: two answers to the same claim are equal Leases (until the
+	// holder records a step, which changes the record the claim left).
 	names leaseNames
 }
 
@@ -145,4 +155,5 @@ type Record struct {
 	LastError   string
 	LeaseLeft   time.Duration // zero when no lease is alive
 	TTL         time.Duration // time until the record expires; zero if unknown
+	Steps       []StepResult  // steps recorded by a StepStore, in order (pending and failed records)
 }

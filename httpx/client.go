@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -83,6 +84,12 @@ type TransportOptions struct {
 // bodies); without it the request is sent once. Requests without a key
 // (other methods, when the caller set none) are sent once, untouched.
 //
+// A request whose context carries a key (WithIdempotencyKey), and that
+// sets none in its header, is sent with that key instead of a fresh one,
+// whatever its method, and retried as above: the key of a step
+// (guard.Lease.KeyFor) is the same in every attempt of the effect, so the
+// service acts once however often the effect runs again.
+//
 // The key sent is in resp.Request.Header. A Transport is safe for
 // concurrent use.
 type Transport struct {
@@ -145,13 +152,38 @@ func newUUIDv7() (string, error) {
 	return u.String(), nil
 }
 
+// idempotencyKey is the context key of WithIdempotencyKey.
+type idempotencyKey struct{}
+
+// WithIdempotencyKey returns a context that makes a Transport send key as
+// the idempotency key of a request made with it (when the request sets
+// none in its header), for any method, instead of a fresh UUIDv7: for
+// calls whose key must be the same in every attempt of an effect, such as
+// guard.Lease.KeyFor(step). An empty key removes one set before. The key
+// must be a bare token as ParseKey reads it (1 to MaxKeyLen bytes of
+// visible ASCII without DQUOTE, backslash or comma); RoundTrip refuses a
+// request with another, with an error wrapping ErrMalformedKey, before
+// sending anything.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKey{}, key)
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if len(req.Header.Values(t.opts.Header)) == 0 {
-		if !t.methods[req.Method] {
+		key, _ := req.Context().Value(idempotencyKey{}).(string)
+		if key != "" {
+			if k, err := ParseKey(key); err != nil || k != key {
+				closeBody(req)
+				return nil, fmt.Errorf("httpx: idempotency key from the context: %w: %q is not a bare token", ErrMalformedKey, key)
+			}
+		} else if !t.methods[req.Method] {
 			return t.opts.Base.RoundTrip(req)
 		}
-		key, err := t.opts.NewKey()
+		var err error
+		if key == "" {
+			key, err = t.opts.NewKey()
+		}
 		if err != nil {
 			closeBody(req)
 			return nil, fmt.Errorf("httpx: new idempotency key: %w", err)

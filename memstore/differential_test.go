@@ -147,6 +147,24 @@ func TestSameAsRedisStore(t *testing.T) {
 				compareErr("extend", rs.Extend(ctx, l, d), ms.Extend(ctx, l, d))
 				delete(repeatable, key)
 			},
+			"step": func(rt *rapid.T) {
+				key := rapid.SampledFrom(keys).Draw(rt, "key")
+				l := writeLease(key)
+				st := guard.StepResult{Name: rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "name"),
+					Result: []byte(rapid.SampledFrom([]string{"1", "2", ""}).Draw(rt, "result"))}
+				// Mostly the next step after those the record holds.
+				held := 0
+				if rec, err := ms.Get(ctx, key); err == nil {
+					held = len(rec.Steps)
+				}
+				i := rapid.SampledFrom([]int{held, held, held, 0, 1, 2, 3}).Draw(rt, "index")
+				rerr, merr := rs.SaveStep(ctx, l, i, st), ms.SaveStep(ctx, l, i, st)
+				compareErr("step", rerr, merr)
+				if rerr != nil && merr != nil && rerr.Error() != merr.Error() {
+					rt.Fatalf("step: redis %v, memstore %v", rerr, merr)
+				}
+				delete(repeatable, key) // a repeated claim now reports the steps too; fine, but keep repeats plain
+			},
 			"advance": func(rt *rapid.T) {
 				d := durations("by", 500*time.Millisecond, time.Second, 2*time.Second, 5*time.Second, 61*time.Second)
 				mr.FastForward(d)
@@ -178,6 +196,8 @@ func class(err error) string {
 		return "lease lost"
 	case errors.Is(err, guard.ErrNotFound):
 		return "not found"
+	case errors.Is(err, guard.ErrStepOrder):
+		return "step order"
 	}
 	return "error: " + err.Error()
 }
@@ -185,7 +205,7 @@ func class(err error) string {
 func sameOutcome(a, b guard.Outcome) bool {
 	la, lb := a.Lease, b.Lease
 	return a.Status == b.Status && bytes.Equal(a.Result, b.Result) && (a.Result == nil) == (b.Result == nil) &&
-		a.LeaseLeft == b.LeaseLeft && a.Attempts == b.Attempts && a.LastError == b.LastError &&
+		a.LeaseLeft == b.LeaseLeft && a.Attempts == b.Attempts && a.LastError == b.LastError && sameSteps(a.Steps, b.Steps) &&
 		la.Key == lb.Key && la.Token == lb.Token && la.Fence == lb.Fence && la.Attempt == lb.Attempt && la.Recovered == lb.Recovered
 }
 
@@ -193,7 +213,19 @@ func sameRecord(a, b guard.Record) bool {
 	return a.Key == b.Key && a.State == b.State && a.Fingerprint == b.Fingerprint && a.Token == b.Token &&
 		a.Fence == b.Fence && a.Attempt == b.Attempt && a.Recovered == b.Recovered &&
 		bytes.Equal(a.Result, b.Result) && (a.Result == nil) == (b.Result == nil) &&
-		a.LastError == b.LastError && a.LeaseLeft == b.LeaseLeft && sameTTL(a.TTL, b.TTL)
+		a.LastError == b.LastError && a.LeaseLeft == b.LeaseLeft && sameTTL(a.TTL, b.TTL) && sameSteps(a.Steps, b.Steps)
+}
+
+func sameSteps(a, b []guard.StepResult) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || !bytes.Equal(a[i].Result, b[i].Result) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTTL: equal, or both still on the retention a claim asked for (see

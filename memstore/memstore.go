@@ -112,7 +112,10 @@ type Store struct {
 	bytes   int64       // sum of entry sizes
 }
 
-var _ guard.Store = (*Store)(nil)
+var (
+	_ guard.Store     = (*Store)(nil)
+	_ guard.StepStore = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New(opts Options) *Store {
@@ -143,8 +146,9 @@ type entry struct {
 	recovered  bool
 	result     []byte // non-nil once completed
 	lastErr    string
-	leaseUntil time.Time // pending: when the holder's lease runs out
-	expires    time.Time // when the record is removed
+	steps      []guard.StepResult // recorded steps (see SaveStep); dropped on completion
+	leaseUntil time.Time          // pending: when the holder's lease runs out
+	expires    time.Time          // when the record is removed
 
 	index int           // in Store.expiry
 	tomb  *list.Element // in Store.tombs, for a released entry
@@ -152,7 +156,8 @@ type entry struct {
 }
 
 func (e *entry) estimate() int64 {
-	return RecordOverhead + int64(len(e.key.Scope)+len(e.key.ID)+len(e.fp)+len(e.token)+len(e.ptok)+len(e.result)+len(e.lastErr))
+	return RecordOverhead + int64(len(e.key.Scope)+len(e.key.ID)+len(e.fp)+len(e.token)+len(e.ptok)+len(e.result)+len(e.lastErr)) +
+		stepsSize(e.steps)
 }
 
 // Claim implements guard.Store, following the Redis store's claim.lua: a
@@ -180,6 +185,7 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	if out.Status == guard.Replay {
 		out.Result = bytes.Clone(out.Result) // stored results are never changed in place
 	}
+	out.Steps = cloneSteps(out.Steps)
 	return out, err
 }
 
@@ -325,7 +331,7 @@ func limit(n int64) string {
 }
 
 func acquired(e *entry) guard.Outcome {
-	return guard.Outcome{Status: guard.Acquired, Lease: guard.Lease{
+	return guard.Outcome{Status: guard.Acquired, Steps: e.steps, Lease: guard.Lease{
 		Key: e.key, Token: e.token, Fence: e.fence, Attempt: e.attempt, Recovered: e.recovered,
 	}}
 }
@@ -357,7 +363,7 @@ func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, 
 	case e.state != guard.StatePending:
 		return guard.ErrLeaseLost
 	}
-	e.state, e.result, e.leaseUntil = guard.StateCompleted, stored, time.Time{}
+	e.state, e.result, e.leaseUntil, e.steps = guard.StateCompleted, stored, time.Time{}, nil
 	s.resize(e)
 	s.expireAt(e, now.Add(ttl))
 	return nil
@@ -430,7 +436,7 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	case e.state != guard.StatePending:
 		return guard.ErrLeaseLost
 	}
-	if e.attempt <= 1 {
+	if e.attempt <= 1 && len(e.steps) == 0 {
 		// Absent from now on, but remember who released it.
 		*e = entry{key: e.key, state: released, token: e.token, index: e.index, size: e.size}
 		e.tomb = s.tombs.PushBack(e)
@@ -438,8 +444,10 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 		s.expireAt(e, now.Add(releaseMemory))
 		return nil
 	}
+	// A later attempt, or one whose steps happened: failed, with the
+	// attempt uncounted unless it was the first.
 	e.state, e.leaseUntil = guard.StateFailed, time.Time{}
-	e.attempt--
+	e.attempt = max(e.attempt-1, 1)
 	return nil
 }
 
@@ -493,12 +501,14 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 		Result:      e.result,
 		LastError:   e.lastErr,
 		TTL:         e.expires.Sub(now),
+		Steps:       e.steps,
 	}
 	if e.state == guard.StatePending && now.Before(e.leaseUntil) {
 		rec.LeaseLeft = e.leaseUntil.Sub(now)
 	}
 	s.mu.Unlock()
 	rec.Result = bytes.Clone(rec.Result)
+	rec.Steps = cloneSteps(rec.Steps)
 	return rec, nil
 }
 

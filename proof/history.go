@@ -22,9 +22,10 @@ const (
 	OpRelease
 	OpExtend
 	OpGet
+	OpStep // guard.StepStore.SaveStep (history_steps.go)
 )
 
-var opNames = [...]string{"", "claim", "complete", "fail", "release", "extend", "get"}
+var opNames = [...]string{"", "claim", "complete", "fail", "release", "extend", "get", "step"}
 
 // String names the call, e.g. "claim".
 func (k OpKind) String() string {
@@ -41,7 +42,9 @@ type Input struct {
 	Token       string
 	Fingerprint string // claim
 	MaxAttempts int    // claim
-	Value       string // complete: the result; fail: the reason
+	Value       string // complete: the result; fail: the reason; step: its result
+	Name        string // step: its name
+	Index       int    // step: how many steps come before it
 }
 
 // Output is how a recorded call ended.
@@ -55,7 +58,9 @@ type Output struct {
 	Bad bool
 	Err string // the error's text, for the visualisation
 
-	OK bool // complete/fail/release/extend: true = OK, false = LOST
+	OK bool // complete/fail/release/extend/step: true = OK, false = LOST
+	// Order: a step refused for the record's steps (guard.ErrStepOrder).
+	Order bool
 
 	// claim
 	Status    guard.Status
@@ -64,6 +69,7 @@ type Output struct {
 	Recovered bool
 	Result    string // replay: the stored result
 	LastError string // exhausted: the last failure
+	Steps     string // acquired: the steps reported (see stepsString)
 
 	// get
 	Found  bool
@@ -80,6 +86,9 @@ type Snapshot struct {
 	Recovered   bool
 	Result      string
 	LastError   string
+	// Steps are the steps recorded, in order (see stepsString): a
+	// step's result, once stored, never changes.
+	Steps string
 	// Ptok is the token of the holder that ended its claim by fail or
 	// release before the current holder took the key (on an absent key:
 	// the token that released it). A retry of that fail or release still
@@ -173,7 +182,7 @@ func (r *Recorder) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Out
 	cctx, cancel := r.bound(ctx)
 	defer cancel()
 	o, err := r.inner.Claim(cctx, req)
-	out := Output{Status: o.Status, Result: string(o.Result), LastError: o.LastError}
+	out := Output{Status: o.Status, Result: string(o.Result), LastError: o.LastError, Steps: stepsString(o.Steps)}
 	switch o.Status {
 	case guard.Acquired:
 		out.Fence, out.Attempt, out.Recovered = o.Lease.Fence, o.Lease.Attempt, o.Lease.Recovered
@@ -233,6 +242,7 @@ func (r *Recorder) Get(ctx context.Context, key guard.Key) (guard.Record, error)
 	out := Output{Found: true, Record: Snapshot{
 		State: rec.State, Token: rec.Token, Fingerprint: rec.Fingerprint, Fence: rec.Fence,
 		Attempt: rec.Attempt, Recovered: rec.Recovered, Result: string(rec.Result), LastError: rec.LastError,
+		Steps: stepsString(rec.Steps),
 	}}
 	r.record(ctx, Input{Op: OpGet, Key: key}, call, out, err)
 	return rec, err

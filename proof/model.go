@@ -20,6 +20,12 @@ import (
 //	pending ──fail(token)──▶ failed ──claim──▶ pending(fence+1, attempt+1)
 //	pending ──claim by another, lease expired──▶ pending(fence+1, attempt+1, recovered)
 //	pending ──release(token)──▶ absent (first attempt) or failed (attempt uncounted)
+//	pending ──step(token, index)──▶ pending with the step appended (steps.go)
+//
+// Steps stay through failures, recoveries and releases (a release of a
+// record with steps leaves it failed) and go on completion; a step's
+// result, once stored, never changes, and every acquiring claim reports
+// the steps as stored.
 //
 // Whether a lease has run out is a matter of time, which the model does not
 // see: a claim that meets another holder's pending record may either get
@@ -45,7 +51,7 @@ func claimSteps(s Snapshot, in Input) []transition {
 		return []transition{{Output{Status: guard.Replay, Result: s.Result}, s}}
 	case guard.StatePending:
 		if s.Token == in.Token { // the same claim again: the same answer
-			return []transition{{Output{Status: guard.Acquired, Fence: s.Fence, Attempt: s.Attempt, Recovered: s.Recovered}, s}}
+			return []transition{{Output{Status: guard.Acquired, Fence: s.Fence, Attempt: s.Attempt, Recovered: s.Recovered, Steps: s.Steps}, s}}
 		}
 		// The holder's lease may be alive, or may have run out.
 		return append([]transition{{Output{Status: guard.InProgress}, s}}, recoverSteps(s, in, true)...)
@@ -69,7 +75,7 @@ func recoverSteps(s Snapshot, in Input, expired bool) []transition {
 	if expired {
 		n.Ptok = "" // the old holder never ended its claim
 	}
-	return []transition{{Output{Status: guard.Acquired, Fence: n.Fence, Attempt: n.Attempt, Recovered: expired}, n}}
+	return []transition{{Output{Status: guard.Acquired, Fence: n.Fence, Attempt: n.Attempt, Recovered: expired, Steps: n.Steps}, n}}
 }
 
 func writeSteps(s Snapshot, in Input) []transition {
@@ -85,7 +91,7 @@ func writeSteps(s Snapshot, in Input) []transition {
 			return ok(s)
 		case guard.StatePending:
 			n := s
-			n.State, n.Result = guard.StateCompleted, in.Value
+			n.State, n.Result, n.Steps = guard.StateCompleted, in.Value, ""
 			return ok(n)
 		}
 		return lost
@@ -119,11 +125,11 @@ func writeSteps(s Snapshot, in Input) []transition {
 		case guard.StateFailed:
 			return ok(s)
 		case guard.StatePending:
-			if s.Attempt <= 1 {
+			if s.Attempt <= 1 && s.Steps == "" {
 				return ok(Snapshot{Ptok: in.Token})
 			}
 			n := s
-			n.State, n.Attempt = guard.StateFailed, s.Attempt-1
+			n.State, n.Attempt = guard.StateFailed, max(s.Attempt-1, 1)
 			return ok(n)
 		}
 		return lost
@@ -144,8 +150,11 @@ func writeSteps(s Snapshot, in Input) []transition {
 }
 
 func steps(s Snapshot, in Input) []transition {
-	if in.Op == OpClaim {
+	switch in.Op {
+	case OpClaim:
 		return claimSteps(s, in)
+	case OpStep:
+		return stepSteps(s, in)
 	}
 	return writeSteps(s, in)
 }
@@ -159,7 +168,8 @@ func matches(in Input, want, got Output) bool {
 		}
 		switch got.Status {
 		case guard.Acquired:
-			return want.Fence == got.Fence && want.Attempt == got.Attempt && want.Recovered == got.Recovered
+			return want.Fence == got.Fence && want.Attempt == got.Attempt && want.Recovered == got.Recovered &&
+				want.Steps == got.Steps
 		case guard.Replay:
 			return want.Result == got.Result
 		case guard.Exhausted:
@@ -169,7 +179,7 @@ func matches(in Input, want, got Output) bool {
 	case OpGet:
 		return want.Found == got.Found && want.Record == got.Record
 	}
-	return want.OK == got.OK
+	return want.OK == got.OK && want.Order == got.Order
 }
 
 // Model is the porcupine model of one key's record, partitioned by key.
@@ -221,6 +231,9 @@ func short(tok string) string {
 func describeOp(in Input, out Output) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s(%s", in.Op, short(in.Token))
+	if in.Op == OpStep {
+		fmt.Fprintf(&b, ", #%d %s", in.Index, in.Name)
+	}
 	if in.Value != "" {
 		fmt.Fprintf(&b, ", %q", in.Value)
 	}
@@ -235,6 +248,9 @@ func describeOp(in Input, out Output) string {
 		switch out.Status {
 		case guard.Acquired:
 			fmt.Fprintf(&b, " fence=%d attempt=%d recovered=%t", out.Fence, out.Attempt, out.Recovered)
+			if out.Steps != "" {
+				fmt.Fprintf(&b, " steps=%s", describeSteps(out.Steps))
+			}
 		case guard.Replay:
 			fmt.Fprintf(&b, " %q", out.Result)
 		case guard.Exhausted:
@@ -248,6 +264,8 @@ func describeOp(in Input, out Output) string {
 		}
 	case out.OK:
 		b.WriteString("OK")
+	case out.Order:
+		b.WriteString("ORDER")
 	default:
 		b.WriteString("LOST")
 	}
@@ -264,6 +282,9 @@ func describeSnapshot(s Snapshot) string {
 	}
 	if s.Result != "" {
 		d += fmt.Sprintf(" result=%q", s.Result)
+	}
+	if s.Steps != "" {
+		d += " steps=" + describeSteps(s.Steps)
 	}
 	return d + ")"
 }

@@ -103,6 +103,9 @@ func runNemesis(t *testing.T, w workload) {
 		leaseKeys[i] = guard.Key{Scope: scope + "-lease", ID: fmt.Sprintf("l%d", i)}
 	}
 
+	// Keys whose effects run in steps (nemesis_steps_test.go).
+	stepKeys, stepVals := stepNemesisKeys(scope), newStepValues()
+
 	nem := NewNemesis(proxy, NemesisOptions{Seed: w.Seed, Faults: w.Faults})
 	nctx, stopNemesis := context.WithCancel(context.Background())
 	nemDone := make(chan error, 2)
@@ -128,6 +131,8 @@ func runNemesis(t *testing.T, w workload) {
 				switch p := r.IntN(100); {
 				case p < 6:
 					longRun(ctx, t, gLong[r.IntN(2)], wins, leaseKeys[r.IntN(len(leaseKeys))], r, &st)
+				case p < 16:
+					stepsOnce(ctx, t, g, stepVals, stepKeys[r.IntN(len(stepKeys))], r, &st)
 				case p < 65:
 					if res, ok := doOnce(ctx, t, g, wins, bk, k, fp(k), r, &st); ok {
 						seen[k] = true
@@ -171,6 +176,12 @@ func runNemesis(t *testing.T, w workload) {
 	settled := time.Since(settling)
 
 	applied := nem.Applied()
+	reproduceFail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(format, args...)
+		t.Errorf("%s", reproduce)
+	}
+	settleStepKeys(t, ctx, g, rec, stepKeys, stepVals, &st, 10*w.Lease+5*time.Second, reproduceFail)
 	ps := client.PoolStats()
 	t.Logf("toxic hits so far in this process: %v", Bites())
 	t.Logf("seed %d: %s; %d faults applied; %d calls recorded; %d connections opened; workload %s, settling %s",

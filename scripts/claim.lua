@@ -14,14 +14,16 @@
 --   {4}                             MISMATCH
 --   {5, attempts, last error}       EXHAUSTED
 local v = redis.pcall('GET', KEYS[1])
-local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
+local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp, sp = decode(v)
 if bad then return corrupt(bad) end
 local name, mytok, myfp = KEYS[1], ARGV[1], ARGV[2]
 local lease_ms, ret_ms, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
--- take writes this claim's pending record; err is the last error, encoded.
-local function take(f, a, recovered, ptok, err)
+-- take writes this claim's pending record; err is the last error, encoded;
+-- steps, if any, are the earlier attempts' steps, which it keeps.
+local function take(f, a, recovered, ptok, err, steps)
   local nv = head('p', recovered, f, a) .. myfp .. mytok .. ptok .. err .. uvenc(ret_ms) .. ARGV[6]
+  if steps then nv = '\2' .. sub(nv, 2) .. steps end
   redis.call('SET', name, nv, 'PX', string.format('%d', ret_ms + lease_ms))
   return {1, f, a, recovered and 1 or 0, nv}
 end
@@ -52,7 +54,7 @@ local expired = st == 'p'
 if max > 0 and att >= max then
   if expired then
     local err = 'lease expired'
-    redis.call('SET', name, '\1' .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#err) .. err .. sub(v, kp), 'KEEPTTL')
+    redis.call('SET', name, sub(v, 1, 1) .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#err) .. err .. sub(v, kp), 'KEEPTTL')
     return {5, att, err}
   end
   local n, i = uvar(v, ep)
@@ -65,4 +67,4 @@ if att >= MAXN then return corrupt('attempts cannot grow') end
 -- out never ended its claim.
 local ptok = NONE
 if not expired then ptok = tok end
-return take(fence + 1, att + 1, expired, ptok, sub(v, ep, bp - 1))
+return take(fence + 1, att + 1, expired, ptok, sub(v, ep, bp - 1), sp and sub(v, sp))

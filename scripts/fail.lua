@@ -13,6 +13,7 @@ end
 if st == 'f' then return 1 end
 if st ~= 'p' then return 0 end
 local reason = ARGV[2]
-redis.call('SET', KEYS[1], '\1' .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#reason) .. reason .. sub(v, kp),
+-- The version byte and sub(v, kp) keep the steps, if any.
+redis.call('SET', KEYS[1], sub(v, 1, 1) .. (rcv and 'F' or 'f') .. sub(v, 3, ep - 1) .. uvenc(#reason) .. reason .. sub(v, kp),
   'PX', ARGV[3])
 return 1

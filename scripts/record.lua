@@ -22,6 +22,12 @@
 --                f: uvarint length + scope, uvarint length + id
 --                c: uvarint length + result
 --                r: nothing
+--   steps        version 2 only, pending and failed records only: one or
+--                more recovery points, each uvarint length + name (1..64
+--                bytes), uvarint length + result, in the order they were
+--                recorded. A record without steps is version 1, so keys
+--                that use no steps keep the layout above byte for byte; a
+--                completed record never keeps steps.
 --
 -- uvarint: 7 bits a byte, least significant first, high bit set on every
 -- byte but the last, at most 8 bytes, no needless trailing zero byte.
@@ -82,10 +88,12 @@ end
 --   (tok: the token as stored), ptok pp..ep-1, last error (length and
 --   bytes) ep..bp-1, body bp..#v; ret: a pending record's retention ms;
 --   kp: where a pending or failed record's key starts; rp: where a
---   completed record's result starts.
+--   completed record's result starts; sp: where the steps start and ns
+--   how many there are (nil for a record without steps).
 -- Each script starts:
 --   local v = redis.pcall('GET', KEYS[1])
 --   local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
+-- (and adds sp, ns when it needs the steps).
 local function decode(v)
   if not v then return nil end
   if type(v) ~= 'string' then return 'not a string' end
@@ -93,7 +101,7 @@ local function decode(v)
   local n = #v
   if n == 0 then return 'empty value' end
   local ver, s, i, k, k2 = byte(v, 1, 3)
-  if ver ~= 1 then return 'unknown version' end
+  if ver ~= 1 and ver ~= 2 then return 'unknown version' end
   if s == 99 then st = 'c' elseif s == 112 then st = 'p' elseif s == 102 then st = 'f'
   elseif s == 114 then st = 'r' elseif s == 67 then st, rcv = 'c', true
   elseif s == 80 then st, rcv = 'p', true elseif s == 70 then st, rcv = 'f', true
@@ -151,8 +159,21 @@ local function decode(v)
     rp = i
     i = i + k
   end
+  local sp, ns
+  if ver == 2 then
+    if st ~= 'p' and st ~= 'f' then return 'steps in a record that cannot hold them' end
+    sp, ns = i, 0
+    repeat
+      k, i = uvar(v, i)
+      if not k or k < 1 or k > 64 or i + k - 1 > n then return 'bad step' end
+      k, i = uvar(v, i + k)
+      if not k or i + k - 1 > n then return 'bad step' end
+      i = i + k
+      ns = ns + 1
+    until i > n
+  end
   if i ~= n + 1 then return 'trailing bytes' end
-  return nil, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp
+  return nil, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp, sp, ns
 end
 
 -- corrupt is the error reply for a value that cannot be read.

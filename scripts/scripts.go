@@ -30,6 +30,8 @@ var (
 	extendSrc string
 	//go:embed get.lua
 	getSrc string
+	//go:embed step.lua
+	stepSrc string
 )
 
 // CorruptPrefix starts the error reply of a script that found a value it
@@ -51,6 +53,9 @@ var (
 	// Get reads a record and its time to live together; the client
 	// decodes the record.
 	Get = redis.NewScript(getSrc)
+	// Step records a recovery point (a step's result) for the owner of a
+	// pending record.
+	Step = newScript(stepSrc)
 )
 
 var sources = map[*redis.Script]string{Get: getSrc}
@@ -73,7 +78,7 @@ const recordMark = "--[[record.lua]]\n"
 
 // All lists every script, for loading them at start-up.
 func All() []*redis.Script {
-	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get}
+	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get, Step}
 }
 
 // Source returns the Lua text of one of the scripts above, for sending it

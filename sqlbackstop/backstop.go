@@ -45,6 +45,7 @@ type Backstop struct {
 	t    tables
 	err  error
 	q    backstopSQL
+	sq   stepSQL // steps.go
 }
 
 // New returns a Backstop on db, in the tables opts names (create them with
@@ -52,7 +53,7 @@ type Backstop struct {
 func New(db *sql.DB, opts Options) *Backstop {
 	opts = opts.withDefaults()
 	t := newTables(opts)
-	b := &Backstop{db: db, opts: opts, t: t, err: opts.Validate(), q: newBackstopSQL(t)}
+	b := &Backstop{db: db, opts: opts, t: t, err: opts.Validate(), q: newBackstopSQL(t), sq: newStepSQL(t)}
 	if db == nil {
 		b.err = errors.New("sqlbackstop: nil *sql.DB")
 	}
@@ -83,7 +84,7 @@ func newBackstopSQL(t tables) backstopSQL {
 			ON CONFLICT (scope, id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 'completed',
 				token = EXCLUDED.token, fence = EXCLUDED.fence, attempt = EXCLUDED.attempt,
 				recovered = EXCLUDED.recovered, result = EXCLUDED.result, last_error = '', leased_until = NULL,
-				expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
+				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `

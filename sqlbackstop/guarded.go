@@ -39,6 +39,10 @@ import (
 // told the key is in progress though the backstop holds its answer. When
 // teaching primary still fails, its claim is released if it can be.
 //
+// The store Guarded returns is a guard.StepStore when primary is one:
+// steps are kept in primary, and a step that writes to the database
+// commits its own row with Backstop.Step (or CommitStep).
+//
 // Effects run under a Guarded store must Commit their row with b (see
 // Backstop.Func, and httpx.CommitResponse for HTTP handlers, which commits
 // the response the client receives); the lease's fence may differ from
@@ -46,6 +50,9 @@ import (
 func Guarded(primary guard.Store, b *Backstop) guard.Store {
 	if primary == nil || b == nil {
 		panic("sqlbackstop.Guarded: nil primary store or backstop")
+	}
+	if ps, ok := primary.(guard.StepStore); ok {
+		return &guardedSteps{guardedStore{primary: primary, b: b}, ps} // guarded_steps.go
 	}
 	return &guardedStore{primary: primary, b: b}
 }

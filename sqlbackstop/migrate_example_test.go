@@ -30,6 +30,7 @@ func ExampleNewMigrator() {
 	// 1 keys
 	// 2 consumed_messages
 	// 3 webhook_deliveries
+	// 4 steps
 }
 
 // Migrate at start-up; it is a no-op when the tables are current.

@@ -25,7 +25,7 @@ func tableExists(t *testing.T, db *sql.DB, name string) bool {
 	return reg.Valid
 }
 
-var allTables = []string{"idemguard_keys", "idemguard_consumed_messages", "idemguard_webhook_deliveries", "idemguard_schema_migrations"}
+var allTables = []string{"idemguard_keys", "idemguard_consumed_messages", "idemguard_webhook_deliveries", "idemguard_steps", "idemguard_schema_migrations"}
 
 // TestMigrateUpDownUp: up, up again (a no-op), down, up on a database in
 // use; the Store works after each up.
@@ -43,7 +43,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if err := sqlbackstop.Migrate(ctx, db, opts); err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if v, _ := m.Version(ctx); v != m.Latest() || v != 3 {
+	if v, _ := m.Version(ctx); v != m.Latest() || v != 4 {
 		t.Fatalf("version after up = %d, want %d", v, m.Latest())
 	}
 	var applied1 string
@@ -124,11 +124,11 @@ func TestMigrateSteps(t *testing.T) {
 	if err := m.Steps(ctx, 1); err != nil || version() != 1 || !tableExists(t, db, "idemguard_keys") || tableExists(t, db, "idemguard_consumed_messages") {
 		t.Fatalf("after 1 step up: version %d, %v", version(), err)
 	}
-	if err := m.Steps(ctx, 5); err == nil || version() != 3 {
-		t.Fatalf("5 steps from 1 = %v at version %d, want an error at 3", err, version())
+	if err := m.Steps(ctx, 5); err == nil || version() != 4 {
+		t.Fatalf("5 steps from 1 = %v at version %d, want an error at 4", err, version())
 	}
-	if err := m.Steps(ctx, -2); err != nil || version() != 1 || tableExists(t, db, "idemguard_webhook_deliveries") {
-		t.Fatalf("2 steps down: version %d, %v", version(), err)
+	if err := m.Steps(ctx, -3); err != nil || version() != 1 || tableExists(t, db, "idemguard_webhook_deliveries") || tableExists(t, db, "idemguard_steps") {
+		t.Fatalf("3 steps down: version %d, %v", version(), err)
 	}
 	if err := m.Steps(ctx, -1); err != nil || version() != 0 || tableExists(t, db, "idemguard_keys") {
 		t.Fatalf("last step down: version %d, %v", version(), err)
@@ -154,8 +154,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	var n int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("versions recorded = %d, %v; want 3", n, err)
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("versions recorded = %d, %v; want 4", n, err)
 	}
 }
 
@@ -171,8 +171,8 @@ func TestMigrateOddNames(t *testing.T) {
 		t.Fatalf("Migrate: %v", err)
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema).Scan(&n); err != nil || n != 4 {
-		t.Fatalf("tables in %q = %d, %v; want 4", schema, n, err)
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema).Scan(&n); err != nil || n != 5 {
+		t.Fatalf("tables in %q = %d, %v; want 5", schema, n, err)
 	}
 	s := sqlbackstop.NewStore(db, opts)
 	key := guard.Key{Scope: "s", ID: "x"}

@@ -28,8 +28,8 @@ type Options struct {
 	Schema string
 	// TablePrefix starts every table and index name. Default
 	// DefaultTablePrefix ("idemguard_"): tables idemguard_keys,
-	// idemguard_consumed_messages, idemguard_webhook_deliveries and
-	// idemguard_schema_migrations.
+	// idemguard_consumed_messages, idemguard_webhook_deliveries,
+	// idemguard_steps and idemguard_schema_migrations.
 	TablePrefix string
 	// TTL is how long a row written by Backstop.Commit, Backstop marks and
 	// MarkConsumed is kept before it counts as expired and Purge may delete
@@ -73,6 +73,7 @@ type tables struct {
 	Keys, Consumed, Webhooks, Versions     string // qualified, quoted table names
 	KeysExpiresIndex, ConsumedExpiresIndex string // unqualified, quoted index names
 	ConsumedUnique, WebhooksPendingIndex   string
+	Steps, StepsExpiresIndex               string // steps.go: qualified table, index
 	Schema                                 string // quoted schema, or "" for search_path
 	lockKey                                string // advisory-lock key for migrations
 }
@@ -95,6 +96,8 @@ func newTables(o Options) tables {
 		ConsumedExpiresIndex: pq.QuoteIdentifier(p + "consumed_messages_expires_at_idx"),
 		ConsumedUnique:       pq.QuoteIdentifier(p + "consumed_messages_group_message_key"),
 		WebhooksPendingIndex: pq.QuoteIdentifier(p + longestSuffix),
+		Steps:                qual(p + "steps"),
+		StepsExpiresIndex:    pq.QuoteIdentifier(p + "steps_expires_at_idx"),
 		lockKey:              "idemguard:" + o.Schema + "." + p,
 	}
 	if o.Schema != "" {

@@ -25,7 +25,7 @@ type PurgeOptions struct {
 }
 
 // Purge deletes the expired rows (expired at least opts.Before ago) of the
-// keys and consumed-messages tables, in batches, until none is left, and returns how many it deleted.
+// keys, consumed-messages and steps tables, in batches, until none is left, and returns how many it deleted.
 // Live rows are never touched. It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
 // for the next purge.
@@ -46,6 +46,7 @@ func (b *Backstop) Purge(ctx context.Context, opts PurgeOptions) (int64, error) 
 	for _, p := range []struct{ name, table, key string }{
 		{"keys", b.t.Keys, "scope, id"},
 		{"consumed_messages", b.t.Consumed, "consumer_group, message_id"},
+		{"steps", b.t.Steps, "scope, id, name"},
 	} {
 		q := `DELETE FROM ` + p.table + ` WHERE (` + p.key + `) IN (
 			SELECT ` + p.key + ` FROM ` + p.table + ` WHERE expires_at <= now() - $2 * interval '1 microsecond'

@@ -29,7 +29,10 @@ type Store struct {
 	q   storeSQL
 }
 
-var _ guard.Store = (*Store)(nil)
+var (
+	_ guard.Store     = (*Store)(nil)
+	_ guard.StepStore = (*Store)(nil)
+)
 
 // NewStore returns a Store on db, in the tables opts names (create them
 // with Migrate). Invalid options make every call return the error.
@@ -49,6 +52,7 @@ type storeSQL struct {
 	claimNew, selectForUpdate, resetExpired, reclaim, exhaust, retake   string
 	complete, fail, checkDone, releaseFirst, releaseLater, releaseCheck string
 	extend, get                                                         string
+	saveStep, readSteps                                                 string // store_steps.go
 }
 
 // keysColumns are the columns of a fresh record, in INSERT order.
@@ -57,7 +61,7 @@ const keysColumns = `(scope, id, fingerprint, status, token, fence, attempt, rec
 // claimColumns is what a claim reads of a record (see claimRow.dest).
 var claimColumns = `fingerprint, status, token, fence, attempt, recovered, result, last_error,
 	expires_at <= ` + clockNow + `, COALESCE(leased_until > ` + clockNow + `, false),
-	COALESCE(` + untilUS("leased_until") + `, 0)`
+	COALESCE(` + untilUS("leased_until") + `, 0), steps`
 
 func newStoreSQL(t tables) storeSQL {
 	k := t.Keys
@@ -73,7 +77,8 @@ func newStoreSQL(t tables) storeSQL {
 		selectForUpdate: `SELECT ` + claimColumns + ` FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 lease µs, $6 keep µs
 		resetExpired: `UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
-				recovered = false, result = NULL, last_error = '', leased_until = ` + clockNow + ` + ` + dur("$5") + `,
+				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
+				leased_until = ` + clockNow + ` + ` + dur("$5") + `,
 				created_at = ` + clockNow + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
 			WHERE scope = $1 AND id = $2`,
 		reclaim: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$3") + ` WHERE scope = $1 AND id = $2`,
@@ -83,7 +88,7 @@ func newStoreSQL(t tables) storeSQL {
 				recovered = $4, leased_until = ` + clockNow + ` + ` + dur("$5") + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
 			WHERE scope = $1 AND id = $2`,
 		// $1 scope, $2 id, $3 token, $4 result, $5 ttl µs
-		complete: `UPDATE ` + k + ` SET status = 'completed', result = $4, leased_until = NULL,
+		complete: `UPDATE ` + k + ` SET status = 'completed', result = $4, leased_until = NULL, steps = NULL, step_count = 0,
 				expires_at = ` + clockNow + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 reason, $5 ttl µs
@@ -91,18 +96,22 @@ func newStoreSQL(t tables) storeSQL {
 				expires_at = ` + clockNow + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		checkDone: `SELECT status FROM ` + k + ` WHERE scope = $1 AND id = $2 AND token = $3 AND ` + live,
+		// A claim whose steps happened is not undone: it returns to
+		// failed with them, its attempt uncounted unless it was the first.
 		releaseFirst: `DELETE FROM ` + k + `
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1`,
-		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = attempt - 1, leased_until = NULL
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt > 1 AND ` + live,
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0`,
+		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
 		releaseCheck: `SELECT status, token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 lease µs
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + `)
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		get: `SELECT fingerprint, status, token, fence, attempt, recovered, result, last_error,
-				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `
+				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `, steps
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
+		saveStep:  fmt.Sprintf(saveStepSQL, k),
+		readSteps: fmt.Sprintf(readStepsSQL, k),
 	}
 }
 
@@ -177,11 +186,12 @@ type claimRow struct {
 	recovered, expired, alive  sql.NullBool
 	result                     []byte
 	leftUS                     int64
+	steps                      []byte
 }
 
 func (r *claimRow) dest() []any {
 	return []any{&r.fp, &r.status, &r.token, &r.fence, &r.attempt, &r.recovered, &r.result, &r.lastErr,
-		&r.expired, &r.alive, &r.leftUS}
+		&r.expired, &r.alive, &r.leftUS, &r.steps}
 }
 
 // claimAction is the write a claim must make on an existing record.
@@ -219,7 +229,7 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 	case "pending":
 		if r.token.String == req.Token {
 			// The same claim sent again: the same answer, lease renewed.
-			return acquired(req, r.fence.Int64, attempt, r.recovered.Bool), actReclaim, nil
+			return r.withSteps(acquired(req, r.fence.Int64, attempt, r.recovered.Bool), actReclaim)
 		}
 		if r.alive.Bool {
 			left := max(time.Duration(r.leftUS)*time.Microsecond, time.Microsecond)
@@ -237,7 +247,7 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 		}
 		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: r.lastErr.String}, actNone, nil
 	}
-	return acquired(req, r.fence.Int64+1, attempt+1, recovering), actRetake, nil
+	return r.withSteps(acquired(req, r.fence.Int64+1, attempt+1, recovering), actRetake)
 }
 
 // claimLocked decides a claim on an existing row while holding its lock,
@@ -381,8 +391,9 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	rec := guard.Record{Key: key}
 	var status string
 	var leftUS, ttlUS int64
+	var steps []byte
 	err := s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.ID).Scan(&rec.Fingerprint, &status, &rec.Token,
-		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &rec.LastError, &leftUS, &ttlUS)
+		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &rec.LastError, &leftUS, &ttlUS, &steps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return guard.Record{}, guard.ErrNotFound
 	}
@@ -402,6 +413,9 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	}
 	if st == guard.StateCompleted && rec.Result == nil {
 		rec.Result = []byte{}
+	}
+	if rec.Steps, err = decodeSteps(steps); err != nil {
+		return guard.Record{}, fmt.Errorf("%s: %w", key, err)
 	}
 	return rec, nil
 }

@@ -111,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
+		{"Steps", c.steps}, // steps.go
 	} {
 		t.Run(tc.name, tc.fn)
 	}

@@ -1,0 +1,22 @@
+package sqlbackstop
+
+import (
+	"context"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// guardedSteps is Guarded over a primary that keeps steps.
+type guardedSteps struct {
+	guardedStore
+	steps guard.StepStore
+}
+
+var _ guard.StepStore = (*guardedSteps)(nil)
+
+// SaveStep records the step in primary, retried while primary cannot be
+// reached as the writes that end a claim are (a step is safe to send
+// again: the same step answers OK).
+func (g *guardedSteps) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return settle(ctx, settleBudget, func() error { return g.steps.SaveStep(ctx, lease, index, step) })
+}

@@ -1,0 +1,2 @@
+DROP TABLE {{.Steps}};
+ALTER TABLE {{.Keys}} DROP COLUMN step_count, DROP COLUMN steps;
