@@ -1,13 +1,14 @@
 # make test: start real Redis (standalone, Cluster, Redlock nodes, master +
-# replica) and PostgreSQL 15 on loopback, vet, run every test with -race,
-# stop the services. Nothing is skipped.
+# replica) and PostgreSQL 15 on loopback, vet and run every test of every
+# module in go.work with -race (tools/test.sh), stop the services. Nothing
+# is skipped.
 GO ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: test vet services-up services-down demo
 
 test:
-	./tools/services.sh run sh -c '$(GO) vet ./... && $(GO) test $(TEST_FLAGS) ./...'
+	GO=$(GO) TEST_FLAGS='$(TEST_FLAGS)' ./tools/services.sh run ./tools/test.sh
 
 vet:
 	$(GO) vet ./...
