@@ -681,6 +681,8 @@ type runContext struct {
 	info *claimInfo
 }
 
+// Value returns the claim for claimKey and asks the lease's context for
+// any other key.
 func (c *runContext) Value(key any) any {
 	if _, ok := key.(claimKey); ok {
 		return c.info
