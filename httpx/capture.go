@@ -24,8 +24,9 @@ type capture struct {
 
 	status      int
 	wroteHeader bool
-	header      http.Header // a copy of the header at WriteHeader time
-	buf         bytes.Buffer
+	header      http.Header  // a copy of the header at WriteHeader time
+	buf         bytes.Buffer // the body held back, and kept for the store; starts in small
+	small       [heldInline]byte
 	tooLarge    bool // more than max body bytes: buf is dropped
 	committed   bool // the status line has gone to the real writer
 	hijacked    bool
@@ -36,6 +37,10 @@ type capture struct {
 	stored  []byte // the result it committed to the backstop: the middleware stores these bytes
 	release bool   // it answered without committing: release the key, store nothing
 }
+
+// heldInline is how much of a response body the capture holds without
+// an allocation of its own: most API responses fit.
+const heldInline = 256
 
 // errSealed is what a handler's write gets after CommitResponse answered.
 var errSealed = errors.New("httpx: the response was already written by CommitResponse")

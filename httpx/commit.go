@@ -59,7 +59,7 @@ import (
 // left out) CommitResponse commits tx and writes the response to w; if
 // the commit fails it answers 503.
 func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlbackstop.Backstop, status int, body []byte) error {
-	ci, guarded := r.Context().Value(claimKey{}).(claimInfo)
+	ci, guarded := r.Context().Value(claimKey{}).(*claimInfo)
 	if !guarded || ci.c == nil {
 		return commitUnguarded(w, tx, status, body)
 	}
@@ -94,11 +94,12 @@ func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlba
 		c.writeSealed(status, body)
 		return fmt.Errorf("httpx: status %d not committed (Options.Store5xx is off); transaction rolled back, key released", status)
 	}
-	sr := storedResponse{status: status, header: m.handlerSet(c.before, h), body: body}
+	var result []byte
 	if len(body) > m.opts.MaxStoredResponse {
-		sr = storedResponse{status: status, notKept: notKeptTooLarge}
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	} else {
+		result = m.encodeHandlerResponse(status, c.before, h, body)
 	}
-	result := encodeResponse(sr)
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)
 	if err == nil {
@@ -116,7 +117,7 @@ func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlba
 
 	resetHeader(h, c.before) // the fields set for the response not sent
 	if done, ok := errors.AsType[*sqlbackstop.AlreadyCommittedError](err); ok {
-		stored, derr := decodeResponse(done.Result)
+		stored, derr := parseResponse(done.Result)
 		if derr != nil {
 			// Committed by something other than CommitResponse.
 			m.opts.Logger.Error("httpx: committed response unreadable",

@@ -39,12 +39,11 @@ var private = map[string]bool{
 // replay carries their values of the moment.
 func DefaultReplayHeader(name string) bool { return !private[name] }
 
-// handlerSet returns the fields of h (the response header when the handler
-// wrote its status) that the handler set or changed relative to before
-// (the header when the handler was called), and that the replay rules keep.
-func (m *middleware) handlerSet(before, h http.Header) http.Header {
+// connectionFields returns the fields h's Connection header names
+// (canonical), which are hop-by-hop for this response; nil when none.
+func connectionFields(h http.Header) map[string]bool {
 	var conn map[string]bool
-	for _, v := range h.Values("Connection") {
+	for _, v := range h["Connection"] {
 		for f := range strings.SplitSeq(v, ",") {
 			if f = strings.TrimSpace(f); f != "" {
 				if conn == nil {
@@ -54,19 +53,22 @@ func (m *middleware) handlerSet(before, h http.Header) http.Header {
 			}
 		}
 	}
-	out := make(http.Header, len(h))
-	for k, vs := range h {
-		if len(vs) == 0 || slices.Equal(before[k], vs) {
-			continue // absent, or as the outer middleware left it
-		}
-		if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
-			continue
-		}
-		if m.opts.ReplayHeader(k) {
-			out[k] = vs
-		}
+	return conn
+}
+
+// keepField reports whether field k, with values vs in the response
+// header when the handler wrote its status, is stored for replays: the
+// handler set or changed it relative to before (the header when the
+// handler was called), and the replay rules keep it. conn is
+// connectionFields of that header.
+func (m *middleware) keepField(k string, vs []string, before http.Header, conn map[string]bool) bool {
+	if len(vs) == 0 || slices.Equal(before[k], vs) {
+		return false // absent, or as the outer middleware left it
 	}
-	return out
+	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
+		return false
+	}
+	return m.opts.ReplayHeader(k)
 }
 
 // resetHeader makes h what it was before the handler ran: the fields of

@@ -2,14 +2,10 @@ package httpx
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
-	"io"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -105,34 +101,24 @@ const computedPrefix = "computed:"
 
 // computedKey digests r and body into a key (see ComputedKey).
 func (ks KeySource) computedKey(r *http.Request, route string, body []byte) string {
-	h := sha256.New()
-	field := func(s string) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		io.WriteString(h, s)
-	}
-	for _, s := range []string{r.Method, route, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
-		field(s)
+	d := getDigester()
+	defer d.put()
+	for _, s := range [...]string{r.Method, route, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
+		d.field(s)
 	}
 	for _, name := range ks.headers {
-		field(name)
+		d.field(name)
 		values := r.Header.Values(name)
-		field(strconv.Itoa(len(values)))
+		d.field(strconv.Itoa(len(values)))
 		for _, v := range values {
-			field(v)
+			d.field(v)
 		}
 	}
-	writeBody(h, body)
-	var sum [sha256.Size]byte
-	return computedPrefix + hex.EncodeToString(h.Sum(sum[:0]))
-}
-
-func writeBody(h hash.Hash, body []byte) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(body)))
-	h.Write(n[:])
-	h.Write(body)
+	// The body, length first, as a field; written to the hash directly.
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(body)))
+	d.flush()
+	d.h.Write(body)
+	return d.hex(computedPrefix)
 }
 
 // describe is the key's description in the inventory.

@@ -108,3 +108,32 @@ func TestComputedKeyDigest(t *testing.T) {
 		seen[k] = name
 	}
 }
+
+// The fingerprint and the computed key are kept in Redis and in the SQL
+// backstop for as long as a key is remembered: the same request must give
+// the same digest from one version to the next, or a retry across an
+// upgrade gets 422 (or runs again). These are the values of the first
+// release that computed them.
+func TestDigestsStable(t *testing.T) {
+	body := []byte(`{"sku":"tea"}`)
+	r := httptest.NewRequest("POST", "/orders/a%2Fb?x=1&y=2", strings.NewReader(string(body)))
+	r.Header.Set("Content-Type", "application/json")
+	if got, want := DefaultFingerprint(r, body), "618e1cc31d004e249c2b5afec071869c03808206c112cbc929f10d11ca05d14c"; got != want {
+		t.Errorf("DefaultFingerprint %s, want %s", got, want)
+	}
+	r.Header.Add("X-Client", "c1")
+	r.Header.Add("X-Client", "c2")
+	if got, want := ComputedKey("X-Client", "X-None").computedKey(r, "POST /orders/{id}", body),
+		"computed:a3c09148cfc14d97365ac5f9e9d01c9edba41cfc350187813f81579d4919a78b"; got != want {
+		t.Errorf("computed key %s, want %s", got, want)
+	}
+	// A path, query or header field longer than the hasher's scratch
+	// buffer keeps, hashed twice: the same digest.
+	long := httptest.NewRequest("POST", "/"+strings.Repeat("p", 3*maxPooledScratch)+"?q="+strings.Repeat("q", maxPooledScratch), nil)
+	long.Header.Set("X-Client", strings.Repeat("c", maxPooledScratch))
+	ks := ComputedKey("X-Client")
+	fp, ck := DefaultFingerprint(long, body), ks.computedKey(long, "r", body)
+	if DefaultFingerprint(long, body) != fp || ks.computedKey(long, "r", body) != ck || DefaultFingerprint(r, body) == fp {
+		t.Error("digests of a long request are not stable")
+	}
+}

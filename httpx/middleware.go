@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -290,6 +289,9 @@ func DefaultScope(r *http.Request) string {
 	if route == "" {
 		route = r.URL.EscapedPath()
 	} else if i := strings.IndexAny(route, " \t"); i >= 0 {
+		if route[:i] == r.Method && i+1 < len(route) && route[i] == ' ' && route[i+1] != ' ' && route[i+1] != '\t' {
+			return route // "POST /orders" for a POST: the scope already, as is
+		}
 		route = strings.TrimLeft(route[i:], " \t") // drop the pattern's own method
 	}
 	return r.Method + " " + route
@@ -298,16 +300,14 @@ func DefaultScope(r *http.Request) string {
 // DefaultFingerprint is a SHA-256, in hex, over the method, the escaped
 // path and query, the Content-Type and the body.
 func DefaultFingerprint(r *http.Request, body []byte) string {
-	h := sha256.New()
-	for _, s := range []string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		io.WriteString(h, s)
+	d := getDigester()
+	defer d.put()
+	for _, s := range [...]string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
+		d.field(s)
 	}
-	h.Write(body)
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	d.flush()
+	d.h.Write(body)
+	return d.hex("")
 }
 
 type middleware struct {
@@ -349,8 +349,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	// Claim even if the client hangs up meanwhile: a claim cut off after
 	// the store took it would lock the key for a whole lease. Guard.Claim
-	// bounds the call itself (half a lease).
-	out, err := m.g.Claim(context.WithoutCancel(r.Context()), key, fingerprint)
+	// bounds the call itself (half a lease). The writes that end the
+	// claim (complete, release) outlive a hang-up too, on the same
+	// context.
+	dctx := context.WithoutCancel(r.Context())
+	out, err := m.g.Claim(dctx, key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
 		out, err, ok = m.wait(r, key, fingerprint, err)
 		if !ok {
@@ -367,10 +370,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if r.Context().Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
-		m.release(r, out.Lease)
+		m.release(dctx, out.Lease)
 		return
 	}
-	m.run(w, r, next, out.Lease, fingerprint, route)
+	m.run(w, r, dctx, next, out.Lease, fingerprint, route)
 }
 
 // requestKey finds the request's key where Options.Key says. It answers
@@ -446,31 +449,77 @@ func (m *middleware) headerKey(w http.ResponseWriter, r *http.Request) (id strin
 // readBody reads the whole request body, up to MaxBody, and puts it back
 // for the handler. It answers 413 or 400 itself and reports false.
 func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, id string) ([]byte, bool) {
-	tooLarge := func() {
-		writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-			Title: "Request body too large", Key: id,
-			Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
-	}
 	if r.ContentLength > m.opts.MaxBody {
-		tooLarge()
+		m.tooLarge(w, id)
 		return nil, false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.opts.MaxBody))
+	body, err := m.readAll(w, r)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			tooLarge()
+			m.tooLarge(w, id)
 		} else {
 			writeProblem(w, Problem{Type: ProblemBodyUnreadable, Status: http.StatusBadRequest,
 				Title: "Request body unreadable", Key: id, Detail: err.Error()})
 		}
 		return nil, false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	held := &heldBody{}
+	held.Reset(body)
+	r.Body = held
 	return body, true
 }
+
+// exactRead is the largest declared Content-Length read into a buffer of
+// that size at once; a longer body grows its buffer as it arrives, so a
+// client that declares a large body and sends nothing holds little.
+const exactRead = 32 << 10
+
+// readAll reads r's body, up to MaxBody (an error wrapping
+// *http.MaxBytesError past it). A body whose length is declared, and
+// small, is read into one buffer of that length (and a byte more, to see
+// it end).
+func (m *middleware) readAll(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > exactRead {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, m.opts.MaxBody))
+	}
+	buf := make([]byte, n+1)
+	k := 0
+	for k < len(buf) {
+		c, err := r.Body.Read(buf[k:])
+		k += c
+		if err == io.EOF && k < len(buf) {
+			return buf[:k], nil
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+	}
+	// More than declared (a request not from net/http's server, which
+	// holds the body to its length): read on under the limit.
+	rest := struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+	return io.ReadAll(http.MaxBytesReader(w, rest, m.opts.MaxBody))
+}
+
+// tooLarge answers 413.
+func (m *middleware) tooLarge(w http.ResponseWriter, id string) {
+	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+		Title: "Request body too large", Key: id,
+		Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
+}
+
+// heldBody is the request body the handler reads: the bytes the
+// middleware read, in one allocation.
+type heldBody struct{ bytes.Reader }
+
+// Close does nothing: the body was read already.
+func (*heldBody) Close() error { return nil }
 
 // scope is the key's scope: route (Options.Scope), prefixed by the quoted
 // caller (Options.Tenant). ok is false when Tenant names no caller. A scope
@@ -537,7 +586,7 @@ func (m *middleware) unavailable(w http.ResponseWriter, id, detail string) {
 
 // replay writes a stored response.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key guard.Key, result []byte) {
-	sr, err := decodeResponse(result)
+	sr, err := parseResponse(result)
 	if err != nil {
 		m.opts.Logger.Error("httpx: stored response unreadable",
 			append(m.logKey(key), "path", r.URL.Path, "err", m.logErr(key, err))...)
@@ -551,7 +600,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key guard.Ke
 
 // writeStored writes sr as a replay: its header fields over w's, its
 // status and body, and Idempotent-Replayed: true.
-func writeStored(w http.ResponseWriter, id string, sr storedResponse) {
+func writeStored(w http.ResponseWriter, id string, sr responseView) {
 	if sr.notKept != 0 {
 		why := "it was larger than the server keeps"
 		if sr.notKept&notKeptHijacked != 0 {
@@ -563,19 +612,27 @@ func writeStored(w http.ResponseWriter, id string, sr storedResponse) {
 			ReplayedHeader, "true")
 		return
 	}
-	h := w.Header()
-	for k, vs := range sr.header {
-		h[k] = vs
-	}
-	h.Set(ReplayedHeader, "true")
+	sr.setHeader(w.Header())
 	w.WriteHeader(sr.status)
 	_, _ = w.Write(sr.body)
 }
 
 // run calls the handler under lease and stores or releases the outcome.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease guard.Lease, fingerprint, route string) {
+// dctx is the request's context without its cancellation, for the writes
+// that end the claim.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, dctx context.Context, next http.Handler, lease guard.Lease, fingerprint, route string) {
 	ctx, stop := m.g.KeepAlive(r.Context(), lease)
-	c := &capture{w: w, max: m.opts.MaxStoredResponse, before: w.Header().Clone()}
+	// The capture, the claim the handler's context carries and that
+	// context: one allocation.
+	run := &guardedRun{}
+	c := &run.c
+	c.w, c.max = w, m.opts.MaxStoredResponse
+	if h := w.Header(); len(h) > 0 {
+		c.before = h.Clone()
+	}
+	c.buf = *bytes.NewBuffer(c.small[:0])
+	run.info = claimInfo{lease: lease, fingerprint: fingerprint, route: route, c: c, m: m}
+	run.ctx = runContext{Context: ctx, info: &run.info}
 	returned := false
 	defer func() {
 		if returned {
@@ -583,7 +640,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		}
 		p := recover()
 		stop()
-		m.release(r, lease)
+		m.release(dctx, lease)
 		if p == nil {
 			return // runtime.Goexit: let it go on
 		}
@@ -600,18 +657,42 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			Title: "Internal server error", Key: lease.Key.ID,
 			Detail: "the handler failed; the key was released, retry with the same key"})
 	}()
-	ctx = context.WithValue(ctx, claimKey{}, claimInfo{lease: lease, fingerprint: fingerprint, route: route, c: c, m: m})
 	start := time.Now()
-	next.ServeHTTP(c, r.WithContext(ctx))
+	next.ServeHTTP(c, r.WithContext(&run.ctx))
 	returned = true
 	m.runs.observe(route, time.Since(start))
 	stop()
-	m.finish(r, c, lease)
+	m.finish(r, dctx, c, lease)
+}
+
+// guardedRun is what one guarded run of the handler needs, allocated
+// together: the writer it writes to, its claim, and its context.
+type guardedRun struct {
+	c    capture
+	info claimInfo
+	ctx  runContext
+}
+
+// runContext is the guarded handler's context: the lease's (KeepAlive),
+// carrying the claim (ClaimFrom, CommitResponse) as context.WithValue
+// would, without its two allocations.
+type runContext struct {
+	context.Context
+	info *claimInfo
+}
+
+// Value returns the claim for claimKey and asks the lease's context for
+// any other key.
+func (c *runContext) Value(key any) any {
+	if _, ok := key.(claimKey); ok {
+		return c.info
+	}
+	return c.Context.Value(key)
 }
 
 // finish stores the handler's response (or a marker, or releases the key
 // for a 5xx) and then lets the held response go to the client.
-func (m *middleware) finish(r *http.Request, c *capture, lease guard.Lease) {
+func (m *middleware) finish(r *http.Request, dctx context.Context, c *capture, lease guard.Lease) {
 	if !c.wroteHeader && !c.hijacked {
 		c.WriteHeader(http.StatusOK)
 	}
@@ -620,7 +701,7 @@ func (m *middleware) finish(r *http.Request, c *capture, lease guard.Lease) {
 	switch {
 	case c.release:
 		// CommitResponse answered without committing: nothing is final.
-		m.release(r, lease)
+		m.release(dctx, lease)
 		c.commit()
 		return
 	case c.stored != nil:
@@ -631,15 +712,15 @@ func (m *middleware) finish(r *http.Request, c *capture, lease guard.Lease) {
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
 	case status >= 500 && !m.opts.Store5xx:
-		m.release(r, lease)
+		m.release(dctx, lease)
 		c.commit()
 		return
 	case c.tooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	default:
-		result = encodeResponse(storedResponse{status: status, header: m.handlerSet(c.before, c.header), body: c.buf.Bytes()})
+		result = m.encodeHandlerResponse(status, c.before, c.header, c.buf.Bytes())
 	}
-	m.complete(r, lease, result)
+	m.complete(r, dctx, lease, result)
 	if !c.hijacked {
 		c.commit()
 	}
@@ -651,13 +732,12 @@ func (m *middleware) finish(r *http.Request, c *capture, lease guard.Lease) {
 // SQL backstop under the guard, that request then finds the committed
 // response; without one, it runs the handler again, as it would have once
 // the lease ran out.
-func (m *middleware) complete(r *http.Request, lease guard.Lease, result []byte) {
-	ctx := context.WithoutCancel(r.Context())
-	err := settle(ctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
+func (m *middleware) complete(r *http.Request, dctx context.Context, lease guard.Lease, result []byte) {
+	err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
 	if err == nil {
 		return
 	}
-	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(ctx, lease) == nil {
+	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(dctx, lease) == nil {
 		m.opts.Logger.Warn("httpx: response not stored (store unreachable); idempotency key released",
 			append(m.logKey(lease.Key), "path", r.URL.Path, "err", m.logErr(lease.Key, err))...)
 		return
@@ -675,11 +755,11 @@ func (m *middleware) lastRelease(ctx context.Context, lease guard.Lease) error {
 	return m.g.Release(ctx, lease)
 }
 
-// release undoes the claim, even if the client is gone, retrying while the
-// store cannot be reached (settle).
-func (m *middleware) release(r *http.Request, lease guard.Lease) {
-	ctx := context.WithoutCancel(r.Context())
-	if err := settle(ctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
+// release undoes the claim, retrying while the store cannot be reached
+// (settle). dctx is the request's context without its cancellation: the
+// key is released even if the client is gone.
+func (m *middleware) release(dctx context.Context, lease guard.Lease) {
+	if err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
 		m.opts.Logger.Warn("httpx: idempotency key not released; it frees when its lease ends",
 			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
 	}
@@ -703,6 +783,9 @@ type claimInfo struct {
 // through CommitResponse, which stores the response the client receives.
 // ok is false outside a guarded run (a safe method, an optional key).
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
-	c, ok := ctx.Value(claimKey{}).(claimInfo)
-	return c.lease, c.fingerprint, ok
+	c, ok := ctx.Value(claimKey{}).(*claimInfo)
+	if !ok {
+		return guard.Lease{}, "", false
+	}
+	return c.lease, c.fingerprint, true
 }

@@ -335,6 +335,64 @@ func TestBodyTooLarge(t *testing.T) {
 	}
 }
 
+// A request handed to the Guard directly (not by net/http's server, which
+// holds a body to its Content-Length) may carry a body longer or shorter
+// than it declares: the Guard reads what is there, as the handler would,
+// up to MaxBody, and fingerprints all of it.
+func TestBodyNotAsDeclared(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var seen []string
+	h := guarded(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		seen = append(seen, string(b))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "run %d", len(seen))
+	}), httpx.Options{MaxBody: 10})
+	send := func(id, body string, declared int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/o", strings.NewReader(body))
+		req.ContentLength = declared
+		req.Header.Set("Idempotency-Key", id)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	// Longer than declared, within MaxBody: all of it.
+	if rec := send("longer", "abcdefgh", 3); rec.Code != http.StatusCreated || seen[len(seen)-1] != "abcdefgh" {
+		t.Fatalf("longer than declared: %d, handler saw %q", rec.Code, seen)
+	}
+	// All of it was fingerprinted: the same key with the first 3 bytes
+	// is another request, with all 8 the same one.
+	if rec := send("longer", "abc", 3); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("the declared prefix only: %d %s, want 422", rec.Code, rec.Body)
+	}
+	if rec := send("longer", "abcdefgh", 8); rec.Code != http.StatusCreated || rec.Header().Get(httpx.ReplayedHeader) != "true" {
+		t.Fatalf("the same body, declared right: %d %v, want a replay", rec.Code, rec.Header())
+	}
+	// Shorter than declared: what there is.
+	if rec := send("shorter", "abc", 9); rec.Code != http.StatusCreated || seen[len(seen)-1] != "abc" {
+		t.Fatalf("shorter than declared: %d, handler saw %q", rec.Code, seen)
+	}
+	// Past MaxBody although the declared length is within it: 413, and
+	// nothing runs or is kept.
+	runs := len(seen)
+	if rec := send("over", "abcdefghijklmnop", 3); rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("over MaxBody, declared within: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send("over-exact", "abcdefghijk", 10); rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("one byte over MaxBody, declared at it: %d %s", rec.Code, rec.Body)
+	}
+	if len(seen) != runs || e.records(t) != 2 {
+		t.Fatalf("after the 413s: %d runs (want %d), %d records (want 2)", len(seen), runs, e.records(t))
+	}
+	// At MaxBody exactly: runs.
+	if rec := send("at", "abcdefghij", 10); rec.Code != http.StatusCreated || seen[len(seen)-1] != "abcdefghij" {
+		t.Fatalf("at MaxBody: %d, handler saw %q", rec.Code, seen)
+	}
+}
+
 func TestPanicReleasesKey(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	var runs atomic.Int64

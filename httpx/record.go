@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,12 +70,69 @@ func appendBytes(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// encodeHandlerResponse is encodeResponse of the handler's response:
+// status, the fields of h (the header when the handler wrote its status)
+// that keepField keeps, and body. It writes the same bytes as encoding a
+// storedResponse of those fields would, straight from h.
+func (m *middleware) encodeHandlerResponse(status int, before, h http.Header, body []byte) []byte {
+	conn := connectionFields(h)
+	var inline [16]string
+	names := inline[:0]
+	size := 2 + 3*binary.MaxVarintLen64 + len(body)
+	n := 0
+	for k, vs := range h {
+		if !m.keepField(k, vs, before, conn) {
+			continue
+		}
+		names = append(names, k)
+		for _, v := range vs {
+			size += len(k) + len(v) + 2*binary.MaxVarintLen64
+			n++
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = append(b, responseVersion, 0)
+	b = binary.AppendUvarint(b, uint64(status))
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, k := range names {
+		for _, v := range h[k] {
+			b = appendBytes(b, k)
+			b = appendBytes(b, v)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	return append(b, body...)
+}
+
 // decodeResponse reads what encodeResponse wrote. Anything else gives an
 // error wrapping errCorruptResponse; it never panics and never allocates
 // more than a small multiple of len(b).
 func decodeResponse(b []byte) (storedResponse, error) {
-	bad := func(what string) (storedResponse, error) {
-		return storedResponse{}, fmt.Errorf("%w: %s", errCorruptResponse, what)
+	v, err := parseResponse(b)
+	if err != nil {
+		return storedResponse{}, err
+	}
+	return storedResponse{status: v.status, notKept: v.notKept, header: v.header(), body: v.body}, nil
+}
+
+// responseView is a stored response that parseResponse checked, its
+// header fields still encoded: a replay writes them to the response
+// without building a map first.
+type responseView struct {
+	status  int
+	notKept uint8
+	n       int    // header fields
+	fields  []byte // the n fields, encoded
+	grouped bool   // each name's values follow one another (encodeResponse sorts names)
+	body    []byte
+}
+
+// parseResponse checks b as decodeResponse does and returns its parts,
+// without allocating unless b is corrupt.
+func parseResponse(b []byte) (responseView, error) {
+	bad := func(what string) (responseView, error) {
+		return responseView{}, fmt.Errorf("%w: %s", errCorruptResponse, what)
 	}
 	if len(b) < 2 {
 		return bad("too short")
@@ -82,7 +140,7 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	if b[0] != responseVersion {
 		return bad(fmt.Sprintf("version %d", b[0]))
 	}
-	r := storedResponse{notKept: b[1]}
+	r := responseView{notKept: b[1], grouped: true}
 	if r.notKept&^knownFlags != 0 {
 		return bad(fmt.Sprintf("flags %#x", r.notKept))
 	}
@@ -96,18 +154,21 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	if !ok || n > uint64(len(d.b))/2 { // every field takes at least two bytes
 		return bad("field count")
 	}
-	if n > 0 {
-		r.header = make(http.Header, min(n, 64))
-	}
+	r.n = int(n)
+	fields := d.b
+	var prev []byte
 	for range n {
 		k, ok1 := d.bytes()
-		v, ok2 := d.bytes()
+		_, ok2 := d.bytes()
 		if !ok1 || !ok2 || len(k) == 0 {
 			return bad("header field")
 		}
-		name := string(k)
-		r.header[name] = append(r.header[name], string(v))
+		if bytes.Compare(k, prev) < 0 {
+			r.grouped = false
+		}
+		prev = k
 	}
+	r.fields = fields[:len(fields)-len(d.b)]
 	body, ok := d.bytes()
 	if !ok || len(d.b) != 0 {
 		return bad("body")
@@ -117,6 +178,52 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	}
 	r.body = body
 	return r, nil
+}
+
+// header returns the fields as a header, or nil when there are none.
+func (v responseView) header() http.Header {
+	if v.n == 0 {
+		return nil
+	}
+	h := make(http.Header, min(v.n, 64))
+	d := decoder{b: v.fields}
+	for range v.n {
+		k, _ := d.bytes()
+		val, _ := d.bytes()
+		name := string(k)
+		h[name] = append(h[name], string(val))
+	}
+	return h
+}
+
+// setHeader sets the fields in h, each name's values replacing h's, and
+// Idempotent-Replayed: true: two allocations, one string that holds
+// every name and value and one slice of the values.
+func (v responseView) setHeader(h http.Header) {
+	if v.n == 0 || !v.grouped {
+		for k, vs := range v.header() {
+			h[k] = vs
+		}
+		h.Set(ReplayedHeader, "true")
+		return
+	}
+	all := string(v.fields)
+	vals := make([]string, v.n+1)
+	d := decoder{b: v.fields}
+	at := func() int { return len(v.fields) - len(d.b) } // offset in all
+	first, name := 0, ""
+	for i := range v.n {
+		k, _ := d.bytes()
+		k2 := all[at()-len(k) : at()]
+		val, _ := d.bytes()
+		vals[i] = all[at()-len(val) : at()]
+		if i == 0 || k2 != name {
+			first, name = i, k2
+		}
+		h[name] = vals[first : i+1 : i+1]
+	}
+	vals[v.n] = "true"
+	h[ReplayedHeader] = vals[v.n:]
 }
 
 type decoder struct{ b []byte }

@@ -3,8 +3,10 @@ package httpx
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -74,4 +76,59 @@ func FuzzDecodeResponse(f *testing.F) {
 			t.Fatalf("re-encode of %+v: %+v, %v", r, again, err)
 		}
 	})
+}
+
+// A replay writes the stored fields straight from the record
+// (responseView.setHeader); what it writes must be what decoding the
+// record into a header and copying it over the response's gives, for
+// records encodeResponse wrote (each name's values together) and for any
+// other record decodeResponse accepts (names out of order, a name split).
+func TestReplayHeaderAsDecoded(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(7, 9))
+	names := []string{"Content-Type", "Location", "X-A", "X-B", "A", "Zz", ReplayedHeader, "Outer"}
+	values := []string{"", "a", "b", "application/json", "x, y"}
+	var records [][]byte
+	for range 2000 {
+		h := http.Header{}
+		for j := rnd.IntN(8); j > 0; j-- {
+			k := names[rnd.IntN(len(names))]
+			h[k] = append(h[k], values[rnd.IntN(len(values))])
+		}
+		records = append(records, encodeResponse(storedResponse{status: 201, header: h, body: []byte("body")}))
+	}
+	// Hand-made: B, A, B (B's values apart; names out of order) and a
+	// record that sets Idempotent-Replayed itself.
+	records = append(records,
+		[]byte{1, 0, 0xc8, 0x01, 3, 1, 'B', 1, '1', 1, 'A', 1, '2', 1, 'B', 1, '3', 0},
+		[]byte{1, 0, 0xc8, 0x01, 1, 19, 'I', 'd', 'e', 'm', 'p', 'o', 't', 'e', 'n', 't', '-', 'R', 'e', 'p', 'l', 'a', 'y', 'e', 'd', 1, 'x', 0})
+	for _, rec := range records {
+		sr, err := decodeResponse(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := http.Header{"Outer": {"from outer middleware"}, "X-A": {"outer"}}
+		for k, vs := range sr.header {
+			want[k] = vs
+		}
+		want.Set(ReplayedHeader, "true")
+		v, err := parseResponse(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := http.Header{"Outer": {"from outer middleware"}, "X-A": {"outer"}}
+		v.setHeader(got)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("record %v: replay header\n%v\nwant\n%v", rec, got, want)
+		}
+		// Each field's values are its own: appending to one leaves the
+		// others as they were.
+		for k := range got {
+			got[k] = append(got[k], "appended")
+		}
+		for k, vs := range got {
+			if !slices.Equal(vs[:len(vs)-1], want[k]) {
+				t.Fatalf("record %v: after appending to every field, %s is %q, want %q", rec, k, vs, want[k])
+			}
+		}
+	}
 }

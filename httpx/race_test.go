@@ -1,0 +1,6 @@
+//go:build race
+
+package httpx_test
+
+// raceEnabled: the race detector adds allocations of its own.
+const raceEnabled = true
