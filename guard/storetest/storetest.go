@@ -111,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
+		{"Batch", c.batch}, // batch.go
 	} {
 		t.Run(tc.name, tc.fn)
 	}

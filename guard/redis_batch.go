@@ -1,0 +1,252 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/scripts"
+)
+
+var _ BatchStore = (*RedisStore)(nil)
+
+// ClaimBatch implements BatchStore. The claims go out as one pipeline of
+// SET NX GET, Claim's native command, one per key: it creates every fresh
+// key's record and returns every existing one, which the client answers
+// from as Claim does (a replay, a mismatch, this claim sent again). Only
+// the keys whose record needs the server's decision (another holder's
+// pending record, a failed or a released one, or every key on a server
+// out of memory) take a second round trip: one pipeline of the claim
+// script. A pipeline of native commands costs Redis a fraction of one
+// script run over all the keys, and each key's command stays the atomic,
+// repeatable compare-and-set Claim sends. On a Cluster, go-redis splits
+// each pipeline by node and routes each command by its key's hash tag.
+func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Outcome, []error) {
+	n := len(reqs)
+	out, errs := make([]Outcome, n), make([]error, n)
+	type claimCall struct {
+		setCall
+		p   pendingValue
+		tok string
+		cmd redis.Cmder
+	}
+	calls := make([]claimCall, n)
+	cmds := make([]redis.Cmder, 0, n)
+	for i := range reqs {
+		p, buf, err := newPending(reqs[i], s.nameLen())
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		s.appendName(buf[:0], reqs[i].Key)
+		all := unsafeString(buf)
+		c := &calls[i]
+		c.p, c.name, c.value, c.px = p, all[:s.nameLen()], all[s.nameLen():], p.ttl
+		c.tok = c.value[p.tok[0]:p.tok[1]]
+		c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
+		if s.raw {
+			c.cmd = redis.NewRawCmd(ctx, c.args[:]...)
+		} else {
+			c.cmd = redis.NewStringCmd(ctx, c.args[:]...)
+		}
+		cmds = append(cmds, c.cmd)
+	}
+	s.exec(ctx, cmds)
+
+	var again []int // keys for the claim script
+	for i := range reqs {
+		c := &calls[i]
+		if c.cmd == nil {
+			continue
+		}
+		v, found, owned, err := setReply(c.cmd)
+		switch {
+		case isOOM(err):
+			again = append(again, i) // the script reads first: see Claim
+			continue
+		case err != nil:
+			errs[i] = s.callErr(ctx, reqs[i].Key, c.name, err)
+			continue
+		case !found:
+			out[i] = acquired(&reqs[i], c.name, c.tok, 1, 1, false, c.value, c.p.body)
+			continue
+		}
+		o, ok, err := answerFound(&reqs[i], c.name, c.tok, c.value[c.p.fp[0]:c.p.fp[1]], v, owned)
+		if !ok {
+			again = append(again, i)
+			continue
+		}
+		out[i], errs[i] = o, err
+	}
+	if len(again) == 0 {
+		return out, errs
+	}
+
+	args := make([][10]any, len(again))
+	replies := s.scripts(ctx, len(again), func(j int) (*redis.Script, []any) {
+		i := again[j]
+		r, c := &reqs[i], &calls[i]
+		args[j] = [...]any{evalsha, nil, 1, c.name, c.tok, c.p.fpEnc(), ms(r.Lease), c.p.retention, r.MaxAttempts, c.p.keyEnc()}
+		return scripts.Claim, args[j][:]
+	})
+	for j, i := range again {
+		r, c := &reqs[i], &calls[i]
+		reply, err := replies[j].Slice()
+		if err != nil {
+			errs[i] = s.callErr(ctx, r.Key, c.name, err)
+			continue
+		}
+		o, err := decodeClaim(reply)
+		if err == nil && o.Status == Acquired {
+			l := o.Lease
+			o = acquired(r, c.name, c.tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
+		}
+		out[i], errs[i] = o, err
+	}
+	return out, errs
+}
+
+// setReply reads the answer to a claim's SET NX GET as setNXGet does.
+func setReply(cmd redis.Cmder) (v string, found, owned bool, err error) {
+	switch c := cmd.(type) {
+	case *redis.RawCmd:
+		if err := c.Err(); err != nil {
+			return "", false, false, err
+		}
+		v, found, err = parseBulk(c.Val())
+		return v, found, true, err
+	case *redis.StringCmd:
+		switch err := c.Err(); {
+		case err == redis.Nil:
+			return "", false, false, nil
+		case err != nil:
+			return "", false, false, err
+		}
+		return c.Val(), true, false, nil
+	}
+	return "", false, false, fmt.Errorf("%w: reply of type %T", ErrCorrupt, cmd)
+}
+
+// WriteBatch implements BatchStore: one pipeline of the write scripts,
+// one per key (complete, fail, release, extend: the scripts Complete,
+// Fail, Release and Extend send). A completion whose lease knows the
+// pending record its claim left is built by the client, as Complete's.
+func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
+	errs := make([]error, len(ws))
+	calls := make([]writeCall, len(ws))
+	ns := make([]leaseNames, len(ws))
+	// The completed records of the batch share one allocation.
+	size := 0
+	for i := range ws {
+		if ws[i].Kind == WriteComplete {
+			size += len(ws[i].Lease.names.pending) + maxUvarintLen + len(ws[i].Result)
+		}
+	}
+	buf := make([]byte, 0, size)
+	for i := range ws {
+		w, c := &ws[i], &calls[i]
+		n, err := s.leaseNames(w.Lease)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ns[i] = n
+		c.name, c.tok = n.name, n.tok
+		c.args[3], c.args[4] = &c.name, &c.tok
+		switch w.Kind {
+		case WriteComplete:
+			c.ms, c.pending = ms(w.TTL), n.pending
+			start := len(buf)
+			if n.pending != "" {
+				buf = appendCompleted(buf, n.pending, n.body, w.Result)
+				c.body = int64(n.body)
+			} else {
+				buf = append(appendUvarint(buf, int64(len(w.Result))), w.Result...)
+			}
+			c.result.b = buf[start:len(buf):len(buf)]
+			c.args[5], c.args[6], c.args[7], c.args[8] = &c.ms, &c.pending, &c.result, &c.body
+		case WriteFail:
+			c.reason, c.ms = w.Reason, ms(w.TTL)
+			c.args[5], c.args[6] = &c.reason, &c.ms
+		case WriteRelease:
+		case WriteExtend:
+			c.ms = ms(w.TTL)
+			c.args[5] = &c.ms
+		default:
+			errs[i] = fmt.Errorf("idemguard: unknown write kind %d", w.Kind)
+		}
+	}
+	var idx []int
+	for i := range ws {
+		if errs[i] == nil {
+			idx = append(idx, i)
+		}
+	}
+	replies := s.scripts(ctx, len(idx), func(j int) (*redis.Script, []any) {
+		i := idx[j]
+		switch ws[i].Kind {
+		case WriteComplete:
+			return scripts.Complete, calls[i].args[:9]
+		case WriteFail:
+			return scripts.Fail, calls[i].args[:7]
+		case WriteRelease:
+			return scripts.Release, calls[i].args[:5]
+		default:
+			return scripts.Extend, calls[i].args[:6]
+		}
+	})
+	for j, i := range idx {
+		v, err := replies[j].Int64()
+		switch {
+		case err != nil:
+			errs[i] = s.callErr(ctx, ws[i].Lease.Key, calls[i].name, err)
+		case v != 1:
+			errs[i] = ErrLeaseLost
+		}
+	}
+	return errs
+}
+
+// scripts runs n scripts in one pipeline: script(j) gives the j-th, with
+// its arguments {evalsha, nil, 1, the record's name, ARGV...} as script
+// takes them (the first three slots are filled in here). Scripts the
+// server does not have (a restarted or flushed server) are sent again by
+// EVAL, in a second pipeline. script must give the same answer each time
+// it is asked.
+func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	all := make([]redis.Cmder, n)
+	for j := range n {
+		sc, args := script(j)
+		args[0], args[1], args[2] = evalsha, scriptHash(sc), 1
+		cmds[j] = redis.NewCmd(ctx, args...)
+		cmds[j].SetFirstKeyPos(3)
+		all[j] = cmds[j]
+	}
+	s.exec(ctx, all)
+	all = all[:0]
+	for j, cmd := range cmds {
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			sc, args := script(j)
+			args = append([]any{"eval", scripts.Source(sc)}, args[2:]...)
+			cmds[j] = redis.NewCmd(ctx, args...)
+			cmds[j].SetFirstKeyPos(3)
+			all = append(all, cmds[j])
+		}
+	}
+	s.exec(ctx, all)
+	return cmds
+}
+
+// exec sends cmds in one pipeline (on a Cluster, one per node); each
+// command holds its own answer or error.
+func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) {
+	if len(cmds) == 0 {
+		return
+	}
+	pipe := s.client.Pipeline()
+	_ = pipe.BatchProcess(ctx, cmds...)
+	_, _ = pipe.Exec(ctx)
+}
