@@ -38,6 +38,9 @@ type leaseKey struct{}
 // carried by downstream writes that must not happen twice, and its Attempt
 // (1 for the first run). ok is false outside a wrapped handler.
 func LeaseFrom(ctx context.Context) (lease guard.Lease, ok bool) {
-	lease, ok = ctx.Value(leaseKey{}).(guard.Lease)
-	return lease, ok
+	l, ok := ctx.Value(leaseKey{}).(*guard.Lease)
+	if !ok {
+		return guard.Lease{}, false
+	}
+	return *l, true
 }

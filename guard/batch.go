@@ -2,11 +2,13 @@ package guard
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // BatchItem is one key of a DoBatch: the key and the fingerprint Do would
@@ -149,6 +151,21 @@ func (g *Guard) DoBatch(ctx context.Context, items []BatchItem, fn BatchFunc, op
 	return res
 }
 
+// tokenChars is the length of an owner token: rand.Text's.
+const tokenChars = 26
+
+// newTokens returns n owner tokens, each as rand.Text makes one (26
+// characters of the base32 alphabet, 130 random bits), one after another
+// in one string.
+func newTokens(n int) string {
+	b := make([]byte, n*tokenChars)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	for i := range b {
+		b[i] = base32Alphabet[b[i]&31]
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 func skipped(key Key) error { return fmt.Errorf("%w: %s", ErrSkipped, key) }
 
 // distinctRun returns the end of the run of items from start on (up to n)
@@ -206,11 +223,17 @@ func (r *batchRun) segment(start, end int) bool {
 		if r.res[i].Err != nil { // invalid key (not Ordered)
 			continue
 		}
-		reqs = append(reqs, g.request(r.items[i].Key, r.items[i].Fingerprint))
+		// As Guard.request, with the tokens made below, all at once.
+		reqs = append(reqs, ClaimRequest{Key: r.items[i].Key, Fingerprint: r.items[i].Fingerprint,
+			Lease: g.opts.Lease, TTL: g.opts.TTL, MaxAttempts: g.opts.MaxAttempts})
 		pos = append(pos, i)
 	}
 	if len(reqs) == 0 {
 		return true
+	}
+	toks := newTokens(len(reqs))
+	for j := range reqs {
+		reqs[j].Token = toks[j*tokenChars : (j+1)*tokenChars]
 	}
 
 	// One keepalive bounds the claims (and later the writes), as in Do.
@@ -222,9 +245,8 @@ func (r *batchRun) segment(start, end int) bool {
 	k.halt()
 
 	var (
-		runs   []ran
-		leases []Lease
-		writes []Write
+		runs   = make([]ran, 0, len(reqs))
+		writes = make([]Write, 0, len(reqs))
 		lateAt []int // items whose Acquired came too late, released below
 		stop   = len(pos)
 	)
@@ -255,14 +277,13 @@ func (r *batchRun) segment(start, end int) bool {
 			r.res[i].Err = skipped(out.Lease.Key)
 		default:
 			runs = append(runs, ran{item: i, lease: out.Lease})
-			leases = append(leases, out.Lease)
 		}
 	}
 	stopped := stop < len(pos)
 
 	var b *beat
 	if len(runs) > 0 {
-		b = g.newBeat(r.ctx, r.bs, leases)
+		b = g.newBeat(r.ctx, r.bs, len(runs), func(j int) *Lease { return &runs[j].lease })
 		stopped = r.runAll(b, runs) || stopped
 		b.halt()
 	}

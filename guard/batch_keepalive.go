@@ -41,7 +41,7 @@ type beat struct {
 
 // held is one lease of the batch.
 type held struct {
-	lease  Lease
+	lease  *Lease
 	ctx    context.Context // its effect's context
 	cancel context.CancelCauseFunc
 	valid  time.Time // the deadline in force
@@ -51,13 +51,15 @@ type held struct {
 	lastErr error // the last failed extension's error, for the cause
 }
 
-// newBeat starts keeping leases alive; each lease's Deadline is its first
-// one, and each gets a context that is a child of parent.
-func (g *Guard) newBeat(parent context.Context, bs BatchStore, leases []Lease) *beat {
-	b := &beat{g: g, bs: bs, parent: parent, held: make([]held, len(leases))}
+// newBeat starts keeping n leases alive, lease(i) the i-th, which no one
+// changes while b lives; each lease's Deadline is its first one, and each
+// gets a context that is a child of parent.
+func (g *Guard) newBeat(parent context.Context, bs BatchStore, n int, lease func(i int) *Lease) *beat {
+	b := &beat{g: g, bs: bs, parent: parent, held: make([]held, n)}
 	b.idle.L = &b.mu
-	first := leases[0].Deadline
-	for i, l := range leases {
+	first := lease(0).Deadline
+	for i := range n {
+		l := lease(i)
 		h := &b.held[i]
 		h.lease, h.valid, h.live = l, l.Deadline, true
 		h.ctx, h.cancel = context.WithCancelCause(parent)
@@ -195,7 +197,7 @@ func (b *beat) fire() {
 	for i := range b.held {
 		h := &b.held[i]
 		if h.live {
-			ws = append(ws, Write{Kind: WriteExtend, Lease: h.lease, TTL: b.g.opts.Lease})
+			ws = append(ws, Write{Kind: WriteExtend, Lease: *h.lease, TTL: b.g.opts.Lease})
 			idx = append(idx, i)
 			if earliest.IsZero() || h.valid.Before(earliest) {
 				earliest = h.valid

@@ -697,6 +697,9 @@ func storeErr(ctx context.Context, err error) error {
 // isOOM reports whether err is Redis's refusal of a write command while
 // used memory is over maxmemory (with the noeviction policy).
 func isOOM(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM ")
 }
