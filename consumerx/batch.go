@@ -13,11 +13,12 @@ type BatchOptions struct {
 	// one at a time, in order.
 	Concurrency int
 	// Ordered runs the handlers one at a time in the order of the
-	// messages and stops at the first message that is not acknowledged
-	// (Failed, InProgress, Interrupted, or DeadLettered by a handler's
-	// last failure): no later message's handler runs, and each later
-	// message whose key was claimed is released and Skipped. For a Kafka
-	// partition, whose records must run in order.
+	// messages and stops at the first message that neither is processed
+	// nor is a duplicate (Failed, InProgress, Interrupted, DeadLettered):
+	// no later message's handler runs, and each later message whose key
+	// was claimed is released and Skipped. Go on from the first message
+	// not acknowledged. For a Kafka partition, whose records must run in
+	// order.
 	Ordered bool
 }
 
