@@ -63,7 +63,14 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		}
 		cmds = append(cmds, c.cmd)
 	}
-	s.exec(ctx, cmds)
+	if err := s.exec(ctx, cmds); err != nil {
+		for i := range reqs {
+			if errs[i] == nil {
+				errs[i] = storeErr(ctx, err)
+			}
+		}
+		return out, errs
+	}
 
 	var again []int // keys for the claim script
 	for i := range reqs {
@@ -95,7 +102,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	}
 
 	args := make([][10]any, len(again))
-	replies := s.scripts(ctx, len(again), func(j int) (*redis.Script, []any) {
+	replies, err := s.scripts(ctx, len(again), func(j int) (*redis.Script, []any) {
 		i := again[j]
 		r, c := &reqs[i], &calls[i]
 		args[j] = [...]any{evalsha, nil, 1, c.name, c.tok, c.p.fpEnc(), ms(r.Lease), c.p.retention, r.MaxAttempts, c.p.keyEnc()}
@@ -103,6 +110,10 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	})
 	for j, i := range again {
 		r, c := &reqs[i], &calls[i]
+		if err != nil {
+			errs[i] = storeErr(ctx, err)
+			continue
+		}
 		reply, err := replies[j].Slice()
 		if err != nil {
 			errs[i] = s.callErr(ctx, r.Key, c.name, err)
@@ -192,10 +203,14 @@ func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 		}
 		idx = append(idx, i)
 	}
-	replies := s.scripts(ctx, len(idx), func(j int) (*redis.Script, []any) {
+	replies, err := s.scripts(ctx, len(idx), func(j int) (*redis.Script, []any) {
 		return writeScript(&ws[idx[j]], &calls[idx[j]])
 	})
 	for j, i := range idx {
+		if err != nil {
+			errs[i] = storeErr(ctx, err)
+			continue
+		}
 		errs[i] = s.wrote(ctx, &ws[i], &calls[i], replies[j])
 	}
 	return errs
@@ -231,8 +246,10 @@ func (s *RedisStore) wrote(ctx context.Context, w *Write, c *writeCall, reply *r
 // its arguments {evalsha, nil, number of keys, keys..., ARGV...} (the
 // first two slots are filled in here). Scripts the server does not have
 // (a restarted or flushed server) are sent again by EVAL, in a second
-// pipeline. script must give the same answer each time it is asked.
-func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) []*redis.Cmd {
+// pipeline. script must give the same answer each time it is asked. An
+// error means ctx ended before the answers came (see exec): the commands
+// must not be read.
+func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
 	all := make([]redis.Cmder, n)
 	for j := range n {
@@ -242,7 +259,9 @@ func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*re
 		cmds[j].SetFirstKeyPos(3)
 		all[j] = cmds[j]
 	}
-	s.exec(ctx, all)
+	if err := s.exec(ctx, all); err != nil {
+		return nil, err
+	}
 	all = all[:0]
 	for j, cmd := range cmds {
 		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
@@ -253,17 +272,45 @@ func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*re
 			all = append(all, cmds[j])
 		}
 	}
-	s.exec(ctx, all)
-	return cmds
+	if err := s.exec(ctx, all); err != nil {
+		return nil, err
+	}
+	return cmds, nil
 }
 
-// exec sends cmds in one pipeline (on a Cluster, one per node); each
-// command holds its own answer or error.
-func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) {
+// exec sends cmds together; each command then holds its own answer or
+// error. A batch sent while no other call of the store is under way goes
+// as a pipeline of its own (on a Cluster, one per node). One sent while
+// others are, on a pipelined store, goes through the client's
+// autopipeliner with theirs, so that concurrent batches share writes and
+// reads: with 16 consumers that took a third off the client's CPU per
+// message (consumerx BenchmarkConsume). The autopipeliner's answers are
+// waited for no longer than ctx allows; if ctx ends first, exec returns
+// its error and the commands must not be read (the autopipeliner may
+// still fill them in, and they may still run, as after any lost reply).
+func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) error {
 	if len(cmds) == 0 {
-		return
+		return nil
+	}
+	if s.pipe != nil {
+		defer s.inflight.Add(-1)
+		if s.inflight.Add(1) > 1 {
+			if ap, err := s.pipe(); err == nil {
+				fs := make([]redis.AutoFuture, len(cmds))
+				for i, c := range cmds {
+					fs[i] = ap.Submit(ctx, c)
+				}
+				for _, f := range fs {
+					if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
 	}
 	pipe := s.client.Pipeline()
 	_ = pipe.BatchProcess(ctx, cmds...)
 	_, _ = pipe.Exec(ctx)
+	return nil
 }

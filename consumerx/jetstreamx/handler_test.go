@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startNATS runs an embedded nats-server with JetStream on a random port,
 // and a client of it. The returned stop closes both and waits for the
 // server to be down.
-func startNATS(t *testing.T) (js jetstream.JetStream, stop func()) {
+func startNATS(t testing.TB) (js jetstream.JetStream, stop func()) {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,

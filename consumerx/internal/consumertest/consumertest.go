@@ -231,3 +231,19 @@ func redisCPU(rdb *redis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// Plain runs a batch through the bare handler, one message after another:
+// the adapters' loops without the guard, for their benchmarks.
+func Plain(h consumerx.Handler) func(context.Context, []consumerx.Message) []consumerx.BatchResult {
+	return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+		res := make([]consumerx.BatchResult, len(msgs))
+		for i := range msgs {
+			if err := h(ctx, msgs[i]); err != nil {
+				res[i] = consumerx.BatchResult{Outcome: consumerx.Failed, Err: err}
+				continue
+			}
+			res[i].Outcome = consumerx.Processed
+		}
+		return res
+	}
+}
