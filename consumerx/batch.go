@@ -51,24 +51,38 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))
 	items := make([]guard.BatchItem, 0, len(msgs))
-	idx := make([]int, 0, len(msgs)) // the message of each item
-	fps := p.fingerprints(msgs)
+	var idx []int // the message of each item, once a message was left out
+	p.fingerprintsInto(msgs, runs)
 	for i := range msgs {
 		key, err := p.Key(msgs[i])
 		if err != nil {
+			if idx == nil {
+				idx = make([]int, len(items), len(msgs))
+				for j := range idx {
+					idx[j] = j
+				}
+			}
 			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, "", err)
 			continue
 		}
-		runs[i].key, runs[i].fp = key, fps[i]
+		runs[i].key = key
 		items = append(items, guard.BatchItem{Key: key, Fingerprint: runs[i].fp})
-		idx = append(idx, i)
+		if idx != nil {
+			idx = append(idx, i)
+		}
 	}
-	hr := func(ctx context.Context, msg Message) ([]byte, error) { return nil, h(ctx, msg) }
 	res := p.claims.DoBatch(ctx, items, func(lctx context.Context, j int, lease guard.Lease) ([]byte, error) {
-		i := idx[j]
-		return runs[i].handle(ctx, lctx, lease, msgs[i], hr)
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered})
-	for j, i := range idx {
+	for j := range res {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
 	}
 	for i := range msgs {

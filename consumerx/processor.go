@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unsafe"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/inventory"
@@ -282,7 +283,7 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 	}
 	r := run{key: key, fp: p.fingerprint(msg)}
 	res, err := p.claims.Do(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
-		return r.handle(ctx, lctx, lease, msg, fn)
+		return r.handle(ctx, lctx, lease, msg, fn, nil)
 	})
 	return p.settle(ctx, msg, &r, res, err)
 }
@@ -292,17 +293,27 @@ type run struct {
 	key     guard.Key
 	fp      string
 	lease   guard.Lease // the handler's, for LeaseFrom
+	lctx    leaseCtx    // the handler's context
 	ran     bool
 	attempt int
 	herr    *handlerError
 	stopped *interrupted
 }
 
-// handle runs fn for msg under lease, with the lease's context lctx; ctx
-// is the consumer's own.
-func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, fn ResultFunc) ([]byte, error) {
+// handle runs fn (or h, when fn is nil) for msg under lease, with the
+// lease's context lctx; ctx is the consumer's own.
+func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, fn ResultFunc, h Handler) ([]byte, error) {
 	r.ran, r.attempt, r.lease = true, lease.Attempt, lease
-	v, err := fn(context.WithValue(lctx, leaseKey{}, &r.lease), msg)
+	r.lctx = leaseCtx{Context: lctx, lease: &r.lease}
+	var (
+		v   []byte
+		err error
+	)
+	if fn != nil {
+		v, err = fn(&r.lctx, msg)
+	} else {
+		err = h(&r.lctx, msg)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// Shutdown, not failure: release the claim.
@@ -421,25 +432,23 @@ func appendFingerprint(dst, payload []byte) []byte {
 	return base64.RawURLEncoding.AppendEncode(dst, sum[:])
 }
 
-// fingerprints returns the fingerprint of each message, as fingerprint
-// does; the default ones share one allocation.
-func (p *Processor) fingerprints(msgs []Message) []string {
-	fps := make([]string, len(msgs))
+// fingerprintsInto sets each run's fingerprint to its message's, as
+// fingerprint makes it; the default ones share one allocation.
+func (p *Processor) fingerprintsInto(msgs []Message, runs []run) {
 	if p.opts.Fingerprint != nil {
 		for i := range msgs {
-			fps[i] = p.opts.Fingerprint(msgs[i])
+			runs[i].fp = p.opts.Fingerprint(msgs[i])
 		}
-		return fps
+		return
 	}
 	b := make([]byte, 0, fingerprintLen*len(msgs))
 	for i := range msgs {
 		b = appendFingerprint(b, msgs[i].Payload)
 	}
-	all := string(b)
-	for i := range fps {
-		fps[i] = all[i*fingerprintLen : (i+1)*fingerprintLen]
+	all := unsafe.String(unsafe.SliceData(b), len(b)) // b is not changed again
+	for i := range runs {
+		runs[i].fp = all[i*fingerprintLen : (i+1)*fingerprintLen]
 	}
-	return fps
 }
 
 // digest names the dead-letter record of (id, fingerprint).

@@ -53,10 +53,10 @@ type BatchResult struct {
 }
 
 var (
-	// ErrPanicked: the item's effect panicked (or called
-	// runtime.Goexit). DoBatch released its claim, as Do does, and
-	// reports it as the item's error, a *PanicError, instead of
-	// panicking: the other items of the batch still end as they should.
+	// ErrPanicked: the item's effect panicked (or, run concurrently with
+	// others, called runtime.Goexit). DoBatch released its claim, as Do
+	// does, and reports it as the item's error, a *PanicError, instead
+	// of panicking: the other items of the batch still end as they should.
 	ErrPanicked = errors.New("idemguard: effect panicked")
 	// ErrSkipped: an Ordered batch stopped before the item, whose effect
 	// did not run; its claim, if it was made, was released.
@@ -98,17 +98,24 @@ func (e *PanicError) Unwrap() error {
 // and releases go out together once every effect has returned. A store
 // without batches gets its own per-key calls, up to 16 at once.
 //
-// Each acquired item's effect runs under its own lease and context (see
-// BatchFunc); up to opts.Concurrency at once. The leases of items waiting
+// Claims already sent when ctx ends are waited for (up to the lease's
+// first deadline), and the keys they took released: a cancelled batch
+// leaves no key pending. Each acquired item's effect runs under its own
+// lease and context (see BatchFunc); up to opts.Concurrency at once. The leases of items waiting
 // for their turn, and of items whose effect has returned, are extended
 // with the others until the batch's writes end them; an item whose lease
 // was lost, or whose turn came after ctx ended, does not run: its claim
 // is released and its error says why (the lease's cause, or ctx's).
 //
-// An item's effect that panics (or calls runtime.Goexit) has its claim
-// released, as in Do, but the panic does not go on: the item's error is a
-// *PanicError (ErrPanicked) with the value and the stack, and the other
-// items end normally. Re-panic with PanicError.Value to crash as Do would.
+// An item's effect that panics has its claim released, as in Do, but the
+// panic does not go on: the item's error is a *PanicError (ErrPanicked)
+// with the value and the stack, and the other items end normally.
+// Re-panic with PanicError.Value to crash as Do would. Effects run one at
+// a time run on the caller's goroutine: one that calls runtime.Goexit
+// (t.FailNow, say) ends it as it would end Do's caller, after the claims
+// of the items claimed with it are ended (the effects that returned
+// completed or failed, the others released); run concurrently, it ends
+// only its own goroutine and its item reports a *PanicError.
 //
 // A key that appears more than once in items is claimed again only after
 // the batch's earlier occurrence has ended (completed, failed or
@@ -201,6 +208,43 @@ type batchRun struct {
 	res     []BatchResult
 	conc    int
 	ordered bool
+	// exited: an effect run on the caller's goroutine called
+	// runtime.Goexit, which is ending that goroutine.
+	exited bool
+}
+
+// ends appends the writes that end the claims of runs: a completion, a
+// failure, or a release (an effect that was rejected, did not run, or did
+// not return).
+func (r *batchRun) ends(writes []Write, runs []ran) []Write {
+	for _, x := range runs {
+		w := Write{Lease: x.lease}
+		switch {
+		case x.stopped, !x.returned, errors.Is(x.err, ErrRejected):
+			w.Kind = WriteRelease
+		case x.err != nil:
+			w.Kind, w.Reason, w.TTL = WriteFail, x.err.Error(), r.g.opts.TTL
+		default:
+			w.Kind, w.Result, w.TTL = WriteComplete, x.value, r.g.opts.TTL
+		}
+		writes = append(writes, w)
+	}
+	return writes
+}
+
+// abandon ends the claims of a segment whose caller's goroutine is ending
+// (runtime.Goexit in an effect run on it), as they would have ended: the
+// effects that returned are completed or failed, the others released, as
+// Do releases its claim then. Nobody hears the results.
+func (r *batchRun) abandon(k *keepalive, b *beat, runs []ran, writes []Write) {
+	b.halt()
+	writes = r.ends(writes, runs)
+	wctx := k.detach()
+	for j, err := range r.bs.WriteBatch(wctx, writes) {
+		r.g.wrote(r.ctx, &writes[j], bounded(wctx, err))
+	}
+	b.stop()
+	k.stop()
 }
 
 // ran is how one acquired item's turn ended.
@@ -236,10 +280,14 @@ func (r *batchRun) segment(start, end int) bool {
 		reqs[j].Token = toks[j*tokenChars : (j+1)*tokenChars]
 	}
 
-	// One keepalive bounds the claims (and later the writes), as in Do.
+	// One keepalive bounds the claims (and later the writes), as in Do;
+	// unlike Do's, the claims' context does not end with ctx: once sent,
+	// their answers are waited for (up to the lease's first deadline), so
+	// that a batch cancelled meanwhile releases every key it took instead
+	// of leaving them pending until their leases run out.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(r.ctx, valid)
-	outs, errs := r.bs.ClaimBatch(k.claimContext(), reqs)
+	outs, errs := r.bs.ClaimBatch((*callCtx)(k), reqs)
 	timedOut := k.timedOut()
 	late := timedOut || !time.Now().Before(valid)
 	k.halt()
@@ -284,6 +332,11 @@ func (r *batchRun) segment(start, end int) bool {
 	var b *beat
 	if len(runs) > 0 {
 		b = g.newBeat(r.ctx, r.bs, len(runs), func(j int) *Lease { return &runs[j].lease })
+		defer func() {
+			if r.exited {
+				r.abandon(k, b, runs, writes)
+			}
+		}()
 		stopped = r.runAll(b, runs) || stopped
 		b.halt()
 	}
@@ -294,18 +347,7 @@ func (r *batchRun) segment(start, end int) bool {
 
 	// End every claim in one batch of writes, detached from ctx as Do's.
 	first := len(writes)
-	for _, x := range runs {
-		w := Write{Lease: x.lease}
-		switch {
-		case x.stopped, errors.Is(x.err, ErrRejected):
-			w.Kind = WriteRelease
-		case x.err != nil:
-			w.Kind, w.Reason, w.TTL = WriteFail, x.err.Error(), g.opts.TTL
-		default:
-			w.Kind, w.Result, w.TTL = WriteComplete, x.value, g.opts.TTL
-		}
-		writes = append(writes, w)
-	}
+	writes = r.ends(writes, runs)
 	wctx := k.detach()
 	werrs := r.bs.WriteBatch(wctx, writes)
 	for j := range writes {
@@ -367,8 +409,34 @@ func (g *Guard) wrote(ctx context.Context, w *Write, err error) error {
 }
 
 // runAll runs the acquired items' effects, up to r.conc at once, and
-// reports whether an Ordered batch stopped.
+// reports whether an Ordered batch stopped. One at a time, they run on
+// the caller's goroutine; more, on goroutines of their own that end with
+// the batch.
 func (r *batchRun) runAll(b *beat, runs []ran) (stopped bool) {
+	if r.conc == 1 {
+		for j := range runs {
+			if stopped {
+				break
+			}
+			x := &runs[j]
+			r.runOne(b, j, x, nil)
+			stopped = r.ordered && (x.err != nil || !x.returned)
+		}
+	} else {
+		stopped = r.runWorkers(b, runs)
+	}
+	if stopped {
+		for j := range runs {
+			if x := &runs[j]; !x.returned && x.err == nil {
+				x.stopped, x.err = true, skipped(x.lease.Key)
+			}
+		}
+	}
+	return stopped
+}
+
+// runWorkers runs the effects on r.conc goroutines.
+func (r *batchRun) runWorkers(b *beat, runs []ran) (stopped bool) {
 	var (
 		mu   sync.Mutex
 		next int
@@ -412,19 +480,13 @@ func (r *batchRun) runAll(b *beat, runs []ran) (stopped bool) {
 		go worker()
 	}
 	wg.Wait()
-	if stopped {
-		for j := range runs {
-			if x := &runs[j]; !x.returned && x.err == nil {
-				x.stopped, x.err = true, skipped(x.lease.Key)
-			}
-		}
-	}
 	return stopped
 }
 
 // runOne runs item x (the j-th lease of b), unless its lease was lost or
 // ctx ended before its turn. If the effect calls runtime.Goexit, runOne
-// calls goexit before the goroutine ends.
+// calls goexit before the goroutine ends, or, on the caller's goroutine
+// (goexit nil), marks the batch exited.
 func (r *batchRun) runOne(b *beat, j int, x *ran, goexit func()) {
 	if err := r.ctx.Err(); err != nil {
 		x.stopped, x.err = true, fmt.Errorf("%s: not run: %w", x.lease.Key, context.Cause(r.ctx))
@@ -441,9 +503,14 @@ func (r *batchRun) runOne(b *beat, j int, x *ran, goexit func()) {
 		}
 		p := recover()
 		x.stopped, x.err = true, &PanicError{Key: x.lease.Key, Value: p, Stack: debug.Stack()}
-		if p == nil {
+		switch {
+		case p != nil:
+		case goexit != nil:
 			x.err.(*PanicError).Value = errGoexit
 			goexit()
+		default:
+			x.err.(*PanicError).Value = errGoexit
+			r.exited = true
 		}
 	}()
 	x.value, x.err = r.fn(ctx, x.item, x.lease)

@@ -382,3 +382,78 @@ func TestDoBatchLateClaims(t *testing.T) {
 		t.Errorf("%d effects ran", runs.Load())
 	}
 }
+
+// Effects run one at a time run on the caller's goroutine: an effect that
+// calls runtime.Goexit ends it, as it ends Do's caller, once the batch's
+// claims are ended as they would have ended: the effect that returned
+// completed, the Goexit one and the one whose turn had not come released.
+func TestDoBatchGoexitOnCallersGoroutine(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("goexit", 3)
+	returned := make(chan bool, 1)
+	go func() {
+		defer func() { returned <- false }()
+		g.DoBatch(bg, items, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+			if i == 1 {
+				runtime.Goexit()
+			}
+			return []byte("ok"), nil
+		}, guard.BatchOptions{})
+		returned <- true
+	}()
+	if <-returned {
+		t.Fatal("DoBatch returned after its effect called runtime.Goexit")
+	}
+	if rec, err := g.Get(bg, items[0].Key); err != nil || rec.State != guard.StateCompleted {
+		t.Errorf("item 0: %+v, %v; want completed", rec, err)
+	}
+	for _, i := range []int{1, 2} {
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("item %d: %v; want released", i, err)
+		}
+	}
+}
+
+// cancelOnClaim cancels the caller's context while the batch's claims are
+// on their way.
+type cancelOnClaim struct {
+	*guard.RedisStore
+	cancel context.CancelFunc
+	ended  *error // the claims' context's error once the caller's ended
+}
+
+func (s cancelOnClaim) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	s.cancel()
+	select {
+	case <-ctx.Done(): // it must not end: claims sent would be abandoned
+		*s.ended = ctx.Err()
+	case <-time.After(100 * time.Millisecond):
+	}
+	return s.RedisStore.ClaimBatch(ctx, reqs)
+}
+
+// A batch cancelled while its claims are on their way waits for them and
+// releases every key they took: nothing is left pending until a lease
+// runs out.
+func TestDoBatchCancelledDuringClaims(t *testing.T) {
+	s := realStore(t)
+	ctx, cancel := context.WithCancel(bg)
+	var ended error
+	g := guard.New(cancelOnClaim{s, cancel, &ended}, guard.Options{})
+	items := batchItems("cancel-claims", 4)
+	res := g.DoBatch(ctx, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		t.Error("an effect ran after its batch was cancelled")
+		return nil, nil
+	}, guard.BatchOptions{})
+	if ended != nil {
+		t.Errorf("the claims' context ended with the caller's (%v): claims already sent would be abandoned", ended)
+	}
+	for i, r := range res {
+		if !errors.Is(r.Err, context.Canceled) {
+			t.Errorf("item %d: %v, want canceled", i, r.Err)
+		}
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("item %d: record %v, want released", i, err)
+		}
+	}
+}

@@ -28,18 +28,18 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	out, errs := make([]Outcome, n), make([]error, n)
 	type claimCall struct {
 		setCall
-		p   pendingValue
-		tok string
-		cmd redis.Cmder
+		p    pendingValue
+		tok  string
+		cmd  redis.Cmder
+		size int
 	}
 	calls := make([]claimCall, n)
 	cmds := make([]redis.Cmder, 0, n)
 	// Every key's name and first attempt share one allocation.
-	sizes := make([]int, n)
 	total := 0
 	for i := range reqs {
-		if sizes[i], errs[i] = pendingLen(reqs[i]); errs[i] == nil {
-			total += s.nameLen() + sizes[i]
+		if calls[i].size, errs[i] = pendingLen(reqs[i]); errs[i] == nil {
+			total += s.nameLen() + calls[i].size
 		}
 	}
 	mem := make([]byte, 0, total)
@@ -48,7 +48,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 			continue
 		}
 		off := len(mem)
-		p, buf := appendPending(mem[off:off+s.nameLen():off+s.nameLen()+sizes[i]], reqs[i])
+		p, buf := appendPending(mem[off:off+s.nameLen():off+s.nameLen()+calls[i].size], reqs[i])
 		s.appendName(buf[:0], reqs[i].Key)
 		mem = mem[:off+len(buf)]
 		all := unsafeString(buf)
@@ -114,7 +114,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 			errs[i] = storeErr(ctx, err)
 			continue
 		}
-		reply, err := replies[j].Slice()
+		reply, err := replies[j].(*redis.Cmd).Slice()
 		if err != nil {
 			errs[i] = s.callErr(ctx, r.Key, c.name, err)
 			continue
@@ -168,7 +168,6 @@ func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 		}
 	}
 	buf := make([]byte, 0, size)
-	idx := make([]int, 0, len(ws)) // the writes that go out
 	for i := range ws {
 		w, c := &ws[i], &calls[i]
 		n, err := s.leaseNames(w.Lease)
@@ -199,14 +198,30 @@ func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 			c.args[5] = &c.ms
 		default:
 			errs[i] = fmt.Errorf("idemguard: unknown write kind %d", w.Kind)
-			continue
 		}
-		idx = append(idx, i)
 	}
-	replies, err := s.scripts(ctx, len(idx), func(j int) (*redis.Script, []any) {
-		return writeScript(&ws[idx[j]], &calls[idx[j]])
+	var idx []int // the writes that go out, when some cannot
+	for i := range ws {
+		if errs[i] != nil {
+			idx = make([]int, 0, len(ws))
+			for j := range ws {
+				if errs[j] == nil {
+					idx = append(idx, j)
+				}
+			}
+			break
+		}
+	}
+	n := len(ws)
+	write := func(j int) int { return j }
+	if idx != nil {
+		n, write = len(idx), func(j int) int { return idx[j] }
+	}
+	replies, err := s.scripts(ctx, n, func(j int) (*redis.Script, []any) {
+		return writeScript(&ws[write(j)], &calls[write(j)])
 	})
-	for j, i := range idx {
+	for j := range n {
+		i := write(j)
 		if err != nil {
 			errs[i] = storeErr(ctx, err)
 			continue
@@ -231,8 +246,8 @@ func writeScript(w *Write, c *writeCall) (*redis.Script, []any) {
 }
 
 // wrote reads the answer of a write script: 1 (OK) or 0 (LOST).
-func (s *RedisStore) wrote(ctx context.Context, w *Write, c *writeCall, reply *redis.Cmd) error {
-	v, err := reply.Int64()
+func (s *RedisStore) wrote(ctx context.Context, w *Write, c *writeCall, reply redis.Cmder) error {
+	v, err := reply.(*redis.Cmd).Int64()
 	switch {
 	case err != nil:
 		return s.callErr(ctx, w.Lease.Key, c.name, err)
@@ -249,30 +264,30 @@ func (s *RedisStore) wrote(ctx context.Context, w *Write, c *writeCall, reply *r
 // pipeline. script must give the same answer each time it is asked. An
 // error means ctx ended before the answers came (see exec): the commands
 // must not be read.
-func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, n)
-	all := make([]redis.Cmder, n)
+func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) ([]redis.Cmder, error) {
+	cmds := make([]redis.Cmder, n)
 	for j := range n {
 		sc, args := script(j)
 		args[0], args[1] = evalsha, scriptHash(sc)
-		cmds[j] = redis.NewCmd(ctx, args...)
-		cmds[j].SetFirstKeyPos(3)
-		all[j] = cmds[j]
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		cmds[j] = cmd
 	}
-	if err := s.exec(ctx, all); err != nil {
+	if err := s.exec(ctx, cmds); err != nil {
 		return nil, err
 	}
-	all = all[:0]
+	var again []redis.Cmder
 	for j, cmd := range cmds {
 		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			sc, args := script(j)
 			args = append([]any{"eval", scripts.Source(sc)}, args[2:]...)
-			cmds[j] = redis.NewCmd(ctx, args...)
-			cmds[j].SetFirstKeyPos(3)
-			all = append(all, cmds[j])
+			c := redis.NewCmd(ctx, args...)
+			c.SetFirstKeyPos(3)
+			cmds[j] = c
+			again = append(again, c)
 		}
 	}
-	if err := s.exec(ctx, all); err != nil {
+	if err := s.exec(ctx, again); err != nil {
 		return nil, err
 	}
 	return cmds, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // consumeAll runs n Consume loops of h on cons until the returned stop is
@@ -96,7 +97,7 @@ func TestLongHandlerNotRedelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopNATS()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 	if runs.Load() != 3 || deliveries.Load() != 3 || outs.All()[consumerx.Processed] != 3 || info.NumRedelivered != 0 {
 		t.Errorf("handler ran %d times, %d deliveries %v, %d redelivered; want 3 runs, 3 processed, none redelivered",
 			runs.Load(), deliveries.Load(), outs.All(), info.NumRedelivered)
@@ -173,7 +174,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 	elapsed := time.Since(start)
 	stop()
 	stopNATS()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	total := 0
 	for i := range effects {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // The partitions of a poll run at once, the records of one partition one
@@ -94,7 +95,7 @@ func TestPartitionsConcurrentOrderKept(t *testing.T) {
 	}
 	cl.CloseAllowingRebalance()
 	stopKafka()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	if overlaps.Load() != 0 || outOfOrder.Load() != 0 {
 		t.Errorf("%d times two records of one partition ran at once, %d records ran out of order", overlaps.Load(), outOfOrder.Load())
@@ -185,7 +186,7 @@ func TestTenThousandWithDuplicatesFiftyMembers(t *testing.T) {
 	}
 	producer.Close()
 	cluster.Close()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	total := 0
 	for i := range effects {

@@ -53,7 +53,6 @@ func BenchmarkConsume(b *testing.B) {
 				}
 			}
 			var handled, batches atomic.Int64
-			var outs consumertest.Outcomes
 			h := func(context.Context, consumerx.Message) error { handled.Add(1); return nil }
 			clients := make([]*kgo.Client, members)
 			cs := make([]*Consumer, members)
@@ -64,7 +63,7 @@ func BenchmarkConsume(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cs[i], err = New(clients[i], g, h, Options{MaxPollRecords: 16, Process: consumerx.Options{Logger: consumertest.Quiet, OnOutcome: outs.Hook}})
+				cs[i], err = New(clients[i], g, h, Options{MaxPollRecords: 16, Process: consumerx.Options{Logger: consumertest.Quiet}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -120,7 +119,6 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			m.Report(b, b.N)
 			b.ReportMetric(float64(b.N)/float64(batches.Load()), "msgs/batch")
-			b.Log(outs.All())
 			b.StopTimer()
 			cancel()
 			wg.Wait()

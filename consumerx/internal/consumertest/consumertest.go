@@ -6,6 +6,7 @@ package consumertest
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,21 +183,29 @@ type Meter struct {
 	rdb       *redis.Client
 	start     time.Time
 	cpu, rcpu time.Duration
+	mallocs   uint64
 }
 
 // StartMeter starts measuring; rdb may be nil (no Redis in the run).
 func StartMeter(rdb *redis.Client) *Meter {
 	m := &Meter{rdb: rdb, rcpu: redisCPU(rdb)}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.mallocs = ms.Mallocs
 	m.cpu, m.start = processCPU(), time.Now()
 	return m
 }
 
-// Report stops measuring n messages and reports msgs/s and CPU
-// microseconds per message, of this process (client-µs/msg: the adapter,
-// the guard and the broker's client; an embedded broker's too) and of
-// Redis (redis-µs/msg).
+// Report stops measuring n messages and reports msgs/s, CPU microseconds
+// per message, of this process (client-µs/msg: the adapter, the guard and
+// the broker's client; an embedded broker's too) and of Redis
+// (redis-µs/msg), and heap allocations per message to two decimals
+// (allocs/msg; allocs/op rounds down).
 func (m *Meter) Report(b *testing.B, n int) {
 	elapsed, cpu := time.Since(m.start), processCPU()-m.cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.Mallocs-m.mallocs)/float64(n), "allocs/msg")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "client-µs/msg")
 	if m.rdb != nil {
