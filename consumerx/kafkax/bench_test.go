@@ -122,9 +122,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.StopTimer()
 			cancel()
 			wg.Wait()
-			for _, cl := range clients {
-				cl.CloseAllowingRebalance()
-			}
+			closeMembers(clients)
 		})
 	}
 }
