@@ -327,7 +327,9 @@ func (r *batchRun) segment(start, end int) bool {
 			runs = append(runs, ran{item: i, lease: out.Lease})
 		}
 	}
-	stopped := stop < len(pos)
+	// A late answer is late for every claim of the segment: its releases
+	// come first among the writes, and no ordered item runs after one.
+	stopped := stop < len(pos) || r.ordered && len(lateAt) > 0
 
 	var b *beat
 	if len(runs) > 0 {
