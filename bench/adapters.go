@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/httpx"
 )
@@ -19,7 +21,8 @@ const (
 	HTTP          = "http"           // POST through httpx.Guard, a new key each
 	HTTPReplay    = "http-replay"    // POST through httpx.Guard with a completed key: a replay
 	HTTPPlain     = "http-plain"     // baseline: the same POST and handler, unguarded
-	Consumer      = "consumer"       // consumerx.Wrap on a new message each
+	Consumer      = "consumer"       // a Redis Stream batch of 16 new messages through consumerx.Processor.ProcessBatch
+	ConsumerPlain = "consumer-plain" // baseline: the same stream batch, handled unguarded
 	ConsumerStorm = "consumer-storm" // consumerx.Wrap under Keys × Duplicates redeliveries
 )
 
@@ -28,7 +31,8 @@ func init() {
 		scenario{name: HTTPPlain, about: "baseline: POST to the same handler over loopback HTTP, unguarded", prepare: prepareHTTP(false, false)},
 		scenario{name: HTTP, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP, a new key each", prepare: prepareHTTP(true, false)},
 		scenario{name: HTTPReplay, baseline: HTTPPlain, about: "POST through httpx.Guard over loopback HTTP with a completed key (a replay)", prepare: prepareHTTP(true, true)},
-		scenario{name: Consumer, baseline: SetNXSetAuto, about: "consumerx.Wrap on a new message each (claim + complete)", prepare: prepareConsumer},
+		scenario{name: ConsumerPlain, about: "baseline: one op adds 16 messages to a Redis Stream (one pipeline of XADD), reads 16 with XREADGROUP, runs the handler on each, acknowledges them with one XACK", prepare: prepareConsumer(false)},
+		scenario{name: Consumer, baseline: ConsumerPlain, about: "the same stream batch through consumerx.Processor.ProcessBatch: its 16 claims in one round trip, its completions in another", prepare: prepareConsumer(true)},
 		scenario{name: ConsumerStorm, baseline: NaiveStormAuto, storm: true, about: "consumerx.Wrap under Keys × Duplicates concurrent deliveries", prepare: prepareConsumerStorm},
 	)
 }
@@ -110,19 +114,73 @@ func prepareHTTP(guarded, replays bool) func(context.Context, *env) (op, error) 
 
 var quietConsumer = consumerx.Options{Logger: discardLogger}
 
-func prepareConsumer(_ context.Context, e *env) (op, error) {
-	wrapped := consumerx.Wrap(e.guard(), "bench", func(context.Context, consumerx.Message) error { return nil }, quietConsumer)
-	payload := e.result()
-	return func(ctx context.Context, i int64) error {
-		o, err := wrapped(ctx, consumerx.Message{ID: strconv.FormatInt(i, 10), Payload: payload})
-		if err != nil {
-			return err
+// ConsumerBatch is how many messages one op of the consumer rows adds,
+// reads, handles and acknowledges.
+const ConsumerBatch = 16
+
+// prepareConsumer makes the op of the consumer rows: a batch of
+// ConsumerBatch messages added to a stream of the row's, read back by a
+// consumer group, handled (guarded: through ProcessBatch) and
+// acknowledged. Each op reads exactly ConsumerBatch entries: it adds its
+// own before it reads, and no read takes more than an op adds.
+func prepareConsumer(guarded bool) func(context.Context, *env) (op, error) {
+	return func(ctx context.Context, e *env) (op, error) {
+		c := e.t.client
+		stream := e.prefix + "stream"
+		if err := c.XGroupCreateMkStream(ctx, stream, "bench", "$").Err(); err != nil {
+			return nil, err
 		}
-		if o != consumerx.Processed {
-			return fmt.Errorf("new message %d: %s", i, o)
+		payload := string(e.result())
+		h := func(context.Context, consumerx.Message) error { return nil }
+		var proc *consumerx.Processor
+		if guarded {
+			var err error
+			if proc, err = consumerx.NewProcessor(e.guard(), "bench", quietConsumer); err != nil {
+				return nil, err
+			}
 		}
-		return nil
-	}, nil
+		values := []any{"payload", payload}
+		return func(ctx context.Context, i int64) error {
+			if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for range ConsumerBatch {
+					p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values})
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "bench", Consumer: "bench",
+				Streams: []string{stream, ">"}, Count: ConsumerBatch, Block: -1}).Result()
+			if err != nil {
+				return err
+			}
+			if len(res) != 1 || len(res[0].Messages) != ConsumerBatch {
+				return fmt.Errorf("consumer op %d read %d streams, want 1 with %d entries", i, len(res), ConsumerBatch)
+			}
+			xms := res[0].Messages
+			msgs := make([]consumerx.Message, len(xms))
+			ids := make([]string, len(xms))
+			for j, xm := range xms {
+				p, _ := xm.Values["payload"].(string)
+				msgs[j] = consumerx.Message{ID: xm.ID, Payload: []byte(p), Raw: xm}
+				ids[j] = xm.ID
+			}
+			if guarded {
+				for j, r := range proc.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{}) {
+					if r.Outcome != consumerx.Processed {
+						return fmt.Errorf("new message %s: %s: %w", msgs[j].ID, r.Outcome, r.Err)
+					}
+				}
+			} else {
+				for j := range msgs {
+					if err := h(ctx, msgs[j]); err != nil {
+						return err
+					}
+				}
+			}
+			return c.XAck(ctx, stream, "bench", ids...).Err()
+		}, nil
+	}
 }
 
 func prepareConsumerStorm(_ context.Context, e *env) (op, error) {

@@ -82,10 +82,16 @@ func TestEveryScenarioMiniredis(t *testing.T) {
 	}
 	// Round trips per operation, counted at the client.
 	// At 4 workers every call of a pipelined store goes straight out.
-	trips := map[string]float64{Fresh: 2, FreshUnpipelined: 2, ClaimComplete: 2, Replay: 1, ReplayUnpipelined: 1, SetNXSet: 2, SetNXSetPipe: 1, Get: 1, HTTP: 2, HTTPReplay: 1, HTTPPlain: 0, Consumer: 2}
+	trips := map[string]float64{Fresh: 2, FreshUnpipelined: 2, ClaimComplete: 2, Replay: 1, ReplayUnpipelined: 1, SetNXSet: 2, SetNXSetPipe: 1, Get: 1, HTTP: 2, HTTPReplay: 1, HTTPPlain: 0,
+		ConsumerPlain: 3}
 	for _, r := range results {
 		if w, ok := trips[r.Scenario]; ok && r.RoundTripsPerOp != w {
 			t.Errorf("%s: %.3f round trips/op, want %v", r.Scenario, r.RoundTripsPerOp, w)
+		}
+		// A batch of 16: the plain row's three, and at most two for the
+		// guard (fewer when its pipelines shared the autopipeliner's).
+		if r.Scenario == Consumer && (r.RoundTripsPerOp > 5 || r.RoundTripsPerOp < 3) {
+			t.Errorf("%s: %.3f round trips/op, want 3 to 5", r.Scenario, r.RoundTripsPerOp)
 		}
 	}
 	for _, r := range results {

@@ -34,10 +34,31 @@ type ResultFunc func(ctx context.Context, msg Message) ([]byte, error)
 
 type leaseKey struct{}
 
+// leaseCtx is a handler's context: the lease's context, which carries
+// the lease for LeaseFrom. It lives in the message's run, so it costs no
+// allocation of its own (context.WithValue would).
+type leaseCtx struct {
+	context.Context
+	lease *guard.Lease
+}
+
+// Value returns the lease for LeaseFrom's key, and the lease context's
+// values otherwise (context.Cause and derived contexts find its
+// cancellation through it).
+func (c *leaseCtx) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.lease
+	}
+	return c.Context.Value(key)
+}
+
 // LeaseFrom returns the guard lease a Handler runs under: its Fence, to be
 // carried by downstream writes that must not happen twice, and its Attempt
 // (1 for the first run). ok is false outside a wrapped handler.
 func LeaseFrom(ctx context.Context) (lease guard.Lease, ok bool) {
-	lease, ok = ctx.Value(leaseKey{}).(guard.Lease)
-	return lease, ok
+	l, ok := ctx.Value(leaseKey{}).(*guard.Lease)
+	if !ok {
+		return guard.Lease{}, false
+	}
+	return *l, true
 }

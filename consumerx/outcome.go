@@ -27,9 +27,15 @@ const (
 	// dead-lettered for it. Do not acknowledge: the message runs again on
 	// its next delivery, to this consumer or another.
 	Interrupted
+	// Skipped: the message came after one that was not acknowledged in a
+	// batch processed in order (ProcessBatch with BatchOptions.Ordered),
+	// so its handler did not run; its claim, if made, was released, and
+	// no attempt is counted. Do not acknowledge: it runs after the
+	// earlier message does.
+	Skipped
 )
 
-var outcomeNames = [...]string{"", "processed", "duplicate", "in_progress", "failed", "dead_lettered", "interrupted"}
+var outcomeNames = [...]string{"", "processed", "duplicate", "in_progress", "failed", "dead_lettered", "interrupted", "skipped"}
 
 // String returns the outcome's name ("processed", "duplicate", …), for logs
 // and metric labels.

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unsafe"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/inventory"
@@ -229,12 +230,26 @@ func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcom
 // for every Duplicate.
 func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFunc) (o Outcome, result []byte, err error) {
 	o, result, err = p.process(ctx, msg, fn)
+	p.report(ctx, msg, o, err)
+	return o, result, err
+}
+
+// report logs a delivery's outcome and tells Options.OnOutcome.
+func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err error) {
 	switch o {
 	case Duplicate:
-		p.log.InfoContext(ctx, "consumerx: duplicate message acknowledged without running", "id", msg.ID)
+		if p.log.Enabled(ctx, slog.LevelInfo) {
+			p.log.InfoContext(ctx, "consumerx: duplicate message acknowledged without running", "id", msg.ID)
+		}
 	case InProgress:
-		p.log.DebugContext(ctx, "consumerx: message in progress elsewhere, left for redelivery", "id", msg.ID, "err", err)
+		if p.log.Enabled(ctx, slog.LevelDebug) {
+			p.log.DebugContext(ctx, "consumerx: message in progress elsewhere, left for redelivery", "id", msg.ID, "err", err)
+		}
 	case Failed:
+		if errors.Is(err, guard.ErrPanicked) {
+			p.log.ErrorContext(ctx, "consumerx: handler panicked; claim released, left for redelivery", "id", msg.ID, "err", err)
+			break
+		}
 		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
 	case Interrupted:
 		p.log.InfoContext(ctx, "consumerx: consumer stopped while the handler ran; claim released, left for redelivery", "id", msg.ID, "err", err)
@@ -242,7 +257,6 @@ func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFun
 	if p.opts.OnOutcome != nil {
 		p.opts.OnOutcome(ctx, msg, o, err)
 	}
-	return o, result, err
 }
 
 // handlerError marks the handler's own error, so that Process can tell it
@@ -267,40 +281,73 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 	if err != nil {
 		return p.deadLetter(ctx, msg, guard.Key{}, "", err)
 	}
-	fp := p.fingerprint(msg)
-	var (
-		ran     bool
-		attempt int
-		herr    *handlerError
-		stopped *interrupted
-	)
-	consumer := ctx
-	res, err := p.claims.Do(ctx, key, fp, func(ctx context.Context, lease guard.Lease) ([]byte, error) {
-		ran, attempt = true, lease.Attempt
-		v, err := fn(context.WithValue(ctx, leaseKey{}, lease), msg)
-		if err != nil {
-			if consumer.Err() != nil {
-				// Shutdown, not failure: release the claim.
-				stopped = &interrupted{err}
-				return nil, stopped
-			}
-			herr = &handlerError{err}
-			return nil, herr
-		}
-		return v, nil
+	r := run{key: key, fp: p.fingerprint(msg)}
+	res, err := p.claims.Do(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
+		return r.handle(ctx, lctx, lease, msg, fn, nil)
 	})
+	return p.settle(ctx, msg, &r, res, err)
+}
+
+// run is what one message's turn under the guard left behind.
+type run struct {
+	key     guard.Key
+	fp      string
+	lease   guard.Lease // the handler's, for LeaseFrom
+	lctx    leaseCtx    // the handler's context
+	ran     bool
+	attempt int
+	herr    *handlerError
+	stopped *interrupted
+}
+
+// handle runs fn (or h, when fn is nil) for msg under lease, with the
+// lease's context lctx; ctx is the consumer's own.
+func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, fn ResultFunc, h Handler) ([]byte, error) {
+	r.ran, r.attempt, r.lease = true, lease.Attempt, lease
+	r.lctx = leaseCtx{Context: lctx, lease: &r.lease}
+	var (
+		v   []byte
+		err error
+	)
+	if fn != nil {
+		v, err = fn(&r.lctx, msg)
+	} else {
+		err = h(&r.lctx, msg)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			// Shutdown, not failure: release the claim.
+			r.stopped = &interrupted{err}
+			return nil, r.stopped
+		}
+		r.herr = &handlerError{err}
+		return nil, r.herr
+	}
+	return v, nil
+}
+
+// settle turns the guard's answer for msg's run r into the delivery's
+// outcome; ctx is the consumer's own.
+func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.Result, err error) (Outcome, []byte, error) {
+	key, ran, herr := r.key, r.ran, r.herr
 	switch {
 	case err == nil && res.Replayed:
 		return Duplicate, res.Value, nil
 	case err == nil:
 		return Processed, res.Value, nil
-	case stopped != nil:
+	case r.stopped != nil:
 		// Released (or, if the release was not recorded, left to run out
 		// and be recovered).
 		return Interrupted, nil, err
-	case !ran && consumer.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case !ran && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// Stopped before the handler ran: nothing happened.
 		return Interrupted, nil, err
+	case errors.Is(err, guard.ErrSkipped):
+		return Skipped, nil, err
+	case errors.Is(err, guard.ErrPanicked):
+		// Released: nothing is known of its effect but that it did not
+		// finish.
+		return Failed, nil, err
 	case ran && herr == nil:
 		// The effect happened but was not recorded (lease lost or store
 		// down): leave the message to a redelivery, which finds the record.
@@ -309,18 +356,18 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		// The failure could not be recorded either.
 		return Failed, nil, fmt.Errorf("consumerx: %s failed and the failure was not recorded: %w", key, err)
 	case ran:
-		if p.max > 0 && attempt >= p.max {
+		if p.max > 0 && r.attempt >= p.max {
 			cause := &exhaustedCause{
-				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: attempt, LastError: herr.Error()},
+				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: r.attempt, LastError: herr.Error()},
 				err:            herr.err,
 			}
-			return p.deadLetter(ctx, msg, key, fp, cause)
+			return p.deadLetter(ctx, msg, key, r.fp, cause)
 		}
 		return Failed, nil, herr.err
 	case errors.Is(err, guard.ErrInProgress):
 		return InProgress, nil, err
 	case errors.Is(err, guard.ErrExhausted), errors.Is(err, guard.ErrMismatch), errors.Is(err, guard.ErrInvalidKey):
-		return p.deadLetter(ctx, msg, key, fp, err)
+		return p.deadLetter(ctx, msg, key, r.fp, err)
 	default:
 		return Failed, nil, err
 	}
@@ -372,8 +419,36 @@ func (p *Processor) fingerprint(msg Message) string {
 	if p.opts.Fingerprint != nil {
 		return p.opts.Fingerprint(msg)
 	}
-	sum := sha256.Sum256(msg.Payload)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	var b [fingerprintLen]byte
+	return string(appendFingerprint(b[:0], msg.Payload))
+}
+
+// fingerprintLen is the length of the default fingerprint: base64 of a
+// SHA-256.
+const fingerprintLen = 43
+
+func appendFingerprint(dst, payload []byte) []byte {
+	sum := sha256.Sum256(payload)
+	return base64.RawURLEncoding.AppendEncode(dst, sum[:])
+}
+
+// fingerprintsInto sets each run's fingerprint to its message's, as
+// fingerprint makes it; the default ones share one allocation.
+func (p *Processor) fingerprintsInto(msgs []Message, runs []run) {
+	if p.opts.Fingerprint != nil {
+		for i := range msgs {
+			runs[i].fp = p.opts.Fingerprint(msgs[i])
+		}
+		return
+	}
+	b := make([]byte, 0, fingerprintLen*len(msgs))
+	for i := range msgs {
+		b = appendFingerprint(b, msgs[i].Payload)
+	}
+	all := unsafe.String(unsafe.SliceData(b), len(b)) // b is not changed again
+	for i := range runs {
+		runs[i].fp = all[i*fingerprintLen : (i+1)*fingerprintLen]
+	}
 }
 
 // digest names the dead-letter record of (id, fingerprint).

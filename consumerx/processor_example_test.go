@@ -81,3 +81,45 @@ func ExampleProcessor_Process() {
 	// dead_lettered
 	// dead_lettered
 }
+
+// A batch of deliveries, as a broker hands them over: one message is a
+// redelivery of one already processed, one fails. The batch's claims and
+// completions are one round trip each.
+func ExampleProcessor_ProcessBatch() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
+	p, err := consumerx.NewProcessor(g, "billing", consumerx.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	charge := func(ctx context.Context, msg consumerx.Message) error {
+		if msg.ID == "evt_3" {
+			return errors.New("card declined")
+		}
+		fmt.Printf("charging %s\n", msg.Payload)
+		return nil
+	}
+	ctx := context.Background()
+	p.Process(ctx, consumerx.Message{ID: "evt_1", Payload: []byte("order-1")}, charge)
+
+	batch := []consumerx.Message{
+		{ID: "evt_1", Payload: []byte("order-1")},
+		{ID: "evt_2", Payload: []byte("order-2")},
+		{ID: "evt_3", Payload: []byte("order-3")},
+	}
+	for i, r := range p.ProcessBatch(ctx, batch, charge, consumerx.BatchOptions{}) {
+		fmt.Println(batch[i].ID, r.Outcome, "ack:", r.Outcome.Ack())
+	}
+	// Output:
+	// charging order-1
+	// charging order-2
+	// evt_1 duplicate ack: true
+	// evt_2 processed ack: true
+	// evt_3 failed ack: false
+}

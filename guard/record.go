@@ -402,17 +402,34 @@ func (p *pendingValue) keyEnc() []byte { return p.buf[p.key[0]:p.key[1]] }
 // there: name and value then share the allocation). p.buf is the value;
 // all is the whole allocation.
 func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err error) {
+	n, err := pendingLen(req)
+	if err != nil {
+		return p, nil, err
+	}
+	p, all = appendPending(make([]byte, head, head+n), req)
+	return p, all, nil
+}
+
+// pendingLen is the length of req's first attempt, or why it cannot be
+// stored.
+func pendingLen(req ClaimRequest) (int, error) {
 	tl := tokenLen(req.Token)
 	if tl == 0 {
-		return p, nil, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
+		return 0, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
 	}
 	ret := ms(req.TTL)
 	if ret > RedisMaxFence/2 || ms(req.Lease) > RedisMaxFence/2 {
-		return p, nil, fmt.Errorf("idemguard: retention %s or lease %s too long", req.TTL, req.Lease)
+		return 0, fmt.Errorf("idemguard: retention %s or lease %s too long", req.TTL, req.Lease)
 	}
+	return 2 + 1 + 1 + fingerprintLen(req.Fingerprint) + tl + 1 + 1 + uvarintLen(ret) + keyLen(req.Key), nil
+}
+
+// appendPending appends req's first attempt to all (pendingLen(req)
+// checked it can be stored): p.buf is the value, from len(all) on.
+func appendPending(all []byte, req ClaimRequest) (p pendingValue, _ []byte) {
+	ret := ms(req.TTL)
 	p = pendingValue{retention: ret, ttl: ret + ms(req.Lease)}
-	n := 2 + 1 + 1 + fingerprintLen(req.Fingerprint) + tl + 1 + 1 + uvarintLen(ret) + keyLen(req.Key)
-	all = make([]byte, head, head+n)
+	head := len(all)
 	b := all[head:]
 	b = append(b, recordVersion, stPending, 1, 1) // fence 1, attempt 1
 	p.fp[0] = len(b)
@@ -427,7 +444,7 @@ func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err err
 	b = appendKey(b, req.Key)
 	p.key[1] = len(b)
 	p.buf = b
-	return p, all[:head+len(b)], nil
+	return p, all[:head+len(b)]
 }
 
 // bodyStart is where the body of a pending value v with fields s starts.

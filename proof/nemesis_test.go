@@ -36,13 +36,13 @@ type workload struct {
 
 // stats counts what a run saw, to show the faults bit.
 type stats struct {
-	ops, unknown, lost, recovered, replays, inProgress, fnErrors, panics, manual, long atomic.Int64
+	ops, unknown, lost, recovered, replays, inProgress, fnErrors, panics, manual, long, batches atomic.Int64
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("ops=%d unknown=%d lost=%d recovered=%d replays=%d in_progress=%d fn_errors=%d panics=%d manual=%d long=%d",
+	return fmt.Sprintf("ops=%d unknown=%d lost=%d recovered=%d replays=%d in_progress=%d fn_errors=%d panics=%d manual=%d long=%d batches=%d",
 		s.ops.Load(), s.unknown.Load(), s.lost.Load(), s.recovered.Load(), s.replays.Load(), s.inProgress.Load(),
-		s.fnErrors.Load(), s.panics.Load(), s.manual.Load(), s.long.Load())
+		s.fnErrors.Load(), s.panics.Load(), s.manual.Load(), s.long.Load(), s.batches.Load())
 }
 
 // longLease is the lease of the long effects: they outlive several
@@ -129,10 +129,16 @@ func runNemesis(t *testing.T, w workload) {
 				st.ops.Add(1)
 				k := keys[r.IntN(len(keys))]
 				switch p := r.IntN(100); {
-				case p < 6:
+				case p < 3:
 					longRun(ctx, t, gLong[r.IntN(2)], wins, leaseKeys[r.IntN(len(leaseKeys))], r, &st)
+				case p < 6: // nemesis_batch_test.go: the batch path
+					longBatch(ctx, t, gLong[r.IntN(2)], wins, leaseKeys, r, &st)
 				case p < 16:
 					stepsOnce(ctx, t, g, stepVals, stepKeys[r.IntN(len(stepKeys))], r, &st)
+				case p < 28:
+					for _, k := range doBatch(ctx, t, g, wins, bk, keys, fp, r, &st) {
+						seen[k] = true
+					}
 				case p < 65:
 					if res, ok := doOnce(ctx, t, g, wins, bk, k, fp(k), r, &st); ok {
 						seen[k] = true

@@ -19,9 +19,13 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// DefaultInProgressDelay is the Nak delay of a message that is in progress
-// in another consumer.
-const DefaultInProgressDelay = time.Second
+// Defaults for Options.
+const (
+	DefaultInProgressDelay = time.Second      // Nak delay of a message in progress in another consumer
+	DefaultBatch           = 16               // messages Consume fetches at once
+	DefaultMaxWait         = time.Second      // how long Consume waits for a message
+	DefaultAckWait         = 30 * time.Second // JetStream's AckWait when the consumer's is not known
+)
 
 // Options configure a Handler. Group is required.
 type Options struct {
@@ -38,6 +42,23 @@ type Options struct {
 	// RetryDelay is the NakWithDelay of a failed message. Zero: a plain
 	// Nak, redelivered at once or by the consumer's BackOff.
 	RetryDelay time.Duration
+	// InProgressEvery is how often a message not yet acknowledged is
+	// reported in progress to the server (msg.InProgress), which restarts
+	// its AckWait, while its handler, or the batch it came in, runs: so a
+	// handler longer than AckWait is not redelivered while it runs.
+	// Consume takes a third of the consumer's AckWait when it is zero;
+	// Handle reports nothing when it is zero. Negative: never.
+	InProgressEvery time.Duration
+	// Batch is how many messages Consume fetches and runs at once.
+	// Default 16.
+	Batch int
+	// Concurrency is how many handlers of a batch run at once. Default 1:
+	// one after another.
+	Concurrency int
+	// MaxWait is how long Consume waits for a message when none is ready,
+	// and so about how long it takes to return after its context ends.
+	// Default 1s.
+	MaxWait time.Duration
 }
 
 // Handler runs a consumerx.Handler for JetStream messages and acknowledges
@@ -46,13 +67,16 @@ type Options struct {
 // Interrupted. A message whose handler returns an error after the context
 // given to Handle (or Consume) ended is Interrupted: its claim is
 // released, no attempt is counted, and the Nak hands it to another
-// consumer at once. Keep the consumer's
-// AckWait above the longest handler run, or the message is redelivered
-// while it runs (and Nak'ed as InProgress). Safe for concurrent use.
+// consumer at once. While a message waits for its acknowledgement the
+// Handler reports it in progress every Options.InProgressEvery, so a long
+// handler is not redelivered while it runs. Safe for concurrent use.
 type Handler struct {
 	proc *consumerx.Processor
 	h    consumerx.Handler
 	opts Options
+	// run runs a batch: the guarded path unless a benchmark replaces it
+	// with the bare handler.
+	run func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 }
 
 // New returns a Handler that runs h once per (Group, message id) under g.
@@ -62,17 +86,29 @@ func New(g *guard.Guard, h consumerx.Handler, opts Options) (*Handler, error) {
 		return nil, errors.New("jetstreamx: nil handler")
 	case opts.Group == "":
 		return nil, errors.New("jetstreamx: Options.Group is required")
-	case opts.InProgressDelay < 0, opts.RetryDelay < 0:
+	case opts.InProgressDelay < 0, opts.RetryDelay < 0, opts.MaxWait < 0:
 		return nil, errors.New("jetstreamx: negative delay")
+	case opts.Batch < 0, opts.Concurrency < 0:
+		return nil, errors.New("jetstreamx: negative Batch or Concurrency")
 	}
 	if opts.InProgressDelay == 0 {
 		opts.InProgressDelay = DefaultInProgressDelay
+	}
+	if opts.Batch == 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.MaxWait == 0 {
+		opts.MaxWait = DefaultMaxWait
 	}
 	p, err := consumerx.NewProcessor(g, opts.Group, opts.Process)
 	if err != nil {
 		return nil, fmt.Errorf("jetstreamx: %w", err)
 	}
-	return &Handler{proc: p, h: h, opts: opts}, nil
+	hd := &Handler{proc: p, h: h, opts: opts}
+	hd.run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+		return p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Concurrency: opts.Concurrency})
+	}
+	return hd, nil
 }
 
 // Processor returns the consumerx.Processor messages run through.
@@ -93,10 +129,22 @@ func ID(msg jetstream.Msg) string {
 
 // Handle runs one message and acknowledges it. It returns the outcome and,
 // if the acknowledgement could not be sent, that error (the message then
-// comes back and is recognised).
+// comes back and is recognised). With Options.InProgressEvery set, the
+// message is reported in progress that often while its handler runs.
 func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outcome, error) {
-	cmsg := consumerx.Message{ID: ID(msg), Payload: msg.Data(), Metadata: metadata(msg.Headers()), Raw: msg}
+	cmsg := message(msg)
+	stop := h.keepInProgress([]jetstream.Msg{msg}, h.opts.InProgressEvery)
 	o, err := h.proc.Process(ctx, cmsg, h.h)
+	stop()
+	return o, h.acknowledge(msg, cmsg.ID, o, err)
+}
+
+func message(msg jetstream.Msg) consumerx.Message {
+	return consumerx.Message{ID: ID(msg), Payload: msg.Data(), Metadata: metadata(msg.Headers()), Raw: msg}
+}
+
+// acknowledge tells the server what became of msg.
+func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome, err error) error {
 	var aerr error
 	switch o {
 	case consumerx.Processed, consumerx.Duplicate, consumerx.DeadLettered:
@@ -118,45 +166,146 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 		}
 	}
 	if aerr != nil {
-		return o, fmt.Errorf("jetstreamx: acknowledge %s as %s: %w", cmsg.ID, o, aerr)
+		return fmt.Errorf("jetstreamx: acknowledge %s as %s: %w", id, o, aerr)
 	}
-	return o, nil
+	return nil
 }
 
-// Consume runs cons's messages through the Handler until ctx is cancelled,
-// then stops the subscription and returns once no handler is running. A
-// handler running when ctx ends sees its context cancelled; if it then
-// returns an error the message is Interrupted (released and Nak'ed, no
-// attempt counted). A message received after the stop is left
-// unacknowledged, for redelivery.
-func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer, opts ...jetstream.PullConsumeOpt) error {
+// keepInProgress reports msgs in progress every d until stop is called
+// (stop waits for a report under way); d ≤ 0: never.
+func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
 	var (
 		mu      sync.Mutex
 		stopped bool
-		running sync.WaitGroup
+		t       *time.Timer
 	)
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	tick := func() {
 		mu.Lock()
+		defer mu.Unlock()
 		if stopped {
-			mu.Unlock()
 			return
 		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		_, _ = h.Handle(ctx, msg)
-	}, opts...)
-	if err != nil {
-		return fmt.Errorf("jetstreamx: consume: %w", err)
+		for _, m := range msgs {
+			_ = m.InProgress() // a lost report: the message may come back, and is recognised
+		}
+		t.Reset(d)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	<-cc.Closed()
 	mu.Lock()
-	stopped = true
+	t = time.AfterFunc(d, tick)
 	mu.Unlock()
-	running.Wait()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// HandleBatch runs msgs as one batch (consumerx.Processor.ProcessBatch:
+// their claims in one round trip, their completions in another, up to
+// Options.Concurrency handlers at once), reporting every message in
+// progress every Options.InProgressEvery until the batch is done, then
+// acknowledges each as Handle does. It returns each message's outcome and
+// the first acknowledgement that could not be sent.
+func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery)
+}
+
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration) ([]consumerx.Outcome, error) {
+	cmsgs := make([]consumerx.Message, len(msgs))
+	for i, m := range msgs {
+		cmsgs[i] = message(m)
+	}
+	stop := h.keepInProgress(msgs, every)
+	res := h.run(ctx, cmsgs)
+	stop()
+	outs := make([]consumerx.Outcome, len(msgs))
+	var first error
+	for i, r := range res {
+		outs[i] = r.Outcome
+		if err := h.acknowledge(msgs[i], cmsgs[i].ID, r.Outcome, r.Err); err != nil && first == nil {
+			first = err
+		}
+	}
+	return outs, first
+}
+
+// Consume fetches cons's messages in batches of up to Options.Batch and
+// runs each batch through HandleBatch, until ctx is cancelled; then it
+// returns nil once the batch under way is done. It takes the messages
+// that are ready at once (FetchNoWait); when none is, it waits up to
+// Options.MaxWait for the next. Messages are reported in progress every
+// Options.InProgressEvery, or a third of the consumer's AckWait, until
+// acknowledged. A handler running when ctx ends sees its context
+// cancelled; if it then returns an error the message is Interrupted
+// (released and Nak'ed, no attempt counted), and the messages of the batch
+// whose turn had not come are Interrupted without running.
+func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
+	every := h.opts.InProgressEvery
+	if every == 0 {
+		every = DefaultAckWait / 3
+		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+			every = info.Config.AckWait / 3
+		}
+	}
+	msgs := make([]jetstream.Msg, 0, h.opts.Batch)
+	for ctx.Err() == nil {
+		msgs = msgs[:0]
+		batch, err := cons.FetchNoWait(h.opts.Batch)
+		if err == nil {
+			msgs = collect(msgs, batch)
+		}
+		if err == nil && len(msgs) == 0 {
+			// Nothing ready: wait for the next message, then take what
+			// else is ready with it.
+			wctx, cancel := context.WithTimeout(ctx, h.opts.MaxWait)
+			batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
+			if err == nil {
+				msgs = collect(msgs, batch)
+			}
+			cancel()
+			if err == nil && len(msgs) > 0 && h.opts.Batch > 1 {
+				if more, err := cons.FetchNoWait(h.opts.Batch - 1); err == nil {
+					msgs = collect(msgs, more)
+				}
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+				errors.Is(err, nats.ErrConnectionClosed) {
+				return fmt.Errorf("jetstreamx: fetch: %w", err)
+			}
+			sleep(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
+			continue
+		}
+		if len(msgs) > 0 {
+			_, _ = h.handleBatch(ctx, msgs, every)
+		}
+	}
 	return nil
+}
+
+// collect appends the messages of batch, waiting until it ends.
+func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) []jetstream.Msg {
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 func metadata(h nats.Header) map[string]string {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startNATS runs an embedded nats-server with JetStream on a random port,
 // and a client of it. The returned stop closes both and waits for the
 // server to be down.
-func startNATS(t *testing.T) (js jetstream.JetStream, stop func()) {
+func startNATS(t testing.TB) (js jetstream.JetStream, stop func()) {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
@@ -174,7 +175,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopNATS()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -251,7 +252,7 @@ func TestConsumeStopsAndDefaultKey(t *testing.T) {
 		t.Fatal("Consume did not return")
 	}
 	stopNATS()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 	if effects.Load() != 1 {
 		t.Errorf("effects = %d, want 1", effects.Load())
 	}

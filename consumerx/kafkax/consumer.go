@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,8 +41,8 @@ type Options struct {
 	MaxPollRecords int
 	// RetryDelay is the wait before a Failed or InProgress record runs
 	// again. Kafka has no per-record nack: the record is retried in place,
-	// holding back its partition, until it succeeds or is dead-lettered
-	// after Process.MaxAttempts. Default 1s.
+	// holding back its partition (and the poll's commit), until it
+	// succeeds or is dead-lettered after Process.MaxAttempts. Default 1s.
 	RetryDelay time.Duration
 	// Logger receives poll and commit errors. Default Process.Logger or
 	// slog.Default().
@@ -54,6 +56,9 @@ type Consumer struct {
 	h      consumerx.Handler
 	opts   Options
 	log    *slog.Logger
+	// run runs a partition's records in order: the guarded path unless
+	// a benchmark replaces it with the bare handler.
+	run func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 }
 
 // New returns a Consumer of client that runs h once per (group, record id)
@@ -97,7 +102,11 @@ func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Consumer{client: client, proc: p, h: h, opts: opts, log: log.With("group", opts.Group)}, nil
+	c := &Consumer{client: client, proc: p, h: h, opts: opts, log: log.With("group", opts.Group)}
+	c.run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+		return p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true})
+	}
+	return c, nil
 }
 
 // Processor returns the consumerx.Processor records run through.
@@ -109,9 +118,15 @@ func ID(r *kgo.Record) string {
 }
 
 // Run polls and processes records until ctx is cancelled or the client is
-// closed, then returns nil. It starts no goroutine. Records of a poll run
-// in partition order, each retried in place until acknowledged; then the
-// poll's offsets are committed. Once ctx is cancelled nothing more is
+// closed, then returns nil. Each poll's partitions run at once, each in a
+// goroutine of its own that ends with the poll; inside a partition the
+// records run one at a time, in offset order. A partition's records are
+// claimed together, in one round trip, and completed together in another
+// (consumerx.Processor.ProcessBatch, Ordered): a record that is not
+// acknowledged (failed, in progress elsewhere) stops its partition there,
+// its later records are released unrun, and it is retried in place after
+// RetryDelay, with the records after it, until it is acknowledged. Then
+// the poll's offsets are committed. Once ctx is cancelled nothing more is
 // committed: the records of the unfinished poll are fetched again by the
 // next member and found done (Duplicate) or not. A handler running when
 // ctx ends sees its context cancelled; if it then returns an error, the
@@ -128,16 +143,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.log.WarnContext(ctx, "kafkax: fetch failed", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		done := true
+		var (
+			wg      sync.WaitGroup
+			stopped atomic.Bool
+		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			for _, r := range p.Records {
-				if !done || !c.process(ctx, r) {
-					done = false
-					return
-				}
+			if len(p.Records) > 0 {
+				wg.Go(func() {
+					if !c.partition(ctx, p.Records) {
+						stopped.Store(true)
+					}
+				})
 			}
 		})
-		if !done || ctx.Err() != nil {
+		wg.Wait()
+		if stopped.Load() || ctx.Err() != nil {
 			break
 		}
 		if recs := fetches.Records(); len(recs) > 0 {
@@ -151,23 +171,29 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// process runs r until its outcome acknowledges it; false if ctx ended
-// first.
-func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
-	msg := consumerx.Message{ID: ID(r), Payload: r.Value, Raw: r}
-	if len(r.Headers) > 0 {
-		msg.Metadata = make(map[string]string, len(r.Headers))
-		for _, h := range r.Headers {
-			msg.Metadata[h.Key] = string(h.Value)
-		}
+// partition runs one partition's records of a poll, in order, until every
+// one is acknowledged; false if ctx ended first.
+func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record) bool {
+	msgs := make([]consumerx.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = message(r)
 	}
 	for {
-		o, err := c.proc.Process(ctx, msg, c.h)
-		if o.Ack() {
+		res := c.run(ctx, msgs)
+		k := 0
+		for k < len(res) && res[k].Outcome.Ack() {
+			k++
+		}
+		if k == len(res) {
 			return true
 		}
-		if o == consumerx.Interrupted {
+		msgs = msgs[k:]
+		o, err := res[k].Outcome, res[k].Err
+		switch o {
+		case consumerx.Interrupted:
 			return false
+		case consumerx.Skipped:
+			continue // after a dead letter: go on at once
 		}
 		wait := c.opts.RetryDelay
 		var ip *guard.InProgressError
@@ -182,6 +208,18 @@ func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
 		case <-t.C:
 		}
 	}
+}
+
+// message is r as a consumerx.Message.
+func message(r *kgo.Record) consumerx.Message {
+	msg := consumerx.Message{ID: ID(r), Payload: r.Value, Raw: r}
+	if len(r.Headers) > 0 {
+		msg.Metadata = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			msg.Metadata[h.Key] = string(h.Value)
+		}
+	}
+	return msg
 }
 
 // Header keys of a dead-letter record made by ProduceDeadLetter.

@@ -18,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -173,7 +174,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 	}
 	clB.CloseAllowingRebalance()
 	stopKafka()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // A record whose group members are stopped mid-handler more times than
@@ -65,7 +66,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 	stop()
 	cl.CloseAllowingRebalance()
 	stopKafka()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 	all := outs.All()
 	if h.Effects.Load() != 1 || dead.Load() != 0 || all[consumerx.Interrupted] != stops || all[consumerx.Processed] != 1 ||
 		all[consumerx.DeadLettered] != 0 || all[consumerx.Failed] != 0 {

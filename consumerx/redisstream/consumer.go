@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,9 +93,9 @@ type Consumer struct {
 	proc    *consumerx.Processor
 	handler consumerx.Handler
 	log     *slog.Logger
-	// process runs one message; the guarded path unless a benchmark
-	// replaces it with the bare handler.
-	process func(ctx context.Context, msg consumerx.Message) (consumerx.Outcome, error)
+	// run runs a batch and reports which entries to acknowledge: the
+	// guarded path unless a benchmark replaces it with the bare handler.
+	run func(ctx context.Context, msgs []consumerx.Message) []bool
 }
 
 // New returns a Consumer of opts.Stream that runs h once per (Group,
@@ -168,9 +167,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		return nil, fmt.Errorf("redisstream: %w", err)
 	}
 	c.proc = proc
-	c.process = func(ctx context.Context, msg consumerx.Message) (consumerx.Outcome, error) {
-		return proc.Process(ctx, msg, h)
-	}
+	c.run = c.guarded
 	return c, nil
 }
 
@@ -179,11 +176,13 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 
 // Run consumes until ctx is cancelled, then returns nil; it returns an
-// error only if the group cannot be created. The goroutines it starts for
-// Concurrency > 1 end with each batch. Each
-// round it takes over entries pending longer than MinIdle (XAUTOCLAIM),
-// then reads new entries (XREADGROUP), runs each through the handler and
-// acknowledges the batch with one XACK. Once ctx is cancelled it sends
+// error only if the group cannot be created. The goroutines it starts end
+// with each batch. Each round it takes over entries pending longer than
+// MinIdle (XAUTOCLAIM), then reads new entries (XREADGROUP), and runs each
+// batch through consumerx.Processor.ProcessBatch: the batch's claims in
+// one round trip, the handlers (Concurrency at once), the completions,
+// failures and releases in one more, then one XACK for the entries to
+// acknowledge. Once ctx is cancelled it sends
 // nothing more: entries it had not acknowledged stay pending, and the
 // consumer that takes them over finds them done (Duplicate) or not. A
 // handler running when ctx is cancelled sees its context cancelled; if it
@@ -272,41 +271,22 @@ func (c *Consumer) reclaim(ctx context.Context, cursor string) (string, error) {
 	return next, nil
 }
 
-// handle runs a batch and acknowledges the entries whose outcome says so.
-func (c *Consumer) handle(ctx context.Context, msgs []redis.XMessage) {
-	acked := make([]bool, len(msgs))
-	if c.opts.Concurrency == 1 {
-		for i, xm := range msgs {
-			if ctx.Err() != nil {
-				return
-			}
-			o, _ := c.process(ctx, c.message(xm))
-			acked[i] = o.Ack()
-		}
-	} else {
-		sem := make(chan struct{}, c.opts.Concurrency)
-		var wg sync.WaitGroup
-		for i, xm := range msgs {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				o, _ := c.process(ctx, c.message(xm))
-				acked[i] = o.Ack()
-			})
-		}
-		wg.Wait()
+// handle runs a batch and acknowledges, with one XACK, the entries whose
+// outcome says so.
+func (c *Consumer) handle(ctx context.Context, xms []redis.XMessage) {
+	if len(xms) == 0 {
+		return
 	}
+	msgs := make([]consumerx.Message, len(xms))
+	for i := range xms {
+		msgs[i] = c.message(xms[i])
+	}
+	acked := c.run(ctx, msgs)
 	if ctx.Err() != nil {
 		return
 	}
 	ack := make([]string, 0, len(msgs))
-	for i, xm := range msgs {
+	for i, xm := range xms {
 		if acked[i] {
 			ack = append(ack, xm.ID)
 		}
@@ -320,10 +300,24 @@ func (c *Consumer) handle(ctx context.Context, msgs []redis.XMessage) {
 	}
 }
 
+// guarded runs a batch through the processor: its claims in one round
+// trip, its completions in another (consumerx.Processor.ProcessBatch).
+func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []bool {
+	res := c.proc.ProcessBatch(ctx, msgs, c.handler, consumerx.BatchOptions{Concurrency: c.opts.Concurrency})
+	acked := make([]bool, len(res))
+	for i, r := range res {
+		acked[i] = r.Outcome.Ack()
+	}
+	return acked
+}
+
 func (c *Consumer) message(xm redis.XMessage) consumerx.Message {
 	msg := consumerx.Message{ID: xm.ID, Metadata: make(map[string]string, len(xm.Values)), Raw: xm}
 	for k, v := range xm.Values {
-		s := fmt.Sprint(v)
+		s, ok := v.(string)
+		if !ok {
+			s = fmt.Sprint(v)
+		}
 		if k == c.opts.PayloadField {
 			msg.Payload = []byte(s)
 			continue

@@ -14,7 +14,9 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// Two entries carry the same order: the charge runs once.
+// Two entries carry the same order: the charge runs once. The three
+// entries come in one batch: their handlers run first, then the outcomes
+// are known (the batch's completions are one round trip).
 func ExampleConsumer_Run() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -57,8 +59,8 @@ func ExampleConsumer_Run() {
 	}
 	// Output:
 	// charge order-1
-	// order-1 processed
 	// charge order-2
+	// order-1 processed
 	// order-2 processed
 	// order-1 duplicate
 }

@@ -112,6 +112,7 @@ func Run(t *testing.T, h Harness) {
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
 		{"Steps", c.steps}, // steps.go
+		{"Batch", c.batch}, // batch.go
 	} {
 		t.Run(tc.name, tc.fn)
 	}

@@ -6,8 +6,12 @@ package consumertest
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,5 +173,86 @@ func (h *Interrupted) WaitStarted(t testing.TB, limit time.Duration) int32 {
 	case <-time.After(limit):
 		t.Fatalf("no handler run began within %s", limit)
 		return 0
+	}
+}
+
+// Meter measures a benchmark's run: wall time, this process's CPU time
+// and, when rdb is given, the Redis server's, so that the cost of each
+// message shows apart from how loaded the machine is.
+type Meter struct {
+	rdb       *redis.Client
+	start     time.Time
+	cpu, rcpu time.Duration
+	mallocs   uint64
+}
+
+// StartMeter starts measuring; rdb may be nil (no Redis in the run).
+func StartMeter(rdb *redis.Client) *Meter {
+	m := &Meter{rdb: rdb, rcpu: redisCPU(rdb)}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.mallocs = ms.Mallocs
+	m.cpu, m.start = processCPU(), time.Now()
+	return m
+}
+
+// Report stops measuring n messages and reports msgs/s, CPU microseconds
+// per message, of this process (client-µs/msg: the adapter, the guard and
+// the broker's client; an embedded broker's too) and of Redis
+// (redis-µs/msg), and heap allocations per message to two decimals
+// (allocs/msg; allocs/op rounds down).
+func (m *Meter) Report(b *testing.B, n int) {
+	elapsed, cpu := time.Since(m.start), processCPU()-m.cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.Mallocs-m.mallocs)/float64(n), "allocs/msg")
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "client-µs/msg")
+	if m.rdb != nil {
+		b.ReportMetric(float64((redisCPU(m.rdb)-m.rcpu).Microseconds())/float64(n), "redis-µs/msg")
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the server's CPU time (INFO cpu), or 0.
+func redisCPU(rdb *redis.Client) time.Duration {
+	if rdb == nil {
+		return 0
+	}
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// Plain runs a batch through the bare handler, one message after another:
+// the adapters' loops without the guard, for their benchmarks.
+func Plain(h consumerx.Handler) func(context.Context, []consumerx.Message) []consumerx.BatchResult {
+	return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+		res := make([]consumerx.BatchResult, len(msgs))
+		for i := range msgs {
+			if err := h(ctx, msgs[i]); err != nil {
+				res[i] = consumerx.BatchResult{Outcome: consumerx.Failed, Err: err}
+				continue
+			}
+			res[i].Outcome = consumerx.Processed
+		}
+		return res
 	}
 }

@@ -1,0 +1,92 @@
+package consumerx
+
+import (
+	"context"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// BatchOptions configure ProcessBatch. The zero value runs the handlers
+// one at a time, in the order of the messages.
+type BatchOptions struct {
+	// Concurrency is how many handlers of the batch run at once. 0 or 1:
+	// one at a time, in order.
+	Concurrency int
+	// Ordered runs the handlers one at a time in the order of the
+	// messages and stops at the first message that neither is processed
+	// nor is a duplicate (Failed, InProgress, Interrupted, DeadLettered):
+	// no later message's handler runs, and each later message whose key
+	// was claimed is released and Skipped. Go on from the first message
+	// not acknowledged. For a Kafka partition, whose records must run in
+	// order.
+	Ordered bool
+}
+
+// BatchResult is ProcessBatch's answer for one message: what Process
+// would have returned for it.
+type BatchResult struct {
+	Outcome Outcome
+	Err     error
+}
+
+// ProcessBatch runs h for each of msgs whose (group, id) has not run, as
+// Process does for each, with one answer per message in the order of
+// msgs: the same outcomes, dead letters, logs and OnOutcome calls, the
+// same shutdown rule (when ctx ends, a handler that then returns an error
+// is Interrupted, and a message whose handler had not started is
+// Interrupted without running), and no message's outcome depends on
+// another's (but see BatchOptions.Ordered). The guard work is batched
+// (guard.Guard.DoBatch): on a Redis store the batch's claims go out in one
+// round trip and its completions, failures and releases in another, after
+// every handler of the batch returned; each handler runs under its own
+// lease, extended together with the others'.
+//
+// Unlike Process, a handler that panics does not take the consumer down:
+// its claim is released, the message is Failed with an error matching
+// guard.ErrPanicked (a *guard.PanicError with the value and the stack),
+// logged at Error level, and redelivered. No attempt is counted for it,
+// so a message that always panics is never dead-lettered: watch for the
+// log.
+func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
+	out := make([]BatchResult, len(msgs))
+	runs := make([]run, len(msgs))
+	items := make([]guard.BatchItem, 0, len(msgs))
+	var idx []int // the message of each item, once a message was left out
+	p.fingerprintsInto(msgs, runs)
+	for i := range msgs {
+		key, err := p.Key(msgs[i])
+		if err != nil {
+			if idx == nil {
+				idx = make([]int, len(items), len(msgs))
+				for j := range idx {
+					idx[j] = j
+				}
+			}
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, "", err)
+			continue
+		}
+		runs[i].key = key
+		items = append(items, guard.BatchItem{Key: key, Fingerprint: runs[i].fp})
+		if idx != nil {
+			idx = append(idx, i)
+		}
+	}
+	res := p.claims.DoBatch(ctx, items, func(lctx context.Context, j int, lease guard.Lease) ([]byte, error) {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
+	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered})
+	for j := range res {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
+	}
+	for i := range msgs {
+		p.report(ctx, msgs[i], out[i].Outcome, out[i].Err)
+	}
+	return out
+}

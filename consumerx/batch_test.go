@@ -1,0 +1,232 @@
+package consumerx_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
+	"github.com/idemguard/idemguard/guard"
+)
+
+func batchOf(n int) []consumerx.Message {
+	msgs := make([]consumerx.Message, n)
+	for i := range msgs {
+		msgs[i] = consumerx.Message{ID: fmt.Sprint("m", i), Payload: fmt.Appendf(nil, "charge %d", i)}
+	}
+	return msgs
+}
+
+// One batch: a handler fails, one panics, one's lease is taken over by
+// another consumer while it runs, one runs for three leases; the others
+// succeed. Every other message is processed exactly once; the failed one
+// is failed (attempt counted) and runs again on its next delivery; the
+// panicked one is released (no attempt counted); the one whose lease was
+// lost is left to its new holder. Each handler sees its own lease.
+func TestProcessBatchEachMessageOnItsOwn(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	g, rdb, _ := consumertest.Guard(t, guard.Options{Lease: lease})
+	s := g.Store().(*guard.RedisStore)
+	other := guard.New(s, guard.Options{Lease: time.Minute})
+	var outs consumertest.Outcomes
+	p := newProcessor(t, g, "billing", consumerx.Options{OnOutcome: outs.Hook})
+	msgs := batchOf(8)
+	const fails, panics, stolen, long = 1, 3, 5, 6
+	effects := make([]atomic.Int32, len(msgs))
+	var fences sync.Map
+	first := true
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		var i int
+		fmt.Sscanf(msg.ID, "m%d", &i)
+		l, ok := consumerx.LeaseFrom(ctx)
+		if !ok || l.Key.ID != msg.ID {
+			t.Errorf("%s runs under %+v", msg.ID, l)
+		}
+		fences.Store(msg.ID, l.Fence)
+		if first {
+			switch i {
+			case fails:
+				return errors.New("gateway timeout")
+			case panics:
+				panic("nil map")
+			case stolen:
+				// Another consumer takes the message over, as after this
+				// holder's lease ran out.
+				if err := rdb.Del(ctx, s.Name(l.Key)).Err(); err != nil {
+					t.Error(err)
+				}
+				sum := sha256.Sum256(msg.Payload) // the default fingerprint
+				if _, err := other.Claim(context.Background(), l.Key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil {
+					t.Error(err)
+				}
+				<-ctx.Done()
+				if !errors.Is(context.Cause(ctx), guard.ErrLeaseLost) {
+					t.Errorf("stolen message's context ended with %v", context.Cause(ctx))
+				}
+				return ctx.Err()
+			case long:
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("cut short: %w", context.Cause(ctx))
+				case <-time.After(3 * lease):
+				}
+			}
+		}
+		effects[i].Add(1)
+		return nil
+	}
+	ctx := context.Background()
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Concurrency: 4})
+	want := map[int]consumerx.Outcome{fails: consumerx.Failed, panics: consumerx.Failed, stolen: consumerx.Failed}
+	for i, r := range res {
+		w := want[i]
+		if w == 0 {
+			w = consumerx.Processed
+		}
+		if r.Outcome != w {
+			t.Errorf("%s: %s, %v; want %s", msgs[i].ID, r.Outcome, r.Err, w)
+		}
+	}
+	if !errors.Is(res[panics].Err, guard.ErrPanicked) {
+		t.Errorf("panicked message's error = %v, want ErrPanicked", res[panics].Err)
+	}
+	if all := outs.All(); all[consumerx.Processed] != 5 || all[consumerx.Failed] != 3 {
+		t.Errorf("OnOutcome heard %v", all)
+	}
+	key := func(i int) guard.Key { k, _ := p.Key(msgs[i]); return k }
+	if rec, err := g.Get(ctx, key(fails)); err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 {
+		t.Errorf("failed message's record: %+v, %v", rec, err)
+	}
+	if _, err := g.Get(ctx, key(panics)); !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("panicked message's record: %v, want released", err)
+	}
+	if rec, err := g.Get(ctx, key(stolen)); err != nil || rec.State != guard.StatePending || rec.Fence != 1 || rec.Attempt != 1 {
+		t.Errorf("stolen message's record: %+v, %v; want the other holder's", rec, err)
+	}
+
+	// The next delivery of the whole batch: the failed message runs again
+	// (attempt 2), the panicked one afresh (attempt 1), the others are
+	// duplicates, the stolen one is in progress elsewhere.
+	first = false
+	res = p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	for i, r := range res {
+		w := consumerx.Duplicate
+		switch i {
+		case fails, panics:
+			w = consumerx.Processed
+		case stolen:
+			w = consumerx.InProgress
+		}
+		if r.Outcome != w {
+			t.Errorf("redelivery of %s: %s, %v; want %s", msgs[i].ID, r.Outcome, r.Err, w)
+		}
+	}
+	if f, _ := fences.Load(msgs[fails].ID); f != int64(2) {
+		t.Errorf("failed message reran at fence %v, want 2", f)
+	}
+	if f, _ := fences.Load(msgs[panics].ID); f != int64(1) {
+		t.Errorf("panicked message reran at fence %v, want 1 (released)", f)
+	}
+	for i := range msgs {
+		if n, want := effects[i].Load(), map[bool]int32{true: 0, false: 1}[i == stolen]; n != want {
+			t.Errorf("%s: %d effects, want %d", msgs[i].ID, n, want)
+		}
+	}
+}
+
+// A consumer stopped in the middle of a batch: the running handler that
+// then fails is Interrupted and released, the messages whose turn had not
+// come are Interrupted without running; nothing is dead-lettered and no
+// attempt counted, even at the attempt limit.
+func TestProcessBatchShutdown(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead atomic.Int32
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
+		DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }})
+	msgs := batchOf(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran []string
+	res := p.ProcessBatch(ctx, msgs, func(ctx context.Context, msg consumerx.Message) error {
+		ran = append(ran, msg.ID)
+		if msg.ID == "m1" {
+			cancel() // shutdown
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}, consumerx.BatchOptions{})
+	if fmt.Sprint(ran) != "[m0 m1]" || res[0].Outcome != consumerx.Processed {
+		t.Fatalf("ran %v, results %+v", ran, res)
+	}
+	for i := 1; i < 4; i++ {
+		if res[i].Outcome != consumerx.Interrupted || !errors.Is(res[i].Err, context.Canceled) {
+			t.Errorf("%s: %s, %v; want interrupted", msgs[i].ID, res[i].Outcome, res[i].Err)
+		}
+		k, _ := p.Key(msgs[i])
+		if _, err := g.Get(context.Background(), k); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("%s: record %v, want released", msgs[i].ID, err)
+		}
+	}
+	// Stopped before the batch: nothing runs, everything is interrupted.
+	res = p.ProcessBatch(ctx, msgs[1:], func(context.Context, consumerx.Message) error {
+		t.Error("a handler ran after shutdown")
+		return nil
+	}, consumerx.BatchOptions{})
+	for i, r := range res {
+		if r.Outcome != consumerx.Interrupted {
+			t.Errorf("after shutdown, %s: %s, %v", msgs[i+1].ID, r.Outcome, r.Err)
+		}
+	}
+	if dead.Load() != 0 {
+		t.Errorf("%d dead letters", dead.Load())
+	}
+}
+
+// An ordered batch stops at the first message not acknowledged: later
+// messages are Skipped (released, not run). A message dead-lettered is
+// acknowledged but stops the batch too: the consumer goes on from the
+// first message not acknowledged.
+func TestProcessBatchOrdered(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead []string
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 2,
+		DeadLetter: func(_ context.Context, msg consumerx.Message, _ error) error { dead = append(dead, msg.ID); return nil }})
+	msgs := batchOf(5)
+	var ran []string
+	h := func(_ context.Context, msg consumerx.Message) error {
+		ran = append(ran, msg.ID)
+		if msg.ID == "m2" {
+			return errors.New("declined")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	want := func(round int, res []consumerx.BatchResult, outs ...consumerx.Outcome) {
+		t.Helper()
+		for i, r := range res {
+			if r.Outcome != outs[i] {
+				t.Errorf("round %d, %s: %s, %v; want %s", round, msgs[i].ID, r.Outcome, r.Err, outs[i])
+			}
+		}
+	}
+	P, D, F, S, L := consumerx.Processed, consumerx.Duplicate, consumerx.Failed, consumerx.Skipped, consumerx.DeadLettered
+	want(1, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true, Concurrency: 4}), P, P, F, S, S)
+	want(2, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S, S)
+	want(3, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S, S)
+	want(4, p.ProcessBatch(ctx, msgs[3:], h, consumerx.BatchOptions{Ordered: true}), P, P)
+	if fmt.Sprint(ran) != "[m0 m1 m2 m2 m3 m4]" || fmt.Sprint(dead) != "[m2]" {
+		t.Errorf("ran %v, dead-lettered %v", ran, dead)
+	}
+	for _, i := range []int{3, 4} {
+		if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msgs[i].ID}); err != nil || rec.Attempt != 1 {
+			t.Errorf("%s: %+v, %v; want one attempt (the skips were released)", msgs[i].ID, rec, err)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// beat keeps the leases of one DoBatch alive: the batch's counterpart of
+// keepalive's running phase, with the same rules for each lease, on one
+// timer and one WriteBatch of extensions for the whole batch.
+//
+// Every lease was claimed by the same round trip, so they share their
+// first deadline and their first extension, a third of a lease after the
+// claim was sent. From then on each lease keeps a deadline of its own:
+// (when the last extension that succeeded for it was sent) + Lease −
+// LeaseMargin(Lease). Its effect's context, a child of the caller's, is
+// cancelled with a cause matching ErrLeaseLost at that deadline, whatever
+// an extension under way is doing; as soon as an extension finds that
+// lease alone lost; and at MaxRun, counted from when its effect started
+// (the cause then matches ErrMaxRun too). Another lease of the batch is
+// not touched by any of it. A failed or late extension never revives a
+// lease. A lease whose effect has returned stays held, and extended, until
+// the batch's writes end the claims.
+type beat struct {
+	g      *Guard
+	bs     BatchStore
+	parent context.Context // the caller's context
+	timer  *time.Timer
+
+	mu      sync.Mutex
+	idle    sync.Cond // broadcast when an extension ends
+	ended   bool      // halted: the timer does nothing
+	busy    bool      // an extension is under way
+	extStop context.CancelFunc
+	next    time.Time // when the next extension is due
+	held    []held
+}
+
+// held is one lease of the batch.
+type held struct {
+	lease  *Lease
+	ctx    context.Context // its effect's context
+	cancel context.CancelCauseFunc
+	valid  time.Time // the deadline in force
+	maxRun time.Time // zero until its effect starts, or with no MaxRun
+	// live: still held as far as the client knows, so still extended.
+	live    bool
+	lastErr error // the last failed extension's error, for the cause
+}
+
+// newBeat starts keeping n leases alive, lease(i) the i-th, which no one
+// changes while b lives; each lease's Deadline is its first one, and each
+// gets a context that is a child of parent.
+func (g *Guard) newBeat(parent context.Context, bs BatchStore, n int, lease func(i int) *Lease) *beat {
+	b := &beat{g: g, bs: bs, parent: parent, held: make([]held, n)}
+	b.idle.L = &b.mu
+	first := lease(0).Deadline
+	for i := range n {
+		l := lease(i)
+		h := &b.held[i]
+		h.lease, h.valid, h.live = l, l.Deadline, true
+		h.ctx, h.cancel = context.WithCancelCause(parent)
+		first = minTime(first, l.Deadline)
+	}
+	// Extend a third of a lease after the claim was sent.
+	b.next = first.Add(-g.validity + g.opts.Lease/3)
+	b.mu.Lock()
+	b.timer = time.AfterFunc(time.Until(b.nextFire(time.Now())), b.fire)
+	b.mu.Unlock()
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// begin marks the start of lease i's effect: MaxRun counts from now. It
+// reports false, with the context cancelled and the cause returned, when
+// the lease is no longer held or its deadline has passed: the effect must
+// not run.
+func (b *beat) begin(i int) (context.Context, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := &b.held[i]
+	now := time.Now()
+	if h.live && !now.Before(h.valid) {
+		b.lose(h, fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
+			ErrLeaseLost, h.valid.Format(time.RFC3339Nano)))
+	}
+	if !h.live {
+		return h.ctx, context.Cause(h.ctx)
+	}
+	if b.g.opts.MaxRun > 0 {
+		h.maxRun = now.Add(b.g.opts.MaxRun)
+		b.arm(now)
+	}
+	return h.ctx, nil
+}
+
+// lose ends lease h: no more extensions, its context cancelled with
+// cause. b.mu is held.
+func (b *beat) lose(h *held, cause error) {
+	h.live = false
+	h.cancel(cause)
+}
+
+// nextFire is when the timer is due: the next extension (unless one is
+// under way), or the earliest deadline or MaxRun of a live lease. b.mu is
+// held, or b is not shared yet.
+func (b *beat) nextFire(now time.Time) time.Time {
+	var next time.Time
+	if !b.busy {
+		next = b.next
+	}
+	for i := range b.held {
+		h := &b.held[i]
+		if !h.live {
+			continue
+		}
+		if next.IsZero() || h.valid.Before(next) {
+			next = h.valid
+		}
+		if !h.maxRun.IsZero() && h.maxRun.Before(next) {
+			next = h.maxRun
+		}
+	}
+	if next.IsZero() {
+		return now.Add(time.Hour) // nothing live: nothing due
+	}
+	return next
+}
+
+// arm sets the timer for what is due next. b.mu is held.
+func (b *beat) arm(now time.Time) {
+	if !b.ended {
+		b.timer.Reset(b.nextFire(now).Sub(now))
+	}
+}
+
+// fire is the timer's callback. It decides from the state alone what is
+// due, so a late or spurious firing does no harm.
+func (b *beat) fire() {
+	b.mu.Lock()
+	var evs []Event
+	defer func() {
+		b.mu.Unlock()
+		for _, ev := range evs {
+			b.g.observe(b.parent, ev)
+		}
+	}()
+	if b.ended {
+		return
+	}
+	now := time.Now()
+	live := false
+	for i := range b.held {
+		h := &b.held[i]
+		if !h.live {
+			continue
+		}
+		var err error
+		switch {
+		case !h.maxRun.IsZero() && !now.Before(h.maxRun):
+			err = fmt.Errorf("%w (%s): %w: the lease is no longer extended", ErrMaxRun, b.g.opts.MaxRun, ErrLeaseLost)
+		case !now.Before(h.valid) && h.lastErr != nil:
+			err = fmt.Errorf("%w: the lease's deadline passed without a successful extension: %w", ErrLeaseLost, h.lastErr)
+		case !now.Before(h.valid):
+			err = fmt.Errorf("%w: the lease's deadline passed without a successful extension", ErrLeaseLost)
+		default:
+			live = true
+			continue
+		}
+		b.lose(h, err)
+		evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+	}
+	if !live || b.busy || now.Before(b.next) {
+		b.arm(now) // early, or an extension is under way: wait
+		return
+	}
+
+	// Extensions are due. The timer keeps the deadlines while they run;
+	// their context ends at the earliest one, so answers that would come
+	// too late are not waited for where the client honours deadlines.
+	b.busy = true
+	b.arm(now)
+	var (
+		ws       []Write
+		idx      []int
+		earliest time.Time
+	)
+	for i := range b.held {
+		h := &b.held[i]
+		if h.live {
+			ws = append(ws, Write{Kind: WriteExtend, Lease: *h.lease, TTL: b.g.opts.Lease})
+			idx = append(idx, i)
+			if earliest.IsZero() || h.valid.Before(earliest) {
+				earliest = h.valid
+			}
+		}
+	}
+	ectx, ecancel := context.WithDeadline(context.WithoutCancel(b.parent), earliest)
+	b.extStop = ecancel
+	b.mu.Unlock()
+
+	sent := time.Now()
+	errs := b.bs.WriteBatch(ectx, ws)
+	ecancel()
+
+	b.mu.Lock()
+	b.busy, b.extStop = false, nil
+	b.idle.Broadcast()
+	if b.ended {
+		return // halted: a late answer changes nothing
+	}
+	now = time.Now()
+	retry := false
+	for j, i := range idx {
+		h := &b.held[i]
+		if !h.live {
+			continue // its deadline passed meanwhile: a late answer revives nothing
+		}
+		err := errs[j]
+		if err != nil {
+			err = fmt.Errorf("extend %s: %w", h.lease.Key, err)
+		}
+		switch {
+		case err == nil && now.Before(h.valid):
+			// The server pushed the lease out at or after sent.
+			h.valid, h.lastErr = sent.Add(b.g.validity), nil
+		case err == nil:
+			err = fmt.Errorf("%w: an extension succeeded only after the lease's deadline", ErrLeaseLost)
+			b.lose(h, err)
+			evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+		case errors.Is(err, ErrLeaseLost):
+			b.lose(h, err)
+			evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+		default:
+			// Unavailable or timed out: try again soon, while the lease lasts.
+			h.lastErr, retry = err, true
+			if errors.Is(err, ErrUnavailable) {
+				evs = append(evs, Event{Kind: EventUnavailable, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+			}
+		}
+	}
+	b.next = sent.Add(b.g.opts.Lease / 3)
+	if retry {
+		soonest := now.Add(b.g.opts.Lease / 3)
+		for _, i := range idx {
+			if h := &b.held[i]; h.live && h.lastErr != nil {
+				soonest = minTime(soonest, now.Add(max(min(b.g.opts.Lease/3, h.valid.Sub(now)/3), time.Millisecond)))
+			}
+		}
+		b.next = soonest
+	}
+	b.arm(now)
+}
+
+// halt ends the heartbeat and waits for an extension under way, after
+// telling it to give up; the effects' contexts stay as they are.
+func (b *beat) halt() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = true
+	b.timer.Stop()
+	if b.extStop != nil {
+		b.extStop()
+	}
+	for b.busy {
+		b.idle.Wait()
+	}
+}
+
+// stop halts the heartbeat and cancels every effect's context.
+func (b *beat) stop() {
+	b.halt()
+	for i := range b.held {
+		b.held[i].cancel(nil)
+	}
+}

@@ -1,0 +1,459 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// tripCounter counts a client's round trips: a command or a pipeline is
+// one; a new connection's handshake (HELLO, CLIENT SETINFO) is not.
+type tripCounter struct {
+	cmds, pipes atomic.Int64
+}
+
+func handshake(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !handshake(cmd) {
+			c.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && !handshake(cmds[0]) {
+			c.pipes.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *tripCounter) trips() int64 { return c.cmds.Load() + c.pipes.Load() }
+
+// countedStore is a RedisStore on its own client of the shared Redis,
+// whose round trips are counted.
+func countedStore(t *testing.T) (*guard.RedisStore, *tripCounter) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	if err := s.LoadScripts(bg); err != nil {
+		t.Fatal(err)
+	}
+	tc := &tripCounter{}
+	c.AddHook(tc)
+	return s, tc
+}
+
+func batchItems(scope string, n int) []guard.BatchItem {
+	items := make([]guard.BatchItem, n)
+	for i := range items {
+		items[i] = guard.BatchItem{Key: guard.Key{Scope: scope, ID: fmt.Sprint("k", i)}, Fingerprint: "fp"}
+	}
+	return items
+}
+
+// A batch of fresh keys runs every effect once, in two round trips (the
+// claims' pipeline and the completions'); the same batch again replays
+// every result in one.
+func TestDoBatchRunsOnceThenReplays(t *testing.T) {
+	s, trips := countedStore(t)
+	g := guard.New(s, guard.Options{})
+	items := batchItems("orders", 16)
+	var runs [16]atomic.Int32
+	fn := func(ctx context.Context, i int, l guard.Lease) ([]byte, error) {
+		runs[i].Add(1)
+		if l.Key != items[i].Key || l.Fence != 1 || l.Attempt != 1 || l.Deadline.IsZero() {
+			t.Errorf("item %d: lease %+v", i, l)
+		}
+		return []byte(fmt.Sprint("result ", i)), nil
+	}
+	before := trips.trips()
+	res := g.DoBatch(bg, items, fn, guard.BatchOptions{Concurrency: 4})
+	if got := trips.trips() - before; got != 2 {
+		t.Errorf("a batch of 16 fresh keys took %d round trips, want 2", got)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Replayed || string(r.Value) != fmt.Sprint("result ", i) || r.Lease.Key != items[i].Key {
+			t.Errorf("item %d: %+v", i, r)
+		}
+		if runs[i].Load() != 1 {
+			t.Errorf("item %d ran %d times", i, runs[i].Load())
+		}
+		if rec, err := g.Get(bg, items[i].Key); err != nil || rec.State != guard.StateCompleted {
+			t.Errorf("item %d: record %+v, %v", i, rec, err)
+		}
+	}
+	before = trips.trips()
+	res = g.DoBatch(bg, items, fn, guard.BatchOptions{})
+	if got := trips.trips() - before; got != 1 {
+		t.Errorf("a batch of 16 completed keys took %d round trips, want 1", got)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Replayed || string(r.Value) != fmt.Sprint("result ", i) {
+			t.Errorf("replayed item %d: %+v", i, r)
+		}
+		if runs[i].Load() != 1 {
+			t.Errorf("item %d ran %d times", i, runs[i].Load())
+		}
+	}
+}
+
+// One batch of 8 keys: one effect fails, one panics, one calls
+// runtime.Goexit, one is rejected, one loses its lease to another holder
+// while it runs (the batch goes on extending the others), one runs for
+// three leases (kept alive by the batch's heartbeat); the others succeed.
+// Each ends as Do would end it, and no other is touched.
+func TestDoBatchEachKeyOnItsOwn(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	s := realStore(t)
+	g := guard.New(s, guard.Options{Lease: lease})
+	other := guard.New(s, guard.Options{Lease: time.Minute})
+	items := batchItems("mixed", 8)
+	const (
+		fails = iota
+		panics
+		exits
+		rejects
+		stolen
+		long
+	)
+	boom := errors.New("gateway timeout")
+	var stolenCause, longCause error
+	fn := func(ctx context.Context, i int, l guard.Lease) ([]byte, error) {
+		switch i {
+		case fails:
+			return nil, boom
+		case panics:
+			panic(boom)
+		case exits:
+			runtime.Goexit()
+		case rejects:
+			return nil, fmt.Errorf("lock taken: %w", guard.ErrRejected)
+		case stolen:
+			// Another holder takes the key over, as after this holder's
+			// lease ran out: the next extension finds the lease lost.
+			if err := s.Client().Del(ctx, s.Name(l.Key)).Err(); err != nil {
+				t.Error(err)
+			}
+			if out, err := other.Claim(bg, l.Key, "fp"); err != nil || out.Status != guard.Acquired {
+				t.Errorf("takeover: %+v, %v", out, err)
+			}
+			select {
+			case <-ctx.Done():
+				stolenCause = context.Cause(ctx)
+				return nil, ctx.Err()
+			case <-time.After(10 * lease):
+				return nil, errors.New("the stolen lease's context did not end")
+			}
+		case long:
+			select {
+			case <-ctx.Done():
+				longCause = context.Cause(ctx)
+				return nil, ctx.Err()
+			case <-time.After(3 * lease):
+			}
+		}
+		return []byte(fmt.Sprint("ok ", i)), nil
+	}
+	res := g.DoBatch(bg, items, fn, guard.BatchOptions{Concurrency: 8})
+
+	state := func(i int) (guard.Record, error) { return g.Get(bg, items[i].Key) }
+	if rec, err := state(fails); !errors.Is(res[fails].Err, boom) || err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 {
+		t.Errorf("failing item: %v; record %+v, %v; want failed after 1 attempt", res[fails].Err, rec, err)
+	}
+	var pe *guard.PanicError
+	if _, err := state(panics); !errors.As(res[panics].Err, &pe) || !errors.Is(res[panics].Err, boom) || len(pe.Stack) == 0 || !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("panicking item: %v; record: %v; want a *PanicError wrapping the value, the key released", res[panics].Err, err)
+	}
+	if _, err := state(exits); !errors.Is(res[exits].Err, guard.ErrPanicked) || !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("Goexit item: %v; record: %v; want ErrPanicked, the key released", res[exits].Err, err)
+	}
+	if _, err := state(rejects); !errors.Is(res[rejects].Err, guard.ErrRejected) || !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("rejected item: %v; record: %v; want ErrRejected, the key released", res[rejects].Err, err)
+	}
+	// Its context ended when an extension found the lease lost, not
+	// later at the lease's deadline.
+	if rec, err := state(stolen); !errors.Is(stolenCause, guard.ErrLeaseLost) || !strings.HasPrefix(fmt.Sprint(stolenCause), "extend ") ||
+		!errors.Is(res[stolen].Err, guard.ErrLeaseLost) ||
+		err != nil || rec.State != guard.StatePending || rec.Fence != 1 || rec.Attempt != 1 {
+		t.Errorf("stolen item: cause %v, error %v; record %+v, %v; want lease lost, the new holder's record untouched", stolenCause, res[stolen].Err, rec, err)
+	}
+	if rec, err := state(long); res[long].Err != nil || longCause != nil || err != nil || rec.State != guard.StateCompleted {
+		t.Errorf("long item: %v (cause %v); record %+v, %v; want completed", res[long].Err, longCause, rec, err)
+	}
+	for i := long + 1; i < len(items); i++ {
+		if rec, err := state(i); res[i].Err != nil || string(res[i].Value) != fmt.Sprint("ok ", i) || err != nil ||
+			rec.State != guard.StateCompleted || string(rec.Result) != fmt.Sprint("ok ", i) {
+			t.Errorf("item %d: %+v; record %+v, %v", i, res[i], rec, err)
+		}
+	}
+	// The failed key runs again, on attempt 2; the released ones afresh.
+	again := g.DoBatch(bg, items[:long], func(ctx context.Context, i int, l guard.Lease) ([]byte, error) {
+		if want := map[int]int{fails: 2}[i]; i != stolen && l.Attempt != max(want, 1) {
+			t.Errorf("retry of item %d: attempt %d", i, l.Attempt)
+		}
+		return []byte("retried"), nil
+	}, guard.BatchOptions{})
+	for i, r := range again {
+		switch {
+		case i == stolen:
+			if !errors.Is(r.Err, guard.ErrInProgress) {
+				t.Errorf("retry of the stolen item: %v, want in progress (the other holder has it)", r.Err)
+			}
+		case r.Err != nil || string(r.Value) != "retried":
+			t.Errorf("retry of item %d: %+v", i, r)
+		}
+	}
+}
+
+// A key twice in one batch is claimed the second time only after the
+// first ended: the second occurrence replays the first's result.
+func TestDoBatchSameKeyTwice(t *testing.T) {
+	s, trips := countedStore(t)
+	g := guard.New(s, guard.Options{})
+	a := guard.BatchItem{Key: guard.Key{Scope: "s", ID: "a"}, Fingerprint: "fp"}
+	b := guard.BatchItem{Key: guard.Key{Scope: "s", ID: "b"}, Fingerprint: "fp"}
+	other := guard.BatchItem{Key: a.Key, Fingerprint: "other"}
+	var runs atomic.Int32
+	before := trips.trips()
+	res := g.DoBatch(bg, []guard.BatchItem{a, b, a, other}, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+		runs.Add(1)
+		return []byte(fmt.Sprint(i)), nil
+	}, guard.BatchOptions{Concurrency: 2})
+	if runs.Load() != 2 || res[0].Err != nil || string(res[0].Value) != "0" || res[1].Err != nil ||
+		res[2].Err != nil || !res[2].Replayed || string(res[2].Value) != "0" || !errors.Is(res[3].Err, guard.ErrMismatch) {
+		t.Errorf("runs %d, results %+v", runs.Load(), res)
+	}
+	if got := trips.trips() - before; got != 4 {
+		t.Errorf("%d round trips, want 4 (claims and completions of a and b, then a claim round for each repeat of a)", got)
+	}
+}
+
+// An ordered batch stops at the first item that does not succeed: later
+// items do not run, their claims are released.
+func TestDoBatchOrdered(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("ordered", 6)
+	// Item 1 completed before: a replay does not stop the batch.
+	if _, err := g.Do(bg, items[1].Key, "fp", func(context.Context, guard.Lease) ([]byte, error) { return []byte("before"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	var mu sync.Mutex
+	res := g.DoBatch(bg, items, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+		mu.Lock()
+		order = append(order, i)
+		mu.Unlock()
+		if i == 3 {
+			return nil, errors.New("declined")
+		}
+		return []byte("ok"), nil
+	}, guard.BatchOptions{Ordered: true, Concurrency: 8})
+	if fmt.Sprint(order) != "[0 2 3]" {
+		t.Errorf("effects ran in order %v, want [0 2 3]", order)
+	}
+	if res[0].Err != nil || !res[1].Replayed || res[2].Err != nil || res[3].Err == nil ||
+		!errors.Is(res[4].Err, guard.ErrSkipped) || !errors.Is(res[5].Err, guard.ErrSkipped) {
+		t.Errorf("results %+v", res)
+	}
+	for _, i := range []int{4, 5} {
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("skipped item %d: record %v, want released", i, err)
+		}
+	}
+	// A key in progress elsewhere stops the batch too, before anything after it runs.
+	held, err := g.Claim(bg, items[4].Key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	order = nil
+	res = g.DoBatch(bg, items[3:], func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+		order = append(order, i+3)
+		return []byte("ok"), nil
+	}, guard.BatchOptions{Ordered: true})
+	if fmt.Sprint(order) != "[3]" || res[0].Err != nil || !errors.Is(res[1].Err, guard.ErrInProgress) || !errors.Is(res[2].Err, guard.ErrSkipped) {
+		t.Errorf("order %v, results %+v", order, res)
+	}
+	_ = g.Release(bg, held.Lease)
+}
+
+// MaxRun counts for each key from when its own effect started.
+func TestDoBatchMaxRunPerKey(t *testing.T) {
+	g := realGuard(t, guard.Options{MaxRun: 300 * time.Millisecond})
+	items := batchItems("maxrun", 3)
+	var causes [3]error
+	start := time.Now()
+	res := g.DoBatch(bg, items, func(ctx context.Context, i int, _ guard.Lease) ([]byte, error) {
+		if i == 0 {
+			time.Sleep(200 * time.Millisecond) // the others wait their turn meanwhile
+			return nil, nil
+		}
+		<-ctx.Done()
+		causes[i] = context.Cause(ctx)
+		return nil, ctx.Err()
+	}, guard.BatchOptions{})
+	elapsed := time.Since(start)
+	if res[0].Err != nil || !errors.Is(causes[1], guard.ErrMaxRun) || !errors.Is(causes[2], guard.ErrMaxRun) ||
+		!errors.Is(causes[1], guard.ErrLeaseLost) {
+		t.Errorf("results %+v, causes %v", res, causes)
+	}
+	if elapsed < 800*time.Millisecond {
+		t.Errorf("the batch took %s: MaxRun counted from the batch's start, not each effect's", elapsed)
+	}
+}
+
+// When the caller's context ends, items whose turn has not come do not
+// run: their claims are released and their error wraps the context's.
+func TestDoBatchCancelled(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("cancel", 4)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	var ran []int
+	res := g.DoBatch(ctx, items, func(ctx context.Context, i int, _ guard.Lease) ([]byte, error) {
+		ran = append(ran, i)
+		if i == 1 {
+			cancel()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return []byte("ok"), nil
+	}, guard.BatchOptions{})
+	if fmt.Sprint(ran) != "[0 1]" || res[0].Err != nil || !errors.Is(res[1].Err, context.Canceled) ||
+		!errors.Is(res[2].Err, context.Canceled) || !errors.Is(res[3].Err, context.Canceled) {
+		t.Errorf("ran %v, results %+v", ran, res)
+	}
+	for i, want := range []guard.State{guard.StateCompleted, guard.StateFailed, 0, 0} {
+		rec, err := g.Get(bg, items[i].Key)
+		if want == 0 && !errors.Is(err, guard.ErrNotFound) || want != 0 && rec.State != want {
+			t.Errorf("item %d: record %+v, %v; want %v", i, rec, err, want)
+		}
+	}
+}
+
+// slowClaims answers a batch's claims only after a delay, as a slow
+// network would.
+type slowClaims struct {
+	*guard.RedisStore
+	delay time.Duration
+}
+
+func (s slowClaims) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	out, errs := s.RedisStore.ClaimBatch(ctx, reqs)
+	time.Sleep(s.delay) // the answer arrives late
+	return out, errs
+}
+
+// Claims answered after the lease's first deadline are not used: every
+// acquired key is released and reported unavailable.
+func TestDoBatchLateClaims(t *testing.T) {
+	s := realStore(t)
+	g := guard.New(slowClaims{s, 200 * time.Millisecond}, guard.Options{Lease: 100 * time.Millisecond})
+	items := batchItems("late", 3)
+	var runs atomic.Int32
+	res := g.DoBatch(bg, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		runs.Add(1)
+		return nil, nil
+	}, guard.BatchOptions{})
+	for i, r := range res {
+		if !errors.Is(r.Err, guard.ErrUnavailable) || !strings.Contains(r.Err.Error(), "after the lease's deadline") {
+			t.Errorf("item %d: %v, want unavailable", i, r.Err)
+		}
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("item %d: record %v, want released", i, err)
+		}
+	}
+	if runs.Load() != 0 {
+		t.Errorf("%d effects ran", runs.Load())
+	}
+}
+
+// Effects run one at a time run on the caller's goroutine: an effect that
+// calls runtime.Goexit ends it, as it ends Do's caller, once the batch's
+// claims are ended as they would have ended: the effect that returned
+// completed, the Goexit one and the one whose turn had not come released.
+func TestDoBatchGoexitOnCallersGoroutine(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("goexit", 3)
+	returned := make(chan bool, 1)
+	go func() {
+		defer func() { returned <- false }()
+		g.DoBatch(bg, items, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+			if i == 1 {
+				runtime.Goexit()
+			}
+			return []byte("ok"), nil
+		}, guard.BatchOptions{})
+		returned <- true
+	}()
+	if <-returned {
+		t.Fatal("DoBatch returned after its effect called runtime.Goexit")
+	}
+	if rec, err := g.Get(bg, items[0].Key); err != nil || rec.State != guard.StateCompleted {
+		t.Errorf("item 0: %+v, %v; want completed", rec, err)
+	}
+	for _, i := range []int{1, 2} {
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("item %d: %v; want released", i, err)
+		}
+	}
+}
+
+// cancelOnClaim cancels the caller's context while the batch's claims are
+// on their way.
+type cancelOnClaim struct {
+	*guard.RedisStore
+	cancel context.CancelFunc
+	ended  *error // the claims' context's error once the caller's ended
+}
+
+func (s cancelOnClaim) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	s.cancel()
+	select {
+	case <-ctx.Done(): // it must not end: claims sent would be abandoned
+		*s.ended = ctx.Err()
+	case <-time.After(100 * time.Millisecond):
+	}
+	return s.RedisStore.ClaimBatch(ctx, reqs)
+}
+
+// A batch cancelled while its claims are on their way waits for them and
+// releases every key they took: nothing is left pending until a lease
+// runs out.
+func TestDoBatchCancelledDuringClaims(t *testing.T) {
+	s := realStore(t)
+	ctx, cancel := context.WithCancel(bg)
+	var ended error
+	g := guard.New(cancelOnClaim{s, cancel, &ended}, guard.Options{})
+	items := batchItems("cancel-claims", 4)
+	res := g.DoBatch(ctx, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		t.Error("an effect ran after its batch was cancelled")
+		return nil, nil
+	}, guard.BatchOptions{})
+	if ended != nil {
+		t.Errorf("the claims' context ended with the caller's (%v): claims already sent would be abandoned", ended)
+	}
+	for i, r := range res {
+		if !errors.Is(r.Err, context.Canceled) {
+			t.Errorf("item %d: %v, want canceled", i, r.Err)
+		}
+		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Errorf("item %d: record %v, want released", i, err)
+		}
+	}
+}
