@@ -161,14 +161,22 @@ type serveOpts struct {
 	interceptors []grpc.UnaryServerInterceptor
 	client       []grpc.UnaryClientInterceptor
 	tcp          bool // a loopback TCP listener instead of bufconn
+	// wrap, if set, wraps the listener (to see or drop connections).
+	wrap func(net.Listener) net.Listener
 }
 
 // serve starts p's service on a grpc.Server with the interceptors, and
 // returns a client connection to it; both end with the test.
 func serve(t testing.TB, p *payments, so serveOpts) *grpc.ClientConn {
 	t.Helper()
+	return serveWith(t, p, so, p.desc())
+}
+
+// serveWith is serve with the service described by desc.
+func serveWith(t testing.TB, p *payments, so serveOpts, desc *grpc.ServiceDesc) *grpc.ClientConn {
+	t.Helper()
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(so.interceptors...))
-	srv.RegisterService(p.desc(), p)
+	srv.RegisterService(desc, p)
 	var (
 		lis  net.Listener
 		dial []grpc.DialOption
@@ -185,6 +193,9 @@ func serve(t testing.TB, p *payments, so serveOpts) *grpc.ClientConn {
 		bl := bufconn.Listen(1 << 20)
 		lis = bl
 		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }))
+	}
+	if so.wrap != nil {
+		lis = so.wrap(lis)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -213,8 +224,9 @@ type call struct {
 	err     error
 }
 
-func (c call) code() codes.Code { return status.Code(c.err) }
-func (c call) replayed() bool   { return len(c.header.Get(grpcx.ReplayedMetadata)) == 1 && c.header.Get(grpcx.ReplayedMetadata)[0] == "true" }
+func (c call) replayed() bool {
+	return len(c.header.Get(grpcx.ReplayedMetadata)) == 1 && c.header.Get(grpcx.ReplayedMetadata)[0] == "true"
+}
 
 // charge calls Charge with the amount and the key (none when "").
 func charge(ctx context.Context, conn *grpc.ClientConn, key string, amount float64, opts ...grpc.CallOption) call {
