@@ -3,26 +3,25 @@ package grpcx
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/idemguard/idemguard/grpcx/internal/core"
 )
 
 // Defaults for ClientOptions.
 const (
-	DefaultMaxAttempts     = 5
-	DefaultBaseDelay       = 100 * time.Millisecond
-	DefaultMaxDelay        = 10 * time.Second
-	DefaultMaxRetryDelay   = time.Minute
-	DefaultInFlightDelay   = time.Second
-	DefaultMaxInFlightWait = time.Minute
+	DefaultMaxAttempts     = core.DefaultMaxAttempts     // 5
+	DefaultBaseDelay       = core.DefaultBaseDelay       // 100 ms
+	DefaultMaxDelay        = core.DefaultMaxDelay        // 10 s
+	DefaultMaxRetryDelay   = core.DefaultMaxRetryDelay   // 1 min
+	DefaultInFlightDelay   = core.DefaultInFlightDelay   // 1 s
+	DefaultMaxInFlightWait = core.DefaultMaxInFlightWait // 1 min
 )
 
 // DefaultRetryCodes are the codes ClientOptions.RetryCodes defaults to:
@@ -102,33 +101,18 @@ func UnaryClientInterceptor(opts ClientOptions) grpc.UnaryClientInterceptor {
 	}
 	opts.Metadata = strings.ToLower(opts.Metadata)
 	if opts.NewKey == nil {
-		opts.NewKey = newUUIDv7
+		opts.NewKey = core.NewUUIDv7
 	}
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = DefaultMaxAttempts
+	var retry []core.Code
+	if opts.RetryCodes != nil {
+		retry = make([]core.Code, 0, len(opts.RetryCodes))
+		for _, code := range opts.RetryCodes {
+			retry = append(retry, core.Code(code))
+		}
 	}
-	if opts.BaseDelay <= 0 {
-		opts.BaseDelay = DefaultBaseDelay
-	}
-	if opts.MaxDelay <= 0 {
-		opts.MaxDelay = DefaultMaxDelay
-	}
-	if opts.RetryCodes == nil {
-		opts.RetryCodes = DefaultRetryCodes
-	}
-	if opts.MaxRetryDelay <= 0 {
-		opts.MaxRetryDelay = DefaultMaxRetryDelay
-	}
-	if opts.InFlightDelay <= 0 {
-		opts.InFlightDelay = DefaultInFlightDelay
-	}
-	if opts.MaxInFlightWait <= 0 {
-		opts.MaxInFlightWait = DefaultMaxInFlightWait
-	}
-	c := &client{opts: opts, retry: map[codes.Code]bool{}}
-	for _, code := range opts.RetryCodes {
-		c.retry[code] = true
-	}
+	c := &client{opts: opts, policy: core.NewRetryPolicy(core.RetryPolicy{
+		MaxAttempts: opts.MaxAttempts, BaseDelay: opts.BaseDelay, MaxDelay: opts.MaxDelay, MaxRetryDelay: opts.MaxRetryDelay,
+		InFlightDelay: opts.InFlightDelay, MaxInFlightWait: opts.MaxInFlightWait}, retry)}
 	if opts.Methods != nil {
 		c.methods = map[string]bool{}
 		for _, m := range opts.Methods {
@@ -141,15 +125,7 @@ func UnaryClientInterceptor(opts ClientOptions) grpc.UnaryClientInterceptor {
 type client struct {
 	opts    ClientOptions
 	methods map[string]bool // nil: all
-	retry   map[codes.Code]bool
-}
-
-func newUUIDv7() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", err
-	}
-	return u.String(), nil
+	policy  core.RetryPolicy
 }
 
 // SentKey returns a CallOption through which the client interceptor reports
@@ -173,7 +149,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	if vs := md.Get(c.opts.Metadata); len(vs) > 0 {
 		key = vs[0]
 	} else {
-		key = keyFromContext(ctx)
+		key = core.KeyFrom(ctx)
 		if key != "" {
 			if err := CheckKey(key); err != nil {
 				return status.Errorf(codes.InvalidArgument, "grpcx: idempotency key from the context: %v", err)
@@ -196,48 +172,17 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	copy(callOpts, opts)
 	var trailer metadata.MD
 	callOpts = append(callOpts, grpc.Trailer(&trailer))
-	var inFlightSince time.Time // when the first in-flight answer in a row came
-	for attempt, sent := 1, 0; ; sent++ {
+	retries := c.policy.Start()
+	for sent := 1; ; sent++ {
 		trailer = nil
 		err := invoker(ctx, method, req, reply, cc, callOpts...)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		st := status.Convert(err)
-		var wait time.Duration
-		switch {
-		case st.Code() == codes.Aborted && Reason(err) == ReasonKeyInUse:
-			// The key's first call is still running: ask again soon.
-			now := time.Now()
-			if inFlightSince.IsZero() {
-				inFlightSince = now
-			}
-			d, ok := retryInfo(st)
-			if !ok || d > c.opts.InFlightDelay {
-				d = c.opts.InFlightDelay
-			}
-			d = max(d, MinInFlightRetryDelay) // a delay of 0 must not make it spin
-			wait = d - rand.N(d/5+1)
-			if now.Add(wait).Sub(inFlightSince) > c.opts.MaxInFlightWait {
-				return err
-			}
-		case c.retry[st.Code()]:
-			if attempt >= c.opts.MaxAttempts {
-				return err
-			}
-			d, told, stop := c.serverDelay(st, trailer)
-			switch {
-			case stop:
-				return err
-			case !told:
-				d = c.backoff(attempt)
-			case d > c.opts.MaxRetryDelay:
-				return err
-			}
-			wait = d
-			attempt++
-			inFlightSince = time.Time{}
-		default:
+		wait, again := retries.Next(core.Failure{Code: core.Code(st.Code()),
+			Details: core.AnyDetails(st.Proto().GetDetails()), Pushback: trailer.Get("grpc-retry-pushback-ms")})
+		if !again {
 			return err
 		}
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
@@ -247,36 +192,8 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return status.FromContextError(fmt.Errorf("grpcx: waiting to retry after attempt %d: %w", sent+1, ctx.Err())).Err()
+			return status.FromContextError(fmt.Errorf("grpcx: waiting to retry after attempt %d: %w", sent, ctx.Err())).Err()
 		case <-timer.C:
 		}
 	}
-}
-
-// serverDelay is the delay the server asked for: RetryInfo, else the
-// grpc-retry-pushback-ms trailer. stop is true for a pushback that says
-// not to retry (negative, or not a number).
-func (c *client) serverDelay(st *status.Status, trailer metadata.MD) (d time.Duration, told, stop bool) {
-	if d, ok := retryInfo(st); ok {
-		return d, true, false
-	}
-	vs := trailer.Get("grpc-retry-pushback-ms")
-	if len(vs) == 0 {
-		return 0, false, false
-	}
-	ms, err := strconv.ParseInt(vs[0], 10, 64)
-	if err != nil || ms < 0 {
-		return 0, false, true
-	}
-	return time.Duration(ms) * time.Millisecond, true, false
-}
-
-// backoff is the full-jitter delay before retry n (n = 1, 2, ...).
-func (c *client) backoff(n int) time.Duration {
-	ceiling := c.opts.BaseDelay
-	for i := 1; i < n && ceiling < c.opts.MaxDelay; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, c.opts.MaxDelay)
-	return rand.N(ceiling)
 }

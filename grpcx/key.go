@@ -2,49 +2,30 @@ package grpcx
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/grpcx/internal/core"
 )
 
 // DefaultMetadata is the request metadata that carries the idempotency
 // key: the gRPC spelling (metadata names are lower case) of the HTTP
 // Idempotency-Key header, so a gateway that maps one to the other needs
 // no configuration.
-const DefaultMetadata = "idempotency-key"
+const DefaultMetadata = core.DefaultMetadata
 
 // MaxKeyLen is the longest idempotency key accepted, in bytes (Stripe's
 // limit, and the IETF draft's guidance).
-const MaxKeyLen = guard.MaxIDLen
+const MaxKeyLen = core.MaxKeyLen
 
 // ErrMalformedKey is returned (wrapped) for a key that cannot be used: empty,
 // longer than MaxKeyLen, or with a byte outside visible ASCII.
-var ErrMalformedKey = errors.New("grpcx: malformed idempotency key")
+var ErrMalformedKey = core.ErrMalformedKey
 
 // CheckKey reports whether key can be used as an idempotency key: 1 to
 // MaxKeyLen bytes of visible ASCII (0x21 to 0x7e), which a UUID, a ULID and
 // every key Stripe's libraries make satisfy. The error wraps
 // ErrMalformedKey. The server answers InvalidArgument for such a key, and
 // the client refuses to send one.
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", ErrMalformedKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrMalformedKey, len(key), MaxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= 0x20 || c >= 0x7f {
-			return fmt.Errorf("%w: byte 0x%02x at %d is not visible ASCII", ErrMalformedKey, c, i)
-		}
-	}
-	return nil
-}
+func CheckKey(key string) error { return core.CheckKey(key) }
 
 // KeyFunc finds a call's idempotency key in its request (Options.Key).
 // It returns "" and a nil error when the request carries none, and an
@@ -61,46 +42,9 @@ type KeyFunc func(ctx context.Context, req any) (string, error)
 //
 // A request that is not a proto.Message, or whose field at the path is
 // not a string, gets an error (InvalidArgument, naming the path): check
-// the path against the messages of the methods it guards.
-func KeyFromField(path string) KeyFunc {
-	names := strings.Split(path, ".")
-	for _, n := range names {
-		if n == "" {
-			panic(fmt.Sprintf("grpcx.KeyFromField: empty name in path %q", path))
-		}
-	}
-	return func(_ context.Context, req any) (string, error) {
-		m, ok := req.(proto.Message)
-		if !ok {
-			return "", fmt.Errorf("grpcx: key field %q: request is %T, not a proto.Message", path, req)
-		}
-		msg := m.ProtoReflect()
-		for i, n := range names {
-			fd := msg.Descriptor().Fields().ByName(protoreflect.Name(n))
-			if fd == nil {
-				return "", fmt.Errorf("grpcx: key field %q: %s has no field %q", path, msg.Descriptor().FullName(), n)
-			}
-			last := i == len(names)-1
-			switch {
-			case fd.IsList() || fd.IsMap():
-				return "", fmt.Errorf("grpcx: key field %q: %s is repeated", path, fd.FullName())
-			case last && fd.Kind() != protoreflect.StringKind:
-				return "", fmt.Errorf("grpcx: key field %q: %s is a %s, not a string", path, fd.FullName(), fd.Kind())
-			case last:
-				return msg.Get(fd).String(), nil
-			case fd.Message() == nil:
-				return "", fmt.Errorf("grpcx: key field %q: %s is not a message", path, fd.FullName())
-			case !msg.Has(fd):
-				return "", nil
-			}
-			msg = msg.Get(fd).Message()
-		}
-		return "", nil
-	}
-}
-
-// keyContext is the context key of WithIdempotencyKey.
-type keyContext struct{}
+// the path against the messages of the methods it guards. KeyFromField
+// panics on a path with an empty name.
+func KeyFromField(path string) KeyFunc { return core.KeyFromField("grpcx", path) }
 
 // WithIdempotencyKey returns a context that makes the client interceptor
 // send key as the idempotency key of a call made with it, when the call's
@@ -110,10 +54,21 @@ type keyContext struct{}
 // key removes one set before. The interceptor refuses (InvalidArgument,
 // nothing sent) a key CheckKey refuses.
 func WithIdempotencyKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, keyContext{}, key)
+	return core.WithKey(ctx, key)
 }
 
-func keyFromContext(ctx context.Context) string {
-	k, _ := ctx.Value(keyContext{}).(string)
-	return k
+// CallerFromContext returns an Options.Caller func that names the caller
+// by the value an authentication interceptor, running before the guard,
+// stored in the call's context under key (the account, user or client it
+// authenticated). name turns that value into the caller's name, e.g. its
+// account id; a nil name uses the value itself when it is a string or a
+// fmt.Stringer.
+//
+// The name must identify the caller, not its credential: a client that
+// refreshes its token between two retries is the same caller, and its
+// retry must be replayed, not run again. A call without a value under
+// key, or whose value is not a T, gets "" (the interceptor then answers
+// Unauthenticated and stores nothing).
+func CallerFromContext[T any](key any, name func(T) string) func(ctx context.Context) string {
+	return core.CallerFromContext("grpcx", key, name)
 }

@@ -1,10 +1,9 @@
-package grpcx
+package core
 
 import (
 	"bytes"
 	"testing"
 
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -16,10 +15,10 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	for _, c := range []storedCall{
 		{typeName: "google.protobuf.ListValue", message: []byte{1, 2, 3},
-			header:  metadata.MD{"x-a": {"1", "2"}, "x-b-bin": {"\x00\xff"}},
-			trailer: metadata.MD{"x-t": {""}}},
+			header:  MD{"x-a": {"1", "2"}, "x-b-bin": {"\x00\xff"}},
+			trailer: MD{"x-t": {""}}},
 		{typeName: "google.protobuf.Empty", message: []byte{}},
-		{status: []byte{8, 5, 18, 1, 'x'}, header: metadata.MD{"x-h": {"v"}}},
+		{status: []byte{8, 5, 18, 1, 'x'}, header: MD{"x-h": {"v"}}},
 		{typeName: "x.Big", notKept: notKeptTooLarge},
 	} {
 		b := encodeRecord(c)
@@ -42,7 +41,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func mdEqual(a, b metadata.MD) bool {
+func mdEqual(a, b MD) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -64,17 +63,17 @@ func mdEqual(a, b metadata.MD) bool {
 func TestNewMessageUnknownType(t *testing.T) {
 	orig, _ := structpb.NewList([]any{"a", 1.0})
 	b, _ := proto.Marshal(orig)
-	m := newMessage("nowhere.Unlinked", b)
+	m := NewMessage("nowhere.Unlinked", b)
 	if _, ok := m.(*emptypb.Empty); !ok {
 		t.Fatalf("got %T", m)
 	}
 	if out, _ := proto.Marshal(m); !bytes.Equal(out, b) {
 		t.Fatalf("re-encoded %x, want %x", out, b)
 	}
-	if m := newMessage("google.protobuf.ListValue", b); !proto.Equal(m, orig) {
+	if m := NewMessage("google.protobuf.ListValue", b); !proto.Equal(m, orig) {
 		t.Fatalf("linked type: %v", m)
 	}
-	if m := newMessage("google.protobuf.ListValue", []byte{0xff}); m != nil {
+	if m := NewMessage("google.protobuf.ListValue", []byte{0xff}); m != nil {
 		t.Fatalf("bad bytes: %v", m)
 	}
 }

@@ -1,16 +1,19 @@
-package grpcx
+package core
 
 import (
 	"errors"
 	"fmt"
 	"slices"
 
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
+// MD is metadata: lower-case names to values, as grpc's metadata.MD (and
+// Connect's headers, lower-cased).
+type MD = map[string][]string
+
 // errCorruptRecord: a stored result decodeRecord cannot read.
-var errCorruptRecord = errors.New("grpcx: stored response is corrupt")
+var errCorruptRecord = errors.New("idemguard: stored gRPC response is corrupt")
 
 // recordVersion is the first byte of every stored call.
 const recordVersion = 1
@@ -42,8 +45,8 @@ type storedCall struct {
 	typeName string // the response message's full name; "" with status
 	message  []byte
 	status   []byte // a marshalled google.rpc.Status; nil on success
-	header   metadata.MD
-	trailer  metadata.MD
+	header   MD
+	trailer  MD
 	notKept  uint64
 }
 
@@ -74,7 +77,7 @@ func encodeRecord(c storedCall) []byte {
 	return b
 }
 
-func mdSize(md metadata.MD) int {
+func mdSize(md MD) int {
 	n := 0
 	for k, vs := range md {
 		for _, v := range vs {
@@ -84,7 +87,7 @@ func mdSize(md metadata.MD) int {
 	return n
 }
 
-func appendMD(b []byte, field protowire.Number, md metadata.MD) []byte {
+func appendMD(b []byte, field protowire.Number, md MD) []byte {
 	names := make([]string, 0, len(md))
 	for k := range md {
 		names = append(names, k)
@@ -155,7 +158,7 @@ func decodeRecord(b []byte) (storedCall, error) {
 				md = &c.trailer
 			}
 			if *md == nil {
-				*md = metadata.MD{}
+				*md = MD{}
 			}
 			(*md)[k] = append((*md)[k], val)
 		}

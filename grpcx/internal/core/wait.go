@@ -1,4 +1,4 @@
-package grpcx
+package core
 
 import (
 	"context"
@@ -57,14 +57,14 @@ const (
 	MinInFlightRetryDelay = 20 * time.Millisecond
 )
 
-// inFlightRetryDelay is when a call whose key is still running should come
+// InFlightRetryDelay is when a call whose key is still running should come
 // back: the method's typical run time on this instance (a moving average),
 // at least MinInFlightRetryDelay, DefaultInFlightRetryDelay before the
 // method ran here; at most what is left of the holder's lease (by then the
 // key is answered or free). Unlike HTTP's Retry-After, RetryInfo is not in
 // whole seconds, so a 50 ms method is asked about again after about 50 ms,
 // not a second. leaseLeft <= 0 means unknown.
-func (s *server) inFlightRetryDelay(method string, leaseLeft time.Duration) time.Duration {
+func (s *Server) InFlightRetryDelay(method string, leaseLeft time.Duration) time.Duration {
 	d := DefaultInFlightRetryDelay
 	if typ, ok := s.runs.typical(method); ok {
 		d = max(typ, MinInFlightRetryDelay)
@@ -89,8 +89,8 @@ const (
 // when the bound passed). While the holder runs it reads the record
 // (Guard.Get); once the record is no longer pending it claims. ok is false
 // when the client left.
-func (s *server) wait(ctx context.Context, key guard.Key, fingerprint string, inFlight error) (out guard.Outcome, err error, ok bool) {
-	deadline := time.Now().Add(s.opts.Wait)
+func (s *Server) wait(ctx context.Context, key guard.Key, fingerprint string, inFlight error) (out guard.Outcome, err error, ok bool) {
+	deadline := time.Now().Add(s.cfg.Wait)
 	delay := firstPoll
 	timer := time.NewTimer(0)
 	<-timer.C
@@ -164,8 +164,8 @@ func settle(ctx context.Context, budget time.Duration, write func(context.Contex
 
 // keyDigest is what log records carry instead of an idempotency key: the
 // first 12 hex digits of SHA-256 over the scope, a zero byte and the id,
-// as metrics.KeyDigest (a test holds them equal), kept here so grpcx does
-// not import the Prometheus client.
+// as metrics.KeyDigest (a test holds them equal), kept here so the
+// adapters do not import the Prometheus client.
 func keyDigest(k guard.Key) string {
 	h := sha256.New()
 	h.Write([]byte(k.Scope))
@@ -176,8 +176,8 @@ func keyDigest(k guard.Key) string {
 }
 
 // logKey returns the attributes that name k in a log record.
-func (s *server) logKey(k guard.Key) []any {
-	if s.opts.LogKeys {
+func (s *Server) logKey(k guard.Key) []any {
+	if s.cfg.LogKeys {
 		return []any{"key", keyDigest(k), "scope", k.Scope, "id", k.ID}
 	}
 	return []any{"key", keyDigest(k)}
@@ -185,13 +185,13 @@ func (s *server) logKey(k guard.Key) []any {
 
 // logErr returns err's text for a log record (and for an InvalidArgument
 // the client reads), with the key's id replaced by its digest unless
-// Options.LogKeys.
-func (s *server) logErr(k guard.Key, err error) string {
+// Config.LogKeys.
+func (s *Server) logErr(k guard.Key, err error) string {
 	if err == nil {
 		return ""
 	}
 	msg := err.Error()
-	if s.opts.LogKeys || k.ID == "" {
+	if s.cfg.LogKeys || k.ID == "" {
 		return msg
 	}
 	hidden := "<key " + keyDigest(k) + ">"
