@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/idemguard/idemguard => ../
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/google/uuid v1.6.0
 	github.com/idemguard/idemguard v0.0.0-00010101000000-000000000000

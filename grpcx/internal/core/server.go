@@ -471,15 +471,23 @@ func (s *Server) release(ctx context.Context, lease guard.Lease) {
 	}
 }
 
+// protocol are the HTTP fields gRPC and Connect set themselves, and the
+// hop-by-hop ones: never stored.
+var protocol = map[string]bool{
+	"content-type": true, "content-length": true, "content-encoding": true, "accept-encoding": true,
+	"te": true, "trailer": true, "transfer-encoding": true, "connection": true, "keep-alive": true,
+	"upgrade": true, "proxy-connection": true, "date": true,
+}
+
 // FilterMD returns the metadata to store of md: names lower-cased, those
-// keep allows, never the protocols' own ("grpc-", "connect-", ":"), nor
-// ReplayedMetadata.
+// keep allows, never the protocols' own ("grpc-", "connect-", ":",
+// content-type and the hop-by-hop fields), nor ReplayedMetadata.
 func FilterMD(md MD, keep func(string) bool) MD {
 	var out MD
 	for k, vs := range md {
 		k = strings.ToLower(k)
 		if len(vs) == 0 || strings.HasPrefix(k, "grpc-") || strings.HasPrefix(k, "connect-") || strings.HasPrefix(k, ":") ||
-			k == ReplayedMetadata || !keep(k) {
+			protocol[k] || k == ReplayedMetadata || !keep(k) {
 			continue
 		}
 		if out == nil {
