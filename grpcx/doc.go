@@ -60,4 +60,10 @@
 // full jitter, the server's RetryInfo and grpc-retry-pushback-ms; a key in
 // flight is asked about again after the RetryInfo delay, which the server
 // sets from the method's typical run time.
+//
+// # Connect
+//
+// The package connectx in this module gives the same interceptors for
+// Connect (connectrpc.com/connect) handlers and clients, over the same
+// core; it does not link google.golang.org/grpc.
 package grpcx
