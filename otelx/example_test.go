@@ -2,6 +2,7 @@ package otelx_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -73,4 +74,46 @@ func ExampleTracer_Store() {
 	// idemguard.claim
 	// idemguard.release
 	// steps still work: true
+}
+
+// Func alone: a span around each run of the effect, with its attempt and
+// fence, and an error status when it fails.
+func ExampleTracer_Func() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	tr := otelx.New(otelx.Options{TracerProvider: tp})
+	g := guard.New(memstore.New(memstore.Options{}), guard.Options{})
+	_, err := g.Do(context.Background(), guard.Key{Scope: "jobs", ID: "job-1"}, "fp",
+		tr.Func(func(ctx context.Context, lease guard.Lease) ([]byte, error) {
+			return nil, errors.New("bank declined")
+		}))
+	fmt.Println(err)
+	s := rec.Ended()[0]
+	fmt.Println(s.Name(), s.Status().Code, s.Status().Description)
+	// Output:
+	// bank declined
+	// idemguard.effect Error bank declined
+}
+
+// The Tracer as a guard.Observer: the guard's events on the caller's span.
+func ExampleTracer_Observe() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	tr := otelx.New(otelx.Options{TracerProvider: tp})
+	g := guard.New(memstore.New(memstore.Options{}), guard.Options{Observer: tr})
+	ctx, span := tp.Tracer("shop").Start(context.Background(), "POST /charges")
+	_, _ = g.Do(ctx, guard.Key{Scope: "charges", ID: "order-7"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return []byte("ok"), nil
+	})
+	span.End()
+	for _, e := range rec.Ended()[0].Events() {
+		fmt.Println(e.Name)
+	}
+	// Output:
+	// idemguard.acquired
+	// idemguard.completed
 }

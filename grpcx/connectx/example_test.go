@@ -103,3 +103,35 @@ func ExampleNewClientInterceptor() {
 	// charged €10 true
 	// attempts: 2 charges: 1 key is a UUIDv7: true
 }
+
+// KeyFromField takes the key from the request message (AIP-155's
+// request_id); with generated code: connectx.KeyFromField("request_id").
+func ExampleKeyFromField() {
+	key := connectx.KeyFromField("value")
+	id, err := key(context.Background(), wrapperspb.String("req-0c8f"))
+	fmt.Println(id, err)
+	// Output:
+	// req-0c8f <nil>
+}
+
+type accountKey struct{}
+
+// Keys are kept per caller, named by what the authentication interceptor
+// stored, never by the token.
+func ExampleCallerFromContext() {
+	caller := connectx.CallerFromContext(accountKey{}, func(account int64) string { return fmt.Sprint("acct_", account) })
+	fmt.Println(caller(context.WithValue(context.Background(), accountKey{}, int64(42))))
+	// Output:
+	// acct_42
+}
+
+// A step's key, the same in every attempt of the effect, sent to another
+// guarded service.
+func ExampleWithIdempotencyKey() {
+	lease := guard.Lease{Key: guard.Key{Scope: "orders", ID: "order-7"}}
+	ctx := connectx.WithIdempotencyKey(context.Background(), lease.KeyFor("charge"))
+	_ = ctx // client.CallUnary(ctx, req) through NewClientInterceptor sends it as Idempotency-Key
+	fmt.Println(len(lease.KeyFor("charge")))
+	// Output:
+	// 36
+}
