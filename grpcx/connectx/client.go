@@ -1,0 +1,134 @@
+package connectx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/idemguard/idemguard/grpcx/internal/core"
+)
+
+// ClientOptions configure NewClientInterceptor; they are
+// grpcx.ClientOptions with Connect's types. The zero value is ready to use.
+type ClientOptions struct {
+	// Header carries the key. Default DefaultHeader.
+	Header string
+	// Procedures get a key and are retried. Default: every unary
+	// procedure called through the interceptor.
+	Procedures []string
+	// NewKey makes a key. Default a UUIDv7.
+	NewKey func() (string, error)
+	// MaxAttempts bounds the attempts of one call, the first included.
+	// Default 5.
+	MaxAttempts int
+	// BaseDelay and MaxDelay shape the full-jitter exponential backoff.
+	// Defaults 100 ms and 10 s.
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	// RetryCodes are the codes retried with the same key. Default
+	// CodeUnavailable, CodeResourceExhausted, CodeAborted and
+	// CodeDeadlineExceeded (the server's, not the caller's).
+	RetryCodes []connect.Code
+	// MaxRetryDelay is the longest RetryInfo (or grpc-retry-pushback-ms)
+	// delay honoured; a longer one ends the retries. Default 1 min.
+	MaxRetryDelay time.Duration
+	// InFlightDelay caps the wait before asking again about a key in
+	// flight (CodeAborted, ReasonKeyInUse). Default 1 s.
+	InFlightDelay time.Duration
+	// MaxInFlightWait bounds the time spent asking again about a key in
+	// flight; those answers do not count against MaxAttempts. Default
+	// 1 min.
+	MaxInFlightWait time.Duration
+}
+
+// NewClientInterceptor returns a client interceptor
+// (connect.WithInterceptors on the client) that gives each unary call of
+// ClientOptions.Procedures whose header has no key one (WithIdempotencyKey's,
+// else a new UUIDv7) and retries the call with that same key, as
+// grpcx.UnaryClientInterceptor does: RetryCodes with exponential backoff
+// and full jitter, honouring RetryInfo and grpc-retry-pushback-ms; a key
+// in flight is asked about again after its RetryInfo delay, without
+// counting attempts. Retries stop after MaxAttempts, when the context
+// ends, or when the next wait would pass its deadline. The key sent is in
+// the request's header after the call. Streaming calls pass through.
+func NewClientInterceptor(opts ClientOptions) connect.Interceptor {
+	if opts.Header == "" {
+		opts.Header = DefaultHeader
+	}
+	if opts.NewKey == nil {
+		opts.NewKey = core.NewUUIDv7
+	}
+	var retry []core.Code
+	if opts.RetryCodes != nil {
+		for _, c := range opts.RetryCodes {
+			retry = append(retry, core.Code(c))
+		}
+	}
+	c := &client{opts: opts, policy: core.NewRetryPolicy(core.RetryPolicy{
+		MaxAttempts: opts.MaxAttempts, BaseDelay: opts.BaseDelay, MaxDelay: opts.MaxDelay, MaxRetryDelay: opts.MaxRetryDelay,
+		InFlightDelay: opts.InFlightDelay, MaxInFlightWait: opts.MaxInFlightWait}, retry)}
+	if opts.Procedures != nil {
+		c.procedures = map[string]bool{}
+		for _, p := range opts.Procedures {
+			c.procedures[p] = true
+		}
+	}
+	return connect.UnaryInterceptorFunc(c.wrap)
+}
+
+type client struct {
+	opts       ClientOptions
+	procedures map[string]bool // nil: all
+	policy     core.RetryPolicy
+}
+
+func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !req.Spec().IsClient || (c.procedures != nil && !c.procedures[req.Spec().Procedure]) {
+			return next(ctx, req)
+		}
+		if req.Header().Get(c.opts.Header) == "" {
+			key := core.KeyFrom(ctx)
+			if key != "" {
+				if err := core.CheckKey(key); err != nil {
+					return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("connectx: idempotency key from the context: %w", err))
+				}
+			} else {
+				var err error
+				if key, err = c.opts.NewKey(); err != nil {
+					return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("connectx: new idempotency key: %w", err))
+				}
+			}
+			req.Header().Set(c.opts.Header, key)
+		}
+		retries := c.policy.Start()
+		for sent := 1; ; sent++ {
+			res, err := next(ctx, req)
+			if err == nil || ctx.Err() != nil {
+				return res, err
+			}
+			var pushback []string
+			if ce, ok := errors.AsType[*connect.Error](err); ok {
+				pushback = ce.Meta().Values(http.CanonicalHeaderKey("grpc-retry-pushback-ms"))
+			}
+			wait, again := retries.Next(core.Failure{Code: core.Code(connect.CodeOf(err)), Details: details(err), Pushback: pushback})
+			if !again {
+				return res, err
+			}
+			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+				return res, err
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, connect.NewError(connect.CodeOf(ctx.Err()), fmt.Errorf("connectx: waiting to retry after attempt %d: %w", sent, ctx.Err()))
+			case <-timer.C:
+			}
+		}
+	}
+}

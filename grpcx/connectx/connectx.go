@@ -1,0 +1,378 @@
+// Package connectx is grpcx for Connect (connectrpc.com/connect): the same
+// guard, statuses, replay marker and client retries, as connect.Interceptor
+// values. It shares grpcx's core and does not link google.golang.org/grpc.
+//
+// On the handler side, NewInterceptor guards the listed procedures: the
+// first call with an idempotency key (the Idempotency-Key header, or a
+// request field through Options.Key) runs the handler and stores its
+// response message and the header and trailer fields it set; a repeat with
+// the same key and request gets them back with "Idempotent-Replayed: true"
+// in its header. The errors are grpcx's, as Connect codes with the same
+// google.rpc.ErrorInfo reasons and google.rpc.RetryInfo: in flight →
+// CodeAborted with RetryInfo, key reused → CodeFailedPrecondition, store
+// unreachable → CodeUnavailable with RetryInfo, bad key →
+// CodeInvalidArgument. The same codes release the key (DefaultRelease).
+// It works for every protocol a Connect handler speaks (Connect, gRPC,
+// gRPC-Web) and codec (binary and JSON).
+//
+// A replayed response's message is a *dynamicpb.Message of the stored
+// type (Connect's unary interceptors cannot build a *connect.Response of
+// the handler's own type), so interceptors outside this one see the same
+// fields but not the generated Go type. Its encoding is the first
+// response's, as grpcx's is.
+//
+// On the client side, NewClientInterceptor gives each unary call a UUIDv7
+// key in its Idempotency-Key header (or WithIdempotencyKey's) and retries
+// it with that key under gRPC's retry semantics, as grpcx's client does.
+// The key sent is in the request's header after the call.
+package connectx
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/idemguard/idemguard/grpcx/internal/core"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// DefaultHeader is the request header that carries the key, as the IETF
+// draft and httpx name it.
+const DefaultHeader = "Idempotency-Key"
+
+// ReplayedHeader is set to "true" on every replayed call.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo of every error the
+// interceptor answers itself; the reasons are grpcx's Reason* constants.
+const ErrorDomain = core.ErrorDomain
+
+// Options configure NewInterceptor. They are grpcx.Options with Connect's
+// types; every field's zero value is its default, except Procedures, which
+// must list the procedures to guard, and Caller and SingleCaller, of which
+// exactly one must be chosen.
+type Options struct {
+	// Procedures are the procedures guarded ("/pkg.Service/Method", as
+	// connect.Spec.Procedure and the generated *Procedure constants spell
+	// them). Calls to others pass through untouched.
+	Procedures []string
+	// Caller names the caller a call comes from, as an authentication
+	// interceptor in front of this one established (CallerFromContext);
+	// never its credential. A call it names no one gets
+	// CodeUnauthenticated. See grpcx.Options.Caller.
+	Caller func(ctx context.Context) string
+	// SingleCaller declares that one caller owns every key. Set it instead
+	// of Caller, never with it.
+	SingleCaller bool
+	// Header is the request header that carries the key. Default
+	// DefaultHeader ("Idempotency-Key").
+	Header string
+	// Key, if set, finds the key in the request message instead:
+	// KeyFromField("request_id").
+	Key func(ctx context.Context, req any) (string, error)
+	// Optional lets a call without a key through, unguarded.
+	Optional bool
+	// Fingerprint digests the request. Default DefaultFingerprint.
+	Fingerprint func(procedure string, req any) (string, error)
+	// MaxStoredResponse is the largest response kept for replay, in bytes
+	// of its encoding; a larger one is replayed as CodeAlreadyExists
+	// (ReasonResponseNotKept). Default 1 MiB.
+	MaxStoredResponse int
+	// ReplayHeader reports whether a header or trailer field (lower case)
+	// that the handler set is stored and replayed. Default: every field
+	// but set-cookie, authentication-info and proxy-authentication-info;
+	// the protocols' own fields are never stored.
+	ReplayHeader func(name string) bool
+	// Release reports whether a call that ended with code c releases its
+	// key instead of storing the error. Default DefaultRelease.
+	Release func(c connect.Code) bool
+	// Wait lets a duplicate wait for the first call's response, for up to
+	// Wait; see grpcx.Options.Wait. Default 0: answer CodeAborted with
+	// RetryInfo at once.
+	Wait time.Duration
+	// UnavailableRetryDelay is the RetryInfo delay sent with
+	// CodeUnavailable when the store cannot be reached. Default 1 s.
+	UnavailableRetryDelay time.Duration
+	// Logger hears about handler panics and results that could not be
+	// stored. Default slog.Default().
+	Logger *slog.Logger
+	// LogKeys writes keys to the log in full; by default only their
+	// digest (metrics.KeyDigest).
+	LogKeys bool
+}
+
+// DefaultRelease is the default Options.Release: grpcx.DefaultRelease's
+// codes (Canceled, Unknown, DeadlineExceeded, ResourceExhausted, Aborted,
+// Unimplemented, Internal, Unavailable, DataLoss) release the key; every
+// other error is stored and replayed.
+func DefaultRelease(c connect.Code) bool { return core.DefaultRelease(uint32(c)) }
+
+// DefaultFingerprint is grpcx.DefaultFingerprint: SHA-256 over the request
+// message's full name and its deterministic protobuf encoding.
+func DefaultFingerprint(procedure string, req any) (string, error) {
+	return core.DefaultFingerprint("connectx", procedure, req)
+}
+
+// KeyFromField is grpcx.KeyFromField: the key from a string field of the
+// request message (a dotted path reaches into nested messages).
+func KeyFromField(path string) func(ctx context.Context, req any) (string, error) {
+	return core.KeyFromField("connectx", path)
+}
+
+// CallerFromContext is grpcx.CallerFromContext: an Options.Caller that
+// names the caller by the value an authentication interceptor stored in
+// the context under key.
+func CallerFromContext[T any](key any, name func(T) string) func(ctx context.Context) string {
+	return core.CallerFromContext("connectx", key, name)
+}
+
+// WithIdempotencyKey returns a context that makes the client interceptor
+// send key (when the request's header has none) instead of a fresh
+// UUIDv7; see grpcx.WithIdempotencyKey. The same context works for both
+// packages' clients.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return core.WithKey(ctx, key)
+}
+
+// ClaimFrom returns, inside a guarded handler, the lease it runs under and
+// the request's fingerprint. ok is false outside a guarded call.
+func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
+	return core.ClaimFrom(ctx)
+}
+
+// NewInterceptor returns a handler interceptor (connect.WithInterceptors)
+// that runs each keyed call of Options.Procedures once per key within g's
+// retention and replays its response to repeats, with grpcx's guarantees
+// (see grpcx.UnaryServerInterceptor). Streaming calls pass through. Put it
+// after the authentication interceptor that Caller reads.
+//
+// NewInterceptor panics when g is nil, Procedures is empty, or Options
+// choose neither or both of Caller and SingleCaller.
+func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
+	header := opts.Header
+	if header == "" {
+		header = DefaultHeader
+	}
+	cfg := core.Config{
+		Pkg: "connectx", Methods: opts.Procedures, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
+		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayHeader, Wait: opts.Wait,
+		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
+	}
+	if opts.Release != nil {
+		cfg.Release = func(c core.Code) bool { return opts.Release(connect.Code(c)) }
+	}
+	s := &server{core: core.New(g, cfg)}
+	return connect.UnaryInterceptorFunc(s.wrap)
+}
+
+type server struct{ core *core.Server }
+
+func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		method := req.Spec().Procedure
+		b := s.core.Begin(ctx, method, req.Any(), req.Header().Values)
+		switch {
+		case b.Error != nil:
+			return nil, connectError(b.Error, nil)
+		case b.Gone:
+			return nil, connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+		case b.Replay != nil:
+			return replay(ctx, req.Spec(), b.Replay)
+		case !b.Run:
+			return next(ctx, req)
+		}
+		return s.run(ctx, req, next, b.Lease, b.Fingerprint)
+	}
+}
+
+// run calls the handler under lease and stores or releases the outcome.
+func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, lease guard.Lease, fingerprint string) (connect.AnyResponse, error) {
+	method := req.Spec().Procedure
+	hctx, stop := s.core.HandlerContext(ctx, lease, fingerprint)
+	// A handler with the "simple" signature sets its header and trailer
+	// through the call info; what outer interceptors set there before is
+	// not the handler's.
+	info, hasInfo := connect.CallInfoForHandlerContext(ctx)
+	var beforeHeader, beforeTrailer http.Header
+	if hasInfo {
+		beforeHeader, beforeTrailer = info.ResponseHeader().Clone(), info.ResponseTrailer().Clone()
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			stop()
+			s.core.Abandon(ctx, method, lease)
+		}
+	}()
+	start := time.Now()
+	res, err := next(hctx, req)
+	returned = true
+	took := time.Since(start)
+	stop()
+
+	r := core.Result{Header: core.MD{}, Trailer: core.MD{}}
+	if hasInfo {
+		addChanged(r.Header, beforeHeader, info.ResponseHeader())
+		addChanged(r.Trailer, beforeTrailer, info.ResponseTrailer())
+	}
+	if err != nil {
+		r.Status = errorStatus(err)
+		if ce, ok := errors.AsType[*connect.Error](err); ok {
+			addChanged(r.Trailer, nil, ce.Meta())
+		}
+	} else if res != nil {
+		r.Msg = res.Any()
+		addChanged(r.Header, nil, res.Header())
+		addChanged(r.Trailer, nil, res.Trailer())
+	}
+	s.core.Finish(ctx, method, lease, took, r)
+	return res, err
+}
+
+// addChanged adds to md the fields of h (lower-cased) whose values differ
+// from before's.
+func addChanged(md core.MD, before, h http.Header) {
+	for k, vs := range h {
+		if len(vs) == 0 || slices.Equal(before[k], vs) {
+			continue
+		}
+		lk := strings.ToLower(k)
+		md[lk] = append(md[lk], vs...)
+	}
+}
+
+// errorStatus is the status of a handler's error, as Connect sends it.
+func errorStatus(err error) *spb.Status {
+	st := &spb.Status{Code: int32(connect.CodeOf(err))}
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		st.Message = err.Error()
+		return st
+	}
+	st.Message = ce.Message()
+	for _, d := range ce.Details() {
+		st.Details = append(st.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+	}
+	return st
+}
+
+// connectError is the Connect error of st, with meta as its metadata.
+func connectError(st *spb.Status, meta core.MD) *connect.Error {
+	ce := connect.NewError(connect.Code(st.GetCode()), errors.New(st.GetMessage()))
+	for _, a := range st.GetDetails() {
+		if d, err := connect.NewErrorDetail(a); err == nil {
+			ce.AddDetail(d)
+		}
+	}
+	for k, vs := range meta {
+		for _, v := range vs {
+			ce.Meta().Add(k, v)
+		}
+	}
+	return ce
+}
+
+// replay answers with a stored call.
+func replay(ctx context.Context, spec connect.Spec, r *core.Replay) (connect.AnyResponse, error) {
+	if r.Status != nil {
+		// The header goes out through the call info (the handler's own
+		// path for it), the trailer as the error's metadata.
+		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+			for k, vs := range r.Header {
+				for _, v := range vs {
+					info.ResponseHeader().Add(k, v)
+				}
+			}
+			return nil, connectError(r.Status, r.Trailer)
+		}
+		return nil, connectError(r.Status, core.MD(mergeMD(r.Header, r.Trailer)))
+	}
+	res, ok := newResponse(spec, r.TypeName, r.Message)
+	if !ok {
+		return nil, connectError(core.NewStatus(core.Internal, core.ReasonResponseCorrupt,
+			"the call with this idempotency key ran, but its stored response cannot be read", 0), r.Header)
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			res.Header().Add(k, v)
+		}
+	}
+	for k, vs := range r.Trailer {
+		for _, v := range vs {
+			res.Trailer().Add(k, v)
+		}
+	}
+	return res, nil
+}
+
+func mergeMD(a, b core.MD) map[string][]string {
+	out := map[string][]string{}
+	for k, vs := range a {
+		out[k] = append(out[k], vs...)
+	}
+	for k, vs := range b {
+		out[k] = append(out[k], vs...)
+	}
+	return out
+}
+
+// newResponse makes the stored response: a dynamic message of the stored
+// type, whose descriptor comes from the linked types (generated code
+// registers its own) or the procedure's schema; an Empty carrying the
+// bytes as unknown fields when neither knows it (its binary encoding is
+// the stored bytes; the JSON codec drops them).
+func newResponse(spec connect.Spec, typeName string, b []byte) (connect.AnyResponse, bool) {
+	var desc protoreflect.MessageDescriptor
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typeName)); err == nil {
+		desc = mt.Descriptor()
+	} else if md, ok := spec.Schema.(protoreflect.MethodDescriptor); ok && string(md.Output().FullName()) == typeName {
+		desc = md.Output()
+	}
+	if desc == nil {
+		m := &emptypb.Empty{}
+		m.ProtoReflect().SetUnknown(protoreflect.RawFields(b))
+		return connect.NewResponse(m), true
+	}
+	m := dynamicpb.NewMessage(desc)
+	if err := (proto.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(b, m); err != nil {
+		return nil, false
+	}
+	return connect.NewResponse(m), true
+}
+
+// Reason returns the reason of the ErrorInfo of ErrorDomain in err's
+// details (a *connect.Error), or "".
+func Reason(err error) string { return core.ReasonOf(details(err)) }
+
+// RetryDelay returns the delay of the google.rpc.RetryInfo in err's
+// details, if it carries one.
+func RetryDelay(err error) (time.Duration, bool) { return core.RetryInfoOf(details(err)) }
+
+func details(err error) []core.Detail {
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		return nil
+	}
+	out := make([]core.Detail, 0, len(ce.Details()))
+	for _, d := range ce.Details() {
+		out = append(out, core.Detail{Type: d.Type(), Bytes: d.Bytes()})
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package core
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Client defaults; see grpcx.ClientOptions.
+const (
+	DefaultMaxAttempts     = 5
+	DefaultBaseDelay       = 100 * time.Millisecond
+	DefaultMaxDelay        = 10 * time.Second
+	DefaultMaxRetryDelay   = time.Minute
+	DefaultInFlightDelay   = time.Second
+	DefaultMaxInFlightWait = time.Minute
+)
+
+// DefaultRetryCodes: see grpcx.DefaultRetryCodes.
+var DefaultRetryCodes = []Code{Unavailable, ResourceExhausted, Aborted, DeadlineExceeded}
+
+// RetryPolicy is a client's retry policy with its defaults filled in.
+type RetryPolicy struct {
+	MaxAttempts     int
+	BaseDelay       time.Duration
+	MaxDelay        time.Duration
+	MaxRetryDelay   time.Duration
+	InFlightDelay   time.Duration
+	MaxInFlightWait time.Duration
+	Retry           map[Code]bool
+}
+
+// NewRetryPolicy fills the defaults of the zero fields; codes nil means
+// DefaultRetryCodes.
+func NewRetryPolicy(p RetryPolicy, codes []Code) RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = DefaultBaseDelay
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = DefaultMaxDelay
+	}
+	if p.MaxRetryDelay <= 0 {
+		p.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if p.InFlightDelay <= 0 {
+		p.InFlightDelay = DefaultInFlightDelay
+	}
+	if p.MaxInFlightWait <= 0 {
+		p.MaxInFlightWait = DefaultMaxInFlightWait
+	}
+	if codes == nil {
+		codes = DefaultRetryCodes
+	}
+	p.Retry = make(map[Code]bool, len(codes))
+	for _, c := range codes {
+		p.Retry[c] = true
+	}
+	return p
+}
+
+// Failure is what a failed attempt said.
+type Failure struct {
+	Code    Code
+	Details []Detail
+	// Pushback is the grpc-retry-pushback-ms values of the answer.
+	Pushback []string
+}
+
+// Retries is one call's retry state.
+type Retries struct {
+	p             RetryPolicy
+	attempt       int
+	inFlightSince time.Time // when the first in-flight answer in a row came
+}
+
+// Start returns the retry state of a new call.
+func (p RetryPolicy) Start() *Retries { return &Retries{p: p, attempt: 1} }
+
+// Next says how long to wait before the next attempt after f, or false to
+// give up and return f's error.
+func (r *Retries) Next(f Failure) (time.Duration, bool) {
+	switch {
+	case f.Code == Aborted && ReasonOf(f.Details) == ReasonKeyInUse:
+		// The key's first call is still running: ask again soon.
+		now := time.Now()
+		if r.inFlightSince.IsZero() {
+			r.inFlightSince = now
+		}
+		d, ok := RetryInfoOf(f.Details)
+		if !ok || d > r.p.InFlightDelay {
+			d = r.p.InFlightDelay
+		}
+		d = max(d, MinInFlightRetryDelay) // a delay of 0 must not make it spin
+		wait := d - rand.N(d/5+1)
+		if now.Add(wait).Sub(r.inFlightSince) > r.p.MaxInFlightWait {
+			return 0, false
+		}
+		return wait, true
+	case r.p.Retry[f.Code]:
+		if r.attempt >= r.p.MaxAttempts {
+			return 0, false
+		}
+		d, told, stop := serverDelay(f)
+		switch {
+		case stop:
+			return 0, false
+		case !told:
+			d = r.backoff(r.attempt)
+		case d > r.p.MaxRetryDelay:
+			return 0, false
+		}
+		r.attempt++
+		r.inFlightSince = time.Time{}
+		return d, true
+	}
+	return 0, false
+}
+
+// serverDelay is the delay the server asked for: RetryInfo, else the
+// grpc-retry-pushback-ms trailer. stop is true for a pushback that says
+// not to retry (negative, or not a number), as gRFC A6 says.
+func serverDelay(f Failure) (d time.Duration, told, stop bool) {
+	if d, ok := RetryInfoOf(f.Details); ok {
+		return d, true, false
+	}
+	if len(f.Pushback) == 0 {
+		return 0, false, false
+	}
+	ms, err := strconv.ParseInt(f.Pushback[0], 10, 64)
+	if err != nil || ms < 0 {
+		return 0, false, true
+	}
+	return time.Duration(ms) * time.Millisecond, true, false
+}
+
+// backoff is the full-jitter delay before retry n (n = 1, 2, ...).
+func (r *Retries) backoff(n int) time.Duration {
+	ceiling := r.p.BaseDelay
+	for i := 1; i < n && ceiling < r.p.MaxDelay; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, r.p.MaxDelay)
+	return rand.N(ceiling)
+}
+
+// NewUUIDv7 is the default key: a UUIDv7.
+func NewUUIDv7() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}

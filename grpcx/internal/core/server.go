@@ -1,0 +1,499 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Defaults.
+const (
+	DefaultMaxStoredResponse     = 1 << 20
+	DefaultUnavailableRetryDelay = time.Second
+)
+
+// ReplayedMetadata is set to "true" in the header of every replayed call.
+const ReplayedMetadata = "idempotent-replayed"
+
+// Config is what an adapter's Options become; see grpcx.Options for each
+// field. Pkg names the adapter in panics and logs.
+type Config struct {
+	Pkg                   string
+	Methods               []string
+	Caller                func(ctx context.Context) string
+	SingleCaller          bool
+	Metadata              string
+	Key                   func(ctx context.Context, req any) (string, error)
+	Optional              bool
+	Fingerprint           func(method string, req any) (string, error)
+	MaxStoredResponse     int
+	ReplayMetadata        func(name string) bool
+	Release               func(Code) bool
+	Wait                  time.Duration
+	UnavailableRetryDelay time.Duration
+	Logger                *slog.Logger
+	LogKeys               bool
+}
+
+// DefaultRelease: see grpcx.DefaultRelease.
+func DefaultRelease(c Code) bool {
+	switch c {
+	case Canceled, Unknown, DeadlineExceeded, ResourceExhausted, Aborted, Unimplemented, Internal, Unavailable, DataLoss:
+		return true
+	}
+	return false
+}
+
+var private = map[string]bool{
+	"set-cookie": true, "authentication-info": true, "proxy-authentication-info": true,
+}
+
+// DefaultReplayMetadata: see grpcx.DefaultReplayMetadata.
+func DefaultReplayMetadata(name string) bool { return !private[name] }
+
+// DefaultFingerprint: see grpcx.DefaultFingerprint.
+func DefaultFingerprint(pkg, method string, req any) (string, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return "", fmt.Errorf("%s: request of %s is %T, not a proto.Message; set Options.Fingerprint", pkg, method, req)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("%s: fingerprint of %s: %w", pkg, method, err)
+	}
+	h := sha256.New()
+	name := m.ProtoReflect().Descriptor().FullName()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
+	h.Write(n[:])
+	h.Write([]byte(name))
+	h.Write(b)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])), nil
+}
+
+// Server is the shared server side: what happens before and after the
+// handler.
+type Server struct {
+	g       *guard.Guard
+	cfg     Config
+	methods map[string]bool
+	runs    runTimes
+}
+
+// New checks cfg, fills its defaults and returns a Server. It panics on a
+// programmer's error: no guard, no methods, neither or both of Caller and
+// SingleCaller.
+func New(g *guard.Guard, cfg Config) *Server {
+	p := cfg.Pkg
+	if g == nil {
+		panic(p + ": nil *guard.Guard")
+	}
+	switch {
+	case cfg.Caller == nil && !cfg.SingleCaller:
+		panic(p + ": Options must name the caller (Caller) or declare a single caller (SingleCaller); " +
+			"without one, one caller's key would replay another caller's response")
+	case cfg.Caller != nil && cfg.SingleCaller:
+		panic(p + ": Options.Caller and Options.SingleCaller exclude each other")
+	}
+	if len(cfg.Methods) == 0 {
+		panic(p + ": Options.Methods is empty: list the full method names to guard")
+	}
+	methods := make(map[string]bool, len(cfg.Methods))
+	for _, m := range cfg.Methods {
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") {
+			panic(fmt.Sprintf("%s: Options.Methods: %q is not a full method name (/package.Service/Method)", p, m))
+		}
+		methods[m] = true
+	}
+	if cfg.Metadata == "" {
+		cfg.Metadata = DefaultMetadata
+	}
+	cfg.Metadata = strings.ToLower(cfg.Metadata)
+	if cfg.Fingerprint == nil {
+		cfg.Fingerprint = func(method string, req any) (string, error) { return DefaultFingerprint(p, method, req) }
+	}
+	if cfg.MaxStoredResponse <= 0 {
+		cfg.MaxStoredResponse = DefaultMaxStoredResponse
+	}
+	if cfg.ReplayMetadata == nil {
+		cfg.ReplayMetadata = DefaultReplayMetadata
+	}
+	if cfg.Release == nil {
+		cfg.Release = DefaultRelease
+	}
+	if cfg.UnavailableRetryDelay <= 0 {
+		cfg.UnavailableRetryDelay = DefaultUnavailableRetryDelay
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{g: g, cfg: cfg, methods: methods}
+}
+
+// Begun is what Begin decided.
+type Begun struct {
+	// Run: the call holds the key; run the handler under Lease.
+	Run         bool
+	Lease       guard.Lease
+	Fingerprint string
+	// Error: answer with this status; nothing ran, nothing was stored.
+	Error *spb.Status
+	// Replay: answer with this stored call.
+	Replay *Replay
+	// Gone: the client left before anything ran; answer with its context's
+	// error.
+	Gone bool
+	// None of the above: the call is not guarded (another method, or an
+	// optional key not sent); call the handler as it is.
+}
+
+// Replay is a stored call, ready to be answered.
+type Replay struct {
+	Header  MD // the stored header, and ReplayedMetadata: true
+	Trailer MD
+	// TypeName and Message are the response, when Status is nil.
+	TypeName string
+	Message  []byte
+	// Status is the stored error, or the reason the call cannot be
+	// replayed.
+	Status *spb.Status
+}
+
+// Begin does everything before the handler: finds the key (incoming reads
+// the request's metadata by lower-case name), scopes it, fingerprints the
+// request and claims the key.
+func (s *Server) Begin(ctx context.Context, method string, req any, incoming func(name string) []string) Begun {
+	if !s.methods[method] {
+		return Begun{}
+	}
+	id, st := s.requestKey(ctx, req, incoming)
+	if st != nil {
+		return Begun{Error: st}
+	}
+	if id == "" {
+		return Begun{} // Optional, and the call has no key
+	}
+	scope, ok := s.scope(ctx, method)
+	if !ok {
+		return Begun{Error: NewStatus(Unauthenticated, ReasonCallerUnknown,
+			"idempotency keys are kept per caller, and this call names none; authenticate and retry", 0)}
+	}
+	fingerprint, err := s.cfg.Fingerprint(method, req)
+	if err != nil {
+		s.cfg.Logger.Error(s.cfg.Pkg+": request not fingerprinted; the call was refused", "method", method, "err", err)
+		return Begun{Error: NewStatus(Internal, ReasonFingerprint, "the request could not be fingerprinted; it was not run", 0)}
+	}
+	key := guard.Key{Scope: scope, ID: id}
+
+	// Claim even if the client hangs up meanwhile: a claim cut off after
+	// the store took it would lock the key for a whole lease. Guard.Claim
+	// bounds the call itself.
+	out, err := s.g.Claim(context.WithoutCancel(ctx), key, fingerprint)
+	if _, busy := errors.AsType[*guard.InProgressError](err); busy && s.cfg.Wait > 0 {
+		out, err, ok = s.wait(ctx, key, fingerprint, err)
+		if !ok {
+			return Begun{Gone: true} // nothing was claimed
+		}
+	}
+	if err != nil {
+		return Begun{Error: s.rejectClaim(key, method, err)}
+	}
+	if out.Status == guard.Replay {
+		return Begun{Replay: s.replay(key, method, out.Result)}
+	}
+	if ctx.Err() != nil {
+		// The client left before the handler ran: nothing happened yet.
+		s.release(ctx, out.Lease)
+		return Begun{Gone: true}
+	}
+	return Begun{Run: true, Lease: out.Lease, Fingerprint: fingerprint}
+}
+
+func (s *Server) requestKey(ctx context.Context, req any, incoming func(string) []string) (string, *spb.Status) {
+	var id string
+	if s.cfg.Key != nil {
+		k, err := s.cfg.Key(ctx, req)
+		if err != nil {
+			return "", NewStatus(InvalidArgument, ReasonKeyMalformed, err.Error(), 0)
+		}
+		id = k
+	} else {
+		values := incoming(s.cfg.Metadata)
+		switch len(values) {
+		case 0:
+		case 1:
+			id = values[0]
+			if id == "" {
+				return "", NewStatus(InvalidArgument, ReasonKeyMalformed, s.cfg.Metadata+" is empty", 0)
+			}
+		default:
+			return "", NewStatus(InvalidArgument, ReasonKeyMalformed,
+				fmt.Sprintf("%d %s values; send exactly one", len(values), s.cfg.Metadata), 0)
+		}
+	}
+	if id == "" {
+		if s.cfg.Optional {
+			return "", nil
+		}
+		where := s.cfg.Metadata + " metadata"
+		if s.cfg.Key != nil {
+			where = "an idempotency key in the request"
+		}
+		return "", NewStatus(InvalidArgument, ReasonKeyMissing, "this method requires "+where, 0)
+	}
+	if err := CheckKey(id); err != nil {
+		return "", NewStatus(InvalidArgument, ReasonKeyMalformed, err.Error(), 0)
+	}
+	return id, nil
+}
+
+// scope is the key's scope: the full method, prefixed by the quoted caller.
+// ok is false when Caller names no caller. A scope the store would refuse
+// is replaced by its digest.
+func (s *Server) scope(ctx context.Context, method string) (string, bool) {
+	sc := method
+	if s.cfg.Caller != nil {
+		caller := s.cfg.Caller(ctx)
+		if caller == "" {
+			return "", false
+		}
+		sc = strconv.Quote(caller) + " " + sc
+	}
+	if (guard.Key{Scope: sc, ID: "-"}).Validate() != nil {
+		sum := sha256.Sum256([]byte(sc))
+		sc = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return sc, true
+}
+
+// rejectClaim is the status for a claim that did not give the key to this
+// call.
+func (s *Server) rejectClaim(key guard.Key, method string, err error) *spb.Status {
+	if inProgress, ok := errors.AsType[*guard.InProgressError](err); ok {
+		return NewStatus(Aborted, ReasonKeyInUse,
+			"a call with this idempotency key has not finished; retry after the delay given",
+			s.InFlightRetryDelay(method, inProgress.RetryAfter))
+	}
+	switch {
+	case errors.Is(err, guard.ErrMismatch):
+		return NewStatus(FailedPrecondition, ReasonKeyReused,
+			"this idempotency key was used with a different request; use a new key for a new request", 0)
+	case errors.Is(err, guard.ErrExhausted):
+		return NewStatus(Internal, ReasonKeyExhausted,
+			"the call with this idempotency key was abandoned too often and will not run again", 0)
+	case errors.Is(err, guard.ErrInvalidKey):
+		return NewStatus(InvalidArgument, ReasonKeyMalformed, s.logErr(key, err), 0)
+	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return NewStatus(Unavailable, ReasonStoreUnavailable,
+			"idempotency store unavailable: the call was not run; retry later with the same key", s.cfg.UnavailableRetryDelay)
+	default:
+		s.cfg.Logger.Error(s.cfg.Pkg+": idempotency claim failed", append(s.logKey(key), "err", s.logErr(key, err))...)
+		return NewStatus(Internal, ReasonStoreError, "idempotency store error; the call was not run", 0)
+	}
+}
+
+// replay reads a stored call.
+func (s *Server) replay(key guard.Key, method string, result []byte) *Replay {
+	marker := MD{ReplayedMetadata: {"true"}}
+	c, err := decodeRecord(result)
+	if err != nil {
+		s.cfg.Logger.Error(s.cfg.Pkg+": stored response unreadable",
+			append(s.logKey(key), "method", method, "err", s.logErr(key, err))...)
+		return &Replay{Header: marker, Status: NewStatus(Internal, ReasonResponseCorrupt,
+			"the call with this idempotency key ran, but its stored response cannot be read", 0)}
+	}
+	r := &Replay{Header: join(c.header, marker), Trailer: c.trailer, TypeName: c.typeName, Message: c.message}
+	switch {
+	case c.notKept != 0:
+		why := "it was larger than the server keeps"
+		if c.notKept == notKeptNotProto {
+			why = "it was not a protobuf message"
+		}
+		r.Status = NewStatus(AlreadyExists, ReasonResponseNotKept,
+			"the call with this idempotency key ran and succeeded, but its response was not stored: "+why, 0)
+	case c.status != nil:
+		st := &spb.Status{}
+		if err := proto.Unmarshal(c.status, st); err != nil {
+			r.Status = NewStatus(Internal, ReasonResponseCorrupt,
+				"the call with this idempotency key ran, but its stored status cannot be read", 0)
+		} else {
+			r.Status = st
+		}
+	}
+	return r
+}
+
+func join(a, b MD) MD {
+	out := make(MD, len(a)+len(b))
+	for k, vs := range a {
+		out[k] = append(out[k], vs...)
+	}
+	for k, vs := range b {
+		out[k] = append(out[k], vs...)
+	}
+	return out
+}
+
+// NewMessage makes a stored response: a message of its own type when the
+// type is linked into the program (protoregistry.GlobalTypes); else an
+// Empty whose unknown fields are the stored bytes, which encodes to
+// exactly those bytes. nil when the bytes do not decode as the type.
+func NewMessage(typeName string, b []byte) proto.Message {
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typeName)); err == nil {
+		m := mt.New().Interface()
+		if err := proto.Unmarshal(b, m); err != nil {
+			return nil
+		}
+		return m
+	}
+	m := &emptypb.Empty{}
+	m.ProtoReflect().SetUnknown(protoreflect.RawFields(b))
+	return m
+}
+
+type claimKey struct{}
+
+type claimInfo struct {
+	lease       guard.Lease
+	fingerprint string
+}
+
+// HandlerContext returns the handler's context: a child of ctx kept alive
+// with the lease (Guard.KeepAlive), whose ClaimFrom gives the lease. stop
+// ends the heartbeat.
+func (s *Server) HandlerContext(ctx context.Context, lease guard.Lease, fingerprint string) (hctx context.Context, stop func()) {
+	hctx, stop = s.g.KeepAlive(ctx, lease)
+	return context.WithValue(hctx, claimKey{}, claimInfo{lease: lease, fingerprint: fingerprint}), stop
+}
+
+// ClaimFrom returns the lease and fingerprint HandlerContext put in ctx.
+func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
+	c, ok := ctx.Value(claimKey{}).(claimInfo)
+	return c.lease, c.fingerprint, ok
+}
+
+// Result is how the handler ended.
+type Result struct {
+	Msg    any         // the response, when Status is nil
+	Status *spb.Status // the handler's error status; nil on success
+	// Header and Trailer are the metadata the handler set, not yet
+	// filtered (Finish keeps what ReplayMetadata allows).
+	Header, Trailer MD
+}
+
+// Finish stores the handler's outcome, or releases the key for a code
+// Config.Release names. took is how long the handler ran. The heartbeat
+// must have been stopped.
+func (s *Server) Finish(ctx context.Context, method string, lease guard.Lease, took time.Duration, r Result) {
+	s.runs.observe(method, took)
+	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
+	if r.Status != nil && r.Status.GetCode() != int32(OK) {
+		if s.cfg.Release(Code(r.Status.GetCode())) {
+			s.release(ctx, lease)
+			return
+		}
+		b, err := proto.Marshal(r.Status)
+		if err != nil { // a detail that does not encode: the client gets none either
+			b, _ = proto.Marshal(&spb.Status{Code: r.Status.GetCode(), Message: r.Status.GetMessage()})
+		}
+		rec.status = b
+	} else if m, ok := r.Msg.(proto.Message); !ok || r.Msg == nil {
+		rec.notKept = notKeptNotProto
+	} else {
+		rec.typeName = string(m.ProtoReflect().Descriptor().FullName())
+		if proto.Size(m) > s.cfg.MaxStoredResponse {
+			rec.notKept = notKeptTooLarge
+		} else if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(m); err != nil {
+			rec.notKept = notKeptNotProto // the server's codec will fail to send it too
+		} else {
+			rec.message = b
+		}
+	}
+	s.complete(ctx, lease, method, encodeRecord(rec))
+}
+
+// Abandon releases the key of a handler that did not return (a panic,
+// which goes on, or runtime.Goexit).
+func (s *Server) Abandon(ctx context.Context, method string, lease guard.Lease) {
+	s.release(ctx, lease)
+	s.cfg.Logger.Error(s.cfg.Pkg+": handler did not return (panic); idempotency key released",
+		append(s.logKey(lease.Key), "method", method)...)
+}
+
+// complete stores result for lease, retrying while the store cannot be
+// reached (settle). If it still cannot, it releases the key if it can, so
+// the next call with it is not told Aborted until the lease ends.
+func (s *Server) complete(ctx context.Context, lease guard.Lease, method string, result []byte) {
+	ctx = context.WithoutCancel(ctx)
+	err := settle(ctx, settleBudget, func(ctx context.Context) error { return s.g.Complete(ctx, lease, result) })
+	if err == nil {
+		return
+	}
+	if errors.Is(err, guard.ErrUnavailable) && s.lastRelease(ctx, lease) == nil {
+		s.cfg.Logger.Warn(s.cfg.Pkg+": response not stored (store unreachable); idempotency key released",
+			append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
+		return
+	}
+	// The handler ran; the client gets its real response anyway.
+	s.cfg.Logger.Error(s.cfg.Pkg+": response not stored; a retry with this key may run the handler again",
+		append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
+}
+
+func (s *Server) lastRelease(ctx context.Context, lease guard.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return s.g.Release(ctx, lease)
+}
+
+// release undoes the claim, even if the client is gone, retrying while the
+// store cannot be reached (settle).
+func (s *Server) release(ctx context.Context, lease guard.Lease) {
+	ctx = context.WithoutCancel(ctx)
+	if err := settle(ctx, settleBudget, func(ctx context.Context) error { return s.g.Release(ctx, lease) }); err != nil {
+		s.cfg.Logger.Warn(s.cfg.Pkg+": idempotency key not released; it frees when its lease ends",
+			append(s.logKey(lease.Key), "err", s.logErr(lease.Key, err))...)
+	}
+}
+
+// protocol are the HTTP fields gRPC and Connect set themselves, and the
+// hop-by-hop ones: never stored.
+var protocol = map[string]bool{
+	"content-type": true, "content-length": true, "content-encoding": true, "accept-encoding": true,
+	"te": true, "trailer": true, "transfer-encoding": true, "connection": true, "keep-alive": true,
+	"upgrade": true, "proxy-connection": true, "date": true,
+}
+
+// FilterMD returns the metadata to store of md: names lower-cased, those
+// keep allows, never the protocols' own ("grpc-", "connect-", ":",
+// content-type and the hop-by-hop fields), nor ReplayedMetadata.
+func FilterMD(md MD, keep func(string) bool) MD {
+	var out MD
+	for k, vs := range md {
+		k = strings.ToLower(k)
+		if len(vs) == 0 || strings.HasPrefix(k, "grpc-") || strings.HasPrefix(k, "connect-") || strings.HasPrefix(k, ":") ||
+			protocol[k] || k == ReplayedMetadata || !keep(k) {
+			continue
+		}
+		if out == nil {
+			out = MD{}
+		}
+		out[k] = append(out[k], vs...)
+	}
+	return out
+}

@@ -1,0 +1,341 @@
+package grpcx
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemguard/idemguard/grpcx/internal/core"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxStoredResponse     = core.DefaultMaxStoredResponse // bytes of response message kept for replays
+	DefaultUnavailableRetryDelay = core.DefaultUnavailableRetryDelay
+)
+
+// ReplayedMetadata is set to "true" in the header metadata of every
+// replayed call (the gRPC spelling of Stripe's Idempotent-Replayed).
+const ReplayedMetadata = core.ReplayedMetadata
+
+// The in-flight answer's retry delay (google.rpc.RetryInfo): the method's
+// typical run time on this instance (a moving average), at least
+// MinInFlightRetryDelay, DefaultInFlightRetryDelay before the method ran
+// here, and at most what is left of the holder's lease (by then the key is
+// answered or free). Unlike HTTP's Retry-After, RetryInfo is not in whole
+// seconds, so a 50 ms method is asked about again after about 50 ms, not
+// a second.
+const (
+	DefaultInFlightRetryDelay = core.DefaultInFlightRetryDelay
+	MinInFlightRetryDelay     = core.MinInFlightRetryDelay
+)
+
+// Options configure UnaryServerInterceptor. Every field's zero value is
+// its default, except Methods, which must list the methods to guard, and
+// Caller and SingleCaller, of which exactly one must be chosen: an
+// interceptor that would let one caller's key replay another caller's
+// response is built only on purpose.
+type Options struct {
+	// Methods are the full method names guarded ("/pkg.Service/Method",
+	// as info.FullMethod and the generated *_FullMethodName constants spell
+	// them). Calls to other methods pass through untouched and never reach
+	// the store. Required: a method that only reads needs no key, and a
+	// guard cannot tell which methods do.
+	Methods []string
+
+	// Caller names the caller a call comes from: the account, user or
+	// client an authentication interceptor in front of this one
+	// established. Its value, quoted, prefixes every key's scope, so one
+	// caller's key never meets another's.
+	//
+	// Name the caller, never its credential: a client that refreshes its
+	// token between two retries is still the same caller, and its retry
+	// must be replayed, not run again. CallerFromContext reads what the
+	// authentication interceptor stored in the context. A call for which
+	// Caller returns "" is answered Unauthenticated
+	// (ReasonCallerUnknown), and nothing is stored.
+	Caller func(ctx context.Context) string
+	// SingleCaller declares that one caller owns every key this
+	// interceptor sees: an internal service with a single client, or one
+	// behind a gateway that already gives each caller keys of its own.
+	// Keys are then not scoped by caller. Set it instead of Caller, never
+	// with it.
+	SingleCaller bool
+
+	// Metadata is the request metadata that carries the key. Default
+	// DefaultMetadata ("idempotency-key").
+	Metadata string
+	// Key, if set, finds the key in the request instead of the metadata:
+	// KeyFromField("request_id") reads a field of the request message
+	// (AIP-155's request_id), or write a KeyFunc that type-asserts your
+	// request. Use one interceptor per policy and chain them
+	// (grpc.ChainUnaryInterceptor) when methods take their keys from
+	// different places.
+	Key KeyFunc
+	// Optional lets a call without a key through, unguarded. By default a
+	// guarded method called without a key gets InvalidArgument
+	// (ReasonKeyMissing).
+	Optional bool
+	// Fingerprint digests the request; the same key with another
+	// fingerprint gets FailedPrecondition (ReasonKeyReused). Default
+	// DefaultFingerprint: SHA-256 over the request message's full name and
+	// its deterministic protobuf encoding.
+	Fingerprint func(fullMethod string, req any) (string, error)
+	// MaxStoredResponse is the largest response message kept for replay,
+	// in bytes of its encoding. A larger one still reaches the client; the
+	// key is completed with a marker, and a replay answers AlreadyExists
+	// (ReasonResponseNotKept): the call ran and succeeded (the handler does
+	// not run again). Default DefaultMaxStoredResponse (1 MiB).
+	MaxStoredResponse int
+	// ReplayMetadata reports whether a header or trailer metadata name
+	// (lower case) that the handler set is stored and replayed. Default
+	// DefaultReplayMetadata. Names starting with "grpc-" (the protocol's),
+	// and ReplayedMetadata, are never stored.
+	ReplayMetadata func(name string) bool
+	// Release reports whether a call that ended with the status code c
+	// releases its key, so that a retry runs the handler again, instead of
+	// storing the status for replays. Default DefaultRelease: the codes
+	// that mean "not done, try again" (see it). A handler that panics
+	// always releases the key.
+	Release func(c codes.Code) bool
+	// Wait lets a call whose key's first call is still running wait for
+	// that call's response, on this instance or another, for up to Wait,
+	// and then answer with its replay (or with Aborted when Wait passes
+	// first). While it waits it reads the key's record after 10 ms, then
+	// twice as late each time, at most 100 ms apart, and claims once the
+	// record is no longer pending, as httpx's Options.Wait does. A waiting
+	// call holds a goroutine. Default 0: answer Aborted with RetryInfo at
+	// once; the client interceptor asks again after the delay given.
+	Wait time.Duration
+	// UnavailableRetryDelay is the RetryInfo delay sent with Unavailable
+	// when the store cannot be reached. Default
+	// DefaultUnavailableRetryDelay (1 s).
+	UnavailableRetryDelay time.Duration
+	// Logger hears about handler panics and results that could not be
+	// stored. Default slog.Default().
+	Logger *slog.Logger
+	// LogKeys writes idempotency keys to the log in full ("scope" and "id"
+	// attributes). By default a record names a key only by a short digest
+	// ("key": 12 hex digits of SHA-256 over scope and id, the same as
+	// metrics.KeyDigest): a key and its method are what fetch a stored
+	// response.
+	LogKeys bool
+}
+
+// DefaultRelease is the default Options.Release. It releases the key for
+// the codes that, by the gRPC status code guide and its HTTP mapping, say
+// the call did not complete and may be tried again: the ones mapped to
+// 5xx (Unknown, DeadlineExceeded, Unimplemented, Internal, Unavailable,
+// DataLoss), as httpx releases 5xx, and also Canceled (499: the call was
+// given up), ResourceExhausted (429: shed, or out of quota) and Aborted
+// (409: a concurrency conflict, retry the sequence). Storing one of those
+// would answer every retry of the key with it for the whole TTL.
+//
+// Every other code is stored and replayed, as Stripe keeps a request's
+// result once it began to execute: InvalidArgument, NotFound,
+// AlreadyExists, PermissionDenied, FailedPrecondition, OutOfRange and
+// Unauthenticated (the 4xx answers), and OK.
+func DefaultRelease(c codes.Code) bool { return core.DefaultRelease(uint32(c)) }
+
+// DefaultReplayMetadata is the default Options.ReplayMetadata. It keeps
+// every header and trailer the handler set except set-cookie,
+// authentication-info and proxy-authentication-info. Whatever
+// ReplayMetadata says, names starting with "grpc-" or ":" and
+// ReplayedMetadata are never stored, and neither is metadata an
+// interceptor outside this one set.
+func DefaultReplayMetadata(name string) bool { return core.DefaultReplayMetadata(name) }
+
+// DefaultFingerprint is a SHA-256, in hex, over the request message's full
+// name and its deterministic protobuf encoding (proto.MarshalOptions
+// Deterministic: map entries sorted), so a retry of the same request, in
+// any field order the client encoded it, fingerprints the same. Unknown
+// fields count. The method is not part of it: it is in the key's scope.
+// A request that is not a proto.Message gets an error: set
+// Options.Fingerprint for other codecs.
+func DefaultFingerprint(fullMethod string, req any) (string, error) {
+	return core.DefaultFingerprint("grpcx", fullMethod, req)
+}
+
+// UnaryServerInterceptor returns an interceptor that runs each keyed call
+// of the Options.Methods once per key within g's retention, and replays
+// its response to repeats. It is the gRPC form of httpx.Guard:
+//
+//   - the handler runs at most once per (caller, method, key) while the
+//     key is remembered, however many calls carry it, concurrently or not,
+//     on however many servers share g's store;
+//   - a repeat with the same request gets the stored response message,
+//     the header and trailer metadata the handler set, and
+//     "idempotent-replayed: true" in its header; a handler's error status
+//     that is stored (not Options.Release) replays the same way;
+//   - a repeat while the first call runs gets Aborted with RetryInfo
+//     (ReasonKeyInUse; see inFlightRetryDelay for the delay), or waits
+//     with Options.Wait; one with another request under the key gets
+//     FailedPrecondition (ReasonKeyReused); a store that cannot be reached
+//     gives Unavailable with RetryInfo (ReasonStoreUnavailable); a missing
+//     or malformed key gives InvalidArgument;
+//   - a call rejected before the handler stores nothing; a handler that
+//     panics releases the key (the panic goes on); a released code
+//     (DefaultRelease) releases it too;
+//   - the response leaves only after it was stored (header metadata the
+//     handler sent with grpc.SendHeader left before); if it cannot be
+//     stored the client still gets it, and the key is released if it can
+//     be.
+//
+// The scope of a key is the quoted caller (Options.Caller) and the full
+// method name; the fingerprint is DefaultFingerprint's. Put the
+// interceptor after the authentication interceptor that Caller reads, and
+// after any that validates requests: a call rejected before the guard
+// claims nothing.
+//
+// UnaryServerInterceptor panics, as grpc.NewServer's callers expect of a
+// programmer's error, when g is nil, Methods is empty, or Options choose
+// neither or both of Caller and SingleCaller.
+func UnaryServerInterceptor(g *guard.Guard, opts Options) grpc.UnaryServerInterceptor {
+	cfg := core.Config{
+		Pkg: "grpcx", Methods: opts.Methods, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
+		Metadata: opts.Metadata, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayMetadata, Wait: opts.Wait,
+		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
+	}
+	if opts.Release != nil {
+		cfg.Release = func(c core.Code) bool { return opts.Release(codes.Code(c)) }
+	}
+	s := &server{core: core.New(g, cfg)}
+	return s.intercept
+}
+
+type server struct{ core *core.Server }
+
+func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	b := s.core.Begin(ctx, info.FullMethod, req, md.Get)
+	switch {
+	case b.Error != nil:
+		return nil, status.FromProto(b.Error).Err()
+	case b.Gone:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case b.Replay != nil:
+		return replay(ctx, b.Replay)
+	case !b.Run:
+		return handler(ctx, req)
+	}
+	return s.run(ctx, req, info, handler, b.Lease, b.Fingerprint)
+}
+
+// replay answers with a stored call: its header (with the marker) and
+// trailer, and its response or status.
+func replay(ctx context.Context, r *core.Replay) (any, error) {
+	_ = grpc.SetHeader(ctx, metadata.MD(r.Header))
+	if len(r.Trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.MD(r.Trailer))
+	}
+	if r.Status != nil {
+		return nil, status.FromProto(r.Status).Err()
+	}
+	msg := core.NewMessage(r.TypeName, r.Message)
+	if msg == nil {
+		return nil, status.FromProto(core.NewStatus(core.Internal, core.ReasonResponseCorrupt,
+			"the call with this idempotency key ran, but its stored response cannot be read", 0)).Err()
+	}
+	return msg, nil
+}
+
+// run calls the handler under lease and stores or releases the outcome.
+func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
+	lease guard.Lease, fingerprint string) (resp any, err error) {
+	hctx, stop := s.core.HandlerContext(ctx, lease, fingerprint)
+	c := &capture{inner: grpc.ServerTransportStreamFromContext(ctx), method: info.FullMethod}
+	hctx = grpc.NewContextWithServerTransportStream(hctx, c)
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler panicked (the panic goes on, with its own stack)
+			// or called runtime.Goexit: no response exists.
+			stop()
+			s.core.Abandon(ctx, info.FullMethod, lease)
+		}
+	}()
+	start := time.Now()
+	resp, err = handler(hctx, req)
+	returned = true
+	took := time.Since(start)
+	stop()
+	r := core.Result{Msg: resp}
+	r.Header, r.Trailer = c.metadata()
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err) // as grpc.Server turns it into a status
+		}
+		r.Status = st.Proto()
+	}
+	s.core.Finish(ctx, info.FullMethod, lease, took, r)
+	return resp, err
+}
+
+// capture is the ServerTransportStream the handler sees: it keeps a copy
+// of every header and trailer, which is what a replay sends, and passes
+// them on to the call's own stream. A copy is kept even when the stream
+// refuses them (the client left, or headers were sent already): the
+// replay carries what the handler meant to send.
+type capture struct {
+	inner  grpc.ServerTransportStream // nil when the interceptor runs outside a server
+	method string
+
+	mu      sync.Mutex
+	header  metadata.MD
+	trailer metadata.MD
+}
+
+func (c *capture) Method() string { return c.method }
+
+func (c *capture) SetHeader(md metadata.MD) error {
+	c.mu.Lock()
+	c.header = metadata.Join(c.header, md)
+	c.mu.Unlock()
+	if c.inner == nil {
+		return nil
+	}
+	return c.inner.SetHeader(md)
+}
+
+func (c *capture) SendHeader(md metadata.MD) error {
+	c.mu.Lock()
+	c.header = metadata.Join(c.header, md)
+	c.mu.Unlock()
+	if c.inner == nil {
+		return nil
+	}
+	return c.inner.SendHeader(md)
+}
+
+func (c *capture) SetTrailer(md metadata.MD) error {
+	c.mu.Lock()
+	c.trailer = metadata.Join(c.trailer, md)
+	c.mu.Unlock()
+	if c.inner == nil {
+		return nil
+	}
+	return c.inner.SetTrailer(md)
+}
+
+func (c *capture) metadata() (header, trailer core.MD) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return core.MD(c.header), core.MD(c.trailer)
+}
+
+// ClaimFrom returns, inside a guarded handler, the lease it runs under and
+// the request's fingerprint: what a handler passes to downstream writes
+// (lease.Fence, lease.KeyFor). ok is false outside a guarded call (a
+// method not guarded, an optional key not sent).
+func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
+	return core.ClaimFrom(ctx)
+}

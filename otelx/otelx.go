@@ -1,0 +1,371 @@
+// Package otelx traces idemguard with OpenTelemetry. It is a module of its
+// own (github.com/idemguard/idemguard/otelx), so the core module does not
+// bring the OpenTelemetry API to services that do not use it.
+//
+// One Tracer gives three things, used together or apart:
+//
+//   - Tracer.Store wraps a guard.Store: a span for each claim, complete,
+//     fail, release, extend and step (SaveStep), a child of the span in
+//     the call's context, with the outcome, attempt and fence;
+//   - Tracer.Func wraps a guard.Func: a span around the guarded effect,
+//     with its attempt and fence, and an error status when it fails or
+//     loses its lease;
+//   - the Tracer is a guard.Observer: each guard.Event becomes an event on
+//     the caller's span (the request's, as otelhttp or otelgrpc started
+//     it), which also gets idemguard.outcome and idemguard.replayed, so a
+//     replayed request is told apart in any trace view.
+//
+// Wire it once:
+//
+//	tr := otelx.New(otelx.Options{}) // the global TracerProvider
+//	g := guard.New(tr.Store(store), guard.Options{Observer: tr})
+//	res, err := g.Do(ctx, key, fingerprint, tr.Func(charge))
+//
+// Under httpx and grpcx the effect is the handler, whose span the HTTP or
+// gRPC instrumentation starts; Store and the Observer add the guard's part
+// to it.
+//
+// Spans never carry an idempotency key: a key and its scope are what fetch
+// a stored response, and traces are read by many. A span names the key by
+// idemguard.key.digest, the 12 hex digits of SHA-256 that logs and
+// metrics.KeyDigest use, so a trace, a log line and a record found with
+// `idemguard inspect` correlate; error texts recorded on spans have the
+// key replaced by that digest. Options.RecordScope adds the scope (a
+// tenant and a route or method) for services where it is not sensitive.
+package otelx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// ScopeName is the instrumentation scope of the spans: the tracer's name.
+const ScopeName = "github.com/idemguard/idemguard/otelx"
+
+// Span names.
+const (
+	SpanClaim    = "idemguard.claim"
+	SpanComplete = "idemguard.complete"
+	SpanFail     = "idemguard.fail"
+	SpanRelease  = "idemguard.release"
+	SpanExtend   = "idemguard.extend"
+	SpanStep     = "idemguard.step"
+	SpanEffect   = "idemguard.effect"
+)
+
+// Attribute keys.
+const (
+	// KeyDigest names the key: 12 hex digits of SHA-256 over its scope, a
+	// zero byte and its ID (metrics.KeyDigest).
+	KeyDigest = attribute.Key("idemguard.key.digest")
+	// Scope is the key's scope, only with Options.RecordScope.
+	Scope = attribute.Key("idemguard.scope")
+	// Outcome is what happened: for a claim the guard.Status
+	// ("acquired", "replay", "in_progress", "mismatch", "exhausted"); for
+	// a write "ok"; for the effect "ok", "error" or "rejected"; on any
+	// span "lease_lost", "unavailable" or "error" when the call failed;
+	// on the caller's span the last guard.Event's kind.
+	Outcome = attribute.Key("idemguard.outcome")
+	// Attempt is the lease's attempt (1 for the first acquisition), or the
+	// attempts made for an exhausted key.
+	Attempt = attribute.Key("idemguard.attempt")
+	// Fence is the lease's fence number.
+	Fence = attribute.Key("idemguard.fence")
+	// Recovered is true when a claim took the key over from a holder whose
+	// lease ran out.
+	Recovered = attribute.Key("idemguard.recovered")
+	// Replayed is true when a claim found a stored result: the effect did
+	// not run.
+	Replayed = attribute.Key("idemguard.replayed")
+	// LeaseLeft is, for a claim answered in_progress, the milliseconds
+	// left of the holder's lease.
+	LeaseLeft = attribute.Key("idemguard.lease_left_ms")
+	// ResultSize is the bytes of a stored result (complete) or step.
+	ResultSize = attribute.Key("idemguard.result.size")
+	// StepName and StepIndex name a step (SaveStep).
+	StepName  = attribute.Key("idemguard.step.name")
+	StepIndex = attribute.Key("idemguard.step.index")
+	// LeaseLost is true on the effect's span when its context ended
+	// because the lease was lost (or MaxRun passed).
+	LeaseLost = attribute.Key("idemguard.lease_lost")
+)
+
+// Options configure a Tracer. The zero value is ready to use.
+type Options struct {
+	// TracerProvider makes the tracer. Default otel.GetTracerProvider(),
+	// the global one, as OpenTelemetry's instrumentation libraries do.
+	TracerProvider trace.TracerProvider
+	// RecordScope adds the key's scope (Scope) to every span and event. It
+	// holds the caller's name and the route or method; leave it off where
+	// tenant names must stay out of traces.
+	RecordScope bool
+}
+
+// Tracer traces a guard: Store, Func, and Observe (a guard.Observer). It
+// is safe for concurrent use.
+type Tracer struct {
+	tracer trace.Tracer
+	opts   Options
+}
+
+var _ guard.Observer = (*Tracer)(nil)
+
+// New returns a Tracer with opts.
+func New(opts Options) *Tracer {
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return &Tracer{tracer: tp.Tracer(ScopeName), opts: opts}
+}
+
+// keyAttrs are the attributes that name key.
+func (t *Tracer) keyAttrs(key guard.Key, more ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 2+len(more))
+	attrs = append(attrs, KeyDigest.String(digest(key)))
+	if t.opts.RecordScope {
+		attrs = append(attrs, Scope.String(key.Scope))
+	}
+	return append(attrs, more...)
+}
+
+func (t *Tracer) start(ctx context.Context, name string, key guard.Key, more ...attribute.KeyValue) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+}
+
+func leaseAttrs(l guard.Lease) []attribute.KeyValue {
+	return []attribute.KeyValue{Attempt.Int(l.Attempt), Fence.Int64(l.Fence)}
+}
+
+// failed marks span as failed with err: its outcome, an exception event
+// and an error status, the key replaced by its digest in the text.
+func failed(span trace.Span, key guard.Key, err error) {
+	outcome := "error"
+	switch {
+	case errors.Is(err, guard.ErrLeaseLost):
+		outcome = "lease_lost"
+	case errors.Is(err, guard.ErrUnavailable):
+		outcome = "unavailable"
+	}
+	msg := redact(err.Error(), key)
+	span.SetAttributes(Outcome.String(outcome))
+	// span.RecordError would record err.Error() as it is, key included.
+	span.AddEvent("exception", trace.WithAttributes(
+		attribute.String("exception.type", fmt.Sprintf("%T", err)),
+		attribute.String("exception.message", msg)))
+	span.SetStatus(codes.Error, msg)
+}
+
+// write runs a store write in a span.
+func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn func(context.Context) error, more ...attribute.KeyValue) error {
+	ctx, span := t.start(ctx, name, lease.Key, append(leaseAttrs(lease), more...)...)
+	defer span.End()
+	err := fn(ctx)
+	if err != nil {
+		failed(span, lease.Key, err)
+		return err
+	}
+	span.SetAttributes(Outcome.String("ok"))
+	return nil
+}
+
+// Store returns s with a span around each Claim, Complete, Fail, Release,
+// Extend and (for a guard.StepStore) SaveStep, a child of the span in the
+// call's context; Get is passed through untraced (Options.Wait polls it).
+// The returned store is a guard.StepStore exactly when s is one, so steps
+// keep working.
+//
+// Other interfaces s may have are not forwarded: RedisStore's Check,
+// LoadScripts and GetByName, and any optional store interface guard adds
+// later (the guard then sees a store without it and takes its general
+// path). Call those on s itself; Unwrap returns it.
+func (t *Tracer) Store(s guard.Store) guard.Store {
+	if s == nil {
+		panic("otelx: nil guard.Store")
+	}
+	w := &store{t: t, s: s}
+	if ss, ok := s.(guard.StepStore); ok {
+		return &stepStore{store: w, ss: ss}
+	}
+	return w
+}
+
+type store struct {
+	t *Tracer
+	s guard.Store
+}
+
+// Unwrap returns the store being traced.
+func (w *store) Unwrap() guard.Store { return w.s }
+
+func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	ctx, span := w.t.start(ctx, SpanClaim, req.Key)
+	defer span.End()
+	out, err := w.s.Claim(ctx, req)
+	if err != nil {
+		failed(span, req.Key, err)
+		return out, err
+	}
+	attrs := []attribute.KeyValue{Outcome.String(out.Status.String()), Replayed.Bool(out.Status == guard.Replay)}
+	switch out.Status {
+	case guard.Acquired:
+		attrs = append(attrs, Attempt.Int(out.Lease.Attempt), Fence.Int64(out.Lease.Fence), Recovered.Bool(out.Lease.Recovered))
+	case guard.InProgress:
+		attrs = append(attrs, LeaseLeft.Int64(out.LeaseLeft.Milliseconds()))
+	case guard.Exhausted:
+		attrs = append(attrs, Attempt.Int(out.Attempts))
+	case guard.Replay:
+		attrs = append(attrs, ResultSize.Int(len(out.Result)))
+	}
+	span.SetAttributes(attrs...)
+	return out, nil
+}
+
+func (w *store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	return w.t.write(ctx, SpanComplete, lease, func(ctx context.Context) error {
+		return w.s.Complete(ctx, lease, result, ttl)
+	}, ResultSize.Int(len(result)))
+}
+
+func (w *store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return w.t.write(ctx, SpanFail, lease, func(ctx context.Context) error {
+		return w.s.Fail(ctx, lease, reason, ttl)
+	})
+}
+
+func (w *store) Release(ctx context.Context, lease guard.Lease) error {
+	return w.t.write(ctx, SpanRelease, lease, func(ctx context.Context) error {
+		return w.s.Release(ctx, lease)
+	})
+}
+
+func (w *store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	return w.t.write(ctx, SpanExtend, lease, func(ctx context.Context) error {
+		return w.s.Extend(ctx, lease, d)
+	})
+}
+
+func (w *store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	return w.s.Get(ctx, key)
+}
+
+type stepStore struct {
+	*store
+	ss guard.StepStore
+}
+
+func (w *stepStore) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return w.t.write(ctx, SpanStep, lease, func(ctx context.Context) error {
+		return w.ss.SaveStep(ctx, lease, index, step)
+	}, StepName.String(step.Name), StepIndex.Int(index), ResultSize.Int(len(step.Result)))
+}
+
+// Func returns fn with a span around each run (SpanEffect, an internal
+// span), a child of the span in Do's context: the lease's attempt and
+// fence, whether it was recovered, the result's size, and for an error
+// the outcome "error" ("rejected" for guard.ErrRejected) with an error
+// status. When the effect's context ended because the lease was lost (or
+// MaxRun passed), LeaseLost is true. An effect that panics gets an error
+// status, and the panic goes on.
+func (t *Tracer) Func(fn guard.Func) guard.Func {
+	if fn == nil {
+		panic("otelx: nil guard.Func")
+	}
+	return func(ctx context.Context, lease guard.Lease) (value []byte, err error) {
+		ctx, span := t.tracer.Start(ctx, SpanEffect, trace.WithAttributes(
+			t.keyAttrs(lease.Key, Attempt.Int(lease.Attempt), Fence.Int64(lease.Fence), Recovered.Bool(lease.Recovered))...))
+		returned := false
+		defer func() {
+			if !returned {
+				span.SetAttributes(Outcome.String("panic"))
+				span.SetStatus(codes.Error, "the effect did not return (panic or runtime.Goexit)")
+			}
+			span.End()
+		}()
+		value, err = fn(ctx, lease)
+		returned = true
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), guard.ErrLeaseLost) {
+			span.SetAttributes(LeaseLost.Bool(true))
+		}
+		switch {
+		case errors.Is(err, guard.ErrRejected):
+			span.SetAttributes(Outcome.String("rejected"))
+		case err != nil:
+			failed(span, lease.Key, err)
+		default:
+			span.SetAttributes(Outcome.String("ok"), ResultSize.Int(len(value)))
+		}
+		return value, err
+	}
+}
+
+// Observe makes t a guard.Observer: each event becomes a span event named
+// "idemguard.<kind>" (guard.EventKind's name) on the span in ctx, with the
+// key's digest, the attempt and, for failures, the error's text (the key
+// replaced by its digest). The span also gets Outcome (the kind) and, on
+// acquired and replayed, Replayed. A ctx without a recording span costs a
+// lookup and nothing else.
+func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	kind := e.Kind.String()
+	attrs := t.keyAttrs(e.Key)
+	if e.Attempt > 0 {
+		attrs = append(attrs, Attempt.Int(e.Attempt))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("idemguard.error", redact(e.Err.Error(), e.Key)))
+	}
+	span.AddEvent("idemguard."+kind, trace.WithAttributes(attrs...))
+	switch e.Kind {
+	case guard.EventAcquired:
+		span.SetAttributes(Outcome.String(kind), Replayed.Bool(false))
+	case guard.EventReplayed:
+		span.SetAttributes(Outcome.String(kind), Replayed.Bool(true))
+	case guard.EventRecovered:
+		span.SetAttributes(Recovered.Bool(true))
+	default:
+		span.SetAttributes(Outcome.String(kind))
+	}
+}
+
+// digest is metrics.KeyDigest (a test holds them equal), kept here so
+// otelx does not import the Prometheus client.
+func digest(k guard.Key) string {
+	h := sha256.New()
+	h.Write([]byte(k.Scope))
+	h.Write([]byte{0})
+	h.Write([]byte(k.ID))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:6])
+}
+
+// redact replaces k in s by its digest: its "scope/id" form (guard errors
+// name keys so), scope included, and then its bare id. An id shorter than
+// 4 bytes is replaced in the first form only: alone it would match parts
+// of ordinary words.
+func redact(s string, k guard.Key) string {
+	if k.ID == "" {
+		return s
+	}
+	hidden := "<key " + digest(k) + ">"
+	s = strings.ReplaceAll(s, k.String(), hidden)
+	if len(k.ID) >= 4 {
+		s = strings.ReplaceAll(s, k.ID, hidden)
+	}
+	return s
+}
