@@ -39,8 +39,8 @@ type UnknownOutcome string
 
 // The choices for UnknownOutcome.
 const (
-	// Answer stores a 502 (504 on a timeout) outcome-unknown problem as the
-	// key's result: every retry gets it, and the request is never sent to
+	// Answer stores a 500 upstream-outcome-unknown problem as the key's
+	// result: every retry gets it, and the request is never sent to
 	// the upstream again. The default: right for an upstream that knows
 	// nothing of idempotency.
 	Answer UnknownOutcome = "answer"
@@ -456,6 +456,7 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		switch {
 		case err != nil:
 			d.errorf(at("pattern"), path+".pattern", "%v", err)
+			r.Pattern = "" // reported; not checked again against the others
 		case method != "" && len(r.Methods) > 0 && (len(r.Methods) != 1 || r.Methods[0] != method):
 			d.errorf(at("methods"), path+".methods", "the pattern %q serves %s only; drop methods or the pattern's method", r.Pattern, method)
 		case method != "" && len(r.Methods) == 0:

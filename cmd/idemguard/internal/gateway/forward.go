@@ -37,7 +37,8 @@ import (
 //     upstream, and its effect may have happened: whatever the upstream
 //     answers (5xx included) is stored as the key's result, and a failure
 //     after that point (the connection broke, the upstream timed out, the
-//     lease was lost) never frees the key for a re-run;
+//     lease was lost) never frees the key for a re-run: the key's result
+//     is then a 500 upstream-outcome-unknown problem;
 //   - a claim that recovers a key whose record holds the step (its
 //     previous holder died, or could not store the answer) cannot know
 //     whether the upstream ran it: with unknown_outcome: answer (the
@@ -485,7 +486,7 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 		rt.gw.metrics.request(rt.name, resultEarlierForward)
 		rt.gw.logOutcome(r, rt, lease, "a recovered key's earlier attempt forwarded the request; outcome unknown, stored", nil)
 		outcomeUnknown(lease, at, "an earlier attempt of this key forwarded the request at "+at.UTC().Format(time.RFC3339Nano)+
-			" and its answer was never stored (the gateway that sent it stopped, or lost the key)", http.StatusBadGateway).write(w)
+			" and its answer was never stored (the gateway that sent it stopped, or lost the key)").write(w)
 	case !delivered:
 		// Nothing of the request left the gateway: safe to run again.
 		rt.gw.metrics.request(rt.name, resultNotForwarded)
@@ -504,17 +505,17 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 		ex.release = resendProblem(lease)
 	default:
 		rt.gw.metrics.request(rt.name, resultUnknown)
-		status, why := http.StatusBadGateway, "the connection to the upstream failed before its whole answer came: "+errText(err)
+		why := "the connection to the upstream failed before its whole answer came: " + errText(err)
 		switch cause := context.Cause(r.Context()); {
 		case errors.Is(cause, errUpstreamTimeout):
-			status, why = http.StatusGatewayTimeout, "the upstream did not answer within "+rt.cfg.Timeout.String()
+			why = "the upstream did not answer within " + rt.cfg.Timeout.String()
 		case errors.Is(cause, guard.ErrLeaseLost):
 			why = "the gateway lost its claim on the key while it waited for the upstream"
 		case errors.Is(cause, errShuttingDown):
 			why = "the gateway stopped before the upstream answered"
 		}
 		rt.gw.logOutcome(r, rt, lease, "forwarded without a complete answer; outcome unknown, stored", err)
-		outcomeUnknown(lease, at, why, status).write(w)
+		outcomeUnknown(lease, at, why).write(w)
 	}
 }
 

@@ -24,7 +24,7 @@
 //     answer is 503 not-forwarded with Retry-After;
 //   - after the step, the upstream's answer, whatever its status, is the
 //     key's result; a failure (broken connection, timeout, lost lease)
-//     stores a 502/504 upstream-outcome-unknown problem as the key's
+//     stores a 500 upstream-outcome-unknown problem as the key's
 //     result (unknown_outcome: answer), or releases the key for a resend
 //     with the same derived Idempotency-Key (unknown_outcome: resend, for
 //     upstreams that deduplicate);

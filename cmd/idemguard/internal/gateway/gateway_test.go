@@ -129,27 +129,27 @@ func TestFailureAfterDeliveryIsStoredUnknown(t *testing.T) {
 		name   string
 		config string
 		handle func(w http.ResponseWriter, r *http.Request) bool
-		status int
+		detail string
 	}{
 		{"connection closed without an answer", basicConfig, func(w http.ResponseWriter, r *http.Request) bool {
 			conn, _, _ := http.NewResponseController(w).Hijack()
 			_ = conn.Close()
 			return true
-		}, http.StatusBadGateway},
+		}, "failed before its whole answer came"},
 		{"body cut within the stored limit", basicConfig, func(w http.ResponseWriter, r *http.Request) bool {
 			conn, brw, _ := http.NewResponseController(w).Hijack()
 			_, _ = brw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 100\r\nContent-Type: application/json\r\n\r\n{\"order\":")
 			_ = brw.Flush()
 			_ = conn.Close()
 			return true
-		}, http.StatusBadGateway},
+		}, "failed before its whole answer came"},
 		{"timeout", basicConfig + "    timeout: 300ms\n", func(w http.ResponseWriter, r *http.Request) bool {
 			select {
 			case <-r.Context().Done():
 			case <-time.After(10 * time.Second):
 			}
 			return true
-		}, http.StatusGatewayTimeout},
+		}, "did not answer within 300ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -157,8 +157,9 @@ func TestFailureAfterDeliveryIsStoredUnknown(t *testing.T) {
 			u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool { return c.handle(w, r) })
 			e := startGateway(t, c.config, u.URL)
 			first := post(t, e.srv.URL+"/orders", "k-unknown", `{"order":"u1"}`, "X-Account-Id", "acme")
-			if first.status != c.status || first.problemType() != ProblemOutcomeUnknown || first.replayed() {
-				t.Fatalf("first: %d %q; want %d %s", first.status, first.body, c.status, ProblemOutcomeUnknown)
+			if first.status != http.StatusInternalServerError || first.problemType() != ProblemOutcomeUnknown ||
+				first.replayed() || !strings.Contains(first.body, c.detail) {
+				t.Fatalf("first: %d %q; want 500 %s saying %q", first.status, first.body, ProblemOutcomeUnknown, c.detail)
 			}
 			var p problem
 			_ = json.Unmarshal([]byte(first.body), &p)
@@ -167,7 +168,7 @@ func TestFailureAfterDeliveryIsStoredUnknown(t *testing.T) {
 			}
 			u.setHandle(nil) // the upstream would answer now: it must not be asked
 			again := post(t, e.srv.URL+"/orders", "k-unknown", `{"order":"u1"}`, "X-Account-Id", "acme")
-			if again.status != c.status || !again.replayed() || again.body != first.body {
+			if again.status != http.StatusInternalServerError || !again.replayed() || again.body != first.body {
 				t.Fatalf("retry: %d replayed=%v %q; want the stored outcome-unknown answer", again.status, again.replayed(), again.body)
 			}
 			if n := u.count("u1"); n != 1 {
@@ -222,11 +223,11 @@ func TestRecoveredKey(t *testing.T) {
 
 	abandon(t, e, guard.Key{Scope: `"acme" POST /orders`, ID: "k-forwarded"}, `{"order":"r1"}`, true)
 	r := post(t, url, "k-forwarded", `{"order":"r1"}`, "X-Account-Id", "acme")
-	if r.status != http.StatusBadGateway || r.problemType() != ProblemOutcomeUnknown || !strings.Contains(r.body, "earlier attempt") {
-		t.Fatalf("recovered after forwarding: %d %q; want 502 outcome-unknown", r.status, r.body)
+	if r.status != http.StatusInternalServerError || r.problemType() != ProblemOutcomeUnknown || !strings.Contains(r.body, "earlier attempt") {
+		t.Fatalf("recovered after forwarding: %d %q; want 500 outcome-unknown", r.status, r.body)
 	}
 	again := post(t, url, "k-forwarded", `{"order":"r1"}`, "X-Account-Id", "acme")
-	if again.status != http.StatusBadGateway || !again.replayed() || again.body != r.body {
+	if again.status != http.StatusInternalServerError || !again.replayed() || again.body != r.body {
 		t.Fatalf("retry: %d %q", again.status, again.body)
 	}
 	if n := u.count("r1"); n != 0 {
@@ -468,4 +469,42 @@ func TestMetricsAndHealthOnTheProxyListener(t *testing.T) {
 		t.Errorf("upstream ran %d", n)
 	}
 	_ = fmt.Sprint()
+}
+
+// A response that streams (larger than max_stored_response) and then
+// breaks: the client's connection is cut (it must not take a truncated
+// body for a whole one), and the key keeps its marker: the upstream ran,
+// so the retry is not sent again.
+func TestLargeResponseBreaks(t *testing.T) {
+	u := newUpstream(t)
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		conn, brw, _ := http.NewResponseController(w).Hijack()
+		_, _ = brw.WriteString("HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+		_, _ = brw.WriteString(strings.Repeat("x", 8192))
+		_ = brw.Flush()
+		_ = conn.Close()
+		return true
+	})
+	e := startGateway(t, basicConfig+"    max_stored_response: 1KiB\n", u.URL)
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"lb1"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-lb")
+	req.Header.Set("X-Account-Id", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("the broken response read whole (%d bytes, status %d); want the connection cut", len(b), resp.StatusCode)
+	}
+	u.setHandle(nil)
+	again := post(t, e.srv.URL+"/orders", "k-lb", `{"order":"lb1"}`, "X-Account-Id", "acme")
+	if again.status != http.StatusCreated || !again.replayed() || again.problemType() != httpx.ProblemResponseNotKept {
+		t.Fatalf("retry: %d %q; want the marker replayed", again.status, again.body)
+	}
+	if n := u.count("lb1"); n != 1 {
+		t.Fatalf("upstream ran %d times, want 1", n)
+	}
 }

@@ -163,7 +163,9 @@ func newGatewayMetrics(reg prometheus.Registerer) *gatewayMetrics {
 	return m
 }
 
-func (m *gatewayMetrics) request(route, result string) { m.requests.WithLabelValues(route, result).Inc() }
+func (m *gatewayMetrics) request(route, result string) {
+	m.requests.WithLabelValues(route, result).Inc()
+}
 
 func (m *gatewayMetrics) upstream(route string, d time.Duration) {
 	m.latency.WithLabelValues(route).Observe(d.Seconds())

@@ -106,9 +106,16 @@ type gwEnv struct {
 // config fills a configuration template: {redis}, {prefix}, {upstream}.
 func config(t *testing.T, tmpl, upstreamURL string) (*Config, string) {
 	t.Helper()
+	return configAt(t, "test.yaml", tmpl, upstreamURL)
+}
+
+// configAt is config for a file at path (relative key files start in its
+// directory).
+func configAt(t *testing.T, path, tmpl, upstreamURL string) (*Config, string) {
+	t.Helper()
 	prefix := testenv.Prefix(t)
 	text := strings.NewReplacer("{redis}", testenv.RedisAddr(t), "{prefix}", prefix, "{upstream}", upstreamURL).Replace(tmpl)
-	cfg, err := Parse("test.yaml", []byte(text))
+	cfg, err := Parse(path, []byte(text))
 	if err != nil {
 		t.Fatalf("config:\n%v\n%s", err, text)
 	}
@@ -117,7 +124,12 @@ func config(t *testing.T, tmpl, upstreamURL string) (*Config, string) {
 
 func startGateway(t *testing.T, tmpl, upstreamURL string, opts ...func(*Options)) *gwEnv {
 	t.Helper()
-	cfg, prefix := config(t, tmpl, upstreamURL)
+	cfg, _ := config(t, tmpl, upstreamURL)
+	return startConfigured(t, cfg, opts...)
+}
+
+func startConfigured(t *testing.T, cfg *Config, opts ...func(*Options)) *gwEnv {
+	t.Helper()
 	l := &logs{}
 	o := Options{Logger: slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, f := range opts {
@@ -138,7 +150,7 @@ func startGateway(t *testing.T, tmpl, upstreamURL string, opts ...func(*Options)
 			t.Logf("gateway log:\n%s", l.String())
 		}
 	})
-	return &gwEnv{gw: gw, srv: srv, logs: l, prefix: prefix, store: gw.rstore}
+	return &gwEnv{gw: gw, srv: srv, logs: l, prefix: cfg.Redis.Prefix, store: gw.rstore}
 }
 
 // reply is one response, read whole.
@@ -195,3 +207,5 @@ defaults:
 routes:
   - pattern: POST /orders
 `
+
+func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

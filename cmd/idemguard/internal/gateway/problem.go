@@ -14,11 +14,13 @@ import (
 // Problem types the gateway answers with itself (RFC 9457), besides
 // httpx's. Stable: clients may branch on them.
 const (
-	// ProblemOutcomeUnknown (502, or 504 after the route's timeout): the
-	// request may have reached the upstream and no complete answer came
-	// back. It is the key's stored result: every retry gets it, Idempotent-
-	// Replayed: true, and the request is never sent again. Reconcile with
-	// the upstream (it received upstream_idempotency_key).
+	// ProblemOutcomeUnknown (500): the request may have reached the
+	// upstream and no complete answer came back. It is the key's stored
+	// result: every retry gets it, Idempotent-Replayed: true, and the
+	// request is never sent again. Reconcile with the upstream (it
+	// received upstream_idempotency_key). 500, not 502 or 504: the answer
+	// is final, and retrying clients (httpx.Transport among them) retry
+	// 502, 503 and 504, which would only fetch the same answer again.
 	ProblemOutcomeUnknown = "https://idemguard.dev/problems/upstream-outcome-unknown"
 	// ProblemNotForwarded (503 with Retry-After): nothing of the request
 	// reached the upstream (it could not be reached, or the gateway is
@@ -63,8 +65,8 @@ func (p *problem) write(w http.ResponseWriter) {
 	_, _ = w.Write(body)
 }
 
-func outcomeUnknown(lease guard.Lease, at time.Time, why string, status int) *problem {
-	p := &problem{Type: ProblemOutcomeUnknown, Title: "Upstream outcome unknown", Status: status,
+func outcomeUnknown(lease guard.Lease, at time.Time, why string) *problem {
+	p := &problem{Type: ProblemOutcomeUnknown, Title: "Upstream outcome unknown", Status: http.StatusInternalServerError,
 		Detail: why + ". The request may have been carried out. This answer is kept for the idempotency key: " +
 			"it will not be sent again; check with the service under upstream_idempotency_key.",
 		Key: lease.Key.ID, UpstreamKey: lease.KeyFor(forwardStep)}
