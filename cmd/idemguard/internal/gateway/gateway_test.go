@@ -508,3 +508,80 @@ func TestLargeResponseBreaks(t *testing.T) {
 		t.Fatalf("upstream ran %d times, want 1", n)
 	}
 }
+
+// net/http sends a request again by itself on a new connection when a
+// reused one fails after the request went out, if it deems the request
+// replayable, which a POST with an Idempotency-Key header and no body is.
+// The gateway refuses that resend: the upstream may have acted on the
+// first. The key keeps the outcome-unknown answer and the upstream saw
+// the request once.
+func TestNoResendByNetHTTP(t *testing.T) {
+	u := newUpstream(t)
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		if r.Method != http.MethodPost {
+			return false
+		}
+		conn, _, _ := http.NewResponseController(w).Hijack() // read it, acted, no answer
+		_ = conn.Close()
+		return true
+	})
+	e := startGateway(t, basicConfig, u.URL)
+	// An unguarded GET first, so that the POST reuses its connection.
+	resp, err := http.Get(e.srv.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	r := post(t, e.srv.URL+"/orders", "k-empty", "", "X-Account-Id", "acme")
+	if r.status != http.StatusInternalServerError || r.problemType() != ProblemOutcomeUnknown {
+		t.Fatalf("%d %q; want 500 outcome-unknown", r.status, r.body)
+	}
+	if n := u.count(""); n != 1 {
+		t.Fatalf("the upstream got the POST %d times, want 1", n)
+	}
+}
+
+// A client that hangs up does not cut the request off: once claimed it is
+// seen through to the upstream's answer, which is stored for the retry.
+func TestClientHangUp(t *testing.T) {
+	u := newUpstream(t)
+	arrived := make(chan struct{}, 1)
+	finished := make(chan struct{})
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		arrived <- struct{}{}
+		time.Sleep(200 * time.Millisecond) // the client is gone by now
+		return false
+	})
+	e := startGateway(t, basicConfig, u.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"hang"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-hang")
+	req.Header.Set("X-Account-Id", "acme")
+	go func() {
+		defer close(finished)
+		<-arrived
+		cancel()
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request was not cut off by the client")
+	}
+	<-finished
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := post(t, e.srv.URL+"/orders", "k-hang", `{"order":"hang"}`, "X-Account-Id", "acme")
+		if r.status == http.StatusConflict && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // the first request is still with the upstream
+			continue
+		}
+		if r.status != http.StatusCreated || !r.replayed() {
+			t.Fatalf("retry after the client hung up: %d %q; want the upstream's 201, replayed", r.status, r.body)
+		}
+		break
+	}
+	if n := u.count("hang"); n != 1 {
+		t.Fatalf("upstream ran %d times", n)
+	}
+}
