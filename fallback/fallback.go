@@ -112,7 +112,7 @@ type Store struct {
 	stateChanged chan struct{} // closed and replaced on every breaker state change
 }
 
-var _ guard.Store = (*Store)(nil)
+var _ guard.StepStore = (*Store)(nil)
 
 // New returns a Store over primary. It panics if primary is nil, if the
 // policy is unknown, or if the policy is Secondary and Options.Secondary is
@@ -394,6 +394,22 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 			s.owners.hold(lease.Key, lease.Token, d)
 		}
 		return err
+	})
+}
+
+// SaveStep implements guard.StepStore: it records the step in the store
+// that issued the lease, as the other writes of a holder go. An unguarded
+// (FailOpen) lease records nothing and succeeds, as its other writes do.
+// A step for a lease whose store keeps no steps (not a guard.StepStore)
+// gets an error matching guard.ErrStepsUnsupported; the RedisStore and
+// sqlbackstop's Store keep steps.
+func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ bool) error {
+		ss, ok := st.(guard.StepStore)
+		if !ok {
+			return fmt.Errorf("fallback: %w (%T)", guard.ErrStepsUnsupported, st)
+		}
+		return ss.SaveStep(ctx, lease, index, step)
 	})
 }
 

@@ -8,6 +8,7 @@
 //	idemguard migrate --postgres DSN up|down
 //	idemguard purge --postgres DSN --before DURATION [--lock-addrs LIST]
 //	idemguard inventory [--format markdown|json] [--unsafe METHODS]
+//	idemguard serve --config FILE [--print-inventory [--format markdown|json]]
 //
 // `go run ./cmd/idemguard demo` needs no service: it starts an embedded
 // Redis (miniredis) in the process.
@@ -52,6 +53,7 @@ func commands() []command {
 		{"migrate", "--postgres DSN up|down", "apply or roll back the SQL backstop's schema", runMigrate},
 		{"purge", "--postgres DSN --before DURATION [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
 		{"inventory", "[--format markdown|json] [--unsafe METHODS]", "list what the demo service deduplicates, and its gaps", runInventory},
+		{"serve", "--config FILE [--print-inventory [--format markdown|json]]", "run the idempotency gateway in front of an HTTP service", runServe},
 	}
 }
 

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/inventory"
+)
+
+const validBase = `listen: 127.0.0.1:8080
+upstream: http://127.0.0.1:9000
+redis:
+  addrs: [127.0.0.1:6379]
+`
+
+// Each mistake is reported with its line and the field's path, all of
+// them at once, and nothing else is.
+func TestConfigErrorsNameLineAndField(t *testing.T) {
+	cases := []struct {
+		name string
+		text string
+		want []string // "line:field: message part", one per mistake, in order
+	}{
+		{"unknown field, with a hint", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    tll: 1h
+`, []string{"8:5: routes[0].tll: unknown field (did you mean \"ttl\"?)"}},
+		{"bad duration", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    ttl: 24
+`, []string{`8:10: routes[0].ttl: want a duration with its unit`}},
+		{"lease below a second", validBase + `defaults:
+  caller: {single: true}
+  lease: 10ms
+routes:
+  - pattern: POST /orders
+`, []string{"7:10: defaults.lease: 10ms is out of range"}},
+		{"no caller", validBase + `routes:
+  - pattern: POST /orders
+`, []string{"6:5: routes[0].caller: missing: name the caller"}},
+		{"two key sources", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    key: {header: Idempotency-Key, body: /id}
+`, []string{"8:10: routes[0].key: choose exactly one key source"}},
+		{"bad JSON pointer", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    key: {body: order_id}
+`, []string{`8:17: routes[0].key.body: JSON pointer "order_id" does not start with "/"`}},
+		{"soft with computed", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    key: {computed: true}
+    requirement: soft
+`, []string{"9:18: routes[0].requirement: soft has no meaning with a computed key"}},
+		{"jwt caller without jwt section", validBase + `routes:
+  - pattern: POST /orders
+    caller: {jwt: sub}
+`, []string{"7:13: routes[0].caller.jwt: needs the jwt section"}},
+		{"bad pattern", validBase + `routes:
+  - pattern: POST orders
+    caller: {single: true}
+`, []string{"6:14: routes[0].pattern: not a ServeMux pattern"}},
+		{"conflicting patterns", validBase + `defaults:
+  caller: {single: true}
+routes:
+  - pattern: POST /orders/{id}
+  - pattern: POST /orders/{name}
+`, []string{`9:14: routes[1].pattern: "POST /orders/{name}" conflicts with an earlier route (routes[0], line 8)`}},
+		{"methods against the pattern", validBase + `routes:
+  - pattern: POST /orders
+    methods: [PATCH]
+    caller: {single: true}
+`, []string{"7:14: routes[0].methods: the pattern \"POST /orders\" serves POST only"}},
+		{"safe method guarded", validBase + `routes:
+  - pattern: /orders
+    methods: [POST, GET]
+    caller: {single: true}
+`, []string{"7:21: routes[0].methods[1]: GET is a safe method"}},
+		{"upstream not http", `upstream: ftp://x
+redis: {addrs: [127.0.0.1:6379]}
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{`1:11: upstream: want an http:// or https:// URL`}},
+		{"missing sections", `listen: ":8080"
+`, []string{"1:1: upstream: missing", "1:1: redis: missing", "1:1: routes: missing"}},
+		{"redis: several addresses without a mode", `upstream: http://u
+redis:
+  addrs: [a:1, b:2]
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{"3:10: redis.addrs: 2 addresses: set mode"}},
+		{"sentinel without master", `upstream: http://u
+redis:
+  mode: sentinel
+  addrs: [a:26379, b:26379]
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{"3:3: redis.master_name: missing"}},
+		{"unset secret", `upstream: http://u
+redis: {addrs: [a:1], password_env: IDEMGUARD_TEST_SURELY_UNSET}
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{"2:37: redis.password_env: the environment variable IDEMGUARD_TEST_SURELY_UNSET is not set"}},
+		{"fallback secondary without postgres", `upstream: http://u
+redis: {addrs: [a:1]}
+fallback: {policy: secondary}
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{"3:11: fallback.postgres_env: missing"}},
+		{"set twice", validBase + `routes:
+  - pattern: POST /a
+    caller: {single: true}
+    ttl: 1h
+    ttl: 2h
+`, []string{"9:5: routes[0].ttl: set twice (line 8 first)"}},
+		{"bad size and enum", validBase + `routes:
+  - pattern: POST /a
+    caller: {single: true}
+    max_body: 1 parsec
+    unknown_outcome: retry
+`, []string{`8:15: routes[0].max_body: want a size in bytes`, `9:22: routes[0].unknown_outcome: "retry" is not one of answer, resend`}},
+		{"jwt: missing key file, unknown algorithm", validBase + `jwt:
+  algorithms: [RS256, none]
+  keys:
+    - file: /nonexistent/key.pem
+routes:
+  - pattern: POST /a
+    caller: {jwt: sub}
+`, []string{`6:23: jwt.algorithms[1]: "none" is not a JWT algorithm`, `8:13: jwt.keys[0].file: open /nonexistent/key.pem`}},
+		{"YAML syntax", "routes: [\n", []string{"line 1: did not find expected node content"}},
+		{"empty file", "", []string{"the file is empty"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("gw.yaml", []byte(c.text))
+			ce, ok := errors.AsType[*ConfigError](err)
+			if !ok {
+				t.Fatalf("err %v (%T), want a *ConfigError", err, err)
+			}
+			if len(ce.Errs) != len(c.want) {
+				t.Fatalf("%d mistakes reported, want %d:\n%v", len(ce.Errs), len(c.want), err)
+			}
+			for i, w := range c.want {
+				got := ce.Errs[i].Error()
+				if !strings.HasPrefix(got, "gw.yaml:") || !strings.Contains(got, w) {
+					t.Errorf("mistake %d:\n got  %s\n want gw.yaml:%s...", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+// JSON is read too, with its lines; defaults fill what a route leaves out.
+func TestConfigJSONAndDefaults(t *testing.T) {
+	text := `{
+	"upstream": "http://127.0.0.1:9000/api",
+	"redis": {"addrs": ["127.0.0.1:6379"]},
+	"defaults": {"caller": {"header": "x-account-id"}, "ttl": "1h", "wait": "2s"},
+	"routes": [
+		{"pattern": "POST /orders"},
+		{"pattern": "/payments/{id}", "key": {"body": "/payment_id"}, "caller": {"jwt": "sub"}, "ttl": "48h"}
+	]
+}`
+	if _, err := Parse("gw.json", []byte(text)); err == nil || !strings.Contains(err.Error(), "gw.json:7:") {
+		t.Fatalf("a jwt caller without the jwt section: %v; want an error on line 7", err)
+	}
+	text = strings.Replace(text, `"caller": {"jwt": "sub"}, `, "", 1)
+	cfg, err := Parse("gw.json", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Routes[0], cfg.Routes[1]
+	if a.Caller.Header != "X-Account-Id" || a.Caller.Scope != inventory.ScopeTenant || a.TTL != time.Hour || a.Wait != 2*time.Second ||
+		a.Key.Header != "Idempotency-Key" || a.Required != inventory.RequireHard || a.UnknownOutcome != Answer ||
+		len(a.Methods) != 1 || a.Methods[0] != "POST" || a.Upstream.String() != "http://127.0.0.1:9000/api" {
+		t.Errorf("route 0: %+v", a)
+	}
+	if b.TTL != 48*time.Hour || b.Key.Body != "/payment_id" || len(b.Methods) != 2 || b.Caller.Header != "X-Account-Id" || b.Line != 7 {
+		t.Errorf("route 1: %+v", b)
+	}
+	if cfg.Listen != DefaultListen || cfg.Fallback.Policy != "fail-closed" || cfg.Redis.Mode != "standalone" {
+		t.Errorf("top level: %+v", cfg)
+	}
+}

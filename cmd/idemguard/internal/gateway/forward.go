@@ -1,0 +1,540 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpx"
+)
+
+// The rule that keeps the upstream's effects single (docs: the package doc
+// and CONFIG.md, "What the gateway does when it cannot know"):
+//
+// Just before the first byte of a guarded request is written to a
+// connection to the upstream, the gateway records the step "forward" with
+// the key's record (guard.Step: one round trip, a compare-and-set on the
+// claim's token). Nothing is written until that step is stored. So:
+//
+//   - a request whose step was never recorded by this attempt never left
+//     the gateway (the dial failed, the gateway was shutting down, the
+//     step could not be stored): the key is released, the answer is 503
+//     with Retry-After, and the retry forwards it;
+//   - once the step is recorded, the request may have reached the
+//     upstream, and its effect may have happened: whatever the upstream
+//     answers (5xx included) is stored as the key's result, and a failure
+//     after that point (the connection broke, the upstream timed out, the
+//     lease was lost) never frees the key for a re-run: the key's result
+//     is then a 500 upstream-outcome-unknown problem;
+//   - a claim that recovers a key whose record holds the step (its
+//     previous holder died, or could not store the answer) cannot know
+//     whether the upstream ran it: with unknown_outcome: answer (the
+//     default) it stores the outcome-unknown problem and never forwards
+//     again; with resend it forwards again with the same derived
+//     Idempotency-Key, for upstreams that deduplicate on it.
+
+// forwardStep names the recovery point recorded before forwarding.
+const forwardStep = "forward"
+
+// Errors the gate answers a write with. They never reach a client; the
+// gateway reads the attempt's state instead of the transport's error.
+var (
+	errEarlierForward  = errors.New("gateway: an earlier attempt of this key forwarded it; it is not sent again")
+	errRetryAfterWrite = errors.New("gateway: net/http would send the request again after bytes of it went out; refused")
+	errSealed          = errors.New("gateway: the attempt has ended; nothing more is sent")
+	errShuttingDown    = errors.New("gateway: shutting down")
+	errUpstreamTimeout = errors.New("gateway: the upstream did not answer within the route's timeout")
+)
+
+// attempt is one guarded request on its way to the upstream: what the gate
+// let through. One attempt is one claim of the key.
+type attempt struct {
+	lease  guard.Lease
+	resend bool // the route's unknown_outcome is resend
+	ctx    context.Context
+
+	mu          sync.Mutex
+	conn        *gateConn // the connection the gate last let bytes go to
+	stepped     bool      // the step was asked for
+	stepErr     error     // why the gate refuses every write of this attempt
+	permitted   bool      // the gate let a write through: the request may have been delivered
+	earlier     bool      // an earlier attempt of the key recorded the step
+	sealed      bool      // the outcome was decided: no more writes
+	failed      bool      // the exchange failed (failed answered it)
+	forwardedAt time.Time // when the step was first recorded (by this or an earlier attempt)
+	wrote       atomic.Bool
+}
+
+// beforeWrite is called, with the connection, before any bytes of the
+// attempt's request are written. The first time it records the forward
+// step; it refuses the write when the step could not be stored, when an
+// earlier attempt forwarded and the route does not resend, and when
+// net/http tries another connection after bytes went out on one.
+func (a *attempt) beforeWrite(c *gateConn) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sealed {
+		return errSealed
+	}
+	if !a.stepped {
+		a.stepped = true
+		ran := false
+		now := time.Now()
+		ms, err := guard.Step(a.ctx, a.lease, forwardStep, func(context.Context) (int64, error) {
+			ran = true
+			return now.UnixMilli(), nil
+		})
+		switch {
+		case err != nil:
+			a.stepErr = fmt.Errorf("gateway: recording the forward step: %w", err)
+		case !ran:
+			a.earlier, a.forwardedAt = true, time.UnixMilli(ms)
+			if !a.resend {
+				a.stepErr = errEarlierForward
+			}
+		default:
+			a.forwardedAt = now
+		}
+	}
+	if a.stepErr != nil {
+		return a.stepErr
+	}
+	if a.conn != nil && a.conn != c && a.wrote.Load() {
+		// net/http retries a request on a new connection when the old one
+		// failed; after bytes went out, the upstream may have acted.
+		return errRetryAfterWrite
+	}
+	a.conn, a.permitted = c, true
+	return nil
+}
+
+// seal ends a failed attempt and reports whether the request may have reached
+// the upstream: whether the gate ever let a write through. After seal no
+// write of the attempt passes.
+func (a *attempt) seal() (delivered bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sealed, a.failed = true, true
+	return a.permitted
+}
+
+// finish seals the attempt after the proxy returned and reports whether
+// the exchange failed.
+func (a *attempt) finish() (failed bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sealed = true
+	return a.failed
+}
+
+func (a *attempt) state() (earlier bool, at time.Time, stepErr error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.earlier, a.forwardedAt, a.stepErr
+}
+
+type attemptKey struct{}
+
+func attemptFrom(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+// gateConn is a connection to the upstream whose writes pass the gate of
+// the request that uses it (HTTP/1: one request at a time).
+type gateConn struct {
+	net.Conn
+	mu    sync.Mutex
+	armed *attempt // nil: writes pass (TLS handshake, unguarded requests)
+}
+
+func (c *gateConn) arm(a *attempt) {
+	c.mu.Lock()
+	c.armed = a
+	c.mu.Unlock()
+}
+
+func (c *gateConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	a := c.armed
+	c.mu.Unlock()
+	if a != nil {
+		if err := a.beforeWrite(c); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Write(p)
+	if a != nil && n > 0 {
+		a.wrote.Store(true)
+	}
+	return n, err
+}
+
+// gateOf finds the gateConn under a connection net/http reports.
+func gateOf(c net.Conn) *gateConn {
+	for range 4 {
+		switch x := c.(type) {
+		case *gateConn:
+			return x
+		case *tls.Conn:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// newTransport returns the transport to the upstreams: HTTP/1.1 only (a
+// connection carries one request at a time, so its gate knows whose bytes
+// it writes), every connection gated.
+func newTransport(cfg *Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *gatedTransport {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &gateConn{Conn: c}, nil
+		},
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
+		IdleConnTimeout:       cfg.IdleConnTimeout,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		Protocols:             &protocols,
+	}
+	return &gatedTransport{t: t}
+}
+
+// gatedTransport arms the gate of each connection with the request's
+// attempt (none for unguarded requests) before net/http writes to it.
+type gatedTransport struct{ t *http.Transport }
+
+func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	a := attemptFrom(req.Context())
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if gc := gateOf(info.Conn); gc != nil {
+			gc.arm(a)
+		}
+	}}
+	return g.t.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+}
+
+// exchange is one request on a guarded route, between the route's outer
+// middleware and the forwarding handler inside httpx.Guard.
+type exchange struct {
+	// release, set by the forwarding handler, asks for the key to be
+	// released (the handler then panics with http.ErrAbortHandler, which
+	// httpx.Guard answers by releasing the claim and letting the panic
+	// go on) and says what the client is answered.
+	release *problem
+	// abort: the response streamed and then broke; the key holds its
+	// marker. The connection is cut once httpx.Guard stored it.
+	abort bool
+}
+
+type exchangeKey struct{}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// trackWriter knows whether anything was written.
+type trackWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackWriter) WriteHeader(code int) {
+	if code >= 200 {
+		t.wrote = true
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *trackWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// route is one configured route at run time.
+type route struct {
+	gw      *Gateway
+	cfg     Route
+	name    string // the pattern, for metrics and logs
+	proxy   *httputil.ReverseProxy
+	methods map[string]bool
+}
+
+// outer is the route's outermost middleware. For a guarded method it
+// detaches the request from the client's cancellation (a request that may
+// have reached the upstream is seen through to its answer, which is
+// stored for the retry), ends it when the gateway must stop, and turns the
+// forwarding handler's release into its answer.
+func (rt *route) outer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rt.methods[r.Method] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		stop := context.AfterFunc(rt.gw.hardStop, func() { cancel(context.Cause(rt.gw.hardStop)) })
+		defer func() {
+			stop()
+			cancel(nil)
+		}()
+		ex := &exchange{}
+		ctx = context.WithValue(ctx, exchangeKey{}, ex)
+		tw := &trackWriter{ResponseWriter: w}
+		before := w.Header().Clone()
+		func() {
+			defer func() {
+				p := recover()
+				if p == nil {
+					return
+				}
+				if p == http.ErrAbortHandler && ex.release != nil && !tw.wrote {
+					resetHeader(w.Header(), before)
+					ex.release.write(w)
+					return
+				}
+				panic(p)
+			}()
+			next.ServeHTTP(tw, r.WithContext(ctx))
+		}()
+		switch {
+		case ex.abort:
+			panic(http.ErrAbortHandler) // the key is stored; cut the broken response off
+		case !tw.wrote && ctx.Err() != nil:
+			// httpx gave up waiting for the key's first request because the
+			// gateway is stopping: nothing was claimed.
+			resetHeader(w.Header(), before)
+			notForwarded(errShuttingDown).write(w)
+		}
+	})
+}
+
+func resetHeader(h, to http.Header) {
+	clear(h)
+	for k, v := range to {
+		h[k] = v
+	}
+}
+
+// ServeHTTP forwards a request: guarded (httpx.Guard claimed its key) under
+// the gate, or unguarded as it is.
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	lease, _, guarded := httpx.ClaimFrom(r.Context())
+	ex := exchangeFrom(r.Context())
+	if !guarded || ex == nil {
+		rt.gw.metrics.request(rt.name, resultPassthrough)
+		rt.proxy.ServeHTTP(w, r)
+		return
+	}
+	a := &attempt{lease: lease, resend: rt.cfg.UnknownOutcome == Resend}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), rt.cfg.Timeout, errUpstreamTimeout)
+	defer cancel()
+	a.ctx = ctx
+	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
+	if out.ContentLength < 0 && out.Body != nil {
+		// httpx.Guard read the body already: send it with its length.
+		body, _ := io.ReadAll(out.Body)
+		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	}
+	start := time.Now()
+	if rt.serveProxy(w, out) {
+		ex.abort = true
+		rt.gw.logOutcome(r, rt, lease, "the upstream's answer broke after it began to stream; the key keeps a marker", nil)
+	}
+	rt.gw.metrics.upstream(rt.name, time.Since(start))
+	if !a.finish() {
+		rt.gw.metrics.request(rt.name, resultForwarded)
+	}
+	if ex.release != nil {
+		panic(http.ErrAbortHandler) // httpx.Guard releases the key; outer answers
+	}
+}
+
+// serveProxy runs the reverse proxy; aborted reports that it cut off a
+// response whose copy failed (http.ErrAbortHandler), which must not reach
+// httpx.Guard: it would release a key whose request the upstream got.
+func (rt *route) serveProxy(w http.ResponseWriter, r *http.Request) (aborted bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != http.ErrAbortHandler {
+				panic(p)
+			}
+			aborted = true
+		}
+	}()
+	rt.proxy.ServeHTTP(w, r)
+	return false
+}
+
+// newProxy returns the reverse proxy of a route (or, with rt.cfg zero, of
+// the pass-through).
+func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
+	xf := gw.cfg.XForwarded
+	keyHeader := gw.cfg.ForwardKeyHeader
+	return &httputil.ReverseProxy{
+		Transport: gw.transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			switch xf {
+			case "set":
+				pr.SetXForwarded()
+			case "append":
+				if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = v
+				}
+				pr.SetXForwarded()
+			default: // off: the client's fields, untouched
+				for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+					if v := pr.In.Header.Values(h); len(v) > 0 {
+						pr.Out.Header[h] = v
+					}
+				}
+			}
+			if a := attemptFrom(pr.In.Context()); a != nil {
+				pr.Out.Header.Del("Expect") // the body was read already
+				if keyHeader != "" {
+					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
+				}
+			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if rt == nil || attemptFrom(res.Request.Context()) == nil {
+				return nil
+			}
+			return rt.holdAnswer(res)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if rt == nil || attemptFrom(r.Context()) == nil {
+				gw.passthroughError(w, r, err)
+				return
+			}
+			rt.failed(w, r, err)
+		},
+		ErrorLog: gw.errorLog,
+	}
+}
+
+// holdAnswer reads the upstream's answer up to the stored limit before
+// anything is sent, so a body that breaks within it is an unknown outcome
+// (answered by failed), not a truncated response stored as complete. A
+// longer body streams on: the key keeps the marker httpx stores.
+func (rt *route) holdAnswer(res *http.Response) error {
+	limit := int64(rt.cfg.MaxStoredResponse)
+	body, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	if err != nil {
+		return fmt.Errorf("reading the upstream's answer: %w", err)
+	}
+	if int64(len(body)) <= limit {
+		_ = res.Body.Close()
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		res.ContentLength = int64(len(body))
+		res.TransferEncoding = nil
+		if !bodyless(res) {
+			res.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		}
+		return nil
+	}
+	res.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+	return nil
+}
+
+func bodyless(res *http.Response) bool {
+	return res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified ||
+		res.StatusCode < 200 || res.Request.Method == http.MethodHead
+}
+
+// failed answers a guarded request whose exchange with the upstream failed
+// (no answer, or an answer that broke before the stored limit).
+func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
+	a := attemptFrom(r.Context())
+	ex := exchangeFrom(r.Context())
+	delivered := a.seal()
+	_, at, stepErr := a.state()
+	lease := a.lease
+	switch {
+	case !delivered && errors.Is(stepErr, errEarlierForward):
+		// An earlier holder forwarded it; this one sent nothing.
+		rt.gw.metrics.request(rt.name, resultEarlierForward)
+		rt.gw.logOutcome(r, rt, lease, "a recovered key's earlier attempt forwarded the request; outcome unknown, stored", nil)
+		outcomeUnknown(lease, at, "an earlier attempt of this key forwarded the request at "+at.UTC().Format(time.RFC3339Nano)+
+			" and its answer was never stored (the gateway that sent it stopped, or lost the key)").write(w)
+	case !delivered:
+		// Nothing of the request left the gateway: safe to run again.
+		rt.gw.metrics.request(rt.name, resultNotForwarded)
+		cause := err
+		switch {
+		case stepErr != nil:
+			cause = stepErr
+		case context.Cause(r.Context()) != nil:
+			cause = context.Cause(r.Context())
+		}
+		rt.gw.logOutcome(r, rt, lease, "not forwarded; key released", cause)
+		ex.release = notForwarded(cause)
+	case rt.cfg.UnknownOutcome == Resend:
+		rt.gw.metrics.request(rt.name, resultResend)
+		rt.gw.logOutcome(r, rt, lease, "forwarded without a complete answer; key released for a resend with the same upstream key", err)
+		ex.release = resendProblem(lease)
+	default:
+		rt.gw.metrics.request(rt.name, resultUnknown)
+		why := "the connection to the upstream failed before its whole answer came: " + errText(err)
+		switch cause := context.Cause(r.Context()); {
+		case errors.Is(cause, errUpstreamTimeout):
+			why = "the upstream did not answer within " + rt.cfg.Timeout.String()
+		case errors.Is(cause, guard.ErrLeaseLost):
+			why = "the gateway lost its claim on the key while it waited for the upstream"
+		case errors.Is(cause, errShuttingDown):
+			why = "the gateway stopped before the upstream answered"
+		}
+		rt.gw.logOutcome(r, rt, lease, "forwarded without a complete answer; outcome unknown, stored", err)
+		outcomeUnknown(lease, at, why).write(w)
+	}
+}
+
+func errText(err error) string {
+	var ne *net.OpError
+	if errors.As(err, &ne) && ne.Err != nil {
+		return ne.Op + ": " + ne.Err.Error()
+	}
+	if err == nil {
+		return "no answer"
+	}
+	return err.Error()
+}
+
+// passthroughError answers an unguarded request the upstream did not
+// answer, as httputil.ReverseProxy would.
+func (gw *Gateway) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
+	if !errors.Is(err, context.Canceled) {
+		gw.log.Warn("gateway: upstream error (unguarded request)", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	w.WriteHeader(http.StatusBadGateway)
+}

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/cmd/idemguard/internal/gateway"
+	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// serveChildEnv, set in a child of these tests, makes the test binary run
+// `idemguard serve --config $IDEMGUARD_SERVE_CHILD` as main would, and
+// nothing else: the gateway as an OS process of its own, which the test
+// can SIGKILL.
+const serveChildEnv = "IDEMGUARD_SERVE_CHILD"
+
+func init() {
+	if cfg := os.Getenv(serveChildEnv); cfg != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := run(ctx, []string{"serve", "--config", cfg}, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+}
+
+// proc is a child process: an upstream in another language, or a gateway.
+type proc struct {
+	t    *testing.T
+	name string
+	args []string
+	env  []string
+	log  *lockedBuffer
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startProc starts the command and waits until ready says it serves.
+func startProc(t *testing.T, name string, env []string, ready func(p *proc) error, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, env: env, log: &lockedBuffer{}}
+	p.start(ready)
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s's output:\n%s", name, tail(p.log.String(), 40))
+		}
+	})
+	return p
+}
+
+func (p *proc) start(ready func(p *proc) error) {
+	p.t.Helper()
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	p.mu.Lock()
+	p.cmd = cmd
+	p.mu.Unlock()
+	if err := ready(p); err != nil {
+		p.t.Fatalf("%s did not start: %v\n%s", p.name, err, p.log.String())
+	}
+}
+
+// kill ends the process with SIGKILL, as a crash would.
+func (p *proc) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitHTTP polls url until it answers 200: the process is up (there is
+// no event to wait on in another process).
+func waitHTTP(url string) func(p *proc) error {
+	return func(p *proc) error {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := http.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: no 200 within 30s: %v", url, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// upstreamProc is an upstream service in another language.
+type upstreamProc struct {
+	*proc
+	port int
+	file string
+}
+
+// startUpstream starts testdata/upstream.py (python3) or upstream.js
+// (node) on a free port, appending to a file of its own.
+func startUpstream(t *testing.T, lang string, delayMS int) *upstreamProc {
+	t.Helper()
+	var bin, script string
+	switch lang {
+	case "python":
+		bin, script = "python3", "testdata/upstream.py"
+	case "node":
+		bin, script = "node", "testdata/upstream.js"
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		if os.Getenv(testenv.EnvRequire) == "1" {
+			t.Fatalf("%s is not installed: the gateway tests run real upstreams in Python and Node", bin)
+		}
+		t.Skipf("%s is not installed", bin)
+	}
+	port := testenv.FreePort(t)
+	file := filepath.Join(t.TempDir(), lang+".lines")
+	script, _ = filepath.Abs(script)
+	u := &upstreamProc{port: port, file: file}
+	u.proc = startProc(t, lang+" upstream", nil, waitHTTP(u.url()+"/healthz"),
+		bin, script, "--port", strconv.Itoa(port), "--file", file, "--delay-ms", strconv.Itoa(delayMS))
+	return u
+}
+
+func (u *upstreamProc) url() string { return "http://127.0.0.1:" + strconv.Itoa(u.port) }
+
+// restart starts the upstream again on its port, appending to its file.
+func (u *upstreamProc) restart() { u.start(waitHTTP(u.url() + "/healthz")) }
+
+// lines reads the side effects: how many lines each order has.
+func (u *upstreamProc) lines(t *testing.T) (byOrder map[string]int, total int) {
+	t.Helper()
+	data, err := os.ReadFile(u.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOrder = map[string]int{}
+	for line := range strings.Lines(string(data)) {
+		var e struct {
+			Order string `json:"order"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%s: line %q: %v", u.file, line, err)
+		}
+		byOrder[e.Order]++
+		total++
+	}
+	return byOrder, total
+}
+
+// gatewayProc is `idemguard serve` in a child process.
+type gatewayProc struct {
+	*proc
+	url string
+}
+
+func startGatewayProc(t *testing.T, config string) *gatewayProc {
+	t.Helper()
+	port := testenv.FreePort(t)
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	config = strings.ReplaceAll(config, "{listen}", "127.0.0.1:"+strconv.Itoa(port))
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatewayProc{url: url}
+	g.proc = startProc(t, "gateway", []string{serveChildEnv + "=" + path}, waitHTTP(url+"/readyz"), os.Args[0], "-test.run=^$")
+	return g
+}
+
+func (g *gatewayProc) restart() { g.start(waitHTTP(g.url + "/readyz")) }
+
+// droppingTransport loses some answers on the way back to the client:
+// the request reached the gateway and ran, the client sees an error and
+// retries with the same key.
+type droppingTransport struct {
+	base    http.RoundTripper
+	percent int
+	dropped atomic.Int64
+}
+
+func (d *droppingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := d.base.RoundTrip(req)
+	if err == nil && rand.IntN(100) < d.percent {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		d.dropped.Add(1)
+		return nil, errors.New("test: the answer was lost on its way back")
+	}
+	return resp, err
+}
+
+// answer is what one copy of a request finally got.
+type answer struct {
+	status int
+	body   string
+	err    error
+}
+
+// definitive reports whether a is a final answer for its key: the
+// upstream's (201), or the gateway's stored outcome-unknown problem.
+func (a answer) definitive() bool {
+	if a.err != nil {
+		return false
+	}
+	if a.status == http.StatusCreated {
+		return true
+	}
+	return a.status == http.StatusInternalServerError && strings.Contains(a.body, gateway.ProblemOutcomeUnknown)
+}
+
+// stormResult is a storm's answers, per route and key.
+type stormResult struct {
+	answers map[string][][]answer // route → key index → copies
+	dropped int64
+	elapsed time.Duration
+}
+
+// storm sends each of keys keys to every route, copies times concurrently,
+// from a client that retries (httpx.NewClient) over a transport that
+// loses dropPercent of the answers. progress is called with the number of
+// keys done so far (on every route), for a test to act mid-storm.
+func storm(t *testing.T, gatewayURL string, routes []string, keys, copies, dropPercent int, progress func(done int)) stormResult {
+	t.Helper()
+	base := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}
+	defer base.CloseIdleConnections()
+	drop := &droppingTransport{base: base, percent: dropPercent}
+	client := httpx.NewClient(httpx.TransportOptions{Base: drop, MaxAttempts: 60, BaseDelay: 10 * time.Millisecond,
+		MaxDelay: 300 * time.Millisecond, InFlightDelay: 100 * time.Millisecond, MaxInFlightWait: 2 * time.Minute})
+	res := stormResult{answers: map[string][][]answer{}}
+	for _, r := range routes {
+		res.answers[r] = make([][]answer, keys)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var done atomic.Int64
+	next := make(chan int)
+	var wg sync.WaitGroup
+	const workers = 12
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				var kw sync.WaitGroup
+				for _, route := range routes {
+					got := make([]answer, copies)
+					for c := range copies {
+						kw.Go(func() { got[c] = send(ctx, client, gatewayURL+route, i) })
+					}
+					res.answers[route][i] = got
+				}
+				kw.Wait()
+				if progress != nil {
+					progress(int(done.Add(1)))
+				}
+			}
+		})
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	res.dropped, res.elapsed = drop.dropped.Load(), time.Since(start)
+	return res
+}
+
+func send(ctx context.Context, client *http.Client, url string, i int) answer {
+	body := fmt.Sprintf(`{"order":"order-%d"}`, i)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "key-"+strconv.Itoa(i))
+	req.Header.Set("X-Account-Id", "acme")
+	resp, err := client.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), err: err}
+}
+
+// check verifies a storm against the upstream's file: no order has two
+// lines; every key was answered definitively, every copy alike; a key
+// answered 201 has its line; with clean, every key has exactly one line
+// and a 201. It returns how many keys got the outcome-unknown answer.
+func check(t *testing.T, res stormResult, route string, u *upstreamProc, clean bool) (unknown int) {
+	t.Helper()
+	byOrder, total := u.lines(t)
+	for order, n := range byOrder {
+		if n > 1 {
+			t.Errorf("%s: %s has %d lines: the upstream ran it %d times", route, order, n, n)
+		}
+	}
+	keys := res.answers[route]
+	for i, copies := range keys {
+		order := "order-" + strconv.Itoa(i)
+		first := copies[0]
+		for c, a := range copies {
+			if !a.definitive() {
+				t.Errorf("%s key %d copy %d: not answered definitively: %d %q %v", route, i, c, a.status, a.body, a.err)
+				continue
+			}
+			if a.status != first.status || a.body != first.body {
+				t.Errorf("%s key %d: copies disagree: %d %q vs %d %q", route, i, first.status, first.body, a.status, a.body)
+			}
+		}
+		switch {
+		case first.status == http.StatusCreated && byOrder[order] != 1:
+			t.Errorf("%s key %d answered 201, but the upstream has %d lines for it", route, i, byOrder[order])
+		case first.status != http.StatusCreated:
+			unknown++
+		}
+	}
+	if clean && (total != len(keys) || len(byOrder) != len(keys) || unknown != 0) {
+		t.Errorf("%s: %d lines for %d orders, %d outcome-unknown answers; want exactly %d lines, one per key, and no unknown",
+			route, total, len(byOrder), unknown, len(keys))
+	}
+	t.Logf("%s: %d keys, %d lines, %d outcome-unknown", route, len(keys), total, unknown)
+	return unknown
+}
+
+// stormConfig is the gateway's configuration for the storms: a route per
+// upstream, a 2 s lease so a killed gateway's keys are recovered soon, and
+// waiting duplicates.
+func stormConfig(t *testing.T, py, node *upstreamProc) string {
+	return fmt.Sprintf(`listen: "{listen}"
+upstream: %s
+shutdown_timeout: 2s
+redis: {addrs: ["%s"], prefix: "%s"}
+log: {level: warn}
+defaults:
+  caller: {header: X-Account-Id}
+  lease: 2s
+  wait: 10s
+  timeout: 10s
+routes:
+  - pattern: POST /py/orders
+    upstream: %s
+  - pattern: POST /node/orders
+    upstream: %s
+`, py.url(), testenv.RedisAddr(t), testenv.Prefix(t), py.url(), node.url())
+}
+
+const stormKeys, stormCopies, stormDrop = 1000, 8, 20
+
+// 1,000 keys × 8 concurrent copies through the gateway, to a Python and a
+// Node service that count their side effects, from a retrying client that
+// loses a fifth of the answers: exactly 1,000 lines in each.
+func TestServeStormDroppedResponses(t *testing.T) {
+	py, node := startUpstream(t, "python", 0), startUpstream(t, "node", 0)
+	gw := startGatewayProc(t, stormConfig(t, py, node))
+	res := storm(t, gw.url, []string{"/py/orders", "/node/orders"}, stormKeys, stormCopies, stormDrop, nil)
+	t.Logf("%d requests, %d answers dropped, %s", 2*stormKeys*stormCopies, res.dropped, res.elapsed.Round(time.Millisecond))
+	check(t, res, "/py/orders", py, true)
+	check(t, res, "/node/orders", node, true)
+}
+
+// Processes die mid-storm, each at its own point: the Python service
+// (SIGKILL at 20% of the keys, back 300 ms later), the gateway itself
+// (SIGKILL at 50%, started again), the Node service (at 80%). Each
+// upstream answers 3 ms after it appended its line, so some are killed
+// having acted without answering. The gateway's 2 s lease lets the new
+// gateway recover the keys the killed one held: it forwards those the dead
+// one had not forwarded and answers outcome-unknown for those it had. No
+// order runs twice, and every key is answered: its 201, or the
+// outcome-unknown answer.
+func TestServeStormKills(t *testing.T) {
+	py, node := startUpstream(t, "python", 3), startUpstream(t, "node", 3)
+	gw := startGatewayProc(t, stormConfig(t, py, node))
+	restartAfter := func(p interface{ kill() }, restart func(), pause time.Duration) {
+		p.kill()
+		time.Sleep(pause) // down for a while: dials are refused meanwhile
+		restart()
+	}
+	var once [3]sync.Once
+	res := storm(t, gw.url, []string{"/py/orders", "/node/orders"}, stormKeys, stormCopies, stormDrop, func(done int) {
+		switch done {
+		case stormKeys * 2 / 10:
+			once[0].Do(func() { restartAfter(py, py.restart, 300*time.Millisecond) })
+		case stormKeys * 5 / 10:
+			once[1].Do(func() { restartAfter(gw, gw.restart, 200*time.Millisecond) })
+		case stormKeys * 8 / 10:
+			once[2].Do(func() { restartAfter(node, node.restart, 300*time.Millisecond) })
+		}
+	})
+	t.Logf("%s, %d answers dropped", res.elapsed.Round(time.Millisecond), res.dropped)
+	check(t, res, "/py/orders", py, false)
+	check(t, res, "/node/orders", node, false)
+	// The restarted gateway recovered keys the killed one held (at any
+	// moment of the storm about 190 requests are in flight).
+	m := scrape(t, gw.url+"/metrics")
+	recovered := metricValue(m, `idemguard_outcomes_total{kind="recovered"}`)
+	earlier := metricValue(m, `idemguard_gateway_requests_total{result="earlier_forward",route="POST /py/orders"}`) +
+		metricValue(m, `idemguard_gateway_requests_total{result="earlier_forward",route="POST /node/orders"}`)
+	t.Logf("the restarted gateway recovered %v keys; %v of them had been forwarded by the killed one (answered outcome-unknown)", recovered, earlier)
+	if recovered < 1 {
+		t.Errorf("the restarted gateway recovered no key: the kill did not exercise recovery")
+	}
+}
+
+// scrape fetches a Prometheus text page.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// metricValue is the value of the series named exactly so, 0 if absent.
+func metricValue(page, series string) float64 {
+	for line := range strings.Lines(page) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
