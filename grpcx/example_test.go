@@ -170,8 +170,9 @@ func ExampleCallerFromContext() {
 func ExampleWithIdempotencyKey() {
 	lease := guard.Lease{Key: guard.Key{Scope: `"acct_42" /shop.v1.Orders/Place`, ID: "order-7"}}
 	ctx := grpcx.WithIdempotencyKey(context.Background(), lease.KeyFor("charge"))
-	_ = ctx // conn.Invoke(ctx, "/shop.v1.Payments/Charge", ...) through UnaryClientInterceptor
-	fmt.Println(lease.KeyFor("charge") == lease.KeyFor("charge"), len(lease.KeyFor("charge")))
+	_ = ctx                              // conn.Invoke(ctx, "/shop.v1.Payments/Charge", ...) through UnaryClientInterceptor
+	again := guard.Lease{Key: lease.Key} // another attempt of the same key
+	fmt.Println(lease.KeyFor("charge") == again.KeyFor("charge"), len(lease.KeyFor("charge")))
 	// Output:
 	// true 36
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,26 +288,4 @@ func recovery(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.Unar
 		}
 	}()
 	return h(ctx, req)
-}
-
-// lockedCounter counts strings, safe for concurrent use.
-type lockedCounter struct {
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func (c *lockedCounter) add(s string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]int{}
-	}
-	c.m[s]++
-	return c.m[s]
-}
-
-func (c *lockedCounter) get(s string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[s]
 }

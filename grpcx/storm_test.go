@@ -2,7 +2,6 @@ package grpcx_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -107,9 +106,9 @@ func TestStorm(t *testing.T) {
 				}
 			}
 			slices.Sort(took)
-			t.Log(fmt.Sprintf("%d keys × %d copies, %d in flight, 5 ms effect, Wait %s: Aborted answers %d; call p50 %s p99 %s slowest %s; all %s",
+			t.Logf("%d keys × %d copies, %d in flight, 5 ms effect, Wait %s: Aborted answers %d; call p50 %s p99 %s slowest %s; all %s",
 				keys, copies, inFlight, tc.wait, aborted.Load(), took[len(took)/2].Round(100*time.Microsecond),
-				took[len(took)*99/100].Round(100*time.Microsecond), took[len(took)-1].Round(time.Millisecond), total.Round(time.Millisecond)))
+				took[len(took)*99/100].Round(100*time.Microsecond), took[len(took)-1].Round(time.Millisecond), total.Round(time.Millisecond))
 			if twice != 0 || wrong != 0 {
 				t.Fatalf("%d keys whose effect did not happen exactly once; %d answers differ from their key's first", twice, wrong)
 			}

@@ -1,3 +1,6 @@
+// Package metrics logs what a guard does through log/slog, with keys
+// redacted to a stable digest (KeyDigest), and fans events out to several
+// observers (Tee). Prometheus metrics are in the promx module.
 package metrics
 
 import (

@@ -40,7 +40,7 @@ func ExampleNew() {
 		line := s.Name()
 		for _, kv := range s.Attributes() {
 			if kv.Key == otelx.Outcome || kv.Key == otelx.Replayed {
-				line += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.Emit())
+				line += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.String())
 			}
 		}
 		fmt.Println(line)

@@ -100,7 +100,7 @@ func want(t *testing.T, span sdktrace.ReadOnlySpan, kvs ...attribute.KeyValue) {
 	got := attrs(span.Attributes())
 	for _, kv := range kvs {
 		if v, ok := got[kv.Key]; !ok || v != kv.Value {
-			t.Errorf("%s: %s = %v (present %v), want %v", span.Name(), kv.Key, v.Emit(), ok, kv.Value.Emit())
+			t.Errorf("%s: %s = %v (present %v), want %v", span.Name(), kv.Key, v.String(), ok, kv.Value.String())
 		}
 	}
 }
@@ -124,11 +124,11 @@ func (tt *traced) noRawKey(t *testing.T) {
 	for _, s := range tt.rec.Ended() {
 		check(s.Name()+" status", s.Status().Description)
 		for _, kv := range s.Attributes() {
-			check(s.Name()+" "+string(kv.Key), kv.Value.Emit())
+			check(s.Name()+" "+string(kv.Key), kv.Value.String())
 		}
 		for _, e := range s.Events() {
 			for _, kv := range e.Attributes {
-				check(s.Name()+" event "+e.Name+" "+string(kv.Key), kv.Value.Emit())
+				check(s.Name()+" event "+e.Name+" "+string(kv.Key), kv.Value.String())
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemguard/idemguard/bench"
+	"github.com/idemguard/idemguard/cmd/idemguard/internal/bench"
 )
 
 // defaultScenarios are the guard's rows; each runs right after its

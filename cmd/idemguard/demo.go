@@ -34,6 +34,7 @@ import (
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 	"github.com/idemguard/idemguard/metrics"
+	"github.com/idemguard/idemguard/promx"
 	"github.com/idemguard/idemguard/sqlbackstop"
 )
 
@@ -229,7 +230,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	}
 
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, metrics.Options{})
+	m, err := promx.New(reg, promx.Options{})
 	if err != nil {
 		return err
 	}
@@ -424,7 +425,6 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlb
 
 	// Copies of a key are next to each other in the queue, so they are in
 	// flight together.
-	type answer struct{ body string }
 	answers := make([][]string, c.keys)
 	for k := range answers {
 		answers[k] = make([]string, c.copies)

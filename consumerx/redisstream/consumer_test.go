@@ -116,9 +116,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 		ids = append(ids, i)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, i := range rng.Perm(distinct)[:dups] {
-		ids = append(ids, i)
-	}
+	ids = append(ids, rng.Perm(distinct)[:dups]...)
 	rng.Shuffle(len(ids), func(a, b int) { ids[a], ids[b] = ids[b], ids[a] })
 	pipe := e.rdb.Pipeline()
 	for _, i := range ids {

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/consumerx"
-	"github.com/idemguard/idemguard/consumerx/jetstreamx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
@@ -33,7 +32,7 @@ func ok(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreat
 
 // TestChiApp: a chi service with guards by With, Use in a Group and a
 // Route, an unguarded webhook, a mounted subrouter without a guard, a
-// catch-all route, and a JetStream consumer.
+// catch-all route, and a consumer.
 func TestChiApp(t *testing.T) {
 	g := guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: 24 * time.Hour})
 	tenant := httpx.TenantFromContext[string](accountKey{}, nil)
@@ -62,8 +61,8 @@ func TestChiApp(t *testing.T) {
 	r.HandleFunc("/mixed", ok)
 	r.With(httpx.Guard(g, httpx.Options{SingleCaller: true})).Post("/mixed", ok)
 
-	if _, err := jetstreamx.New(g, func(context.Context, consumerx.Message) error { return nil },
-		jetstreamx.Options{Group: "fulfilment", Process: consumerx.Options{Inventory: inv, MessageType: "ORDERS.created"}}); err != nil {
+	if _, err := consumerx.NewProcessor(g, "fulfilment",
+		consumerx.Options{Inventory: inv, MessageType: "ORDERS.created"}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // a second walk lists nothing twice

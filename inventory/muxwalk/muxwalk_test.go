@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/consumerx"
-	"github.com/idemguard/idemguard/consumerx/watermillx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
@@ -38,7 +37,7 @@ func newGuard() *guard.Guard {
 
 // TestGorillaApp: a gorilla/mux service with a guard wrapped around a
 // handler, guards added with Use on subrouters (one two levels up), an
-// unguarded webhook, a route without Methods, and a Watermill consumer.
+// unguarded webhook, a route without Methods, and a consumer.
 func TestGorillaApp(t *testing.T) {
 	g := newGuard()
 	tenant := httpx.TenantFromContext[string](accountKey{}, nil)
@@ -58,8 +57,8 @@ func TestGorillaApp(t *testing.T) {
 	carts := v2.PathPrefix("/carts").Subrouter()
 	carts.Handle("/{id}", ok).Methods("PATCH")
 
-	if _, err := watermillx.New(g, watermillx.Options{Group: "ledger",
-		Process: consumerx.Options{Inventory: inv, MessageType: "payment.settled"}}); err != nil {
+	if _, err := consumerx.NewProcessor(g, "ledger",
+		consumerx.Options{Inventory: inv, MessageType: "payment.settled"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := muxwalk.Add(inv, r); err != nil {

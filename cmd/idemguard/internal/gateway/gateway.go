@@ -64,6 +64,7 @@ import (
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 	"github.com/idemguard/idemguard/metrics"
+	"github.com/idemguard/idemguard/promx"
 	"github.com/idemguard/idemguard/sqlbackstop"
 )
 
@@ -128,7 +129,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	gw.errorLog = slog.NewLogLogger(gw.log.Handler(), slog.LevelWarn)
 	gw.hardStop, gw.stopRequests = context.WithCancelCause(context.Background())
 	gw.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gm, err := metrics.New(gw.reg, metrics.Options{})
+	gm, err := promx.New(gw.reg, promx.Options{})
 	if err != nil {
 		return nil, err
 	}

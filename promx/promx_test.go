@@ -1,12 +1,9 @@
-package metrics_test
+package promx_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/metrics"
+	"github.com/idemguard/idemguard/promx"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -62,13 +59,13 @@ func labels(m *dto.Metric) string {
 	return b.String()
 }
 
-func redisGuard(t *testing.T, reg prometheus.Registerer, opts guard.Options) (*guard.Guard, *metrics.Metrics) {
+func redisGuard(t *testing.T, reg prometheus.Registerer, opts guard.Options) (*guard.Guard, *promx.Metrics) {
 	t.Helper()
 	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	if err := store.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(reg, metrics.Options{})
+	m, err := promx.New(reg, promx.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +219,7 @@ func TestUnavailableCounted(t *testing.T) {
 	port := testenv.FreePort(t) // nothing listens there
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
-	m, err := metrics.New(reg, metrics.Options{Namespace: "svc"})
+	m, err := promx.New(reg, promx.Options{Namespace: "svc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,14 +238,14 @@ func TestUnavailableCounted(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	if _, err := metrics.New(nil, metrics.Options{}); err == nil {
+	if _, err := promx.New(nil, promx.Options{}); err == nil {
 		t.Error("nil registerer accepted")
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := metrics.New(reg, metrics.Options{}); err != nil {
+	if _, err := promx.New(reg, promx.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := metrics.New(reg, metrics.Options{})
+	_, err := promx.New(reg, promx.Options{})
 	var are prometheus.AlreadyRegisteredError
 	if !errors.As(err, &are) {
 		t.Errorf("second New on one registry: %v, want AlreadyRegisteredError", err)
@@ -261,107 +258,8 @@ func TestNewErrors(t *testing.T) {
 			n = len(f.GetMetric())
 		}
 	}
-	if n != len(metrics.Kinds) {
-		t.Errorf("%d outcome series before any event, want %d", n, len(metrics.Kinds))
-	}
-}
-
-// The logger writes every replay and conflict with the key's digest, and
-// nothing for routine events unless asked.
-func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
-	var buf bytes.Buffer
-	l := metrics.NewLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics.LogOptions{})
-	ctx := context.Background()
-	key := guard.Key{Scope: "POST /orders", ID: "k-1"}
-	for _, kind := range []guard.EventKind{guard.EventAcquired, guard.EventCompleted, guard.EventReplayed,
-		guard.EventInProgress, guard.EventMismatch, guard.EventExhausted, guard.EventLeaseLost, guard.EventUnavailable} {
-		var err error
-		if kind == guard.EventUnavailable {
-			err = guard.ErrUnavailable
-		}
-		l.Observe(ctx, guard.Event{Kind: kind, Key: key, Attempt: 2, Err: err})
-	}
-	var recs []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		recs = append(recs, m)
-	}
-	wantEvents := []string{"replayed", "in_progress", "mismatch", "exhausted", "lease_lost", "unavailable"}
-	if len(recs) != len(wantEvents) {
-		t.Fatalf("%d records, want %d:\n%s", len(recs), len(wantEvents), buf.String())
-	}
-	for i, r := range recs {
-		if r["event"] != wantEvents[i] || r["scope"] != key.Scope || r["key"] != metrics.KeyDigest(key) || r["attempt"] != float64(2) {
-			t.Errorf("record %d: %v", i, r)
-		}
-		wantLevel := "WARN"
-		if wantEvents[i] == "replayed" {
-			wantLevel = "INFO"
-		}
-		if r["level"] != wantLevel {
-			t.Errorf("record %d level %v, want %s", i, r["level"], wantLevel)
-		}
-	}
-	if recs[5]["error"] != guard.ErrUnavailable.Error() {
-		t.Errorf("unavailable record has error %v", recs[5]["error"])
-	}
-
-	buf.Reset()
-	all := metrics.NewLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		metrics.LogOptions{All: true, ReplayLevel: slog.LevelDebug})
-	all.Observe(ctx, guard.Event{Kind: guard.EventAcquired, Key: key})
-	all.Observe(ctx, guard.Event{Kind: guard.EventReplayed, Key: key})
-	if n := strings.Count(buf.String(), "level=DEBUG"); n != 2 {
-		t.Errorf("All with debug replays: %d debug records:\n%s", n, buf.String())
-	}
-}
-
-func TestTee(t *testing.T) {
-	var a, b int
-	o := metrics.Tee(guard.ObserverFunc(func(context.Context, guard.Event) { a++ }), nil,
-		guard.ObserverFunc(func(context.Context, guard.Event) { b++ }))
-	o.Observe(context.Background(), guard.Event{Kind: guard.EventReplayed})
-	if a != 1 || b != 1 {
-		t.Fatalf("a=%d b=%d", a, b)
-	}
-}
-
-// The logger names keys by their digest by default, in error texts too;
-// LogKeys puts the id back. The digest is stable and tells keys apart.
-func TestLoggerRedactsKeys(t *testing.T) {
-	ctx := context.Background()
-	key := guard.Key{Scope: "POST /charges", ID: "ch_9c1e77-secret"}
-	ev := guard.Event{Kind: guard.EventInProgress, Key: key,
-		Err: &guard.InProgressError{Key: key, RetryAfter: time.Second}}
-	for _, logKeys := range []bool{false, true} {
-		var buf bytes.Buffer
-		l := metrics.NewLogger(slog.New(slog.NewJSONHandler(&buf, nil)), metrics.LogOptions{LogKeys: logKeys})
-		l.Observe(ctx, ev)
-		l.Observe(ctx, guard.Event{Kind: guard.EventUnavailable, Key: key,
-			Err: fmt.Errorf("claim %s: %w", key, guard.ErrUnavailable)})
-		out := buf.String()
-		if strings.Count(out, metrics.KeyDigest(key)) < 2 {
-			t.Errorf("LogKeys=%v: the digest is not on every record:\n%s", logKeys, out)
-		}
-		if strings.Contains(out, key.ID) != logKeys {
-			t.Errorf("LogKeys=%v: the key's id in the log: %v\n%s", logKeys, !logKeys, out)
-		}
-		if !strings.Contains(out, "lease ends in 1s") || !strings.Contains(out, "store unavailable") {
-			t.Errorf("LogKeys=%v: the errors lost their meaning:\n%s", logKeys, out)
-		}
-	}
-	d := metrics.KeyDigest(key)
-	if len(d) != 12 || d != metrics.KeyDigest(guard.Key{Scope: key.Scope, ID: key.ID}) {
-		t.Fatalf("digest %q", d)
-	}
-	for _, other := range []guard.Key{{Scope: key.Scope, ID: key.ID + "x"}, {Scope: key.Scope + "x", ID: key.ID},
-		{Scope: "POST /charges" + "\x00" + "ch", ID: "_9c1e77-secret"}} {
-		if metrics.KeyDigest(other) == d {
-			t.Errorf("%v has the digest of %v", other, key)
-		}
+	if n != len(promx.Kinds) {
+		t.Errorf("%d outcome series before any event, want %d", n, len(promx.Kinds))
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -380,21 +379,6 @@ func prepareNaiveStorm(auto bool) func(context.Context, *env) (op, error) {
 			return c.Set(ctx, name, res, ttl).Err()
 		}, nil
 	}
-}
-
-// sortByName orders names as Scenarios lists them; unknown ones last.
-func sortByName(list []string) {
-	all := Scenarios()
-	slices.SortStableFunc(list, func(a, b string) int {
-		ia, ib := slices.Index(all, a), slices.Index(all, b)
-		if ia < 0 {
-			ia = len(all)
-		}
-		if ib < 0 {
-			ib = len(all)
-		}
-		return ia - ib
-	})
 }
 
 var discardLogger = slog.New(slog.DiscardHandler)

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idemguard/idemguard/bench"
+	"github.com/idemguard/idemguard/cmd/idemguard/internal/bench"
 )
 
 // Measure the guard under a duplicate storm right after its baseline, the

@@ -1,14 +1,15 @@
-// Package metrics exports what a guard does to Prometheus and to log/slog.
+// Package promx exports what a guard does to Prometheus.
 //
 // A Metrics is a guard.Observer that counts outcomes by kind, and wraps a
 // guard.Store to time every store operation:
 //
-//	m, err := metrics.New(prometheus.DefaultRegisterer, metrics.Options{})
+//	m, err := promx.New(prometheus.DefaultRegisterer, promx.Options{})
 //	g := guard.New(m.Store(store), guard.Options{Observer: m})
 //
-// Logger is a guard.Observer that logs every replay and conflict through
-// log/slog; Tee hands each event to several observers.
-package metrics
+// It is a module of its own (github.com/idemguard/idemguard/promx), so a
+// service that does not use Prometheus does not get its client in its
+// build. metrics.Tee hands each event to a Metrics and a metrics.Logger.
+package promx
 
 import (
 	"context"
