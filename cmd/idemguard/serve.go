@@ -15,7 +15,7 @@ import (
 // routes its configuration lists (cmd/idemguard/internal/gateway).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve")
-	config := fs.String("config", "", "the configuration file, YAML or JSON (see cmd/idemguard/internal/gateway/CONFIG.md)")
+	config := fs.String("config", "", "the configuration file, YAML or JSON (README.md: \"Run it in front of any service\")")
 	printInv := fs.Bool("print-inventory", false, "print the routes the configuration guards, and its gaps, then exit")
 	format := fs.String("format", "markdown", "with --print-inventory: markdown (a table) or json")
 	if err := parse(fs, args, stderr); err != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/idemguard/idemguard/inventory"
 )
 
-// Defaults of the configuration (docs: cmd/idemguard/internal/gateway/CONFIG.md).
+// Defaults of the configuration (README.md, "Run it in front of any service").
 const (
 	DefaultListen            = ":8080"
 	DefaultConnectTimeout    = 5 * time.Second

@@ -21,8 +21,9 @@ import (
 	"github.com/idemguard/idemguard/httpx"
 )
 
-// The rule that keeps the upstream's effects single (docs: the package doc
-// and CONFIG.md, "What the gateway does when it cannot know"):
+// The rule that keeps the upstream's effects single (docs: the package doc,
+// "When the gateway cannot know", and README.md, "Run it in front of any
+// service"):
 //
 // Just before the first byte of a guarded request is written to a
 // connection to the upstream, the gateway records the step "forward" with

@@ -23,7 +23,8 @@ import (
 )
 
 // A completed key is answered by the gateway alone: however often and
-// however concurrently it is sent again, the upstream sees one request.
+// however concurrently it is sent again, the upstream sees one request,
+// and the answer comes with the upstream stopped.
 func TestReplayNeverReachesUpstream(t *testing.T) {
 	u := newUpstream(t)
 	e := startGateway(t, basicConfig, u.URL)
@@ -56,6 +57,12 @@ func TestReplayNeverReachesUpstream(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.gw.metrics.requests.WithLabelValues("POST /orders", resultForwarded)); n != 1 {
 		t.Errorf("forwarded counter %v, want 1", n)
+	}
+	// With the upstream gone, the key is still answered: by the gateway
+	// alone.
+	u.Close()
+	if r := post(t, url, "k-replay", `{"order":"o1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated || !r.replayed() || r.body != first.body {
+		t.Fatalf("replay with the upstream down: %d replayed=%v %q, want the first's 201 replayed", r.status, r.replayed(), r.body)
 	}
 }
 
