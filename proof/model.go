@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// The model is the per-key state machine of DESIGN.md, as the scripts
+// The model is the per-key state machine of docs/design.md ("The state machine"), as the scripts
 // implement it:
 //
 //	absent ──claim──▶ pending(token, fence, attempt) ──complete(token)──▶ completed(result)

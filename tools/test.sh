@@ -22,6 +22,8 @@ fi
 status=0
 # The core's build list holds none of the adapters' dependencies.
 ./tools/coredeps.sh >/dev/null || { ./tools/coredeps.sh || true; status=1; }
+# guard imports nothing of the repository but scripts and internal packages.
+./tools/deppic.sh >/dev/null || status=1
 for m in "${modules[@]}"; do
   echo "== module $m"
   (cd "$m" && $GO vet ./... && "$staticcheck" ./... && $GO test $TEST_FLAGS ./...) || status=1

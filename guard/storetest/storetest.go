@@ -1,5 +1,5 @@
 // Package storetest is the contract every guard.Store passes: the state
-// machine of DESIGN.md, idempotent retries of every call, compare-and-set on
+// machine of docs/design.md, idempotent retries of every call, compare-and-set on
 // the owner token, lease recovery, retention, and races that count effects.
 //
 // A store's test calls Run with a Harness:
