@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -648,4 +649,35 @@ func TestStoreFenceGrowsPastRetention(t *testing.T) {
 	if err := pay(t, db, b, a.Lease, "A"); !errors.Is(err, backstop.ErrStaleFence) {
 		t.Fatalf("old holder's commit = %v, want ErrStaleFence", err)
 	}
+}
+
+// TestNewRefusesBadInput: New returns the error of options that make no
+// usable table names (and no Backstop); a nil database or a nil store
+// given to Wrap is a programmer error and panics at once.
+func TestNewRefusesBadInput(t *testing.T) {
+	db := &sql.DB{} // never used: New fails or panics before any query
+	for name, o := range map[string]pgstore.Options{
+		"long prefix": {TablePrefix: string(make([]byte, 60))},
+		"NUL schema":  {Schema: "a\x00b"},
+	} {
+		if b, err := backstop.New(db, o); err == nil || b != nil {
+			t.Errorf("%s: New = %v, %v; want nil and an error", name, b, err)
+		}
+	}
+	if b, err := backstop.New(db, pgstore.Options{}); err != nil || b == nil {
+		t.Fatalf("New with zero Options = %v, %v", b, err)
+	}
+	panics := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	panics("New(nil)", func() { _, _ = backstop.New(nil, pgstore.Options{}) })
+	good, _ := backstop.New(db, pgstore.Options{})
+	panics("Wrap(nil, b)", func() { backstop.Wrap(nil, good) })
+	panics("Wrap(store, nil)", func() { backstop.Wrap(memstore.New(memstore.Options{}), nil) })
 }
