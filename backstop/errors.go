@@ -28,6 +28,7 @@ type AlreadyCommittedError struct {
 	Fence  int64  // the fence that commit carried
 }
 
+// Error names the key and the fence that committed it (never the result).
 func (e *AlreadyCommittedError) Error() string {
 	return fmt.Sprintf("%s: %s (fence %d)", ErrAlreadyCommitted, e.Key, e.Fence)
 }
@@ -43,6 +44,7 @@ type StaleFenceError struct {
 	Seen  int64 // the fence the backstop recorded for the key
 }
 
+// Error names the key, the caller's fence and the one the backstop saw.
 func (e *StaleFenceError) Error() string {
 	return fmt.Sprintf("%s: %s fence %d, backstop has seen fence %d", ErrStaleFence, e.Key, e.Fence, e.Seen)
 }

@@ -53,8 +53,7 @@ func TestWrapNeverStrandsKey(t *testing.T) {
 		})
 	}
 	forget := func(k guard.Key) {
-		rec, lease := rs.Names(k)
-		if err := rs.Client().Del(ctx, rec, lease).Err(); err != nil {
+		if err := rs.Client().Del(ctx, rs.Name(k)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,9 +9,9 @@ import (
 
 // Webhook delivery states.
 const (
-	DeliveryPending   = "pending"
-	DeliveryDelivered = "delivered"
-	DeliveryFailed    = "failed"
+	DeliveryPending   = "pending"   // queued; InsertOrRetry counts retries on it
+	DeliveryDelivered = "delivered" // ended by MarkDelivered
+	DeliveryFailed    = "failed"    // ended by MarkDeliveryFailed
 )
 
 // Delivery is a row of the webhook deliveries table as InsertOrRetry

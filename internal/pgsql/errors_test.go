@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/pgsql"
@@ -39,8 +40,8 @@ func TestUnavailableBySQLState(t *testing.T) {
 		for name, err := range map[string]error{
 			"value":        stateErr(code),
 			"wrapped":      fmt.Errorf("query: %w", stateErr(code)),
-			"lib/pq":       &pq.Error{Code: pq.ErrorCode(code)},
-			"wrapped pq":   fmt.Errorf("query: %w", &pq.Error{Code: pq.ErrorCode(code)}),
+			"lib/pq":       &pq.Error{Code: pqerror.Code(code)},
+			"wrapped pq":   fmt.Errorf("query: %w", &pq.Error{Code: pqerror.Code(code)}),
 			"joined value": errors.Join(errors.New("rollback failed"), stateErr(code)),
 		} {
 			if got := pgsql.Unavailable(err); got != want {

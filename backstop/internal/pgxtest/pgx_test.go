@@ -125,4 +125,3 @@ func TestPgxServerErrorsBySQLState(t *testing.T) {
 		}
 	}
 }
-
