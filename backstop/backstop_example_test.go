@@ -106,3 +106,25 @@ func ExampleBackstop_Lookup() {
 	}
 	fmt.Println(string(result), fence, found)
 }
+
+// New returns the error of options that make no usable table names; the
+// zero Options name the default tables. (sql.Open does not connect, so
+// this runs without a server.)
+func ExampleNew() {
+	db, err := sql.Open("postgres", "postgres://localhost/app?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := backstop.New(db, pgstore.Options{TablePrefix: "a_prefix_far_too_long_for_postgres_names_"}); err != nil {
+		fmt.Println(err)
+	}
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(b.Options().TablePrefix, b.Options().TTL)
+	// Output:
+	// pgstore: table prefix "a_prefix_far_too_long_for_postgres_names_" is too long: names would be 71 bytes, PostgreSQL allows 63
+	// idemguard_ 24h0m0s
+}
