@@ -10,24 +10,27 @@ import (
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // The guard alone cannot tell a consumer that died between its effect and
 // the recording of its completion from one that never ran: once the lease
 // is over the message runs again. With the consumed-messages row written
-// in the effect's own transaction (sqlbackstop), the second run finds it
+// in the effect's own transaction (pgstore.Store.Consume), the second run finds it
 // and the effect still happens once.
 func TestBackstopCatchesDeathBeforeCompletion(t *testing.T) {
 	db, _ := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := sqlbackstop.Migrate(ctx, db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE ledger (order_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	bs := sqlbackstop.New(db, sqlbackstop.Options{})
+	bs, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, _, _ := consumertest.Guard(t, guard.Options{Lease: time.Second})
 	p := newProcessor(t, g, "billing", consumerx.Options{})
 	handler := func(ctx context.Context, msg consumerx.Message) error {

@@ -23,7 +23,7 @@
 // is recorded; a consumer that dies between its effect and the recording
 // leaves a pending claim that is taken over after the guard's lease.
 // Effects that must be exactly once even then write
-// LeaseFrom(ctx).Fence along with them (see the sqlbackstop package).
+// LeaseFrom(ctx).Fence along with them (see the backstop package).
 package consumerx
 
 import (

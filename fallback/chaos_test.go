@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // The chaos test of the issue: a storm of 2,000 POSTs through httpx.Guard
@@ -109,11 +110,14 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 	// The backstop keeps its rows in tables of its own: the secondary's
 	// records hold httpx's encoded responses, the backstop's the
 	// business result.
-	bopts := sqlbackstop.Options{TablePrefix: "backstop_"}
-	if err := sqlbackstop.Migrate(bg, db, bopts); err != nil {
+	bopts := pgstore.Options{TablePrefix: "backstop_"}
+	if err := pgstore.Migrate(bg, db, bopts); err != nil {
 		t.Fatal(err)
 	}
-	b := sqlbackstop.New(db, bopts)
+	b, err := backstop.New(db, bopts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.ExecContext(bg, `CREATE TABLE payments (idem_key text NOT NULL, amount int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +161,7 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 			return
 		}
 		result := []byte("paid " + lease.Key.ID)
-		var done *sqlbackstop.AlreadyCommittedError
+		var done *backstop.AlreadyCommittedError
 		switch err := b.Commit(r.Context(), tx, lease, fp, result); {
 		case errors.As(err, &done):
 			st.caught.Add(1) // the guard let a repeat through; the backstop row stopped it

@@ -50,7 +50,7 @@ func ExampleNew() {
 }
 
 // The Secondary policy: while Redis is down, keys are claimed in a
-// secondary store (in production the Postgres Store of sqlbackstop; a
+// secondary store (in production the Postgres Store of pgstore; a
 // second miniredis here). When Redis comes back empty, a retry of a key
 // completed during the outage replays instead of running again.
 func ExampleNew_secondary() {

@@ -16,7 +16,7 @@ import (
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,13 +81,17 @@ func (p primary) get(t *testing.T, key guard.Key) (guard.Record, error) {
 
 // pgStore is a Postgres Store in a fresh schema, the secondary of the
 // design.
-func pgStore(t testing.TB) (*sqlbackstop.Store, *sql.DB) {
+func pgStore(t testing.TB) (*pgstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := testenv.Postgres(t)
-	if err := sqlbackstop.Migrate(bg, db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(bg, db, pgstore.Options{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return sqlbackstop.NewStore(db, sqlbackstop.Options{}), db
+	s, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	return s, db
 }
 
 // waitFor polls cond until it holds or limit passes.

@@ -14,14 +14,14 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // outage is a fallback over a primary of the test's own, with the
 // Postgres Store as secondary, and a guard over it.
 type outage struct {
 	p   primary
-	pg  *sqlbackstop.Store
+	pg  *pgstore.Store
 	s   *fallback.Store
 	g   *guard.Guard
 	ran *effects

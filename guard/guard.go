@@ -37,7 +37,7 @@
 // another system, or a Redis failover that loses the last writes all let
 // a second holder in while the first one's effect still lands. That is
 // what Lease.Fence is for: downstream writes carry it and refuse a stale
-// one, and the sqlbackstop package's row, written in the same transaction
+// one, and the backstop package's row, written in the same transaction
 // as the effect, makes the effect happen once even then.
 //
 // Options.MaxRun bounds how long one holder keeps a key: after it the

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // backstopValues returns what the SQL backstop holds after guarded handlers
@@ -28,12 +29,15 @@ func backstopValues(tb testing.TB) [][]byte {
 	}
 	db, _ := testenv.Postgres(tb)
 	ctx := context.Background()
-	if err := sqlbackstop.Migrate(ctx, db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
 		tb.Fatal(err)
 	}
-	b := sqlbackstop.New(db, sqlbackstop.Options{})
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	store := guard.NewRedisStore(testenv.Redis(tb), guard.RedisOptions{Prefix: testenv.Prefix(tb)})
-	g := guard.New(sqlbackstop.Guarded(store, b), guard.Options{})
+	g := guard.New(backstop.Wrap(store, b), guard.Options{})
 	h := Guard(g, Options{SingleCaller: true, MaxStoredResponse: 64})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, err := db.BeginTx(r.Context(), nil)
 		if err != nil {

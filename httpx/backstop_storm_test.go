@@ -23,7 +23,7 @@ import (
 )
 
 // TestBackstopStorm is the scenario of "When Redis forgets": POST /charges
-// behind httpx.Guard over sqlbackstop.Guarded(Redis, PostgreSQL), the
+// behind httpx.Guard over backstop.Wrap(Redis, PostgreSQL), the
 // handler committing its charge and its response with CommitResponse. 400
 // keys × 6 concurrent copies through retrying clients (httpx.NewClient);
 // Redis is flushed at 30 % of the calls, killed (SIGKILL) at 60 % and

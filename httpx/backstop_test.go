@@ -15,10 +15,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // charges is a payments service: POST /charges inserts a charge and
@@ -26,7 +27,7 @@ import (
 // httpx.Guard over a guard whose store the test chooses.
 type charges struct {
 	db      *sql.DB
-	b       *sqlbackstop.Backstop
+	b       *backstop.Backstop
 	rs      *guard.RedisStore
 	g       *guard.Guard
 	handler http.Handler
@@ -41,7 +42,7 @@ type charges struct {
 
 // chargesOptions shape the service.
 type chargesOptions struct {
-	guarded  bool                          // the backstop under the guard (sqlbackstop.Guarded)
+	guarded  bool                          // the backstop under the guard (backstop.Guarded)
 	primary  func(guard.Store) guard.Store // if set, wraps the Redis store
 	logger   *slog.Logger                  // the middleware's; default quiet
 	store5xx bool                          // httpx.Options.Store5xx
@@ -51,13 +52,17 @@ type chargesOptions struct {
 func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o chargesOptions) *charges {
 	t.Helper()
 	db, _ := testenv.Postgres(t)
-	if err := sqlbackstop.Migrate(context.Background(), db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`CREATE TABLE charges (id bigint GENERATED ALWAYS AS IDENTITY, idem_key text NOT NULL, fence bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	s := &charges{db: db, b: sqlbackstop.New(db, sqlbackstop.Options{}), outcomes: map[string]int{}}
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &charges{db: db, b: b, outcomes: map[string]int{}}
 	s.rs = guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
 	if err := s.rs.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
@@ -67,7 +72,7 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o charge
 		store = o.primary(store)
 	}
 	if o.guarded {
-		store = sqlbackstop.Guarded(store, s.b)
+		store = backstop.Wrap(store, s.b)
 	}
 	s.g = guard.New(store, guard.Options{})
 	if o.logger == nil {
@@ -101,9 +106,9 @@ func (s *charges) charge(w http.ResponseWriter, r *http.Request) {
 	err = httpx.CommitResponse(w, r, tx, s.b, http.StatusCreated, fmt.Appendf(nil, `{"charge":%d}`, id))
 	class := "committed"
 	switch {
-	case errors.Is(err, sqlbackstop.ErrAlreadyCommitted):
+	case errors.Is(err, backstop.ErrAlreadyCommitted):
 		class = "already committed"
-	case errors.Is(err, sqlbackstop.ErrStaleFence), errors.Is(err, guard.ErrLeaseLost):
+	case errors.Is(err, backstop.ErrStaleFence), errors.Is(err, guard.ErrLeaseLost):
 		class = "stale"
 	case errors.Is(err, guard.ErrUnavailable):
 		class = "unavailable"
@@ -310,7 +315,11 @@ func backstopUnreachable(t *testing.T, store5xx bool) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	s.g = guard.New(sqlbackstop.Guarded(s.rs, sqlbackstop.New(dead, sqlbackstop.Options{})), guard.Options{})
+	deadBackstop, err := backstop.New(dead, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.g = guard.New(backstop.Wrap(s.rs, deadBackstop), guard.Options{})
 	srv2, c2 := serve(t, authenticate(httpx.Guard(s.g, httpx.Options{Logger: quiet,
 		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(http.HandlerFunc(s.charge))))
 	r = chargeReq(t, c2, srv2.URL, "ch-5")
@@ -331,13 +340,16 @@ func backstopUnreachable(t *testing.T, store5xx bool) {
 // guarded run it commits and answers.
 func TestCommitResponseRules(t *testing.T) {
 	db, _ := testenv.Postgres(t)
-	if err := sqlbackstop.Migrate(context.Background(), db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`CREATE TABLE effects (k text)`); err != nil {
 		t.Fatal(err)
 	}
-	b := sqlbackstop.New(db, sqlbackstop.Options{})
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := newEnv(t, guard.Options{})
 	var errs sync.Map
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/sqlbackstop"
 )
 
 // CommitResponse ends a guarded handler whose business effect is made in
@@ -30,11 +30,11 @@ import (
 // it. The outcomes (see the package documentation, "Recipes"):
 //
 //   - nil: the row and tx are committed; the response is sent and stored.
-//   - an error matching sqlbackstop.ErrAlreadyCommitted: the key's effect
+//   - an error matching backstop.ErrAlreadyCommitted: the key's effect
 //     was committed before (Redis had forgotten it); tx is rolled back,
 //     and the stored response is answered with its own status, header
 //     fields and body, and Idempotent-Replayed: true.
-//   - an error matching sqlbackstop.ErrStaleFence or guard.ErrLeaseLost:
+//   - an error matching backstop.ErrStaleFence or guard.ErrLeaseLost:
 //     another request holds the key now; tx is rolled back and the answer
 //     is Options.InFlightStatus (409) with Retry-After, not stored, so the
 //     retry gets the response of the request that holds the key. A 409,
@@ -58,7 +58,7 @@ import (
 // Outside a guarded run (a method that is not guarded, an optional key
 // left out) CommitResponse commits tx and writes the response to w; if
 // the commit fails it answers 503.
-func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlbackstop.Backstop, status int, body []byte) error {
+func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *backstop.Backstop, status int, body []byte) error {
 	ci, guarded := r.Context().Value(claimKey{}).(*claimInfo)
 	if !guarded || ci.c == nil {
 		return commitUnguarded(w, tx, status, body)
@@ -116,7 +116,7 @@ func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlba
 	}
 
 	resetHeader(h, c.before) // the fields set for the response not sent
-	if done, ok := errors.AsType[*sqlbackstop.AlreadyCommittedError](err); ok {
+	if done, ok := errors.AsType[*backstop.AlreadyCommittedError](err); ok {
 		stored, derr := parseResponse(done.Result)
 		if derr != nil {
 			// Committed by something other than CommitResponse.
@@ -134,7 +134,7 @@ func CommitResponse(w http.ResponseWriter, r *http.Request, tx *sql.Tx, b *sqlba
 	}
 	c.release = true
 	switch {
-	case errors.Is(err, sqlbackstop.ErrStaleFence), errors.Is(context.Cause(ctx), guard.ErrLeaseLost):
+	case errors.Is(err, backstop.ErrStaleFence), errors.Is(context.Cause(ctx), guard.ErrLeaseLost):
 		m.inFlight(c, key.ID, ci.route, 0)
 	case errors.Is(err, guard.ErrMismatch):
 		writeProblem(c, Problem{Type: ProblemKeyMismatch, Status: http.StatusUnprocessableEntity,

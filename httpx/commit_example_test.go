@@ -9,9 +9,10 @@ import (
 	_ "github.com/lib/pq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // A charge endpoint whose effect and response are committed together: a
@@ -22,9 +23,12 @@ func ExampleCommitResponse() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	backstop := sqlbackstop.New(db, sqlbackstop.Options{})
+	bs, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	g := guard.New(sqlbackstop.Guarded(guard.NewRedisStore(rdb, guard.RedisOptions{}), backstop), guard.Options{})
+	g := guard.New(backstop.Wrap(guard.NewRedisStore(rdb, guard.RedisOptions{}), bs), guard.Options{})
 
 	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, err := db.BeginTx(r.Context(), nil)
@@ -45,7 +49,7 @@ func ExampleCommitResponse() {
 		// Commits the charge with the response, and answers with it; on
 		// ErrAlreadyCommitted it answers the stored response instead, on
 		// ErrStaleFence 409, with the backstop unreachable 503.
-		if err := httpx.CommitResponse(w, r, tx, backstop, http.StatusCreated, fmt.Appendf(nil, `{"charge":%d}`, id)); err != nil {
+		if err := httpx.CommitResponse(w, r, tx, bs, http.StatusCreated, fmt.Appendf(nil, `{"charge":%d}`, id)); err != nil {
 			log.Printf("charge not committed here: %v", err)
 		}
 	})

@@ -57,8 +57,8 @@
 // # Recipes: a guarded handler with a SQL backstop
 //
 // Redis can forget a key (a FLUSHALL, a failover, a restart without
-// persistence). With sqlbackstop, the key's row is written in the business
-// transaction, and a guard over sqlbackstop.Guarded answers from
+// persistence). With package backstop, the key's row is written in the business
+// transaction, and a guard over backstop.Wrap answers from
 // PostgreSQL when Redis forgot. The row must hold what the client receives,
 // so a replay from PostgreSQL is the original response: end the handler
 // with CommitResponse, which commits the response in the stored-response
@@ -90,12 +90,12 @@
 //     bytes. After Redis forgets the key, the next request is answered
 //     from PostgreSQL: the same status, header fields and body, with
 //     Idempotent-Replayed: true, and Redis learns it again.
-//   - sqlbackstop.ErrAlreadyCommitted: the key's effect was committed
+//   - backstop.ErrAlreadyCommitted: the key's effect was committed
 //     before, but Redis had forgotten it and this request ran the handler
 //     again. The transaction is rolled back (no second charge) and the
 //     stored response is answered, with its own status (a 201 stays a
 //     201), header fields and body, and Idempotent-Replayed: true.
-//   - sqlbackstop.ErrStaleFence (or the lease was lost): another request
+//   - backstop.ErrStaleFence (or the lease was lost): another request
 //     took the key over (its lease is newer) while this one ran. The
 //     transaction is rolled back and the answer is 409 (InFlightStatus)
 //     with Retry-After: the key is in progress elsewhere, which is what 409

@@ -17,7 +17,7 @@
 //   - Nothing across processes. Two processes, each with its own memstore,
 //     do not see each other's keys: a duplicate delivered to the other
 //     process runs the effect a second time. Several instances of a service
-//     need a shared store (guard.NewRedisStore, sqlbackstop.NewStore).
+//     need a shared store (guard.NewRedisStore, pgstore.New).
 //   - Nothing across restarts. Every record lives in this process's memory
 //     and is lost when it exits: a key completed before a restart runs
 //     again after it.

@@ -14,7 +14,7 @@ var migrationFiles embed.FS
 // occ needs (Up) and removes them (Down), rendered for one table's names.
 // occ ships no tables of its own and keeps no schema-version record: feed
 // Up and Down to the migration tool that manages the table (golang-migrate,
-// goose, sqlbackstop's style of NNNN_name.up.sql / .down.sql files), or
+// goose, pgstore's style of NNNN_name.up.sql / .down.sql files), or
 // run Up once with ExecContext. Up fails on a table that already has the
 // column.
 type Migration struct {

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // bank is the business side of the tests: a PostgreSQL table with no
@@ -19,7 +20,7 @@ import (
 type bank struct {
 	db  *sql.DB
 	dsn string
-	b   *sqlbackstop.Backstop
+	b   *backstop.Backstop
 }
 
 const businessTable = `CREATE TABLE IF NOT EXISTS business (
@@ -39,14 +40,18 @@ func openBank(t testing.TB, db *sql.DB, dsn string, migrate bool) *bank {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if migrate {
-		if err := sqlbackstop.Migrate(ctx, db, sqlbackstop.Options{}); err != nil {
+		if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 		if _, err := db.ExecContext(ctx, businessTable); err != nil {
 			t.Fatalf("business table: %v", err)
 		}
 	}
-	return &bank{db: db, dsn: dsn, b: sqlbackstop.New(db, sqlbackstop.Options{TTL: time.Hour})}
+	b, err := backstop.New(db, pgstore.Options{TTL: time.Hour})
+	if err != nil {
+		t.Fatalf("backstop: %v", err)
+	}
+	return &bank{db: db, dsn: dsn, b: b}
 }
 
 // effect is the business effect for key: it inserts a business row and

@@ -28,14 +28,15 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/redisstream"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 	"github.com/idemguard/idemguard/metrics"
+	"github.com/idemguard/idemguard/pgstore"
 	"github.com/idemguard/idemguard/promx"
-	"github.com/idemguard/idemguard/sqlbackstop"
 )
 
 // demoMetricsReady, when set (by tests), is called with the URL of the
@@ -197,7 +198,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	}
 
 	effects := &demoEffects{run: runID, runs: map[string]int{}}
-	var backstop *sqlbackstop.Backstop
+	var bs *backstop.Backstop
 	if c.pgDSN != "" {
 		db, err := openPostgres(ctx, c.pgDSN)
 		if err != nil {
@@ -205,11 +206,11 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		}
 		defer db.Close()
 		db.SetMaxOpenConns(32)
-		opts := sqlbackstop.Options{Schema: c.schema, TTL: time.Hour}
+		opts := pgstore.Options{Schema: c.schema, TTL: time.Hour}
 		if err := opts.Validate(); err != nil {
 			return usagef("--schema: %v", err)
 		}
-		if err := sqlbackstop.Migrate(ctx, db, opts); err != nil {
+		if err := pgstore.Migrate(ctx, db, opts); err != nil {
 			return fmt.Errorf("migrate the backstop schema: %w", err)
 		}
 		effects.table = "idemguard_demo_effects"
@@ -225,7 +226,9 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 			}
 		}
 		effects.db = db
-		backstop = sqlbackstop.New(db, opts)
+		if bs, err = backstop.New(db, opts); err != nil {
+			return usagef("--schema: %v", err)
+		}
 		where += ", PostgreSQL (effects and the SQL backstop)"
 	}
 
@@ -240,9 +243,9 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	}
 	gopts := guard.Options{Observer: observer, Lease: c.lease, TTL: demoTTL}
 	httpStore, consumerStore := m.Store(store), m.Store(store)
-	if backstop != nil {
-		httpStore = sqlbackstop.Guarded(httpStore, backstop)
-		consumerStore = sqlbackstop.Guarded(consumerStore, backstop)
+	if bs != nil {
+		httpStore = backstop.Wrap(httpStore, bs)
+		consumerStore = backstop.Wrap(consumerStore, bs)
 	}
 	httpGuard := guard.New(httpStore, gopts)
 	consumerGuard := guard.New(consumerStore, gopts)
@@ -270,11 +273,11 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	prog := newProgress(stderr, total, terminal)
 
 	fmt.Fprintf(stdout, "idemguard demo: %s\n\n", where)
-	hs, err := httpStorm(ctx, c, httpGuard, backstop, effects, logger, prog)
+	hs, err := httpStorm(ctx, c, httpGuard, bs, effects, logger, prog)
 	if err != nil {
 		return err
 	}
-	cs, err := consumerStorm(ctx, c, rdb, prefix, consumerGuard, backstop, effects, logger, prog, dupMessages)
+	cs, err := consumerStorm(ctx, c, rdb, prefix, consumerGuard, bs, effects, logger, prog, dupMessages)
 	prog.finish()
 	if err != nil {
 		return err
@@ -282,8 +285,8 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 
 	var failed []string
 	fmt.Fprintf(stdout, "HTTP: POST /orders behind httpx.Guard, keys kept per customer; %d keys × %d copies sent at once by a retrying client (httpx.NewClient), each copy with a token of its own\n", c.keys, c.copies)
-	if backstop != nil {
-		fmt.Fprintf(stdout, "  (each order and its response committed in one transaction: httpx.CommitResponse over sqlbackstop.Guarded)\n")
+	if bs != nil {
+		fmt.Fprintf(stdout, "  (each order and its response committed in one transaction: httpx.CommitResponse over backstop.Wrap)\n")
 	}
 	fmt.Fprintf(stdout, "  requests          %6d  (client calls, each answered with its key's first response)\n", hs.requests)
 	fmt.Fprintf(stdout, "  attempts          %6d  (HTTP requests the server saw, retries included)\n", hs.attempts)
@@ -359,7 +362,7 @@ type httpStats struct {
 	effects, distinct, mismatched                      int64
 }
 
-func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlbackstop.Backstop, effects *demoEffects, logger *slog.Logger, prog *progress) (httpStats, error) {
+func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, bs *backstop.Backstop, effects *demoEffects, logger *slog.Logger, prog *progress) (httpStats, error) {
 	var st httpStats
 	var attempts, executions, replays, conflicts, seq atomic.Int64
 	var effectErr atomic.Value
@@ -371,7 +374,7 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlb
 		}
 		body := fmt.Appendf(nil, `{"order":%q,"customer":%q,"number":%d}`, key, r.Context().Value(customerKey{}), seq.Add(1))
 		w.Header().Set("Content-Type", "application/json")
-		if backstop == nil {
+		if bs == nil {
 			if err := effects.record(r.Context(), effects.db, "http", key); err != nil {
 				effectErr.Store(err)
 				http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -393,7 +396,7 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, backstop *sqlb
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		_ = httpx.CommitResponse(w, r, tx, backstop, http.StatusCreated, body) // it answers in every outcome
+		_ = httpx.CommitResponse(w, r, tx, bs, http.StatusCreated, body) // it answers in every outcome
 	})
 	mux := inventory.NewServeMux(inventory.New(inventory.Options{}), nil)
 	demoRoutes(mux, g, c, logger, orders, func(next http.Handler) http.Handler {
@@ -574,7 +577,7 @@ type consumerStats struct {
 }
 
 func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix string, g *guard.Guard,
-	backstop *sqlbackstop.Backstop, effects *demoEffects, logger *slog.Logger, prog *progress, dups int) (consumerStats, error) {
+	bs *backstop.Backstop, effects *demoEffects, logger *slog.Logger, prog *progress, dups int) (consumerStats, error) {
 	var st consumerStats
 	stream := prefix + "orders"
 	entries := c.messages + dups
@@ -627,12 +630,12 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 			}
 			return nil
 		}
-		if backstop == nil {
+		if bs == nil {
 			return run(ctx, nil)
 		}
 		// With PostgreSQL: the effect and the backstop row commit together.
 		lease, _ := consumerx.LeaseFrom(ctx)
-		tx, err := backstop.DB().BeginTx(ctx, nil)
+		tx, err := bs.DB().BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
@@ -640,8 +643,8 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 		if err := run(ctx, tx); err != nil {
 			return err
 		}
-		if err := backstop.Commit(ctx, tx, lease, fingerprint(m), nil); err != nil {
-			if errors.Is(err, sqlbackstop.ErrAlreadyCommitted) {
+		if err := bs.Commit(ctx, tx, lease, fingerprint(m), nil); err != nil {
+			if errors.Is(err, backstop.ErrAlreadyCommitted) {
 				return nil // committed before: roll this one back
 			}
 			return err

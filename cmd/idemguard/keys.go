@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // defaultRedis is the address the operator commands use without --redis.
@@ -112,14 +112,16 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.Close()
-	var pgStore *sqlbackstop.Store
+	var pgStore *pgstore.Store
 	if *pg != "" {
 		db, err := openPostgres(ctx, *pg)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		pgStore = sqlbackstop.NewStore(db, sqlbackstop.Options{Schema: *schema})
+		if pgStore, err = pgstore.New(db, pgstore.Options{Schema: *schema}); err != nil {
+			return usagef("--schema: %v", err)
+		}
 	}
 
 	rec, err := store.Get(ctx, key)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 func TestMain(m *testing.M) {
@@ -423,10 +423,14 @@ func TestInspectListRelease(t *testing.T) {
 func TestInspectPostgres(t *testing.T) {
 	db, dsn := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := sqlbackstop.Migrate(ctx, db, sqlbackstop.Options{}); err != nil {
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	g := guard.New(sqlbackstop.NewStore(db, sqlbackstop.Options{}), guard.Options{})
+	pg, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(pg, guard.Options{})
 	key := guard.Key{Scope: "billing", ID: "invoice-9"}
 	if _, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) { return []byte("paid"), nil }); err != nil {
 		t.Fatal(err)
@@ -481,7 +485,10 @@ func TestMigrateAndPurge(t *testing.T) {
 	}
 	// Rows: two expired, one live.
 	ctx := context.Background()
-	store := sqlbackstop.NewStore(db, sqlbackstop.Options{})
+	store, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, ttl := range []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, time.Hour} {
 		g := guard.New(store, guard.Options{TTL: ttl, Lease: time.Second})
 		if _, err := g.Do(ctx, guard.Key{Scope: "p", ID: strconv.Itoa(i)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {

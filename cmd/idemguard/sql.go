@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/lock"
-	"github.com/idemguard/idemguard/sqlbackstop"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // purgeLockName is the Redlock name under which at most one purge runs.
@@ -35,7 +35,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *dsn == "" {
 		return usagef("--postgres is required")
 	}
-	opts := sqlbackstop.Options{Schema: *schema}
+	opts := pgstore.Options{Schema: *schema}
 	if err := opts.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -44,7 +44,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer db.Close()
-	m, err := sqlbackstop.NewMigrator(db, opts)
+	m, err := pgstore.NewMigrator(db, opts)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("purge")
 	dsn, schema := addPostgresFlags(fs)
 	before := fs.Duration("before", 0, "delete rows that expired this long ago or more (0: every expired row)")
-	batch := fs.Int("batch", sqlbackstop.DefaultPurgeBatch, "rows deleted per statement")
+	batch := fs.Int("batch", pgstore.DefaultPurgeBatch, "rows deleted per statement")
 	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge runs at a time")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -88,7 +88,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *batch <= 0:
 		return usagef("--batch %d must be positive", *batch)
 	}
-	opts := sqlbackstop.Options{Schema: *schema}
+	opts := pgstore.Options{Schema: *schema}
 	if err := opts.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -106,11 +106,14 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer db.Close()
-	b := sqlbackstop.New(db, opts)
+	store, err := pgstore.New(db, opts)
+	if err != nil {
+		return usagef("%v", err)
+	}
 
 	var deleted int64
 	job := func(ctx context.Context) error {
-		n, err := b.Purge(ctx, sqlbackstop.PurgeOptions{BatchSize: *batch, Before: *before})
+		n, err := store.Purge(ctx, pgstore.PurgeOptions{BatchSize: *batch, Before: *before})
 		deleted = n
 		return err
 	}

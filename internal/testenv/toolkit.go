@@ -1,37 +1,11 @@
 package testenv
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemguard/idemguard/guard"
 )
-
-// Store returns a RedisStore on the standalone Redis, under a prefix of its
-// own (opts.Prefix is replaced by Prefix(t) unless set), with its scripts
-// loaded.
-func Store(t testing.TB, opts guard.RedisOptions) *guard.RedisStore {
-	t.Helper()
-	if opts.Prefix == "" {
-		opts.Prefix = Prefix(t)
-	}
-	s := guard.NewRedisStore(Redis(t), opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.LoadScripts(ctx); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return s
-}
-
-// Guard returns a Guard over Store(t, guard.RedisOptions{}).
-func Guard(t testing.TB, opts guard.Options) *guard.Guard {
-	t.Helper()
-	return guard.New(Store(t, guard.RedisOptions{}), opts)
-}
 
 // WaitFor polls cond every millisecond (backing off to 20 ms) until it
 // holds, and fails the test naming what it waited for when limit passes

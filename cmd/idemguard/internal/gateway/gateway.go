@@ -64,8 +64,8 @@ import (
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 	"github.com/idemguard/idemguard/metrics"
+	"github.com/idemguard/idemguard/pgstore"
 	"github.com/idemguard/idemguard/promx"
-	"github.com/idemguard/idemguard/sqlbackstop"
 )
 
 // Options are what New needs besides the configuration. The zero value
@@ -283,7 +283,11 @@ func (gw *Gateway) openStore() error {
 			return fmt.Errorf("fallback: %w", err)
 		}
 		gw.db = db
-		fo.Policy, fo.Secondary = fallback.Secondary, sqlbackstop.NewStore(db, sqlbackstop.Options{Schema: fc.Schema})
+		secondary, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
+		if err != nil {
+			return fmt.Errorf("fallback: %w", err)
+		}
+		fo.Policy, fo.Secondary = fallback.Secondary, secondary
 	}
 	gw.fb = fallback.New(gw.rstore, fo)
 	gw.store = gw.fb

@@ -1,0 +1,328 @@
+// Package backstop is idemguard's PostgreSQL safety net: the row that
+// makes an effect happen once even when Redis forgets a key.
+//
+// Redis can lose a record (a failover before replication, an eviction, a
+// FLUSHALL) and a paused process can outlive its lease. Only the database
+// that holds the business effect can make it atomic: Backstop.Commit
+// inserts the key's row in the same transaction as the effect, and a key
+// whose row exists was done before, so the caller rolls back and replays
+// the stored result. Wrap puts the backstop under a guard on Redis: the
+// store it returns consults PostgreSQL when Redis has forgotten a key, and
+// gives every holder a fence the backstop checks at Commit. Backstop.Step
+// and CommitStep do the same for a guard.Step whose effect is a write to
+// the database. docs/design.md explains the fence rule and what the
+// backstop catches that Redis cannot.
+//
+// The result a row keeps is opaque bytes: what Guard.Do and consumers
+// replay, unchanged. An HTTP handler behind httpx.Guard commits its row
+// with httpx.CommitResponse, which stores the response the client receives
+// (status, header fields, body) in the middleware's versioned
+// stored-response format, so a replay from PostgreSQL after Redis forgot
+// the key is the original response. The httpx package documentation has
+// the recipes for each outcome of the commit (committed,
+// ErrAlreadyCommitted, ErrStaleFence, the backstop unreachable).
+//
+// The tables are package pgstore's: create them with pgstore.Migrate, and
+// give backstop.New the same pgstore.Options. pgstore also holds a full
+// guard.Store on PostgreSQL (which shares the keys table with the backstop),
+// consumer deduplication, webhook deliveries and the purge of expired rows.
+//
+// The package imports database/sql and no driver: errors are classified
+// through their SQLSTATE code (the SQLState method of lib/pq's *pq.Error
+// and pgx's *pgconn.PgError) and database/sql's and the net package's
+// errors, so a failure of either driver that means the database cannot be
+// reached wraps guard.ErrUnavailable.
+//
+// Constructors return an error for anything that can fail from input (New:
+// options that make no usable table names); they panic only on a nil
+// required dependency (a nil *sql.DB, a nil store or backstop given to
+// Wrap), a programmer error of the kind http.Handle panics on.
+package backstop
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// Backstop writes and reads the committed rows of idempotency keys. It is
+// safe for concurrent use.
+type Backstop struct {
+	db   *sql.DB
+	opts pgstore.Options
+	t    pgsql.Tables
+	q    backstopSQL
+	sq   stepSQL // steps.go
+}
+
+// New returns a Backstop on db, in the tables opts names (create them with
+// pgstore.Migrate, given the same Options). opts.TTL is how long a
+// committed row and a holder's mark are kept. New returns an error for
+// options that make no usable table names; it panics when db is nil.
+func New(db *sql.DB, opts pgstore.Options) (*Backstop, error) {
+	if db == nil {
+		panic("backstop.New: nil *sql.DB")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults()
+	t := pgsql.NewTables(opts.Schema, opts.TablePrefix)
+	return &Backstop{db: db, opts: opts, t: t, q: newBackstopSQL(t), sq: newStepSQL(t)}, nil
+}
+
+// DB returns the database the backstop writes to.
+func (b *Backstop) DB() *sql.DB { return b.db }
+
+// Options returns the backstop's options with defaults filled in.
+func (b *Backstop) Options() pgstore.Options { return b.opts }
+
+type backstopSQL struct {
+	commit, lock, lookup, mark, read string
+}
+
+func newBackstopSQL(t pgsql.Tables) backstopSQL {
+	k := t.Keys
+	return backstopSQL{
+		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 result, $9 ttl µs
+		//
+		// A new key is inserted. An existing row is taken over only when
+		// it counts as absent (expired) or is a holder's uncommitted mark
+		// that this commit may replace (same fingerprint; the caller's own
+		// mark or one with a lower fence). Otherwise nothing is written.
+		commit: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
+			VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8, '', NULL, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
+			ON CONFLICT (scope, id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 'completed',
+				token = EXCLUDED.token, fence = EXCLUDED.fence, attempt = EXCLUDED.attempt,
+				recovered = EXCLUDED.recovered, result = EXCLUDED.result, last_error = '', leased_until = NULL,
+				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
+			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
+				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
+			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
+		lookup: `SELECT result, fence FROM ` + k + `
+			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
+		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 lease µs, $9 keep µs
+		mark: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
+			VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, NULL, '', ` + clockNow + ` + ` + dur("$8") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
+			ON CONFLICT (scope, id) DO UPDATE SET
+				fence = CASE WHEN k.token = EXCLUDED.token AND k.status = 'pending' AND k.expires_at > ` + clockNow + `
+					THEN k.fence ELSE GREATEST(EXCLUDED.fence, k.fence + 1) END,
+				fingerprint = EXCLUDED.fingerprint, status = 'pending', token = EXCLUDED.token,
+				attempt = EXCLUDED.attempt, recovered = EXCLUDED.recovered, result = NULL, last_error = '',
+				leased_until = EXCLUDED.leased_until,
+				created_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.created_at ELSE k.created_at END,
+				expires_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.expires_at
+					ELSE GREATEST(k.expires_at, EXCLUDED.expires_at) END
+			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint)
+			RETURNING fence`,
+		read: `SELECT fingerprint, status, result, fence FROM ` + k + `
+			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
+	}
+}
+
+func checkLease(lease guard.Lease) error {
+	if err := lease.Key.Validate(); err != nil {
+		return err
+	}
+	if lease.Token == "" {
+		return errors.New("backstop: lease without an owner token")
+	}
+	if lease.Fence < 1 {
+		return fmt.Errorf("backstop: lease fence %d is not positive", lease.Fence)
+	}
+	return nil
+}
+
+// Commit writes the key's row inside tx, the transaction that makes the
+// business effect, and stores result in it: one INSERT … ON CONFLICT that
+// inserts the row or, when the row is an uncommitted holder's mark the
+// caller may replace, turns it into the committed row. When the
+// transaction commits, the effect and the row exist together; when it
+// rolls back, neither does.
+//
+// Inside a handler behind httpx.Guard, call httpx.CommitResponse instead:
+// result must then be the response in the middleware's stored format, or
+// the middleware cannot replay it from PostgreSQL.
+//
+// If the row shows the effect was committed before, Commit returns an
+// *AlreadyCommittedError (ErrAlreadyCommitted) carrying the stored result
+// and fence: roll tx back and answer with that result. If a later holder of
+// the key is known to the backstop, it returns a *StaleFenceError
+// (ErrStaleFence): roll back. A row written for another fingerprint gives
+// an error matching guard.ErrMismatch, without the stored result.
+//
+// The fence rule: a row that is not committed (a holder's mark, written by
+// the store Wrap returns, or the record of pgstore's Store while a holder
+// has the key) records the fence of the
+// latest holder. Commit succeeds on it only when the row is the caller's
+// own (same token) or its fence is lower than the caller's. A holder
+// whose lease was recovered by someone else therefore cannot commit once
+// the recovering holder has claimed the key, even before that holder
+// commits.
+//
+// tx must run at READ COMMITTED (PostgreSQL's default): the row of a
+// concurrent commit must be visible once its lock is granted.
+func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
+	if tx == nil {
+		return errors.New("backstop: Commit needs the business transaction, got nil")
+	}
+	if err := checkLease(lease); err != nil {
+		return err
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	args := []any{lease.Key.Scope, lease.Key.ID, fingerprint, lease.Token, lease.Fence, lease.Attempt,
+		lease.Recovered, result, b.opts.TTL.Microseconds()}
+	for range 4 {
+		res, err := tx.ExecContext(ctx, b.q.commit, args...)
+		if err != nil {
+			return dbErr(ctx, "commit", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+		// The row stood in the way: see why, under its lock.
+		var (
+			fp, status, token string
+			fence             int64
+			stored            []byte
+			expired           bool
+		)
+		err = tx.QueryRowContext(ctx, b.q.lock, lease.Key.Scope, lease.Key.ID).Scan(&fp, &status, &token, &fence, &stored, &expired)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // deleted meanwhile (purged or released): insert again
+		}
+		if err != nil {
+			return dbErr(ctx, "commit", err)
+		}
+		switch {
+		case expired:
+			continue // expired meanwhile: it counts as absent now
+		case fp != fingerprint:
+			return fmt.Errorf("%w: %s was committed with another fingerprint", guard.ErrMismatch, lease.Key)
+		case status == "completed":
+			if stored == nil {
+				stored = []byte{}
+			}
+			return &AlreadyCommittedError{Key: lease.Key, Result: stored, Fence: fence}
+		case fence > lease.Fence || (fence == lease.Fence && token != lease.Token):
+			return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
+		}
+		// Changed between the two statements into a row we may replace.
+	}
+	return fmt.Errorf("backstop: commit %s: the row kept changing (is the transaction READ COMMITTED?)", lease.Key)
+}
+
+// Lookup reads the committed row of key: its stored result and the fence
+// that committed it. found is false when no live committed row exists.
+func (b *Backstop) Lookup(ctx context.Context, key guard.Key) (result []byte, fence int64, found bool, err error) {
+	if err := key.Validate(); err != nil {
+		return nil, 0, false, err
+	}
+	err = b.db.QueryRowContext(ctx, b.q.lookup, key.Scope, key.ID).Scan(&result, &fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, dbErr(ctx, "lookup", err)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	return result, fence, true, nil
+}
+
+// TxFunc is a business effect made inside tx, the transaction the
+// backstop commits the key's row in. It returns the result to store.
+type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, error)
+
+// Func returns a guard.Func that runs fn in a transaction on the backstop's
+// database and commits the key's row in the same transaction. If the key
+// was committed before, the transaction is rolled back and the stored
+// result is returned as fn's, without error: the effect stays single. A
+// stale fence is returned as an error and nothing is committed.
+//
+// The transaction lives in the context Guard.Do passes: when the lease is
+// found lost, it is rolled back.
+func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
+	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
+		tx, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, dbErr(ctx, "begin", err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		result, err := fn(ctx, tx, lease)
+		if err != nil {
+			return nil, err
+		}
+		err = b.Commit(ctx, tx, lease, fingerprint, result)
+		var done *AlreadyCommittedError
+		if errors.As(err, &done) {
+			return done.Result, nil // the deferred Rollback undoes fn's writes
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, dbErr(ctx, "commit", err)
+		}
+		return result, nil
+	}
+}
+
+// markResult is what the backstop knows of a key a primary store has just
+// let a holder acquire.
+type markResult struct {
+	fence     int64  // the fence the holder must use (when neither flag is set)
+	committed bool   // the effect was committed: replay result
+	result    []byte // the committed result
+	mismatch  bool   // the key was committed or claimed with another fingerprint
+}
+
+// mark records that the holder of lease took the key, so a holder with an
+// older fence can no longer commit. The fence it returns is above every
+// fence the backstop has seen for the key: after a primary that lost the
+// key hands out fence 1 again, the holder still gets a fresh one.
+func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard.Lease) (markResult, error) {
+	leaseUS := req.Lease.Microseconds()
+	keepUS := max(b.opts.TTL, req.Lease).Microseconds()
+	for range 4 {
+		var fence int64
+		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, req.Fingerprint, lease.Token,
+			lease.Fence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
+		if err == nil {
+			return markResult{fence: fence}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return markResult{}, dbErr(ctx, "mark", err)
+		}
+		// Not updated: committed, or another fingerprint's row.
+		var fp, status string
+		var result []byte
+		err = b.db.QueryRowContext(ctx, b.q.read, req.Key.Scope, req.Key.ID).Scan(&fp, &status, &result, &fence)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // expired or deleted meanwhile: mark again
+		}
+		if err != nil {
+			return markResult{}, dbErr(ctx, "mark", err)
+		}
+		if fp != req.Fingerprint {
+			return markResult{mismatch: true}, nil
+		}
+		if status == "completed" {
+			if result == nil {
+				result = []byte{}
+			}
+			return markResult{committed: true, result: result, fence: fence}, nil
+		}
+		// Changed between the two statements: try again.
+	}
+	return markResult{}, fmt.Errorf("%w: mark %s: the row kept changing", guard.ErrUnavailable, req.Key)
+}

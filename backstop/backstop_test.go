@@ -1,0 +1,683 @@
+package backstop_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/memstore"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+func newKey(t testing.TB) guard.Key {
+	return guard.Key{Scope: "payments", ID: t.Name() + "-" + rand.Text()[:8]}
+}
+
+// pay makes the business effect and commits the key's row in one
+// transaction. It returns Commit's error after rolling back if Commit
+// refused.
+func pay(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, result string) error {
+	t.Helper()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.String(), l.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx, tx, l, "fp", []byte(result)); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return nil
+}
+
+func TestCommitOnceThenAlreadyCommitted(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	key := newKey(t)
+	l1 := guard.Lease{Key: key, Token: "A", Fence: 1, Attempt: 1}
+	if err := pay(t, db, b, l1, "receipt"); err != nil {
+		t.Fatalf("first Commit: %v", err)
+	}
+	l2 := guard.Lease{Key: key, Token: "B", Fence: 2, Attempt: 2}
+	err := pay(t, db, b, l2, "other")
+	var ace *backstop.AlreadyCommittedError
+	if !errors.As(err, &ace) || !errors.Is(err, backstop.ErrAlreadyCommitted) {
+		t.Fatalf("second Commit = %v, want AlreadyCommittedError", err)
+	}
+	if string(ace.Result) != "receipt" || ace.Fence != 1 || ace.Key != key {
+		t.Fatalf("AlreadyCommittedError = %+v", ace)
+	}
+	if rows, _ := countPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+	res, fence, found, err := b.Lookup(ctx, key)
+	if err != nil || !found || string(res) != "receipt" || fence != 1 {
+		t.Fatalf("Lookup = %q, %d, %v, %v", res, fence, found, err)
+	}
+	if _, _, found, err := b.Lookup(ctx, newKey(t)); found || err != nil {
+		t.Fatalf("Lookup of an unknown key = %v, %v", found, err)
+	}
+
+	// Another fingerprint never sees the stored result.
+	tx, _ := db.BeginTx(ctx, nil)
+	defer tx.Rollback()
+	err = b.Commit(ctx, tx, l2, "other-fp", []byte("x"))
+	if !errors.Is(err, guard.ErrMismatch) || errors.As(err, &ace) {
+		t.Fatalf("Commit with another fingerprint = %v, want ErrMismatch", err)
+	}
+}
+
+// TestCommitConcurrent: 32 transactions commit one key at once, each with
+// its own business row; exactly one business row survives.
+func TestCommitConcurrent(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	key := newKey(t)
+	var won, already atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l := guard.Lease{Key: key, Token: fmt.Sprint("T", i), Fence: 1, Attempt: 1}
+			err := pay(t, db, b, l, fmt.Sprint("r", i))
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, backstop.ErrAlreadyCommitted):
+				already.Add(1)
+			default:
+				t.Errorf("Commit: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if rows, _ := countPayments(t, db); won.Load() != 1 || already.Load() != 31 || rows != 1 {
+		t.Fatalf("won %d, already committed %d, payments %d; want 1, 31, 1", won.Load(), already.Load(), rows)
+	}
+}
+
+func TestCommitBadInput(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	b := mustBackstop(t, db, pgstore.Options{})
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	good := guard.Lease{Key: newKey(t), Token: "A", Fence: 1, Attempt: 1}
+	for name, l := range map[string]guard.Lease{
+		"empty key": {Token: "A", Fence: 1},
+		"no token":  {Key: good.Key, Fence: 1},
+		"fence 0":   {Key: good.Key, Token: "A"},
+	} {
+		if err := b.Commit(ctx, tx, l, "fp", nil); err == nil {
+			t.Errorf("%s: Commit succeeded", name)
+		}
+	}
+	if err := b.Commit(ctx, nil, good, "fp", nil); err == nil {
+		t.Error("Commit without a transaction succeeded")
+	}
+	if _, _, _, err := b.Lookup(ctx, guard.Key{}); !errors.Is(err, guard.ErrInvalidKey) {
+		t.Errorf("Lookup of an empty key = %v, want ErrInvalidKey", err)
+	}
+}
+
+// TestCrashWindow: the first holder commits its business row and the
+// backstop row, then "dies" before complete reaches Redis. After its lease
+// ran out, the retry runs fn again, meets ErrAlreadyCommitted, rolls back,
+// and the client gets the stored result; one business row exists.
+func TestCrashWindow(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second // long enough to still be held under a loaded machine
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	g := guard.New(rs, guard.Options{Lease: lease})
+	key := newKey(t)
+
+	first, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pay(t, db, b, first.Lease, "receipt-1"); err != nil {
+		t.Fatalf("first holder's commit: %v", err)
+	}
+	// ... and the process dies here: no Complete, no heartbeat.
+
+	if _, err := g.Do(ctx, key, "fp", nil); !errors.Is(err, guard.ErrInProgress) {
+		t.Fatalf("retry during the dead holder's lease = %v, want ErrInProgress", err)
+	}
+	time.Sleep(lease + 50*time.Millisecond) // waiting for the Redis lease to expire
+
+	var met error
+	res, err := g.Do(ctx, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, key.String(), l.Fence); err != nil {
+			return nil, err
+		}
+		met = b.Commit(ctx, tx, l, "fp", []byte("receipt-2"))
+		var done *backstop.AlreadyCommittedError
+		if errors.As(met, &done) {
+			return done.Result, nil // rolled back by the deferred Rollback
+		}
+		if met != nil {
+			return nil, met
+		}
+		return []byte("receipt-2"), tx.Commit()
+	})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if !errors.Is(met, backstop.ErrAlreadyCommitted) {
+		t.Fatalf("retry's Commit = %v, want ErrAlreadyCommitted", met)
+	}
+	if string(res.Value) != "receipt-1" || !res.Lease.Recovered || res.Lease.Fence != 2 {
+		t.Fatalf("retry = %q under %+v; want receipt-1, recovered, fence 2", res.Value, res.Lease)
+	}
+	if rows, _ := countPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+	// The retry completed the Redis record with the stored result.
+	res, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran after completion")
+		return nil, nil
+	})
+	if err != nil || !res.Replayed || string(res.Value) != "receipt-1" {
+		t.Fatalf("third call = %q, replayed %v, %v", res.Value, res.Replayed, err)
+	}
+}
+
+// TestCrashWindowWrapped: the same crash under Wrap: the retry's claim
+// finds the committed row and replays it without running fn, and teaches
+// Redis the result.
+func TestCrashWindowWrapped(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease})
+	key := newKey(t)
+
+	first, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pay(t, db, b, first.Lease, "receipt-1"); err != nil {
+		t.Fatalf("first holder's commit: %v", err)
+	}
+	time.Sleep(lease + 50*time.Millisecond) // waiting for the Redis lease to expire
+
+	res, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran for a committed key")
+		return nil, nil
+	})
+	if err != nil || !res.Replayed || string(res.Value) != "receipt-1" {
+		t.Fatalf("retry = %q, replayed %v, %v; want a replay of receipt-1", res.Value, res.Replayed, err)
+	}
+	rec, err := rs.Get(ctx, key)
+	if err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "receipt-1" {
+		t.Fatalf("Redis record after the replay = %+v, %v; want completed with receipt-1", rec, err)
+	}
+	if rows, _ := countPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+}
+
+// TestStaleFenceAfterRecovery: holder A's lease runs out and B recovers
+// the key (fence 2). A, still running, tries to commit: rejected with
+// ErrStaleFence, before and regardless of B's commit. B commits. Shown on
+// the PostgreSQL Store and on Redis under Wrap.
+func TestStaleFenceAfterRecovery(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T, b *backstop.Backstop) guard.Store
+	}{
+		{"PostgresStore", func(t *testing.T, b *backstop.Backstop) guard.Store {
+			return mustStore(t, b.DB(), pgstore.Options{})
+		}},
+		{"WrappedRedis", func(t *testing.T, b *backstop.Backstop) guard.Store {
+			rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			return backstop.Wrap(rs, b)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := migrated(t, pgstore.Options{})
+			businessTable(t, db)
+			b := mustBackstop(t, db, pgstore.Options{})
+			g := guard.New(tc.store(t, b), guard.Options{Lease: lease})
+			key := newKey(t)
+
+			a, err := g.Claim(ctx, key, "fp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(lease + 50*time.Millisecond) // A pauses past its lease
+			bo, err := g.Claim(ctx, key, "fp")
+			if err != nil || !bo.Lease.Recovered || bo.Lease.Fence <= a.Lease.Fence {
+				t.Fatalf("recovering claim = %+v, %v", bo.Lease, err)
+			}
+			err = pay(t, db, b, a.Lease, "from A")
+			var stale *backstop.StaleFenceError
+			if !errors.As(err, &stale) || !errors.Is(err, backstop.ErrStaleFence) {
+				t.Fatalf("A's commit after B recovered = %v, want ErrStaleFence", err)
+			}
+			if stale.Fence != a.Lease.Fence || stale.Seen != bo.Lease.Fence {
+				t.Fatalf("StaleFenceError = %+v", stale)
+			}
+			if err := pay(t, db, b, bo.Lease, "from B"); err != nil {
+				t.Fatalf("B's commit: %v", err)
+			}
+			if err := g.Complete(ctx, bo.Lease, []byte("from B")); err != nil {
+				t.Fatalf("B's complete: %v", err)
+			}
+			if err := g.Complete(ctx, a.Lease, []byte("from A")); !errors.Is(err, guard.ErrLeaseLost) {
+				t.Fatalf("A's complete = %v, want ErrLeaseLost", err)
+			}
+			// After B committed, A meets the committed row.
+			if err := pay(t, db, b, a.Lease, "from A"); !errors.Is(err, backstop.ErrAlreadyCommitted) {
+				t.Fatalf("A's commit after B's = %v, want ErrAlreadyCommitted", err)
+			}
+			if rows, _ := countPayments(t, db); rows != 1 {
+				t.Fatalf("payments = %d, want 1", rows)
+			}
+			var fence int64
+			if err := db.QueryRowContext(ctx, `SELECT fence FROM payments`).Scan(&fence); err != nil || fence != bo.Lease.Fence {
+				t.Fatalf("the payment carries fence %d (%v), want B's %d", fence, err, bo.Lease.Fence)
+			}
+		})
+	}
+}
+
+// TestStoreCommitCompletesInTx: under the PostgreSQL Store, Commit in the
+// business transaction completes the key itself; Guard.Do's Complete then
+// finds it done.
+func TestStoreCommitCompletesInTx(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	s := mustStore(t, db, pgstore.Options{})
+	g := guard.New(s, guard.Options{})
+	key := newKey(t)
+	fn := b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
+		_, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, key.String(), l.Fence)
+		return []byte("paid"), err
+	})
+	res, err := g.Do(ctx, key, "fp", fn)
+	if err != nil || string(res.Value) != "paid" || res.Replayed {
+		t.Fatalf("Do = %+v, %v", res, err)
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "paid" {
+		t.Fatalf("record = %+v, %v", rec, err)
+	}
+	res, err = g.Do(ctx, key, "fp", fn)
+	if err != nil || !res.Replayed || string(res.Value) != "paid" {
+		t.Fatalf("second Do = %+v, %v", res, err)
+	}
+	if rows, _ := countPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+}
+
+// TestRedisLosesRecords: 500 keys, 4 calls each, 32 workers, on a Redis
+// that is flushed twice mid-run; a call that loses its record to a flush
+// is retried, as a client would. Exactly 500 payments; afterwards, with
+// Redis flushed again, every key replays from PostgreSQL without running
+// fn, and Redis learns the result back.
+func TestRedisLosesRecords(t *testing.T) {
+	t.Parallel()
+	const keys, dups, workers = 500, 4, 32
+	srv := testenv.StartRedis(t)
+	client := srv.Client()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guard.NewRedisStore(client, guard.RedisOptions{})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 5 * time.Second})
+	prefix := rand.Text()[:6]
+	keyOf := func(i int) guard.Key { return guard.Key{Scope: "pay", ID: fmt.Sprintf("%s-%d", prefix, i)} }
+	fnOf := func(i int) guard.Func {
+		return b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
+			_, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, keyOf(i).String(), l.Fence)
+			return fmt.Appendf(nil, "receipt-%d", i), err
+		})
+	}
+
+	var answered, flushes atomic.Int64
+	flushAt := map[int64]bool{keys * dups / 3: true, 2 * keys * dups / 3: true}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				// A client retries until it has an answer; in progress
+				// means another delivery has the key and answers for it.
+				for try := 0; ; try++ {
+					_, err := g.Do(ctx, keyOf(i), "fp", fnOf(i))
+					if err == nil || errors.Is(err, guard.ErrInProgress) {
+						break
+					}
+					if try < 10 && (errors.Is(err, guard.ErrLeaseLost) || errors.Is(err, backstop.ErrStaleFence)) {
+						// The flush took this holder's record: its effect is
+						// committed once or rolled back; ask again.
+						continue
+					}
+					if try < 10 && errors.Is(err, guard.ErrUnavailable) {
+						// On two loaded cores a claim's Postgres mark can
+						// outlast its bound (half the lease): the outcome is
+						// unknown, and a client asks again, as after a 503.
+						continue
+					}
+					t.Errorf("Do(%d): %v", i, err)
+					break
+				}
+				if n := answered.Add(1); flushAt[n] {
+					if err := client.FlushAll(ctx).Err(); err != nil {
+						t.Errorf("FLUSHALL: %v", err)
+					}
+					flushes.Add(1)
+				}
+			}
+		}()
+	}
+	for i := range keys {
+		for range dups {
+			jobs <- i
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if flushes.Load() != 2 {
+		t.Fatalf("flushed %d times, want 2", flushes.Load())
+	}
+	if rows, distinct := countPayments(t, db); rows != keys || distinct != keys {
+		t.Fatalf("payments = %d rows for %d keys, want %d for %d", rows, distinct, keys, keys)
+	}
+
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		res, err := g.Do(ctx, keyOf(i), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			t.Errorf("key %d: fn ran after Redis lost a committed key", i)
+			return nil, nil
+		})
+		if want := fmt.Sprintf("receipt-%d", i); err != nil || !res.Replayed || string(res.Value) != want {
+			t.Fatalf("key %d after FLUSHALL = %q, replayed %v, %v; want a replay of %s", i, res.Value, res.Replayed, err, want)
+		}
+	}
+	for _, i := range []int{0, keys / 2, keys - 1} {
+		rec, err := rs.Get(ctx, keyOf(i))
+		if err != nil || rec.State != guard.StateCompleted || !bytes.Equal(rec.Result, fmt.Appendf(nil, "receipt-%d", i)) {
+			t.Fatalf("Redis record of key %d after the replay = %+v, %v", i, rec, err)
+		}
+	}
+	if rows, _ := countPayments(t, db); rows != keys {
+		t.Fatalf("payments after the replays = %d, want %d", rows, keys)
+	}
+}
+
+// TestRedisLosesRunningHolder: Redis loses the record while its holder is
+// still running; the next holder gets a fence above the old one, though
+// Redis hands out fence 1 again, and the old holder cannot commit.
+func TestRedisLosesRunningHolder(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	client := srv.Client()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guard.NewRedisStore(client, guard.RedisOptions{})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 10 * time.Second})
+	key := newKey(t)
+
+	a, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Del(ctx, rs.Name(key)).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL = %d, %v", n, err)
+	}
+	bo, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bo.Lease.Fence <= a.Lease.Fence {
+		t.Fatalf("fence after Redis lost the record = %d, want above %d", bo.Lease.Fence, a.Lease.Fence)
+	}
+	if err := pay(t, db, b, a.Lease, "A"); !errors.Is(err, backstop.ErrStaleFence) {
+		t.Fatalf("old holder's commit = %v, want ErrStaleFence", err)
+	}
+	if err := pay(t, db, b, bo.Lease, "B"); err != nil {
+		t.Fatalf("new holder's commit: %v", err)
+	}
+	if rows, _ := countPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+	// Another payload under the lost key is a mismatch, and the Redis
+	// claim it made is released.
+	client.Del(ctx, rs.Name(key))
+	if _, err := g.Claim(ctx, key, "other"); !errors.Is(err, guard.ErrMismatch) {
+		t.Fatalf("claim with another fingerprint = %v, want ErrMismatch", err)
+	}
+	if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("the mismatching claim left a Redis record: %v", err)
+	}
+	// Get falls back to the committed row.
+	got, err := g.Get(ctx, key)
+	if err != nil || got.State != guard.StateCompleted || string(got.Result) != "B" {
+		t.Fatalf("Get through the wrapped store = %+v, %v", got, err)
+	}
+}
+
+// TestCommitExpiredRow: a committed row past its retention counts as
+// absent: Lookup does not find it and a new Commit takes its place.
+func TestCommitExpiredRow(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	key := newKey(t)
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		VALUES ($1, $2, 'fp', 'completed', 'old', 7, 'old result', now() - interval '1 second')`, key.Scope, key.ID)
+	if _, _, found, err := b.Lookup(ctx, key); found || err != nil {
+		t.Fatalf("Lookup of an expired row = %v, %v; want not found", found, err)
+	}
+	if err := pay(t, db, b, guard.Lease{Key: key, Token: "new", Fence: 1, Attempt: 1}, "new result"); err != nil {
+		t.Fatalf("Commit over an expired row: %v", err)
+	}
+	res, fence, found, err := b.Lookup(ctx, key)
+	if err != nil || !found || string(res) != "new result" || fence != 1 {
+		t.Fatalf("Lookup = %q, %d, %v, %v", res, fence, found, err)
+	}
+}
+
+// TestWrapFailsClosed: when PostgreSQL cannot be reached, a claim on
+// Redis is released and the caller gets ErrUnavailable; fn never runs.
+func TestWrapFailsClosed(t *testing.T) {
+	t.Parallel()
+	dsn := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/none?sslmode=disable&connect_timeout=2", testenv.FreePort(t))
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{})
+	key := newKey(t)
+	_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran without the backstop")
+		return nil, nil
+	})
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("Do without PostgreSQL = %v, want ErrUnavailable", err)
+	}
+	if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("the Redis claim was not released: %v", err)
+	}
+}
+
+// TestCommitFenceRule: on a row not yet committed, Commit succeeds only
+// for the row's own holder (same token) or a higher fence.
+func TestCommitFenceRule(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	for _, tc := range []struct {
+		status   string
+		rowFence int64
+		rowToken string
+		fence    int64
+		token    string
+		want     error
+	}{
+		{"pending", 3, "B", 2, "A", backstop.ErrStaleFence},
+		{"pending", 2, "B", 2, "A", backstop.ErrStaleFence},
+		{"pending", 2, "A", 2, "A", nil},
+		{"pending", 1, "B", 2, "A", nil},
+		{"failed", 2, "B", 3, "A", nil},
+		{"failed", 4, "B", 3, "A", backstop.ErrStaleFence},
+		{"completed", 1, "B", 5, "A", backstop.ErrAlreadyCommitted},
+	} {
+		key := newKey(t)
+		mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
+			VALUES ($1, $2, 'fp', $3, $4, $5, now() + interval '1 hour')`, key.Scope, key.ID, tc.status, tc.rowToken, tc.rowFence)
+		err := pay(t, db, b, guard.Lease{Key: key, Token: tc.token, Fence: tc.fence, Attempt: 1}, "r")
+		if (tc.want == nil && err != nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("row %s fence %d token %s, commit fence %d token %s: %v, want %v",
+				tc.status, tc.rowFence, tc.rowToken, tc.fence, tc.token, err, tc.want)
+		}
+	}
+}
+
+// TestWrapExhaustedButCommitted: the only allowed attempt committed and
+// died before completing; Redis calls the key exhausted, but the effect
+// happened, so the wrapped store replays it.
+func TestWrapExhaustedButCommitted(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease, MaxAttempts: 1})
+	key, other := newKey(t), newKey(t)
+	for _, k := range []guard.Key{key, other} {
+		first, err := g.Claim(ctx, k, "fp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == key {
+			if err := pay(t, db, b, first.Lease, "receipt"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(lease + 50*time.Millisecond) // both holders die
+	res, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran for a committed key")
+		return nil, nil
+	})
+	if err != nil || !res.Replayed || string(res.Value) != "receipt" {
+		t.Fatalf("committed key = %q, replayed %v, %v; want a replay", res.Value, res.Replayed, err)
+	}
+	// Without a commit, exhausted stays exhausted.
+	if _, err := g.Do(ctx, other, "fp", nil); !errors.Is(err, guard.ErrExhausted) {
+		t.Fatalf("uncommitted key = %v, want ErrExhausted", err)
+	}
+}
+
+// TestStoreFenceGrowsPastRetention: a key claimed again after its record
+// expired starts at attempt 1, but with a fence above the old one, so the
+// old holder's late Commit is stale.
+func TestStoreFenceGrowsPastRetention(t *testing.T) {
+	t.Parallel()
+	const ttl = 300 * time.Millisecond
+	db := migrated(t, pgstore.Options{})
+	businessTable(t, db)
+	s := mustStore(t, db, pgstore.Options{})
+	b := mustBackstop(t, db, pgstore.Options{})
+	key := guard.Key{Scope: "s", ID: "retained"}
+	req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: ttl, TTL: ttl}
+	a, err := s.Claim(ctx, req)
+	if err != nil || a.Status != guard.Acquired || a.Lease.Fence != 1 {
+		t.Fatalf("first claim = %+v, %v", a, err)
+	}
+	time.Sleep(ttl + 50*time.Millisecond) // waiting for the record's retention to pass
+	req.Token = "B"
+	bo, err := s.Claim(ctx, req)
+	if err != nil || bo.Status != guard.Acquired || bo.Lease.Attempt != 1 || bo.Lease.Recovered || bo.Lease.Fence != 2 {
+		t.Fatalf("claim after retention = %+v, %v; want attempt 1, fence 2", bo.Lease, err)
+	}
+	if err := pay(t, db, b, a.Lease, "A"); !errors.Is(err, backstop.ErrStaleFence) {
+		t.Fatalf("old holder's commit = %v, want ErrStaleFence", err)
+	}
+}
+
+// TestNewRefusesBadInput: New returns the error of options that make no
+// usable table names (and no Backstop); a nil database or a nil store
+// given to Wrap is a programmer error and panics at once.
+func TestNewRefusesBadInput(t *testing.T) {
+	db := &sql.DB{} // never used: New fails or panics before any query
+	for name, o := range map[string]pgstore.Options{
+		"long prefix": {TablePrefix: string(make([]byte, 60))},
+		"NUL schema":  {Schema: "a\x00b"},
+	} {
+		if b, err := backstop.New(db, o); err == nil || b != nil {
+			t.Errorf("%s: New = %v, %v; want nil and an error", name, b, err)
+		}
+	}
+	if b, err := backstop.New(db, pgstore.Options{}); err != nil || b == nil {
+		t.Fatalf("New with zero Options = %v, %v", b, err)
+	}
+	panics := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	panics("New(nil)", func() { _, _ = backstop.New(nil, pgstore.Options{}) })
+	good, _ := backstop.New(db, pgstore.Options{})
+	panics("Wrap(nil, b)", func() { backstop.Wrap(nil, good) })
+	panics("Wrap(store, nil)", func() { backstop.Wrap(memstore.New(memstore.Options{}), nil) })
+}

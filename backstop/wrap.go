@@ -1,0 +1,149 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Wrap returns a guard.Store that is primary (Redis) with b as its safety
+// net. (It wraps a Store; lock.Guarded, by contrast, wraps a guard.Func.)
+// When primary lets a holder acquire a key, the store consults the
+// backstop in the same call:
+//
+//   - the key's effect was committed (primary lost its record): the claim
+//     becomes a Replay of the result stored in PostgreSQL, and the primary
+//     record is completed with it, so later replays come from primary;
+//   - the key was used with another fingerprint: Mismatch, and the primary
+//     claim is released;
+//   - primary reports the key exhausted but its effect was committed (the
+//     last holder died after its commit): Replay of the stored result;
+//   - otherwise the holder is marked in PostgreSQL with a fence above every
+//     fence seen for the key, and that fence is the lease's. A holder whose
+//     lease another holder recovered, or who lost its record with Redis,
+//     then fails Commit with ErrStaleFence instead of committing twice.
+//
+// If the backstop cannot be reached the claim is released and the error
+// (wrapping guard.ErrUnavailable) returned: fail closed. Complete, Fail,
+// Release and Extend go to primary. Get reads primary and, when it has no
+// record, the committed row in PostgreSQL.
+//
+// A write to primary that ends a claim is never given up at the first
+// failure: the store's own (teaching primary a committed result, releasing
+// a claim it refuses) and the holder's Complete, Fail and Release are
+// retried while primary cannot be reached, for up to 2 s (a restarted
+// Redis is answered within a second), so a claim primary just granted is
+// not left pending for a whole lease, during which every retry would be
+// told the key is in progress though the backstop holds its answer. When
+// teaching primary still fails, its claim is released if it can be.
+//
+// The store Wrap returns is a guard.StepStore when primary is one:
+// steps are kept in primary, and a step that writes to the database
+// commits its own row with Backstop.Step (or CommitStep).
+//
+// Effects run under a wrapped store must Commit their row with b (see
+// Backstop.Func, and httpx.CommitResponse for HTTP handlers, which commits
+// the response the client receives); the lease's fence may differ from
+// primary's own record.
+//
+// Wrap panics when primary or b is nil (a programmer error).
+func Wrap(primary guard.Store, b *Backstop) guard.Store {
+	if primary == nil || b == nil {
+		panic("backstop.Wrap: nil primary store or backstop")
+	}
+	if ps, ok := primary.(guard.StepStore); ok {
+		return &wrappedSteps{wrappedStore{primary: primary, b: b}, ps} // wrap_steps.go
+	}
+	return &wrappedStore{primary: primary, b: b}
+}
+
+type wrappedStore struct {
+	primary guard.Store
+	b       *Backstop
+}
+
+func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	out, err := g.primary.Claim(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	switch out.Status {
+	case guard.Acquired:
+	case guard.Exhausted:
+		// The last holder may have committed and died before completing:
+		// then the effect happened, and its result is the answer.
+		result, _, found, lerr := g.b.Lookup(ctx, req.Key)
+		if lerr == nil && found {
+			return guard.Outcome{Status: guard.Replay, Result: result}, nil
+		}
+		return out, nil
+	default:
+		return out, nil
+	}
+	m, err := g.b.mark(ctx, req, out.Lease)
+	if err != nil {
+		g.undo(ctx, out.Lease)
+		return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
+	}
+	switch {
+	case m.mismatch:
+		g.undo(ctx, out.Lease)
+		return guard.Outcome{Status: guard.Mismatch}, nil
+	case m.committed:
+		// Primary forgot a key whose effect is committed: teach it again.
+		// The replay is right either way; what matters is that the claim
+		// primary just granted does not stay pending for a lease, so if
+		// it cannot be completed it is released, and the next claim asks
+		// the backstop again.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(req.Lease, time.Second))
+		err := settle(wctx, settleBudget, func() error { return g.primary.Complete(wctx, out.Lease, m.result, req.TTL) })
+		if errors.Is(err, guard.ErrUnavailable) {
+			_ = g.primary.Release(wctx, out.Lease)
+		}
+		cancel()
+		return guard.Outcome{Status: guard.Replay, Result: m.result}, nil
+	}
+	out.Lease.Fence = m.fence
+	return out, nil
+}
+
+// undo releases a primary claim that must not stand, even if ctx ended.
+func (g *wrappedStore) undo(ctx context.Context, l guard.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, l) })
+}
+
+func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	return settle(ctx, settleBudget, func() error { return g.primary.Complete(ctx, lease, result, ttl) })
+}
+
+func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return settle(ctx, settleBudget, func() error { return g.primary.Fail(ctx, lease, reason, ttl) })
+}
+
+func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
+	return settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, lease) })
+}
+
+func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	return g.primary.Extend(ctx, lease, d)
+}
+
+func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	rec, err := g.primary.Get(ctx, key)
+	if !errors.Is(err, guard.ErrNotFound) {
+		return rec, err
+	}
+	result, fence, found, lerr := g.b.Lookup(ctx, key)
+	if lerr != nil {
+		return guard.Record{}, fmt.Errorf("backstop: %w", lerr)
+	}
+	if !found {
+		return guard.Record{}, err
+	}
+	return guard.Record{Key: key, State: guard.StateCompleted, Fence: fence, Result: result}, nil
+}

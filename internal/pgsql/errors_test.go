@@ -1,0 +1,145 @@
+package pgsql_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// stateErr is an error value carrying a SQLSTATE code the way any driver's
+// server error does (an error value, not a mock of a store).
+type stateErr string
+
+func (e stateErr) Error() string    { return "server said " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
+// TestUnavailableBySQLState: the classification reads the SQLSTATE code of
+// any error that has a SQLState method, wrapped or not, whatever its type:
+// lib/pq's *pq.Error and a driver-neutral value alike.
+func TestUnavailableBySQLState(t *testing.T) {
+	for code, want := range map[string]bool{
+		"08000": true, "08001": true, "08003": true, "08006": true, // connection exception
+		"53000": true, "53100": true, "53200": true, "53300": true, // insufficient resources
+		"57P01": true, "57P02": true, "57P03": true, // admin/crash shutdown, cannot connect now
+		"40001": true, "40P01": true, // serialization failure, deadlock
+		"23505": false, "23503": false, "42P01": false, "22P02": false, "57014": false, "40002": false,
+	} {
+		for name, err := range map[string]error{
+			"value":        stateErr(code),
+			"wrapped":      fmt.Errorf("query: %w", stateErr(code)),
+			"lib/pq":       &pq.Error{Code: pqerror.Code(code)},
+			"wrapped pq":   fmt.Errorf("query: %w", &pq.Error{Code: pqerror.Code(code)}),
+			"joined value": errors.Join(errors.New("rollback failed"), stateErr(code)),
+		} {
+			if got := pgsql.Unavailable(err); got != want {
+				t.Errorf("%s %s: Unavailable = %v, want %v", name, code, got, want)
+			}
+			if got, ok := pgsql.SQLState(err); !ok || got != code {
+				t.Errorf("%s %s: SQLState = %q, %v", name, code, got, ok)
+			}
+			mapped := pgsql.Err(context.Background(), "commit", err)
+			if errors.Is(mapped, guard.ErrUnavailable) != want {
+				t.Errorf("%s %s: Err = %v, unavailable %v; want %v", name, code, mapped, !want, want)
+			}
+			if !errors.Is(mapped, err) {
+				t.Errorf("%s %s: Err = %v does not wrap the driver's error", name, code, mapped)
+			}
+		}
+	}
+}
+
+// TestUnavailableWithoutSQLState: failures that carry no SQLSTATE (the
+// connection is gone, the network failed, the deadline passed) are
+// unavailable too; a plain error is not; a cancelled call is returned as
+// it is.
+func TestUnavailableWithoutSQLState(t *testing.T) {
+	opErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"bad conn":  {driver.ErrBadConn, true},
+		"conn done": {fmt.Errorf("exec: %w", sql.ErrConnDone), true},
+		"EOF":       {io.EOF, true},
+		"short":     {io.ErrUnexpectedEOF, true},
+		"net":       {fmt.Errorf("dial: %w", opErr), true},
+		"deadline":  {context.DeadlineExceeded, true},
+		"plain":     {errors.New("syntax error"), false},
+		"no rows":   {sql.ErrNoRows, false},
+	} {
+		if got := pgsql.Unavailable(tc.err); got != tc.want {
+			t.Errorf("%s: Unavailable(%v) = %v, want %v", name, tc.err, got, tc.want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := pgsql.Err(ctx, "lookup", context.Canceled); err != context.Canceled {
+		t.Errorf("Err of a cancelled call = %v, want context.Canceled itself", err)
+	}
+	if err := pgsql.Err(context.Background(), "lookup", nil); err != nil {
+		t.Errorf("Err(nil) = %v", err)
+	}
+}
+
+// TestTerminatedBackendIsUnavailable: a real server error through lib/pq.
+// The backend of a connection is terminated by an administrator
+// (pg_terminate_backend, SQLSTATE 57P01 on that connection); the next
+// statement on it fails, and the failure is classified as unavailable.
+func TestTerminatedBackendIsUnavailable(t *testing.T) {
+	db, _ := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var pid int
+	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var killed bool
+	if err := db.QueryRowContext(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
+		t.Fatalf("pg_terminate_backend = %v, %v", killed, err)
+	}
+	_, err = conn.ExecContext(ctx, `SELECT 1`)
+	if err == nil {
+		t.Fatal("a statement on a terminated backend succeeded")
+	}
+	code, _ := pgsql.SQLState(err)
+	t.Logf("lib/pq after pg_terminate_backend: %T %v (SQLSTATE %q)", err, err, code)
+	if mapped := pgsql.Err(ctx, "exec", err); !errors.Is(mapped, guard.ErrUnavailable) {
+		t.Fatalf("Err = %v, want guard.ErrUnavailable", mapped)
+	}
+}
+
+// TestServerSQLStateThroughLibPQ: errors raised by a real server with a
+// given SQLSTATE reach the classification through lib/pq's *pq.Error and
+// its SQLState method.
+func TestServerSQLStateThroughLibPQ(t *testing.T) {
+	db, _ := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for code, want := range map[string]bool{"40001": true, "40P01": true, "57P03": true, "53300": true, "23505": false, "P0001": false} {
+		_, err := db.ExecContext(ctx, `DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '`+code+`'; END $$`)
+		if got, _ := pgsql.SQLState(err); got != code {
+			t.Fatalf("raised %s, SQLState = %q (%T %v)", code, got, err, err)
+		}
+		if got := errors.Is(pgsql.Err(ctx, "exec", err), guard.ErrUnavailable); got != want {
+			t.Errorf("SQLSTATE %s: unavailable = %v, want %v", code, got, want)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// MarkConsumed records, inside tx, that group consumed messageID. It
+// returns true the first time; false means the message was consumed
+// before (by a committed transaction): roll tx back and acknowledge the
+// message without handling it. A concurrent duplicate waits until the
+// first transaction ends. The row is kept for Options.TTL; after that the
+// message counts as new again.
+//
+// Unlike a deduplicator that marks a message before its handler runs, the
+// mark lives in the handler's transaction: a handler that fails rolls the
+// mark back with its work, and the redelivered message runs again.
+func (s *Store) MarkConsumed(ctx context.Context, tx *sql.Tx, group, messageID string) (first bool, err error) {
+	if tx == nil {
+		return false, errors.New("pgstore: MarkConsumed needs the handler's transaction, got nil")
+	}
+	if group == "" || messageID == "" {
+		return false, fmt.Errorf("pgstore: consumer group %q and message id %q must not be empty", group, messageID)
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO `+s.t.Consumed+` AS c (consumer_group, message_id, expires_at)
+		VALUES ($1, $2, `+clockNow+` + `+dur("$3")+`)
+		ON CONFLICT (consumer_group, message_id) DO UPDATE
+		SET consumed_at = now(), expires_at = EXCLUDED.expires_at
+		WHERE c.expires_at <= `+clockNow, group, messageID, s.opts.TTL.Microseconds())
+	if err != nil {
+		return false, dbErr(ctx, "mark consumed", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, dbErr(ctx, "mark consumed", err)
+	}
+	return n == 1, nil
+}
+
+// Consume runs fn once per (group, messageID): in one transaction it marks
+// the message consumed and runs fn, and commits both or neither. A
+// duplicate returns ran == false without calling fn. If fn fails, nothing
+// is kept and its error is returned, so the message can be delivered again.
+func (s *Store) Consume(ctx context.Context, group, messageID string, fn func(ctx context.Context, tx *sql.Tx) error) (ran bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, dbErr(ctx, "begin", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	first, err := s.MarkConsumed(ctx, tx, group, messageID)
+	if err != nil || !first {
+		return false, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, dbErr(ctx, "commit", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,279 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/idemguard/idemguard/internal/pgsql"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one schema change with its rollback, as SQL rendered for
+// the Options it was built with.
+type Migration struct {
+	Version int    // applied in ascending order, recorded in the schema-version table
+	Name    string // from the file name, e.g. "keys"
+	Up      string // the SQL that applies it
+	Down    string // the SQL that undoes it
+}
+
+// Migrator applies the package's migrations to one database. Each step
+// runs in its own transaction under an advisory lock, and records its
+// version in the schema-version table in that transaction, so a step is
+// applied entirely or not at all, and concurrent migrators take turns.
+type Migrator struct {
+	db         *sql.DB
+	t          pgsql.Tables
+	migrations []Migration
+}
+
+// NewMigrator returns a Migrator for the tables opts names. It returns an
+// error for options that make no usable names; it panics when db is nil.
+func NewMigrator(db *sql.DB, opts Options) (*Migrator, error) {
+	if db == nil {
+		panic("pgstore.NewMigrator: nil *sql.DB")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	t := newTables(opts)
+	ms, err := loadMigrations(t)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{db: db, t: t, migrations: ms}, nil
+}
+
+// Migrate applies every migration not yet applied. Running it again is a
+// no-op. It panics when db is nil.
+func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
+	m, err := NewMigrator(db, opts)
+	if err != nil {
+		return err
+	}
+	return m.Up(ctx)
+}
+
+// MigrateDown undoes every applied migration, newest first, and drops the
+// schema-version table: the tables and every row in them are gone. It
+// panics when db is nil.
+func MigrateDown(ctx context.Context, db *sql.DB, opts Options) error {
+	m, err := NewMigrator(db, opts)
+	if err != nil {
+		return err
+	}
+	return m.Down(ctx)
+}
+
+// Migrations returns the migrations in the order Up applies them.
+func (m *Migrator) Migrations() []Migration { return append([]Migration(nil), m.migrations...) }
+
+// Latest is the version Up brings the database to.
+func (m *Migrator) Latest() int { return m.migrations[len(m.migrations)-1].Version }
+
+// Up applies every pending migration.
+func (m *Migrator) Up(ctx context.Context) error {
+	for {
+		moved, err := m.step(ctx, +1)
+		if err != nil || !moved {
+			return err
+		}
+	}
+}
+
+// Down undoes every applied migration and drops the schema-version table.
+func (m *Migrator) Down(ctx context.Context) error {
+	for {
+		moved, err := m.step(ctx, -1)
+		if err != nil {
+			return err
+		}
+		if !moved {
+			break
+		}
+	}
+	return m.inLockedTx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+m.t.Versions).Scan(&n); err != nil {
+			return err
+		}
+		if n != 0 { // another migrator applied something meanwhile: leave the table
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, `DROP TABLE `+m.t.Versions)
+		return err
+	})
+}
+
+// Steps applies n pending migrations (n > 0) or undoes -n applied ones
+// (n < 0). Asking for more steps than there are is an error, after the
+// possible ones were made.
+func (m *Migrator) Steps(ctx context.Context, n int) error {
+	dir := 1
+	if n < 0 {
+		dir, n = -1, -n
+	}
+	for i := range n {
+		moved, err := m.step(ctx, dir)
+		if err != nil {
+			return err
+		}
+		if !moved {
+			return fmt.Errorf("pgstore: only %d of %d migration steps were possible", i, n)
+		}
+	}
+	return nil
+}
+
+// Version returns the newest applied migration, 0 when none is.
+func (m *Migrator) Version(ctx context.Context) (int, error) {
+	var v int
+	err := m.inLockedTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		v, err = m.current(ctx, tx)
+		return err
+	})
+	return v, err
+}
+
+// step applies the next migration (dir +1) or undoes the newest (dir -1).
+// It reports false when there was nothing to do.
+func (m *Migrator) step(ctx context.Context, dir int) (moved bool, err error) {
+	err = m.inLockedTx(ctx, func(tx *sql.Tx) error {
+		cur, err := m.current(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if dir > 0 {
+			for _, mg := range m.migrations {
+				if mg.Version <= cur {
+					continue
+				}
+				if _, err := tx.ExecContext(ctx, mg.Up); err != nil {
+					return fmt.Errorf("migration %d_%s up: %w", mg.Version, mg.Name, err)
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO `+m.t.Versions+` (version, name) VALUES ($1, $2)`, mg.Version, mg.Name); err != nil {
+					return err
+				}
+				moved = true
+				return nil
+			}
+			return nil
+		}
+		for i := len(m.migrations) - 1; i >= 0; i-- {
+			mg := m.migrations[i]
+			if mg.Version != cur {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, mg.Down); err != nil {
+				return fmt.Errorf("migration %d_%s down: %w", mg.Version, mg.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+m.t.Versions+` WHERE version = $1`, mg.Version); err != nil {
+				return err
+			}
+			moved = true
+			return nil
+		}
+		if cur != 0 {
+			return fmt.Errorf("pgstore: database is at version %d, which this build does not know", cur)
+		}
+		return nil
+	})
+	return moved, err
+}
+
+func (m *Migrator) current(ctx context.Context, tx *sql.Tx) (int, error) {
+	var v sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT max(version) FROM `+m.t.Versions).Scan(&v); err != nil {
+		return 0, err
+	}
+	return int(v.Int64), nil
+}
+
+// inLockedTx runs fn in a transaction that holds the migration lock and in
+// which the schema and the schema-version table exist.
+func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return dbErr(ctx, "migrate", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, m.t.LockKey); err != nil {
+		return dbErr(ctx, "migrate lock", err)
+	}
+	if m.t.Schema != "" {
+		if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+m.t.Schema); err != nil {
+			return dbErr(ctx, "create schema", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+m.t.Versions+` (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return dbErr(ctx, "create version table", err)
+	}
+	if err := fn(tx); err != nil {
+		return dbErr(ctx, "migrate", err)
+	}
+	return dbErr(ctx, "migrate commit", tx.Commit())
+}
+
+// loadMigrations reads the embedded NNNN_name.up.sql / .down.sql pairs and
+// renders the table names into them.
+func loadMigrations(t pgsql.Tables) ([]Migration, error) {
+	entries, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for _, up := range entries {
+		base := strings.TrimSuffix(path.Base(up), ".up.sql")
+		num, name, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("pgstore: migration file %s is not NNNN_name.up.sql", up)
+		}
+		upSQL, err := render(up, t)
+		if err != nil {
+			return nil, err
+		}
+		downSQL, err := render(strings.TrimSuffix(up, ".up.sql")+".down.sql", t)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: name, Up: upSQL, Down: downSQL})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	for i := range ms {
+		if ms[i].Version != i+1 {
+			return nil, fmt.Errorf("pgstore: migration versions are not 1..n: %d at position %d", ms[i].Version, i+1)
+		}
+	}
+	return ms, nil
+}
+
+func render(file string, t pgsql.Tables) (string, error) {
+	b, err := migrationFiles.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("pgstore: migration %s: %w", file, err)
+	}
+	tpl, err := template.New(file).Option("missingkey=error").Parse(string(b))
+	if err != nil {
+		return "", fmt.Errorf("pgstore: migration %s: %w", file, err)
+	}
+	var sb strings.Builder
+	if err := tpl.Execute(&sb, t); err != nil {
+		return "", fmt.Errorf("pgstore: migration %s: %w", file, err)
+	}
+	return sb.String(), nil
+}

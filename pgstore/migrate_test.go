@@ -1,0 +1,214 @@
+package pgstore_test
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+func tableExists(t *testing.T, db *sql.DB, name string) bool {
+	t.Helper()
+	var reg sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1)::text`, name).Scan(&reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg.Valid
+}
+
+var allTables = []string{"idemguard_keys", "idemguard_consumed_messages", "idemguard_webhook_deliveries", "idemguard_steps", "idemguard_schema_migrations"}
+
+// TestMigrateUpDownUp: up, up again (a no-op), down, up on a database in
+// use; the Store works after each up.
+func TestMigrateUpDownUp(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	opts := pgstore.Options{}
+	m, err := pgstore.NewMigrator(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Version(ctx); err != nil || v != 0 {
+		t.Fatalf("version of an empty database = %d, %v", v, err)
+	}
+	if err := pgstore.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if v, _ := m.Version(ctx); v != m.Latest() || v != 4 {
+		t.Fatalf("version after up = %d, want %d", v, m.Latest())
+	}
+	var applied1 string
+	mustQuery := func(q string, dest ...any) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, q).Scan(dest...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	mustQuery(`SELECT string_agg(version || ':' || applied_at, ',' ORDER BY version) FROM idemguard_schema_migrations`, &applied1)
+
+	// Use it: a record that must survive the second up.
+	s := mustStore(t, db, opts)
+	key := guard.Key{Scope: "s", ID: "kept"}
+	req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+	if _, err := s.Claim(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := pgstore.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	var applied2 string
+	mustQuery(`SELECT string_agg(version || ':' || applied_at, ',' ORDER BY version) FROM idemguard_schema_migrations`, &applied2)
+	if applied1 != applied2 {
+		t.Fatalf("second up changed the version table: %s → %s", applied1, applied2)
+	}
+	if rec, err := s.Get(ctx, key); err != nil || rec.Token != "A" {
+		t.Fatalf("record after second up = %+v, %v", rec, err)
+	}
+
+	// Down with the Store's connections open.
+	if err := pgstore.MigrateDown(ctx, db, opts); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	for _, tb := range allTables {
+		if tableExists(t, db, tb) {
+			t.Fatalf("table %s exists after down", tb)
+		}
+	}
+	if _, err := s.Get(ctx, key); err == nil || errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get without tables = %v, want a database error", err)
+	}
+	if err := pgstore.MigrateDown(ctx, db, opts); err != nil {
+		t.Fatalf("second down: %v", err)
+	}
+
+	if err := pgstore.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("up after down: %v", err)
+	}
+	for _, tb := range allTables {
+		if !tableExists(t, db, tb) {
+			t.Fatalf("table %s missing after up", tb)
+		}
+	}
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get after down+up = %v, want ErrNotFound", err)
+	}
+	if out, err := s.Claim(ctx, req); err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim after down+up = %+v, %v", out, err)
+	}
+}
+
+func TestMigrateSteps(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	m, err := pgstore.NewMigrator(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func() int {
+		v, err := m.Version(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if err := m.Steps(ctx, 1); err != nil || version() != 1 || !tableExists(t, db, "idemguard_keys") || tableExists(t, db, "idemguard_consumed_messages") {
+		t.Fatalf("after 1 step up: version %d, %v", version(), err)
+	}
+	if err := m.Steps(ctx, 5); err == nil || version() != 4 {
+		t.Fatalf("5 steps from 1 = %v at version %d, want an error at 4", err, version())
+	}
+	if err := m.Steps(ctx, -3); err != nil || version() != 1 || tableExists(t, db, "idemguard_webhook_deliveries") || tableExists(t, db, "idemguard_steps") {
+		t.Fatalf("3 steps down: version %d, %v", version(), err)
+	}
+	if err := m.Steps(ctx, -1); err != nil || version() != 0 || tableExists(t, db, "idemguard_keys") {
+		t.Fatalf("last step down: version %d, %v", version(), err)
+	}
+	if err := m.Steps(ctx, -1); err == nil {
+		t.Fatal("a step down from version 0 succeeded")
+	}
+}
+
+// TestMigrateConcurrent: migrators started together take turns.
+func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+				t.Errorf("concurrent Migrate: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("versions recorded = %d, %v; want 4", n, err)
+	}
+}
+
+// TestMigrateOddNames: a schema and prefix that need quoting work end to
+// end, and the SQL never splices them unquoted.
+func TestMigrateOddNames(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	schema := `odd "schema"; ` + strings.ToLower(rand.Text()[:6])
+	t.Cleanup(func() { _, _ = db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+pq.QuoteIdentifier(schema)+` CASCADE`) })
+	opts := pgstore.Options{Schema: schema, TablePrefix: `P-x"; DROP TABLE y; `}
+	if err := pgstore.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema).Scan(&n); err != nil || n != 5 {
+		t.Fatalf("tables in %q = %d, %v; want 5", schema, n, err)
+	}
+	s := mustStore(t, db, opts)
+	key := guard.Key{Scope: "s", ID: "x"}
+	if out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}); err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", out, err)
+	}
+	if err := pgstore.MigrateDown(ctx, db, opts); err != nil {
+		t.Fatalf("MigrateDown: %v", err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("tables in %q after down = %d, %v; want 0", schema, n, err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, o := range []pgstore.Options{
+		{TablePrefix: strings.Repeat("p", 40)},
+		{Schema: strings.Repeat("s", 64)},
+		{Schema: "a\x00b"},
+		{TablePrefix: "a\x00"},
+	} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("Validate(%q, %q) = nil", o.Schema, o.TablePrefix)
+		}
+		if _, err := pgstore.NewMigrator(&sql.DB{}, o); err == nil {
+			t.Errorf("NewMigrator(%q, %q) = nil error", o.Schema, o.TablePrefix)
+		}
+	}
+	if err := (pgstore.Options{}).Validate(); err != nil {
+		t.Errorf("zero Options: %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("NewMigrator(nil) did not panic")
+		}
+	}()
+	_, _ = pgstore.NewMigrator(nil, pgstore.Options{})
+}

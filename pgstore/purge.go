@@ -1,0 +1,75 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DefaultPurgeBatch is how many rows one purge statement deletes by default.
+const DefaultPurgeBatch = 1000
+
+// PurgeOptions shape Purge. The zero value is ready to use.
+type PurgeOptions struct {
+	// BatchSize is the most rows one DELETE removes; each batch is its own
+	// short transaction, so a purge never holds many locks or bloats one
+	// transaction. Default DefaultPurgeBatch.
+	BatchSize int
+	// Before keeps rows that expired less than this long ago: only rows
+	// with expires_at <= now() - Before are deleted. Zero deletes every
+	// expired row; a negative value is refused.
+	Before time.Duration
+	// Progress, if set, is called after every batch with the table's name
+	// and the rows deleted from it so far.
+	Progress func(table string, deleted int64)
+}
+
+// Purge deletes the expired rows (expired at least opts.Before ago) of the
+// keys, consumed-messages and steps tables, in batches, until none is left, and returns how many it deleted.
+// Live rows are never touched. It stops early, returning the count so far,
+// when ctx ends. Rows locked by a running transaction are skipped and left
+// for the next purge.
+func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
+	if opts.BatchSize < 0 {
+		return 0, fmt.Errorf("pgstore: purge batch size %d is negative", opts.BatchSize)
+	}
+	if opts.Before < 0 {
+		return 0, fmt.Errorf("pgstore: purge before %s is negative", opts.Before)
+	}
+	if opts.BatchSize == 0 {
+		opts.BatchSize = DefaultPurgeBatch
+	}
+	var total int64
+	for _, p := range []struct{ name, table, key string }{
+		{"keys", s.t.Keys, "scope, id"},
+		{"consumed_messages", s.t.Consumed, "consumer_group, message_id"},
+		{"steps", s.t.Steps, "scope, id, name"},
+	} {
+		q := `DELETE FROM ` + p.table + ` WHERE (` + p.key + `) IN (
+			SELECT ` + p.key + ` FROM ` + p.table + ` WHERE expires_at <= now() - $2 * interval '1 microsecond'
+			LIMIT $1 FOR UPDATE SKIP LOCKED)`
+		var deleted int64
+		for {
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+			res, err := s.db.ExecContext(ctx, q, opts.BatchSize, opts.Before.Microseconds())
+			if err != nil {
+				return total, dbErr(ctx, "purge "+p.name, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return total, dbErr(ctx, "purge "+p.name, err)
+			}
+			deleted += n
+			total += n
+			if opts.Progress != nil && n > 0 {
+				opts.Progress(p.name, deleted)
+			}
+			if n < int64(opts.BatchSize) {
+				break
+			}
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,114 @@
+package pgstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// TestPurgeBatches: 100,000 expired keys and 1,000 expired consumed
+// messages go in batches of 5,000; 1,000 live keys and 10 live messages
+// stay.
+func TestPurgeBatches(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	b := mustStore(t, db, pgstore.Options{})
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'old', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '1 minute'
+		FROM generate_series(1, 100000) AS i`)
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'live', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() + interval '1 hour'
+		FROM generate_series(1, 1000) AS i`)
+	mustExec(t, db, `INSERT INTO idemguard_consumed_messages (consumer_group, message_id, expires_at)
+		SELECT 'g', 'm' || i, CASE WHEN i <= 1000 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+		FROM generate_series(1, 1010) AS i`)
+
+	var calls int
+	var last = map[string]int64{}
+	n, err := b.Purge(ctx, pgstore.PurgeOptions{BatchSize: 5000, Progress: func(table string, deleted int64) {
+		calls++
+		if deleted <= last[table] {
+			t.Errorf("progress of %s went from %d to %d", table, last[table], deleted)
+		}
+		last[table] = deleted
+	}})
+	if err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	if n != 101000 || last["keys"] != 100000 || last["consumed_messages"] != 1000 {
+		t.Fatalf("purged %d (keys %d, messages %d), want 101000", n, last["keys"], last["consumed_messages"])
+	}
+	if calls != 21 { // 20 batches of keys, 1 of messages
+		t.Fatalf("progress calls = %d, want 21 (batches of 5000)", calls)
+	}
+	var live, old, msgs int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE scope = 'live'), count(*) FILTER (WHERE scope = 'old') FROM idemguard_keys`).Scan(&live, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_consumed_messages`).Scan(&msgs); err != nil {
+		t.Fatal(err)
+	}
+	if live != 1000 || old != 0 || msgs != 10 {
+		t.Fatalf("after purge: %d live keys, %d expired keys, %d messages; want 1000, 0, 10", live, old, msgs)
+	}
+	if n, err := b.Purge(ctx, pgstore.PurgeOptions{}); n != 0 || err != nil {
+		t.Fatalf("second purge = %d, %v; want 0", n, err)
+	}
+	if _, err := b.Purge(ctx, pgstore.PurgeOptions{BatchSize: -1}); err == nil {
+		t.Fatal("Purge with a negative batch size succeeded")
+	}
+}
+
+// TestPurgeBefore: only rows expired at least Before ago go.
+func TestPurgeBefore(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	b := mustStore(t, db, pgstore.Options{})
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'long-ago', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '2 hours'
+		FROM generate_series(1, 30) AS i`)
+	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		SELECT 'recent', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '5 minutes'
+		FROM generate_series(1, 20) AS i`)
+	n, err := b.Purge(ctx, pgstore.PurgeOptions{Before: time.Hour, BatchSize: 7})
+	if err != nil || n != 30 {
+		t.Fatalf("Purge(Before 1h) = %d, %v; want the 30 rows expired 2h ago", n, err)
+	}
+	var recent int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE scope = 'recent'`).Scan(&recent); err != nil {
+		t.Fatal(err)
+	}
+	if recent != 20 {
+		t.Fatalf("%d recently expired rows left, want 20", recent)
+	}
+	if n, err := b.Purge(ctx, pgstore.PurgeOptions{}); err != nil || n != 20 {
+		t.Fatalf("Purge() = %d, %v; want the 20 remaining expired rows", n, err)
+	}
+	if _, err := b.Purge(ctx, pgstore.PurgeOptions{Before: -time.Second}); err == nil {
+		t.Fatal("Purge with a negative Before succeeded")
+	}
+}
+
+// TestPurgeSteps: expired step rows go with the others; live ones stay.
+func TestPurgeSteps(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	b := mustStore(t, db, pgstore.Options{})
+	mustExec(t, db, `INSERT INTO idemguard_steps (scope, id, name, result, fence, token, expires_at)
+		SELECT 's', 'k' || i, 'reserve', 'r', 1, 't', CASE WHEN i <= 50 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+		FROM generate_series(1, 60) AS i`)
+	var last int64
+	n, err := b.Purge(ctx, pgstore.PurgeOptions{BatchSize: 20, Progress: func(table string, deleted int64) {
+		if table == "steps" {
+			last = deleted
+		}
+	}})
+	if err != nil || n != 50 || last != 50 {
+		t.Fatalf("Purge = %d (steps %d), %v; want 50", n, last, err)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_steps`).Scan(&left); err != nil || left != 10 {
+		t.Fatalf("%d step rows left, %v; want 10", left, err)
+	}
+}

@@ -1,0 +1,418 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
+)
+
+// Store is a guard.Store on PostgreSQL, for deployments without Redis and
+// as a fallback. A claim is a conditional INSERT … ON CONFLICT, or a
+// row-locked read and UPDATE; complete, fail, release and extend are
+// compare-and-set UPDATEs on the owner token. Leases and retention are
+// timestamps (leased_until, expires_at) compared with the database's clock,
+// so callers' clocks never matter. A row whose expires_at has passed is
+// treated as absent (its fence still grows on the next claim, until Purge
+// deletes it). Its semantics are those of the Redis scripts, and it passes
+// the same contract suite (guard/storetest).
+//
+// The Store writes the same table as package backstop: a
+// backstop.Backstop.Commit made in the business transaction of a key held
+// through this Store completes the key in that transaction.
+//
+// A Store also holds the helpers that share its tables: Purge,
+// MarkConsumed and Consume, InsertOrRetry and the delivery updates. It is
+// safe for concurrent use.
+type Store struct {
+	db   *sql.DB
+	opts Options
+	t    pgsql.Tables
+	q    storeSQL
+}
+
+var (
+	_ guard.Store     = (*Store)(nil)
+	_ guard.StepStore = (*Store)(nil)
+)
+
+// New returns a Store on db, in the tables opts names (create them with
+// Migrate). It returns an error for options that make no usable names; it
+// panics when db is nil (a programmer error, as http.Handle panics on a
+// nil handler).
+func New(db *sql.DB, opts Options) (*Store, error) {
+	if db == nil {
+		panic("pgstore.New: nil *sql.DB")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults()
+	t := newTables(opts)
+	return &Store{db: db, opts: opts, t: t, q: newStoreSQL(t)}, nil
+}
+
+// Options returns the store's options with defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
+// DB returns the database the store writes to.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// storeSQL is the text of every statement the Store runs.
+type storeSQL struct {
+	claimNew, selectForUpdate, resetExpired, reclaim, exhaust, retake   string
+	complete, fail, checkDone, releaseFirst, releaseLater, releaseCheck string
+	extend, get                                                         string
+	saveStep, readSteps                                                 string // store_steps.go
+}
+
+// claimColumns is what a claim reads of a record (see claimRow.dest).
+var claimColumns = `fingerprint, status, token, fence, attempt, recovered, result, last_error,
+	expires_at <= ` + clockNow + `, COALESCE(leased_until > ` + clockNow + `, false),
+	COALESCE(` + untilUS("leased_until") + `, 0), steps`
+
+func newStoreSQL(t pgsql.Tables) storeSQL {
+	k := t.Keys
+	live := `expires_at > ` + clockNow
+	return storeSQL{
+		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 lease µs, $6 keep µs
+		claimNew: `WITH ins AS (INSERT INTO ` + k + ` ` + keysColumns + `
+			VALUES ($1, $2, $3, 'pending', $4, 1, 1, false, NULL, '', ` + clockNow + ` + ` + dur("$5") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$6") + `)
+			ON CONFLICT (scope, id) DO NOTHING
+			RETURNING 1)
+			SELECT (SELECT count(*) FROM ins), ` + claimColumns + `
+			FROM (SELECT 1) AS one LEFT JOIN ` + k + ` ON scope = $1 AND id = $2`,
+		selectForUpdate: `SELECT ` + claimColumns + ` FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
+		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 lease µs, $6 keep µs
+		resetExpired: `UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
+				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
+				leased_until = ` + clockNow + ` + ` + dur("$5") + `,
+				created_at = ` + clockNow + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
+			WHERE scope = $1 AND id = $2`,
+		reclaim: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$3") + ` WHERE scope = $1 AND id = $2`,
+		exhaust: `UPDATE ` + k + ` SET status = 'failed', last_error = $3, leased_until = NULL WHERE scope = $1 AND id = $2`,
+		// $1 scope, $2 id, $3 token, $4 recovered, $5 lease µs, $6 keep µs
+		retake: `UPDATE ` + k + ` SET status = 'pending', token = $3, fence = fence + 1, attempt = attempt + 1,
+				recovered = $4, leased_until = ` + clockNow + ` + ` + dur("$5") + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
+			WHERE scope = $1 AND id = $2`,
+		// $1 scope, $2 id, $3 token, $4 result, $5 ttl µs
+		complete: `UPDATE ` + k + ` SET status = 'completed', result = $4, leased_until = NULL, steps = NULL, step_count = 0,
+				expires_at = ` + clockNow + ` + ` + dur("$5") + `
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
+		// $1 scope, $2 id, $3 token, $4 reason, $5 ttl µs
+		fail: `UPDATE ` + k + ` SET status = 'failed', last_error = $4, leased_until = NULL,
+				expires_at = ` + clockNow + ` + ` + dur("$5") + `
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
+		checkDone: `SELECT status FROM ` + k + ` WHERE scope = $1 AND id = $2 AND token = $3 AND ` + live,
+		// A claim whose steps happened is not undone: it returns to
+		// failed with them, its attempt uncounted unless it was the first.
+		releaseFirst: `DELETE FROM ` + k + `
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0`,
+		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
+		releaseCheck: `SELECT status, token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
+		// $1 scope, $2 id, $3 token, $4 lease µs
+		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + `)
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
+		get: `SELECT fingerprint, status, token, fence, attempt, recovered, result, last_error,
+				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `, steps
+			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
+		saveStep:  fmt.Sprintf(saveStepSQL, k),
+		readSteps: fmt.Sprintf(readStepsSQL, k),
+	}
+}
+
+func checkClaim(req guard.ClaimRequest) error {
+	if err := req.Key.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case req.Token == "":
+		return errors.New("pgstore: claim without an owner token")
+	case req.Lease <= 0:
+		return fmt.Errorf("pgstore: lease %s is not positive", req.Lease)
+	case req.TTL <= 0:
+		return fmt.Errorf("pgstore: ttl %s is not positive", req.TTL)
+	case req.MaxAttempts < 0:
+		return fmt.Errorf("pgstore: max attempts %d is negative", req.MaxAttempts)
+	}
+	return nil
+}
+
+// Claim implements guard.Store. One statement inserts a new key or, when
+// the key exists, reads its record without locking it: taking a new key, a
+// replay, a mismatch and a live holder cost one round trip. A claim that
+// must change an existing record (retry, recovery, an expired record, the
+// same token again) reads it under a row lock and changes it in the same
+// transaction, following claim.lua step by step.
+func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	if err := checkClaim(req); err != nil {
+		return guard.Outcome{}, err
+	}
+	leaseUS, keepUS := req.Lease.Microseconds(), max(req.TTL, req.Lease).Microseconds()
+	for range 8 {
+		var inserted int
+		var r claimRow
+		err := s.db.QueryRowContext(ctx, s.q.claimNew, req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS).
+			Scan(append([]any{&inserted}, r.dest()...)...)
+		if err != nil {
+			return guard.Outcome{}, dbErr(ctx, "claim", err)
+		}
+		if inserted == 1 {
+			return acquired(req, 1, 1, false), nil
+		}
+		if r.status.Valid { // the record as last committed: answer if reading is enough
+			out, act, err := r.decide(req)
+			if err != nil || act == actNone {
+				return out, err
+			}
+		}
+		out, found, err := s.claimLocked(ctx, req, leaseUS, keepUS)
+		if err != nil || found {
+			return out, err
+		}
+		// The row went away before it could be locked: insert again.
+	}
+	return guard.Outcome{}, fmt.Errorf("%w: claim %s: the record kept vanishing", guard.ErrUnavailable, req.Key)
+}
+
+func acquired(req guard.ClaimRequest, fence int64, attempt int, recovered bool) guard.Outcome {
+	return guard.Outcome{Status: guard.Acquired, Lease: guard.Lease{
+		Key: req.Key, Token: req.Token, Fence: fence, Attempt: attempt, Recovered: recovered,
+	}}
+}
+
+// claimRow is a record as a claim reads it.
+type claimRow struct {
+	fp, status, token, lastErr sql.NullString
+	fence                      sql.NullInt64
+	attempt                    sql.NullInt64
+	recovered, expired, alive  sql.NullBool
+	result                     []byte
+	leftUS                     int64
+	steps                      []byte
+}
+
+func (r *claimRow) dest() []any {
+	return []any{&r.fp, &r.status, &r.token, &r.fence, &r.attempt, &r.recovered, &r.result, &r.lastErr,
+		&r.expired, &r.alive, &r.leftUS, &r.steps}
+}
+
+// claimAction is the write a claim must make on an existing record.
+type claimAction uint8
+
+const (
+	actNone    claimAction = iota
+	actReset               // retention passed: start afresh
+	actReclaim             // the same token claims again: renew its lease
+	actExhaust             // the last attempt's holder died: record the failure
+	actRetake              // failed, or the holder died: next attempt
+)
+
+// decide is claim.lua's logic over a record r: the answer, and the write it
+// needs (made under the row lock by the caller).
+func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, error) {
+	if r.expired.Bool {
+		// Retention passed: the key is absent and starts afresh, but its
+		// fence keeps growing while the row exists (until Purge), so a
+		// holder from before can never pass for a later one.
+		return acquired(req, r.fence.Int64+1, 1, false), actReset, nil
+	}
+	// A different payload under the same key learns nothing else about it.
+	if r.fp.String != req.Fingerprint {
+		return guard.Outcome{Status: guard.Mismatch}, actNone, nil
+	}
+	attempt := int(r.attempt.Int64)
+	switch r.status.String {
+	case "completed":
+		res := r.result
+		if res == nil {
+			res = []byte{}
+		}
+		return guard.Outcome{Status: guard.Replay, Result: res}, actNone, nil
+	case "pending":
+		if r.token.String == req.Token {
+			// The same claim sent again: the same answer, lease renewed.
+			return r.withSteps(acquired(req, r.fence.Int64, attempt, r.recovered.Bool), actReclaim)
+		}
+		if r.alive.Bool {
+			left := max(time.Duration(r.leftUS)*time.Microsecond, time.Microsecond)
+			return guard.Outcome{Status: guard.InProgress, LeaseLeft: left}, actNone, nil
+		}
+	case "failed":
+	default:
+		return guard.Outcome{}, actNone, fmt.Errorf("%w: %s has state %q", guard.ErrCorrupt, req.Key, r.status.String)
+	}
+	// Failed, or pending with its lease gone (the holder died): take it over.
+	recovering := r.status.String == "pending"
+	if req.MaxAttempts > 0 && attempt >= req.MaxAttempts {
+		if recovering {
+			return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: "lease expired"}, actExhaust, nil
+		}
+		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: r.lastErr.String}, actNone, nil
+	}
+	return r.withSteps(acquired(req, r.fence.Int64+1, attempt+1, recovering), actRetake)
+}
+
+// claimLocked decides a claim on an existing row while holding its lock,
+// and makes the write the decision needs. found is false when the row is
+// gone.
+func (s *Store) claimLocked(ctx context.Context, req guard.ClaimRequest, leaseUS, keepUS int64) (out guard.Outcome, found bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return out, false, dbErr(ctx, "claim", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var r claimRow
+	err = tx.QueryRowContext(ctx, s.q.selectForUpdate, req.Key.Scope, req.Key.ID).Scan(r.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, false, nil
+	}
+	if err != nil {
+		return out, false, dbErr(ctx, "claim", err)
+	}
+	out, act, err := r.decide(req)
+	if err != nil || act == actNone {
+		return out, true, err
+	}
+	sc, id := req.Key.Scope, req.Key.ID
+	switch act {
+	case actReset:
+		_, err = tx.ExecContext(ctx, s.q.resetExpired, sc, id, req.Fingerprint, req.Token, leaseUS, keepUS)
+	case actReclaim:
+		_, err = tx.ExecContext(ctx, s.q.reclaim, sc, id, leaseUS)
+	case actExhaust:
+		_, err = tx.ExecContext(ctx, s.q.exhaust, sc, id, out.LastError)
+	case actRetake:
+		_, err = tx.ExecContext(ctx, s.q.retake, sc, id, req.Token, out.Lease.Recovered, leaseUS, keepUS)
+	}
+	if err != nil {
+		return out, true, dbErr(ctx, "claim", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return guard.Outcome{}, true, dbErr(ctx, "claim commit", err)
+	}
+	return out, true, nil
+}
+
+// Complete implements guard.Store.
+func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	if result == nil {
+		result = []byte{}
+	}
+	return s.finish(ctx, "complete", s.q.complete, "completed", lease, result, ttl)
+}
+
+// Fail implements guard.Store.
+func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return s.finish(ctx, "fail", s.q.fail, "failed", lease, reason, ttl)
+}
+
+// finish moves the holder's pending record to state; repeating it after it
+// succeeded succeeds again.
+func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.Lease, value any, ttl time.Duration) error {
+	key, token := lease.Key, lease.Token
+	if ttl <= 0 {
+		return fmt.Errorf("pgstore: %s: ttl %s is not positive", what, ttl)
+	}
+	res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token, value, ttl.Microseconds())
+	if err != nil {
+		return dbErr(ctx, what, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var st string
+	err = s.db.QueryRowContext(ctx, s.q.checkDone, key.Scope, key.ID, token).Scan(&st)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return guard.ErrLeaseLost
+	case err != nil:
+		return dbErr(ctx, what, err)
+	case st == state:
+		return nil
+	}
+	return guard.ErrLeaseLost
+}
+
+// Release implements guard.Store. A first attempt's record is deleted; a
+// later one returns to failed with the attempt uncounted, so the fence
+// still only grows.
+func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
+	key, token := lease.Key, lease.Token
+	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {
+		res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token)
+		if err != nil {
+			return dbErr(ctx, "release", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+	}
+	var st, tok string
+	err := s.db.QueryRowContext(ctx, s.q.releaseCheck, key.Scope, key.ID).Scan(&st, &tok)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // already gone
+	case err != nil:
+		return dbErr(ctx, "release", err)
+	case tok == token && st == "failed":
+		return nil // released before
+	}
+	return guard.ErrLeaseLost
+}
+
+// Extend implements guard.Store. A holder whose lease ran out keeps the key
+// until someone else claims it.
+func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("pgstore: extend: lease %s is not positive", d)
+	}
+	res, err := s.db.ExecContext(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
+	if err != nil {
+		return dbErr(ctx, "extend", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return guard.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements guard.Store.
+func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	rec := guard.Record{Key: key}
+	var status string
+	var leftUS, ttlUS int64
+	var steps []byte
+	err := s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.ID).Scan(&rec.Fingerprint, &status, &rec.Token,
+		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &rec.LastError, &leftUS, &ttlUS, &steps)
+	if errors.Is(err, sql.ErrNoRows) {
+		return guard.Record{}, guard.ErrNotFound
+	}
+	if err != nil {
+		return guard.Record{}, dbErr(ctx, "get", err)
+	}
+	st, ok := guard.ParseState(status)
+	if !ok {
+		return guard.Record{}, fmt.Errorf("%w: %s has state %q", guard.ErrCorrupt, key, status)
+	}
+	rec.State = st
+	if st == guard.StatePending && leftUS > 0 {
+		rec.LeaseLeft = time.Duration(leftUS) * time.Microsecond
+	}
+	if ttlUS > 0 {
+		rec.TTL = time.Duration(ttlUS) * time.Microsecond
+	}
+	if st == guard.StateCompleted && rec.Result == nil {
+		rec.Result = []byte{}
+	}
+	if rec.Steps, err = decodeSteps(steps); err != nil {
+		return guard.Record{}, fmt.Errorf("%s: %w", key, err)
+	}
+	return rec, nil
+}

@@ -1,0 +1,77 @@
+package pgstore_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// TestStoreContract runs the whole contract suite, the 64-goroutine
+// one-key race and the 1,000 keys × 8 duplicates race included, on the
+// PostgreSQL Store, with leases and retention on the database clock.
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) guard.Store {
+			return mustStore(t, migrated(t, pgstore.Options{}), pgstore.Options{})
+		},
+		Advance: storetest.Wait,
+	})
+}
+
+func TestStoreBadInput(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, pgstore.Options{})
+	s := mustStore(t, db, pgstore.Options{})
+	key := guard.Key{Scope: "s", ID: "bad-input"}
+	good := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour}
+	for name, mod := range map[string]func(*guard.ClaimRequest){
+		"empty id":     func(r *guard.ClaimRequest) { r.Key.ID = "" },
+		"control char": func(r *guard.ClaimRequest) { r.Key.ID = "a\x00b" },
+		"no token":     func(r *guard.ClaimRequest) { r.Token = "" },
+		"zero lease":   func(r *guard.ClaimRequest) { r.Lease = 0 },
+		"zero ttl":     func(r *guard.ClaimRequest) { r.TTL = 0 },
+		"negative max": func(r *guard.ClaimRequest) { r.MaxAttempts = -1 },
+	} {
+		r := good
+		mod(&r)
+		if _, err := s.Claim(ctx, r); err == nil {
+			t.Errorf("%s: Claim succeeded", name)
+		}
+	}
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("bad claims left a record: %v", err)
+	}
+	if err := s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, 0); err == nil {
+		t.Error("Extend with zero lease succeeded")
+	}
+	if err := s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, nil, 0); err == nil {
+		t.Error("Complete with zero ttl succeeded")
+	}
+	if bad, err := pgstore.New(db, pgstore.Options{TablePrefix: string(make([]byte, 60))}); err == nil || bad != nil {
+		t.Errorf("New with an invalid prefix = %v, %v; want an error", bad, err)
+	}
+}
+
+// TestStoreUnavailable: a database that cannot be reached is ErrUnavailable.
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	dsn := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/none?sslmode=disable&connect_timeout=2", testenv.FreePort(t))
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := mustStore(t, db, pgstore.Options{})
+	_, err = s.Claim(ctx, guard.ClaimRequest{Key: guard.Key{Scope: "s", ID: "x"}, Token: "A", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("Claim on a closed database = %v, want ErrUnavailable", err)
+	}
+}

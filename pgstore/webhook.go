@@ -1,0 +1,77 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// Webhook delivery states.
+const (
+	DeliveryPending   = "pending"   // queued; InsertOrRetry counts retries on it
+	DeliveryDelivered = "delivered" // ended by MarkDelivered
+	DeliveryFailed    = "failed"    // ended by MarkDeliveryFailed
+)
+
+// Delivery is a row of the webhook deliveries table as InsertOrRetry
+// leaves it.
+type Delivery struct {
+	ID        int64
+	EventType string
+	RefID     string
+	Status    string // DeliveryPending after InsertOrRetry
+	Attempts  int    // 1 for a new delivery, +1 for every retry while pending
+	Inserted  bool   // true when this call created the row
+}
+
+// InsertOrRetry queues a webhook delivery of eventType for refID. While a
+// delivery for the same (eventType, refID) is pending, it inserts nothing:
+// it counts one more attempt on the pending row and replaces its payload.
+// Delivered and failed rows are history: a new event after them is a new
+// delivery.
+func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID string, payload []byte) (Delivery, error) {
+	if q == nil {
+		return Delivery{}, errors.New("pgstore: InsertOrRetry: nil Querier")
+	}
+	if eventType == "" || refID == "" {
+		return Delivery{}, fmt.Errorf("pgstore: event type %q and ref id %q must not be empty", eventType, refID)
+	}
+	d := Delivery{EventType: eventType, RefID: refID}
+	err := q.QueryRowContext(ctx, `INSERT INTO `+s.t.Webhooks+` AS w (event_type, ref_id, payload)
+		VALUES ($1, $2, $3)
+		ON CONFLICT (event_type, ref_id) WHERE status = 'pending'
+		DO UPDATE SET attempt_count = w.attempt_count + 1, payload = EXCLUDED.payload, updated_at = now()
+		WHERE w.status = 'pending'
+		RETURNING id, status, attempt_count, xmax = 0`, eventType, refID, payload).
+		Scan(&d.ID, &d.Status, &d.Attempts, &d.Inserted)
+	if err != nil {
+		return Delivery{}, dbErr(ctx, "insert or retry", err)
+	}
+	return d, nil
+}
+
+// MarkDelivered ends the pending delivery id as delivered. A delivery that
+// is not pending gives an error.
+func (s *Store) MarkDelivered(ctx context.Context, q Querier, id int64) error {
+	return s.endDelivery(ctx, q, id, DeliveryDelivered, "")
+}
+
+// MarkDeliveryFailed ends the pending delivery id as failed with reason; a
+// later InsertOrRetry for the same event starts a new delivery.
+func (s *Store) MarkDeliveryFailed(ctx context.Context, q Querier, id int64, reason string) error {
+	return s.endDelivery(ctx, q, id, DeliveryFailed, reason)
+}
+
+func (s *Store) endDelivery(ctx context.Context, q Querier, id int64, status, reason string) error {
+	if q == nil {
+		return errors.New("pgstore: nil Querier")
+	}
+	var got int64
+	err := q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
+		WHERE id = $1 AND status = 'pending' RETURNING id`, id, status, reason).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("pgstore: webhook delivery %d is not pending", id)
+	}
+	return dbErr(ctx, "end delivery", err)
+}
