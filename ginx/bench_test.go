@@ -25,7 +25,9 @@ import (
 func BenchmarkGuard(b *testing.B) {
 	g := conformance.NewGuard(b, "", guard.Options{})
 	r := gin.New()
-	h := func(c *gin.Context) { c.Data(http.StatusCreated, "application/json", []byte(`{"id":"ch_1","amount":500}`)) }
+	h := func(c *gin.Context) {
+		c.Data(http.StatusCreated, "application/json", []byte(`{"id":"ch_1","amount":500}`))
+	}
 	r.POST("/plain", h)
 	r.POST("/guarded", ginx.Guard(g, ginx.Options{Options: httpx.Options{SingleCaller: true}}), h)
 	var n atomic.Int64

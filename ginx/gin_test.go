@@ -89,8 +89,8 @@ func TestGuardPanicsWithoutCallerChoice(t *testing.T) {
 	g := conformance.NewGuard(t, "", guard.Options{})
 	tenant := func(c *gin.Context) string { return "a" }
 	for name, opts := range map[string]ginx.Options{
-		"none": {},
-		"both tenants": {Tenant: tenant, Options: httpx.Options{Tenant: func(*http.Request) string { return "a" }}},
+		"none":              {},
+		"both tenants":      {Tenant: tenant, Options: httpx.Options{Tenant: func(*http.Request) string { return "a" }}},
 		"tenant and single": {Tenant: tenant, Options: httpx.Options{SingleCaller: true}},
 	} {
 		func() {
