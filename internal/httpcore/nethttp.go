@@ -10,6 +10,8 @@ import (
 // so it becomes a Request without an allocation.
 type NetRequest struct{ R *http.Request }
 
+// The methods of Request, read from R.
+
 func (r NetRequest) Method() string                 { return r.R.Method }
 func (r NetRequest) Path() string                   { return r.R.URL.Path }
 func (r NetRequest) EscapedPath() string            { return r.R.URL.EscapedPath() }
