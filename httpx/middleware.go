@@ -1,22 +1,13 @@
 package httpx
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/textproto"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/httpcore"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -173,619 +164,90 @@ type Options struct {
 // Do, because a 5xx must release the key (Do would record a failure) and a
 // panic must become a 500 after the release.
 func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
-	if g == nil {
-		panic("httpx.Guard: nil guard")
-	}
-	switch {
-	case opts.Tenant == nil && !opts.SingleCaller:
-		panic("httpx.Guard: choose how keys are scoped by caller: set Options.Tenant (e.g. httpx.TenantFromContext " +
-			"or httpx.TenantFromJWT) to keep each caller's keys apart, or Options.SingleCaller for a service with " +
-			"one caller; without either, a caller could be replayed another caller's response")
-	case opts.Tenant != nil && opts.SingleCaller:
-		panic("httpx.Guard: Options.Tenant and Options.SingleCaller are both set; choose one")
-	case opts.Tenant != nil && opts.CallerScope != "" && opts.CallerScope != inventory.ScopeTenant && opts.CallerScope != inventory.ScopeUser:
-		panic(fmt.Sprintf("httpx.Guard: Options.CallerScope %q with Options.Tenant: want inventory.ScopeTenant or inventory.ScopeUser", opts.CallerScope))
-	case opts.SingleCaller && opts.CallerScope != "" && opts.CallerScope != inventory.ScopeGlobal:
-		panic(fmt.Sprintf("httpx.Guard: Options.CallerScope %q with Options.SingleCaller: keys are not kept per caller (inventory.ScopeGlobal)", opts.CallerScope))
-	case opts.Key.kind == inventory.KeyComputed && opts.Optional:
-		panic("httpx.Guard: Options.Optional with a ComputedKey: every request gets a computed key, so none runs unguarded; drop Optional")
-	}
-	m := &middleware{g: g, opts: opts, methods: map[string]bool{}}
-	if m.opts.Header == "" {
-		m.opts.Header = DefaultHeader
-	}
-	m.opts.Header = textproto.CanonicalMIMEHeaderKey(m.opts.Header)
-	methods := opts.Methods
-	if len(methods) == 0 {
-		methods = []string{http.MethodPost, http.MethodPatch}
-	}
-	for _, meth := range methods {
-		m.methods[meth] = true
-	}
-	if m.opts.Scope == nil {
-		m.opts.Scope = DefaultScope
-	}
-	if m.opts.Fingerprint == nil {
-		m.opts.Fingerprint = DefaultFingerprint
-	}
-	if m.opts.MaxBody <= 0 {
-		m.opts.MaxBody = DefaultMaxBody
-	}
-	if m.opts.MaxStoredResponse <= 0 {
-		m.opts.MaxStoredResponse = DefaultMaxStoredResponse
-	}
-	if m.opts.ReplayHeader == nil {
-		m.opts.ReplayHeader = DefaultReplayHeader
-	}
-	if m.opts.InFlightStatus == 0 {
-		m.opts.InFlightStatus = http.StatusConflict
-	}
-	if m.opts.Wait < 0 {
-		m.opts.Wait = 0
-	}
-	if m.opts.UnavailableRetryAfter <= 0 {
-		m.opts.UnavailableRetryAfter = DefaultRetryAfter
-	}
-	if m.opts.Logger == nil {
-		m.opts.Logger = slog.Default()
-	}
-	m.policy = m.makePolicy(methods)
+	m := httpcore.New(g, opts.config("httpx.Guard"))
 	return func(next http.Handler) http.Handler {
 		return &guardedHandler{m: m, next: next}
 	}
 }
 
+// The framework bindings (ginx, echox, fiberx) resolve the Options their
+// users give them through httpcore.ConfigOf, which is config.
+func init() {
+	httpcore.ConfigOf = func(opts any, name string) httpcore.Config { return opts.(Options).config(name) }
+}
+
+// config resolves opts for the shared core of httpx.Guard and the
+// framework bindings: name prefixes its panics ("ginx.Guard"). The funcs
+// written for net/http (Tenant, Scope, Fingerprint) get the request as a
+// *http.Request.
+func (opts Options) config(name string) httpcore.Config {
+	c := httpcore.Config{
+		Name:              name,
+		SingleCaller:      opts.SingleCaller,
+		CallerScope:       opts.CallerScope,
+		Header:            opts.Header,
+		Key:               opts.Key.spec,
+		Methods:           opts.Methods,
+		Optional:          opts.Optional,
+		MaxBody:           opts.MaxBody,
+		MaxStoredResponse: opts.MaxStoredResponse,
+		ReplayHeader:      opts.ReplayHeader,
+		Store5xx:          opts.Store5xx,
+		InFlightStatus:    opts.InFlightStatus,
+		Wait:              opts.Wait,
+		UnavailableRetry:  opts.UnavailableRetryAfter,
+		Logger:            opts.Logger,
+		LogKeys:           opts.LogKeys,
+	}
+	if t := opts.Tenant; t != nil {
+		c.Tenant = func(r httpcore.Request) string { return t(r.HTTPRequest()) }
+	}
+	if s := opts.Scope; s != nil {
+		c.Scope = func(r httpcore.Request) string { return s(r.HTTPRequest()) }
+	}
+	if f := opts.Fingerprint; f != nil {
+		c.Fingerprint = func(r httpcore.Request, body []byte) string { return f(r.HTTPRequest(), body) }
+	}
+	return c
+}
+
 // guardedHandler is what the middleware Guard returns makes of a handler.
 type guardedHandler struct {
-	m    *middleware
+	m    *httpcore.Engine
 	next http.Handler
 }
 
-func (h *guardedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(w, r, h.next) }
+func (h *guardedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.m.ServeHTTP(w, r, h.next)
+}
 
 // IdempotencyPolicy reports what the guard enforces, for the idempotency
 // inventory (inventory.Guarded): how a key is required, where it comes
 // from, whose keys are kept apart, the guard's TTL and the methods
 // guarded.
-func (h *guardedHandler) IdempotencyPolicy() inventory.Policy {
-	p := h.m.policy
-	p.Methods = slices.Clone(p.Methods)
-	return p
-}
+func (h *guardedHandler) IdempotencyPolicy() inventory.Policy { return h.m.Policy() }
 
 // Unwrap returns the handler the guard runs.
 func (h *guardedHandler) Unwrap() http.Handler { return h.next }
 
-// makePolicy describes the guard for the inventory.
-func (m *middleware) makePolicy(methods []string) inventory.Policy {
-	p := inventory.Policy{
-		Required:  inventory.RequireHard,
-		KeySource: inventory.KeyHeader,
-		Key:       m.opts.Key.describe(m.opts.Header),
-		Scope:     inventory.ScopeGlobal,
-		TTL:       m.g.Options().TTL,
-		Methods:   slices.Clone(methods),
-	}
-	if m.opts.Key.kind != "" {
-		p.KeySource = m.opts.Key.kind
-	}
-	if m.opts.Optional {
-		p.Required = inventory.RequireSoft
-	}
-	if m.opts.Tenant != nil {
-		p.Scope = inventory.ScopeTenant
-		if m.opts.CallerScope == inventory.ScopeUser {
-			p.Scope = inventory.ScopeUser
-		}
-	}
-	return p
-}
-
 // DefaultScope is the method and the route pattern the router matched
 // (r.Pattern, set by ServeMux and by chi for route-level middleware), or the
 // escaped path when no pattern is known (chi's r.Use, gorilla/mux).
-func DefaultScope(r *http.Request) string {
-	route := r.Pattern
-	if route == "" {
-		route = r.URL.EscapedPath()
-	} else if i := strings.IndexAny(route, " \t"); i >= 0 {
-		if route[:i] == r.Method && i+1 < len(route) && route[i] == ' ' && route[i+1] != ' ' && route[i+1] != '\t' {
-			return route // "POST /orders" for a POST: the scope already, as is
-		}
-		route = strings.TrimLeft(route[i:], " \t") // drop the pattern's own method
-	}
-	return r.Method + " " + route
-}
+func DefaultScope(r *http.Request) string { return httpcore.DefaultScope(httpcore.NetRequest{R: r}) }
 
 // DefaultFingerprint is a SHA-256, in hex, over the method, the escaped
 // path and query, the Content-Type and the body.
 func DefaultFingerprint(r *http.Request, body []byte) string {
-	d := getDigester()
-	defer d.put()
-	for _, s := range [...]string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type")} {
-		d.field(s)
-	}
-	d.flush()
-	d.h.Write(body)
-	return d.hex("")
-}
-
-type middleware struct {
-	g       *guard.Guard
-	opts    Options
-	methods map[string]bool
-	runs    runTimes
-	policy  inventory.Policy
-}
-
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.methods[r.Method] {
-		next.ServeHTTP(w, r)
-		return
-	}
-	route := m.opts.Scope(r)
-	id, body, read, ok := m.requestKey(w, r, route)
-	if !ok {
-		return // answered
-	}
-	if id == "" {
-		next.ServeHTTP(w, r) // Optional, and the request has no key
-		return
-	}
-	scope, ok := m.scope(r, route)
-	if !ok {
-		writeProblem(w, Problem{Type: ProblemCallerUnknown, Status: http.StatusUnauthorized,
-			Title: "Caller unknown", Key: id,
-			Detail: "idempotency keys are kept per caller, and this request names none; authenticate and retry"})
-		return
-	}
-	if !read {
-		if body, ok = m.readBody(w, r, id); !ok {
-			return
-		}
-	}
-	key := guard.Key{Scope: scope, ID: id}
-	fingerprint := m.opts.Fingerprint(r, body)
-
-	// Claim even if the client hangs up meanwhile: a claim cut off after
-	// the store took it would lock the key for a whole lease. Guard.Claim
-	// bounds the call itself (half a lease). The writes that end the
-	// claim (complete, release) outlive a hang-up too, on the same
-	// context.
-	dctx := context.WithoutCancel(r.Context())
-	out, err := m.g.Claim(dctx, key, fingerprint)
-	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
-		out, err, ok = m.wait(r, key, fingerprint, err)
-		if !ok {
-			return // the client left while waiting; nothing was claimed
-		}
-	}
-	if err != nil {
-		m.rejectClaim(w, key, route, err)
-		return
-	}
-	if out.Status == guard.Replay {
-		m.replay(w, r, key, out.Result)
-		return
-	}
-	if r.Context().Err() != nil {
-		// The client left before the handler ran: nothing happened yet.
-		m.release(dctx, out.Lease)
-		return
-	}
-	m.run(w, r, dctx, next, out.Lease, fingerprint, route)
-}
-
-// requestKey finds the request's key where Options.Key says. It answers
-// 400 (or 413, reading a body) itself and reports ok false; id is "" with
-// ok true for a request without a key that Optional lets through. read
-// reports whether body holds the request body already (body and computed
-// keys read it first).
-func (m *middleware) requestKey(w http.ResponseWriter, r *http.Request, route string) (id string, body []byte, read, ok bool) {
-	switch m.opts.Key.kind {
-	case inventory.KeyBody:
-		if body, ok = m.readBody(w, r, ""); !ok {
-			return "", nil, false, false
-		}
-		id, err := m.opts.Key.bodyKey(body)
-		switch {
-		case err == nil:
-			return id, body, true, true
-		case m.opts.Optional && (errors.Is(err, errNoBodyKey) || errors.Is(err, errNotJSON)):
-			return "", body, true, true // no key: run unguarded
-		case errors.Is(err, errNoBodyKey):
-			writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
-				Title:  "Idempotency key missing",
-				Detail: fmt.Sprintf("%s %s requires an idempotency key in the JSON body at %s", r.Method, r.URL.Path, m.opts.Key.pointer)})
-		default:
-			writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-				Title: "Idempotency key malformed", Detail: err.Error()})
-		}
-		return "", nil, false, false
-	case inventory.KeyComputed:
-		if len(r.Header.Values(m.opts.Header)) > 0 {
-			id, ok = m.headerKey(w, r)
-			return id, nil, false, ok // the client's own key wins
-		}
-		if body, ok = m.readBody(w, r, ""); !ok {
-			return "", nil, false, false
-		}
-		return m.opts.Key.computedKey(r, route, body), body, true, true
-	}
-	id, ok = m.headerKey(w, r)
-	return id, nil, false, ok
-}
-
-// headerKey reads the key from Options.Header. It answers 400 itself and
-// reports false; id is "" with ok true for a request without the header
-// that Optional lets through.
-func (m *middleware) headerKey(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
-	values := r.Header.Values(m.opts.Header)
-	switch len(values) {
-	case 0:
-		if m.opts.Optional {
-			return "", true
-		}
-		writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
-			Title:  "Idempotency key missing",
-			Detail: fmt.Sprintf("%s %s requires an %s header", r.Method, r.URL.Path, m.opts.Header)})
-		return "", false
-	case 1:
-	default:
-		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title:  "Idempotency key malformed",
-			Detail: fmt.Sprintf("%d %s fields; send exactly one", len(values), m.opts.Header)})
-		return "", false
-	}
-	id, err := ParseKey(values[0])
-	if err != nil {
-		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title: "Idempotency key malformed", Detail: err.Error()})
-		return "", false
-	}
-	return id, true
-}
-
-// readBody reads the whole request body, up to MaxBody, and puts it back
-// for the handler. It answers 413 or 400 itself and reports false.
-func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, id string) ([]byte, bool) {
-	if r.ContentLength > m.opts.MaxBody {
-		m.tooLarge(w, id)
-		return nil, false
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	body, err := m.readAll(w, r)
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			m.tooLarge(w, id)
-		} else {
-			writeProblem(w, Problem{Type: ProblemBodyUnreadable, Status: http.StatusBadRequest,
-				Title: "Request body unreadable", Key: id, Detail: err.Error()})
-		}
-		return nil, false
-	}
-	held := &heldBody{}
-	held.Reset(body)
-	r.Body = held
-	return body, true
-}
-
-// exactRead is the largest declared Content-Length read into a buffer of
-// that size at once; a longer body grows its buffer as it arrives, so a
-// client that declares a large body and sends nothing holds little.
-const exactRead = 32 << 10
-
-// readAll reads r's body, up to MaxBody (an error wrapping
-// *http.MaxBytesError past it). A body whose length is declared, and
-// small, is read into one buffer of that length (and a byte more, to see
-// it end).
-func (m *middleware) readAll(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	n := r.ContentLength
-	if n < 0 || n > exactRead {
-		return io.ReadAll(http.MaxBytesReader(w, r.Body, m.opts.MaxBody))
-	}
-	buf := make([]byte, n+1)
-	k := 0
-	for k < len(buf) {
-		c, err := r.Body.Read(buf[k:])
-		k += c
-		if err == io.EOF && k < len(buf) {
-			return buf[:k], nil
-		}
-		if err != nil && err != io.EOF {
-			return nil, err
-		}
-	}
-	// More than declared (a request not from net/http's server, which
-	// holds the body to its length): read on under the limit.
-	rest := struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
-	return io.ReadAll(http.MaxBytesReader(w, rest, m.opts.MaxBody))
-}
-
-// tooLarge answers 413.
-func (m *middleware) tooLarge(w http.ResponseWriter, id string) {
-	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-		Title: "Request body too large", Key: id,
-		Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
-}
-
-// heldBody is the request body the handler reads: the bytes the
-// middleware read, in one allocation.
-type heldBody struct{ bytes.Reader }
-
-// Close does nothing: the body was read already.
-func (*heldBody) Close() error { return nil }
-
-// scope is the key's scope: route (Options.Scope), prefixed by the quoted
-// caller (Options.Tenant). ok is false when Tenant names no caller. A scope
-// the store would refuse (too long, control bytes) is replaced by its
-// digest.
-func (m *middleware) scope(r *http.Request, route string) (s string, ok bool) {
-	s = route
-	if m.opts.Tenant != nil {
-		caller := m.opts.Tenant(r)
-		if caller == "" {
-			return "", false
-		}
-		s = strconv.Quote(caller) + " " + s
-	}
-	if (guard.Key{Scope: s, ID: "-"}).Validate() != nil {
-		sum := sha256.Sum256([]byte(s))
-		s = "sha256:" + hex.EncodeToString(sum[:])
-	}
-	return s, true
-}
-
-// rejectClaim answers a claim that did not give the key to this request.
-func (m *middleware) rejectClaim(w http.ResponseWriter, key guard.Key, route string, err error) {
-	id := key.ID
-	if inProgress, ok := errors.AsType[*guard.InProgressError](err); ok {
-		m.inFlight(w, id, route, inProgress.RetryAfter)
-		return
-	}
-	switch {
-	case errors.Is(err, guard.ErrMismatch):
-		writeProblem(w, Problem{Type: ProblemKeyMismatch, Status: http.StatusUnprocessableEntity,
-			Title: "Idempotency key reused", Key: id,
-			Detail: "this key was used with a different request; use a new key for a new request"})
-	case errors.Is(err, guard.ErrExhausted):
-		writeProblem(w, Problem{Type: ProblemExhausted, Status: http.StatusInternalServerError,
-			Title: "Idempotency key attempts exhausted", Key: id,
-			Detail: "the request with this key was abandoned too often and will not run again"})
-	case errors.Is(err, guard.ErrInvalidKey):
-		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
-			Title: "Idempotency key malformed", Key: id, Detail: m.logErr(key, err)})
-	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		m.unavailable(w, id, "the request was not run; retry later with the same key")
-	default:
-		m.opts.Logger.Error("httpx: idempotency claim failed", append(m.logKey(key), "err", m.logErr(key, err))...)
-		writeProblem(w, Problem{Type: ProblemStoreError, Status: http.StatusInternalServerError,
-			Title: "Idempotency store error", Key: id, Detail: "the request was not run"})
-	}
-}
-
-// inFlight answers a request whose key another request holds.
-func (m *middleware) inFlight(w http.ResponseWriter, id, route string, leaseLeft time.Duration) {
-	writeProblem(w, Problem{Type: ProblemInFlight, Status: m.opts.InFlightStatus,
-		Title: "Request with this key in progress", Key: id,
-		Detail: "another request with this key has not finished; retry after the delay given"},
-		"Retry-After", retryAfter(m.inFlightRetryAfter(route, leaseLeft)))
-}
-
-// unavailable answers 503 with Retry-After.
-func (m *middleware) unavailable(w http.ResponseWriter, id, detail string) {
-	writeProblem(w, Problem{Type: ProblemStoreUnavailable, Status: http.StatusServiceUnavailable,
-		Title: "Idempotency store unavailable", Key: id, Detail: detail},
-		"Retry-After", retryAfter(m.opts.UnavailableRetryAfter))
-}
-
-// replay writes a stored response.
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key guard.Key, result []byte) {
-	sr, err := parseResponse(result)
-	if err != nil {
-		m.opts.Logger.Error("httpx: stored response unreadable",
-			append(m.logKey(key), "path", r.URL.Path, "err", m.logErr(key, err))...)
-		writeProblem(w, Problem{Type: ProblemCorruptResponse, Status: http.StatusInternalServerError,
-			Title: "Stored response unreadable", Key: key.ID,
-			Detail: "the request with this key ran, but its stored response cannot be read"})
-		return
-	}
-	writeStored(w, key.ID, sr)
-}
-
-// writeStored writes sr as a replay: its header fields over w's, its
-// status and body, and Idempotent-Replayed: true.
-func writeStored(w http.ResponseWriter, id string, sr responseView) {
-	if sr.notKept != 0 {
-		why := "it was larger than the server keeps"
-		if sr.notKept&notKeptHijacked != 0 {
-			why = "the handler took over the connection"
-		}
-		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
-			Title: "Response not kept", Key: id,
-			Detail: "the request with this key ran with this status, but its response was not stored: " + why},
-			ReplayedHeader, "true")
-		return
-	}
-	sr.setHeader(w.Header())
-	w.WriteHeader(sr.status)
-	_, _ = w.Write(sr.body)
-}
-
-// run calls the handler under lease and stores or releases the outcome.
-// dctx is the request's context without its cancellation, for the writes
-// that end the claim.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, dctx context.Context, next http.Handler, lease guard.Lease, fingerprint, route string) {
-	ctx, stop := m.g.KeepAlive(r.Context(), lease)
-	// The capture, the claim the handler's context carries and that
-	// context: one allocation.
-	run := &guardedRun{}
-	c := &run.c
-	c.w, c.max = w, m.opts.MaxStoredResponse
-	if h := w.Header(); len(h) > 0 {
-		c.before = h.Clone()
-	}
-	c.buf = *bytes.NewBuffer(c.small[:0])
-	run.info = claimInfo{lease: lease, fingerprint: fingerprint, route: route, c: c, m: m}
-	run.ctx = runContext{Context: ctx, info: &run.info}
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		p := recover()
-		stop()
-		m.release(dctx, lease)
-		if p == nil {
-			return // runtime.Goexit: let it go on
-		}
-		if p == http.ErrAbortHandler {
-			panic(p) // the handler's way to cut the response off; net/http handles it
-		}
-		m.opts.Logger.Error("httpx: handler panicked; idempotency key released",
-			append(m.logKey(lease.Key), "path", r.URL.Path, "panic", p)...)
-		if c.committed || c.hijacked {
-			panic(http.ErrAbortHandler) // part of the response is out: cut it off
-		}
-		resetHeader(w.Header(), c.before)
-		writeProblem(w, Problem{Type: ProblemHandlerPanic, Status: http.StatusInternalServerError,
-			Title: "Internal server error", Key: lease.Key.ID,
-			Detail: "the handler failed; the key was released, retry with the same key"})
-	}()
-	start := time.Now()
-	next.ServeHTTP(c, r.WithContext(&run.ctx))
-	returned = true
-	m.runs.observe(route, time.Since(start))
-	stop()
-	m.finish(r, dctx, c, lease)
-}
-
-// guardedRun is what one guarded run of the handler needs, allocated
-// together: the writer it writes to, its claim, and its context.
-type guardedRun struct {
-	c    capture
-	info claimInfo
-	ctx  runContext
-}
-
-// runContext is the guarded handler's context: the lease's (KeepAlive),
-// carrying the claim (ClaimFrom, CommitResponse) as context.WithValue
-// would, without its two allocations.
-type runContext struct {
-	context.Context
-	info *claimInfo
-}
-
-// Value returns the claim for claimKey and asks the lease's context for
-// any other key.
-func (c *runContext) Value(key any) any {
-	if _, ok := key.(claimKey); ok {
-		return c.info
-	}
-	return c.Context.Value(key)
-}
-
-// finish stores the handler's response (or a marker, or releases the key
-// for a 5xx) and then lets the held response go to the client.
-func (m *middleware) finish(r *http.Request, dctx context.Context, c *capture, lease guard.Lease) {
-	if !c.wroteHeader && !c.hijacked {
-		c.WriteHeader(http.StatusOK)
-	}
-	status := c.status
-	var result []byte
-	switch {
-	case c.release:
-		// CommitResponse answered without committing: nothing is final.
-		m.release(dctx, lease)
-		c.commit()
-		return
-	case c.stored != nil:
-		result = c.stored // the bytes CommitResponse committed
-	case c.hijacked:
-		if status < 200 {
-			status = http.StatusOK
-		}
-		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
-	case status >= 500 && !m.opts.Store5xx:
-		m.release(dctx, lease)
-		c.commit()
-		return
-	case c.tooLarge:
-		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
-	default:
-		result = m.encodeHandlerResponse(status, c.before, c.header, c.buf.Bytes())
-	}
-	m.complete(r, dctx, lease, result)
-	if !c.hijacked {
-		c.commit()
-	}
-}
-
-// complete stores result for lease, retrying while the store cannot be
-// reached (settle). If it still cannot, it releases the key if it can, so
-// the next request with it is not told 409 until the lease ends: with a
-// SQL backstop under the guard, that request then finds the committed
-// response; without one, it runs the handler again, as it would have once
-// the lease ran out.
-func (m *middleware) complete(r *http.Request, dctx context.Context, lease guard.Lease, result []byte) {
-	err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
-	if err == nil {
-		return
-	}
-	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(dctx, lease) == nil {
-		m.opts.Logger.Warn("httpx: response not stored (store unreachable); idempotency key released",
-			append(m.logKey(lease.Key), "path", r.URL.Path, "err", m.logErr(lease.Key, err))...)
-		return
-	}
-	// The handler ran; the client gets its real response anyway.
-	m.opts.Logger.Error("httpx: response not stored; a retry with this key may run the handler again",
-		append(m.logKey(lease.Key), "path", r.URL.Path, "err", m.logErr(lease.Key, err))...)
-}
-
-// lastRelease tries once more, briefly, to free a key whose completion
-// could not be stored.
-func (m *middleware) lastRelease(ctx context.Context, lease guard.Lease) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	return m.g.Release(ctx, lease)
-}
-
-// release undoes the claim, retrying while the store cannot be reached
-// (settle). dctx is the request's context without its cancellation: the
-// key is released even if the client is gone.
-func (m *middleware) release(dctx context.Context, lease guard.Lease) {
-	if err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
-		m.opts.Logger.Warn("httpx: idempotency key not released; it frees when its lease ends",
-			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
-	}
-}
-
-type claimKey struct{}
-
-// claimInfo is what a guarded handler's context carries: its claim, and
-// for CommitResponse the capture it writes to and the middleware.
-type claimInfo struct {
-	lease       guard.Lease
-	fingerprint string
-	route       string // Options.Scope of the request
-	c           *capture
-	m           *middleware
+	return httpcore.DefaultFingerprint(httpcore.NetRequest{R: r}, body)
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
 // the request's fingerprint: what a handler passes to downstream writes
 // (lease.Fence). A handler that commits a SQL backstop row should do it
 // through CommitResponse, which stores the response the client receives.
-// ok is false outside a guarded run (a safe method, an optional key).
+// ok is false outside a guarded run (a safe method, an optional key). It
+// works the same inside the handlers of ginx, echox and fiberx, given the
+// request's context.
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
-	c, ok := ctx.Value(claimKey{}).(*claimInfo)
-	if !ok {
-		return guard.Lease{}, "", false
-	}
-	return c.lease, c.fingerprint, true
+	return httpcore.ClaimFrom(ctx)
 }

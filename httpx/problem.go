@@ -1,13 +1,5 @@
 package httpx
 
-import (
-	"encoding/json"
-	"math"
-	"net/http"
-	"strconv"
-	"time"
-)
-
 // Problem type URIs, one per case, stable across versions: clients may
 // branch on them. They identify the case; they need not resolve.
 const (
@@ -39,38 +31,3 @@ type Problem struct {
 
 // ProblemContentType is the media type of a Problem body.
 const ProblemContentType = "application/problem+json"
-
-// writeProblem writes p as the whole response. extra headers (such as
-// Retry-After) are set first.
-func writeProblem(w http.ResponseWriter, p Problem, extra ...string) {
-	body, err := json.Marshal(p)
-	if err != nil { // a Problem always marshals; keep the response well formed anyway
-		body = []byte(`{"type":"about:blank","status":500}`)
-	}
-	h := w.Header()
-	for i := 0; i+1 < len(extra); i += 2 {
-		h.Set(extra[i], extra[i+1])
-	}
-	h.Set("Content-Type", ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Encoding")
-	if p.Status < 200 || p.Status == http.StatusNoContent || p.Status == http.StatusNotModified {
-		h.Del("Content-Length") // these statuses carry no body
-		h.Del("Content-Type")
-		w.WriteHeader(p.Status)
-		return
-	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(body)
-}
-
-// retryAfter formats d as a Retry-After delay in whole seconds, rounded up
-// and at least 1.
-func retryAfter(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
-}

@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 // The in-flight Retry-After is the route's typical run time here, at least
 // a second, at most what is left of the lease.
 func TestInFlightRetryAfter(t *testing.T) {
-	m := &middleware{}
+	m := &Engine{}
 	if d := m.inFlightRetryAfter("POST /a", 25*time.Second); d != time.Second {
 		t.Fatalf("unknown route: %s, want 1s", d)
 	}

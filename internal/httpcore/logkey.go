@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"crypto/sha256"
@@ -24,7 +24,7 @@ func keyDigest(k guard.Key) string {
 
 // logKey returns the attributes that name k in a log record: its digest,
 // and with Options.LogKeys its scope and id in full.
-func (m *middleware) logKey(k guard.Key) []any {
+func (m *Engine) logKey(k guard.Key) []any {
 	if m.opts.LogKeys {
 		return []any{"key", keyDigest(k), "scope", k.Scope, "id", k.ID}
 	}
@@ -33,7 +33,7 @@ func (m *middleware) logKey(k guard.Key) []any {
 
 // logErr returns err's text for a log record, with the key's id replaced
 // by its digest unless Options.LogKeys (the guard's errors name the key).
-func (m *middleware) logErr(k guard.Key, err error) string {
+func (m *Engine) logErr(k guard.Key, err error) string {
 	if err == nil {
 		return ""
 	}

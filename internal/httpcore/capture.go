@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"net/http"
 )
 
-// capture is the ResponseWriter the guarded handler writes to. It holds the
+// Capture is the ResponseWriter the guarded handler writes to. It holds the
 // response back until the middleware has stored it (so a client that has
 // seen the response and sends the key again gets the replay, not a 409),
 // unless the handler flushes or writes more than the stored maximum: from
@@ -17,7 +17,7 @@ import (
 //
 // It implements http.Flusher and Hijacker itself (so it knows when they
 // happen) and Unwrap for the rest of http.ResponseController.
-type capture struct {
+type Capture struct {
 	w      http.ResponseWriter
 	max    int         // body bytes kept for the store
 	before http.Header // the header when the handler was called: outer middleware's fields
@@ -45,9 +45,9 @@ const heldInline = 256
 // errSealed is what a handler's write gets after CommitResponse answered.
 var errSealed = errors.New("httpx: the response was already written by CommitResponse")
 
-func (c *capture) Header() http.Header { return c.w.Header() }
+func (c *Capture) Header() http.Header { return c.w.Header() }
 
-func (c *capture) WriteHeader(code int) {
+func (c *Capture) WriteHeader(code int) {
 	if c.wroteHeader || c.hijacked || c.sealed {
 		return
 	}
@@ -66,7 +66,7 @@ func (c *capture) WriteHeader(code int) {
 	c.header = c.w.Header().Clone()
 }
 
-func (c *capture) Write(p []byte) (int, error) {
+func (c *Capture) Write(p []byte) (int, error) {
 	if c.hijacked {
 		return 0, http.ErrHijacked
 	}
@@ -103,7 +103,7 @@ func (c *capture) Write(p []byte) (int, error) {
 }
 
 // send writes p to the client, remembering the first error.
-func (c *capture) send(p []byte) (int, error) {
+func (c *Capture) send(p []byte) (int, error) {
 	if c.writeErr != nil {
 		return 0, c.writeErr
 	}
@@ -116,7 +116,7 @@ func (c *capture) send(p []byte) (int, error) {
 
 // commit sends the status line and the held body (when the handler wrote
 // no status, a 200) and switches to writing through.
-func (c *capture) commit() {
+func (c *Capture) commit() {
 	if c.committed {
 		return
 	}
@@ -134,11 +134,11 @@ func (c *capture) commit() {
 }
 
 // Flush sends what the handler wrote so far (see FlushError).
-func (c *capture) Flush() { _ = c.FlushError() }
+func (c *Capture) Flush() { _ = c.FlushError() }
 
 // FlushError sends what the handler wrote so far to the client; from then
 // on the response streams. It is what http.ResponseController.Flush calls.
-func (c *capture) FlushError() error {
+func (c *Capture) FlushError() error {
 	if c.hijacked {
 		return http.ErrHijacked
 	}
@@ -151,7 +151,7 @@ func (c *capture) FlushError() error {
 
 // Hijack hands the connection to the handler. The response can then never
 // be replayed; the middleware stores a marker instead.
-func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (c *Capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if c.wroteHeader && !c.committed {
 		// What was written before the hijack reaches the client first,
 		// as net/http does.
@@ -167,4 +167,46 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap gives http.ResponseController the writer underneath, for the
 // deadlines and full duplex.
-func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+func (c *Capture) Unwrap() http.ResponseWriter { return c.w }
+
+// init readies c to capture a response to w, holding up to max body
+// bytes.
+func (c *Capture) init(w http.ResponseWriter, max int) {
+	c.w, c.max = w, max
+	if h := w.Header(); len(h) > 0 {
+		c.before = h.Clone()
+	}
+	c.buf = *bytes.NewBuffer(c.small[:0])
+}
+
+// Status is the status the handler wrote, 0 before it wrote one.
+func (c *Capture) Status() int { return c.status }
+
+// Written reports whether the handler wrote its status (or took the
+// connection).
+func (c *Capture) Written() bool { return c.wroteHeader || c.hijacked }
+
+// Result implements Response.
+func (c *Capture) Result() Result {
+	if !c.wroteHeader && !c.hijacked {
+		c.WriteHeader(http.StatusOK)
+	}
+	return Result{Status: c.status, Before: c.before, Header: c.header, Body: c.buf.Bytes(),
+		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release}
+}
+
+// Send implements Response: the held response goes out.
+func (c *Capture) Send() {
+	if !c.hijacked {
+		c.commit()
+	}
+}
+
+// Abandon implements Response.
+func (c *Capture) Abandon() (http.ResponseWriter, bool) {
+	if c.committed || c.hijacked {
+		return nil, true
+	}
+	resetHeader(c.w.Header(), c.before)
+	return c.w, false
+}

@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -38,7 +38,8 @@ func backstopValues(tb testing.TB) [][]byte {
 	}
 	store := guard.NewRedisStore(testenv.Redis(tb), guard.RedisOptions{Prefix: testenv.Prefix(tb)})
 	g := guard.New(backstop.Wrap(store, b), guard.Options{})
-	h := Guard(g, Options{SingleCaller: true, MaxStoredResponse: 64})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m := New(g, Config{SingleCaller: true, MaxStoredResponse: 64})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, err := db.BeginTx(r.Context(), nil)
 		if err != nil {
 			tb.Error(err)
@@ -60,15 +61,15 @@ func backstopValues(tb testing.TB) [][]byte {
 		case "/large":
 			status, body = http.StatusOK, strings.Repeat("x", 100)
 		}
-		if err := CommitResponse(w, r, tx, b, status, []byte(body)); err != nil {
+		if err := CommitResponse(w, r.Context(), r.URL.Path, tx, b, status, []byte(body)); err != nil {
 			tb.Error(err)
 		}
-	}))
+	})
 	var out [][]byte
 	for _, path := range []string{"/json", "/empty", "/large"} {
 		req := httptest.NewRequest(http.MethodPost, path, nil)
 		req.Header.Set(DefaultHeader, "fuzz-seed"+path)
-		h.ServeHTTP(httptest.NewRecorder(), req)
+		m.ServeHTTP(httptest.NewRecorder(), req, h)
 		v, _, found, err := b.Lookup(ctx, guard.Key{Scope: "POST " + path, ID: "fuzz-seed" + path})
 		if err != nil || !found {
 			tb.Fatalf("%s: committed row %v, %v", path, found, err)

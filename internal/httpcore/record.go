@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"bytes"
@@ -74,7 +74,7 @@ func appendBytes(b []byte, s string) []byte {
 // status, the fields of h (the header when the handler wrote its status)
 // that keepField keeps, and body. It writes the same bytes as encoding a
 // storedResponse of those fields would, straight from h.
-func (m *middleware) encodeHandlerResponse(status int, before, h http.Header, body []byte) []byte {
+func (m *Engine) encodeHandlerResponse(status int, before, h http.Header, body []byte) []byte {
 	conn := connectionFields(h)
 	var inline [16]string
 	names := inline[:0]

@@ -1,10 +1,9 @@
-package httpx
+package httpcore
 
 import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"time"
 
@@ -49,7 +48,7 @@ func (t *runTimes) typical(scope string) (time.Duration, bool) {
 // come back: the route's typical run time here, at least a second (the
 // unit of Retry-After), at most what is left of the holder's lease (by
 // then the key is answered or free). leaseLeft <= 0 means unknown.
-func (m *middleware) inFlightRetryAfter(route string, leaseLeft time.Duration) time.Duration {
+func (m *Engine) inFlightRetryAfter(route string, leaseLeft time.Duration) time.Duration {
 	d := time.Second
 	if typ, ok := m.runs.typical(route); ok {
 		d = max(d, typ)
@@ -74,7 +73,7 @@ const (
 // in-flight error when the bound passed). While the holder runs it reads
 // the record (Guard.Get: no claim, no outcome event); once the record is
 // no longer pending it claims. ok is false when the client left.
-func (m *middleware) wait(r *http.Request, key guard.Key, fingerprint string, inFlight error) (out guard.Outcome, err error, ok bool) {
+func (m *Engine) wait(r Request, key guard.Key, fingerprint string, inFlight error) (out guard.Outcome, err error, ok bool) {
 	ctx := r.Context()
 	deadline := time.Now().Add(m.opts.Wait)
 	delay := firstPoll

@@ -1,4 +1,4 @@
-package httpx
+package httpcore
 
 import (
 	"errors"
@@ -80,7 +80,7 @@ func TestComputedKeyDigest(t *testing.T) {
 		for _, v := range xa {
 			r.Header.Add("X-A", v)
 		}
-		return ks.computedKey(r, DefaultScope(r), []byte(body))
+		return ks.computedKey(NetRequest{r}, DefaultScope(NetRequest{r}), []byte(body))
 	}
 	base := key("POST", "/o?q=1", "application/json", `{"a":1}`, "v")
 	if !strings.HasPrefix(base, computedPrefix) || len(base) != len(computedPrefix)+64 {
@@ -118,12 +118,12 @@ func TestDigestsStable(t *testing.T) {
 	body := []byte(`{"sku":"tea"}`)
 	r := httptest.NewRequest("POST", "/orders/a%2Fb?x=1&y=2", strings.NewReader(string(body)))
 	r.Header.Set("Content-Type", "application/json")
-	if got, want := DefaultFingerprint(r, body), "618e1cc31d004e249c2b5afec071869c03808206c112cbc929f10d11ca05d14c"; got != want {
+	if got, want := DefaultFingerprint(NetRequest{r}, body), "618e1cc31d004e249c2b5afec071869c03808206c112cbc929f10d11ca05d14c"; got != want {
 		t.Errorf("DefaultFingerprint %s, want %s", got, want)
 	}
 	r.Header.Add("X-Client", "c1")
 	r.Header.Add("X-Client", "c2")
-	if got, want := ComputedKey("X-Client", "X-None").computedKey(r, "POST /orders/{id}", body),
+	if got, want := ComputedKey("X-Client", "X-None").computedKey(NetRequest{r}, "POST /orders/{id}", body),
 		"computed:a3c09148cfc14d97365ac5f9e9d01c9edba41cfc350187813f81579d4919a78b"; got != want {
 		t.Errorf("computed key %s, want %s", got, want)
 	}
@@ -132,8 +132,8 @@ func TestDigestsStable(t *testing.T) {
 	long := httptest.NewRequest("POST", "/"+strings.Repeat("p", 3*maxPooledScratch)+"?q="+strings.Repeat("q", maxPooledScratch), nil)
 	long.Header.Set("X-Client", strings.Repeat("c", maxPooledScratch))
 	ks := ComputedKey("X-Client")
-	fp, ck := DefaultFingerprint(long, body), ks.computedKey(long, "r", body)
-	if DefaultFingerprint(long, body) != fp || ks.computedKey(long, "r", body) != ck || DefaultFingerprint(r, body) == fp {
+	fp, ck := DefaultFingerprint(NetRequest{long}, body), ks.computedKey(NetRequest{long}, "r", body)
+	if DefaultFingerprint(NetRequest{long}, body) != fp || ks.computedKey(NetRequest{long}, "r", body) != ck || DefaultFingerprint(NetRequest{r}, body) == fp {
 		t.Error("digests of a long request are not stable")
 	}
 }

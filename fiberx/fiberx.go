@@ -1,0 +1,288 @@
+// Package fiberx makes Fiber v3 handlers idempotent with a guard.Guard:
+// Guard is a fiber.Handler, on Fiber's own context (fasthttp, no net/http
+// shim), with exactly the semantics of httpx.Guard (the same rules, from
+// the same core, configured by the same httpx.Options): the first request
+// with an Idempotency-Key runs the handlers after it and their response is
+// stored; a repeat gets it back byte for byte with "Idempotent-Replayed:
+// true"; a repeat while the first runs gets 409 with Retry-After (or
+// waits, with Options.Wait), on this instance or another; the same key
+// with another request gets 422; every error is application/problem+json.
+//
+// Unlike Fiber's own idempotency middleware, keys are claimed atomically
+// in Redis across instances, scoped by caller, method and route, and
+// fingerprinted; Set-Cookie is never replayed; a completion is written
+// even if the client left.
+//
+// Use it on a route or group, after the middleware that authenticates the
+// caller:
+//
+//	app.Post("/orders", auth, fiberx.Guard(g, fiberx.Options{
+//		Tenant: func(c fiber.Ctx) string { s, _ := c.Locals("account").(string); return s },
+//	}), createOrder)
+//
+// The scope of a key is the caller, the method and the route path Fiber
+// matched (c.Route().Path), or the request's path under app.Use or a
+// group's middleware, whose route is only a prefix of the path. Fiber builds the whole
+// response before sending it, so the response is stored after the
+// handlers return and before Fiber sends it; a streamed body
+// (SetBodyStreamWriter) is sent but not kept (replays say so). An error a
+// handler returns is rendered by the app's ErrorHandler inside the guarded
+// run, so it is part of the response: a 4xx is stored and replayed, a 5xx
+// releases the key; the middleware then returns nil. Fiber's BodyLimit
+// (4 MiB by default) answers larger bodies before the guard sees them.
+//
+// Inside the guarded handlers, ClaimFrom gives the lease (for Step,
+// KeyFor, a SQL backstop commit with Backstop.Commit); so does
+// httpx.ClaimFrom(c.Context()). httpx.CommitResponse needs a net/http
+// writer and is not available on Fiber.
+package fiberx
+
+import (
+	"context"
+	"net/http"
+	"net/textproto"
+	"strings"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/adaptor"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/httpcore"
+)
+
+// Options configure Guard: httpx.Options, whose fields mean what they
+// mean for httpx.Guard, and a Fiber way to name the caller. The funcs of
+// httpx.Options written for net/http (Tenant, Scope, Fingerprint) work
+// too: they get the request converted to a *http.Request, which costs an
+// allocation of the whole request per call; prefer Tenant here.
+type Options struct {
+	httpx.Options
+	// Tenant names the caller from the Fiber context, e.g. a value an
+	// authentication middleware stored with c.Locals. Set it or
+	// Options.Options.Tenant, or SingleCaller: exactly one of them. A
+	// request for which it returns "" is answered 401 and nothing is
+	// stored.
+	Tenant func(c fiber.Ctx) string
+}
+
+// Guard returns Fiber middleware that runs the rest of the chain once per
+// key, as httpx.Guard does for a net/http handler; the guarantees are
+// httpx.Guard's. A request it answers itself (replay, 400, 401, 409, 413,
+// 422, 503, or a 500 after a panic) does not go on to the next handlers.
+//
+// Guard panics, as Fiber does on a programmer's error, when g is nil or
+// Options choose none or more than one of Tenant, Options.Tenant and
+// SingleCaller.
+func Guard(g *guard.Guard, opts Options) fiber.Handler {
+	cfg := httpcore.ConfigOf(opts.Options, "fiberx.Guard")
+	if t := opts.Tenant; t != nil {
+		if cfg.Tenant != nil {
+			panic("fiberx.Guard: Options.Tenant and Options.Options.Tenant are both set; choose one")
+		}
+		cfg.Tenant = func(r httpcore.Request) string { return t(r.(*request).c) }
+	}
+	max := opts.MaxStoredResponse
+	if max <= 0 {
+		max = httpx.DefaultMaxStoredResponse
+	}
+	e := httpcore.New(g, cfg)
+	return func(c fiber.Ctx) error { return serve(e, c, max) }
+}
+
+func serve(e *httpcore.Engine, c fiber.Ctx, max int) error {
+	v := &request{c: c}
+	b := e.Begin(&answer{c: c}, v)
+	switch {
+	case b.Pass:
+		return c.Next()
+	case !b.Run:
+		return nil // answered
+	}
+	resp := &response{c: c, max: max, before: header(c)}
+	e.RunBuffered(v, b, resp, func(ctx context.Context) {
+		prev := c.Context()
+		c.SetContext(ctx)
+		defer c.SetContext(prev)
+		if err := c.Next(); err != nil {
+			// Render it now, into the response that is stored.
+			if herr := c.App().ErrorHandler(c, err); herr != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+		}
+	})
+	return nil
+}
+
+// ClaimFrom returns, inside a handler Guard runs, the lease it runs under
+// and the request's fingerprint (httpx.ClaimFrom of c.Context()); ok is
+// false outside a guarded run.
+func ClaimFrom(c fiber.Ctx) (lease guard.Lease, fingerprint string, ok bool) {
+	return httpx.ClaimFrom(c.Context())
+}
+
+// request is httpcore.Request over a Fiber context.
+type request struct {
+	c  fiber.Ctx
+	hr *http.Request // HTTPRequest, converted once
+}
+
+func (r *request) Method() string      { return r.c.Method() }
+func (r *request) Path() string        { return r.c.Path() }
+func (r *request) EscapedPath() string { return string(r.c.Request().URI().PathOriginal()) }
+func (r *request) RawQuery() string    { return string(r.c.Request().URI().QueryString()) }
+
+// Route is the path of the route Fiber matched when it spans the whole
+// request path (as many segments); "" otherwise: under app.Use or a
+// group's middleware the route is only a prefix of the path, and the
+// scope is then the request's path.
+func (r *request) Route() string {
+	route := r.c.Route()
+	if route == nil || segments(route.Path) != segments(r.c.Path()) {
+		return ""
+	}
+	return route.Path
+}
+
+func segments(p string) int { return strings.Count(strings.TrimSuffix(p, "/"), "/") }
+
+func (r *request) HeaderValues(name string) []string {
+	all := r.c.Request().Header.PeekAll(name)
+	if len(all) == 0 {
+		return nil
+	}
+	vs := make([]string, len(all))
+	for i, v := range all {
+		vs[i] = string(v)
+	}
+	return vs
+}
+
+func (r *request) ContentLength() int64 {
+	if n := r.c.Request().Header.ContentLength(); n >= 0 {
+		return int64(n)
+	}
+	return -1
+}
+
+func (r *request) Context() context.Context { return r.c.Context() }
+
+// ReadBody returns the body fasthttp has read already, as sent (not
+// decompressed).
+func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
+	body := r.c.BodyRaw()
+	if int64(len(body)) > max {
+		return nil, &http.MaxBytesError{Limit: max}
+	}
+	return body, nil
+}
+
+func (r *request) HTTPRequest() *http.Request {
+	if r.hr == nil {
+		hr, err := adaptor.ConvertRequest(r.c, true)
+		if err != nil {
+			// Only for a request fasthttp parsed but net/http would not
+			// take; give the funcs what can be had.
+			hr = &http.Request{Method: r.Method(), Header: http.Header{}}
+		}
+		r.hr = hr
+	}
+	return r.hr
+}
+
+// header returns the response's header fields as an http.Header, leaving
+// out Content-Length (fasthttp sets it from the body).
+func header(c fiber.Ctx) http.Header {
+	h := http.Header{}
+	for k, v := range c.Response().Header.All() {
+		name := textproto.CanonicalMIMEHeaderKey(string(k))
+		if name == "Content-Length" {
+			continue
+		}
+		h[name] = append(h[name], string(v))
+	}
+	return h
+}
+
+// setHeader makes the response's header fields h, with Content-Length
+// left to fasthttp.
+func setHeader(c fiber.Ctx, h http.Header) {
+	rh := &c.Response().Header
+	status := c.Response().StatusCode()
+	rh.Reset()
+	rh.SetStatusCode(status)
+	for k, vs := range h {
+		if k == "Content-Length" {
+			continue
+		}
+		for _, v := range vs {
+			rh.Add(k, v)
+		}
+	}
+	if len(h["Content-Type"]) == 0 {
+		rh.SetNoDefaultContentType(true)
+	}
+}
+
+// response is the core's hold on the response Fiber builds: read once the
+// handlers returned, sent by Fiber when the middleware returns.
+type response struct {
+	c      fiber.Ctx
+	max    int
+	before http.Header // the fields when the handlers were called: outer middleware's
+}
+
+// Result implements httpcore.Response.
+func (r *response) Result() httpcore.Result {
+	res := r.c.Response()
+	out := httpcore.Result{Status: res.StatusCode(), Before: r.before}
+	if res.IsBodyStream() {
+		out.TooLarge = true // streamed: sent, not kept
+		return out
+	}
+	out.Header = header(r.c)
+	out.Body = res.Body()
+	if len(out.Body) > r.max {
+		out.TooLarge = true
+	}
+	return out
+}
+
+// Send implements httpcore.Response: Fiber sends the response when the
+// middleware returns.
+func (r *response) Send() {}
+
+// Abandon implements httpcore.Response: nothing went out yet; the
+// response goes back to what outer middleware set.
+func (r *response) Abandon() (http.ResponseWriter, bool) {
+	res := r.c.Response()
+	res.ResetBody()
+	res.SetStatusCode(http.StatusOK)
+	setHeader(r.c, r.before)
+	return &answer{c: r.c}, false
+}
+
+// answer is the http.ResponseWriter the core writes its own answers
+// (problems, replays) to: a header map over the response's, applied with
+// the status.
+type answer struct {
+	c fiber.Ctx
+	h http.Header
+}
+
+func (a *answer) Header() http.Header {
+	if a.h == nil {
+		a.h = header(a.c)
+	}
+	return a.h
+}
+
+func (a *answer) WriteHeader(code int) {
+	a.c.Response().SetStatusCode(code)
+	setHeader(a.c, a.Header())
+}
+
+func (a *answer) Write(p []byte) (int, error) {
+	a.c.Response().AppendBody(p)
+	return len(p), nil
+}

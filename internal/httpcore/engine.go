@@ -1,0 +1,811 @@
+// Package httpcore is the framework-agnostic core of idemguard's HTTP
+// middleware: the rules of httpx.Guard (where the key comes from, its
+// scope, the fingerprint, claim, replay or run, the answers 400, 401, 409,
+// 413, 422 and 503, waiting, the stored-response format and which header
+// fields it keeps, completion and release with bounded retries, panics)
+// written once over a small view of a request (Request) and of a
+// handler's response (Response). httpx binds it to net/http; ginx, echox
+// and fiberx to their frameworks. Users configure it through httpx.Options.
+//
+// It is internal: its API follows what the bindings need and may change
+// with them; the bindings' own APIs are the stable ones.
+package httpcore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/inventory"
+)
+
+// Defaults for Config (httpx.Options documents them).
+const (
+	DefaultHeader            = "Idempotency-Key"
+	DefaultMaxBody           = 1 << 20
+	DefaultMaxStoredResponse = 1 << 20
+	DefaultRetryAfter        = time.Second
+)
+
+// ReplayedHeader is set to "true" on every replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Request is what the core reads of a request. Each binding implements it
+// over its framework's request without copying it.
+type Request interface {
+	Method() string
+	// Path is the unescaped path, for messages and logs.
+	Path() string
+	EscapedPath() string
+	RawQuery() string
+	// Route is the route pattern the router matched ("POST /orders",
+	// "/orders/:id"), or "" when none is known.
+	Route() string
+	// HeaderValues returns the values of the request header field name
+	// (canonical), nil when absent.
+	HeaderValues(name string) []string
+	// ContentLength is the declared body length, -1 when unknown.
+	ContentLength() int64
+	Context() context.Context
+	// ReadBody reads the whole body, at most max bytes (an error wrapping
+	// *http.MaxBytesError past it), and leaves it readable again for the
+	// handler. w is the response writer, for net/http's own limit.
+	ReadBody(w http.ResponseWriter, max int64) ([]byte, error)
+	// HTTPRequest returns the request as a *http.Request, for the
+	// Options funcs written for net/http (Tenant, Scope, Fingerprint).
+	HTTPRequest() *http.Request
+}
+
+// Config is httpx.Options resolved for the core: the same fields, with
+// the funcs over Request. httpx.Options documents each field.
+type Config struct {
+	// Name prefixes panics ("httpx.Guard") and log messages ("httpx").
+	Name string
+
+	Tenant            func(Request) string
+	SingleCaller      bool
+	CallerScope       inventory.Scope
+	Header            string
+	Key               KeySpec
+	Methods           []string
+	Optional          bool
+	Scope             func(Request) string
+	Fingerprint       func(Request, []byte) string
+	MaxBody           int64
+	MaxStoredResponse int
+	ReplayHeader      func(name string) bool
+	Store5xx          bool
+	InFlightStatus    int
+	Wait              time.Duration
+	UnavailableRetry  time.Duration
+	Logger            *slog.Logger
+	LogKeys           bool
+}
+
+// Engine is a configured core: one per guarded route group, shared by
+// its requests.
+type Engine struct {
+	g       *guard.Guard
+	opts    Config
+	log     string // log message prefix, "httpx: "
+	methods map[string]bool
+	runs    runTimes
+	policy  inventory.Policy
+}
+
+// New checks cfg and fills in its defaults. It panics, as http.Handle does
+// on a programmer's error, when g is nil or cfg chooses neither or both of
+// Tenant and SingleCaller, with cfg.Name's prefix.
+func New(g *guard.Guard, cfg Config) *Engine {
+	name := cfg.Name
+	if name == "" {
+		name = "httpx.Guard"
+	}
+	pkg, _, _ := strings.Cut(name, ".")
+	if g == nil {
+		panic(name + ": nil guard")
+	}
+	switch {
+	case cfg.Tenant == nil && !cfg.SingleCaller:
+		panic(name + ": choose how keys are scoped by caller: set Options.Tenant (e.g. httpx.TenantFromContext " +
+			"or httpx.TenantFromJWT) to keep each caller's keys apart, or Options.SingleCaller for a service with " +
+			"one caller; without either, a caller could be replayed another caller's response")
+	case cfg.Tenant != nil && cfg.SingleCaller:
+		panic(name + ": Options.Tenant and Options.SingleCaller are both set; choose one")
+	case cfg.Tenant != nil && cfg.CallerScope != "" && cfg.CallerScope != inventory.ScopeTenant && cfg.CallerScope != inventory.ScopeUser:
+		panic(fmt.Sprintf("%s: Options.CallerScope %q with Options.Tenant: want inventory.ScopeTenant or inventory.ScopeUser", name, cfg.CallerScope))
+	case cfg.SingleCaller && cfg.CallerScope != "" && cfg.CallerScope != inventory.ScopeGlobal:
+		panic(fmt.Sprintf("%s: Options.CallerScope %q with Options.SingleCaller: keys are not kept per caller (inventory.ScopeGlobal)", name, cfg.CallerScope))
+	case cfg.Key.kind == inventory.KeyComputed && cfg.Optional:
+		panic(name + ": Options.Optional with a ComputedKey: every request gets a computed key, so none runs unguarded; drop Optional")
+	}
+	m := &Engine{g: g, opts: cfg, log: pkg + ": ", methods: map[string]bool{}}
+	m.opts.Name = name
+	if m.opts.Header == "" {
+		m.opts.Header = DefaultHeader
+	}
+	m.opts.Header = textproto.CanonicalMIMEHeaderKey(m.opts.Header)
+	methods := cfg.Methods
+	if len(methods) == 0 {
+		methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	for _, meth := range methods {
+		m.methods[meth] = true
+	}
+	if m.opts.Scope == nil {
+		m.opts.Scope = DefaultScope
+	}
+	if m.opts.Fingerprint == nil {
+		m.opts.Fingerprint = DefaultFingerprint
+	}
+	if m.opts.MaxBody <= 0 {
+		m.opts.MaxBody = DefaultMaxBody
+	}
+	if m.opts.MaxStoredResponse <= 0 {
+		m.opts.MaxStoredResponse = DefaultMaxStoredResponse
+	}
+	if m.opts.ReplayHeader == nil {
+		m.opts.ReplayHeader = DefaultReplayHeader
+	}
+	if m.opts.InFlightStatus == 0 {
+		m.opts.InFlightStatus = http.StatusConflict
+	}
+	if m.opts.Wait < 0 {
+		m.opts.Wait = 0
+	}
+	if m.opts.UnavailableRetry <= 0 {
+		m.opts.UnavailableRetry = DefaultRetryAfter
+	}
+	if m.opts.Logger == nil {
+		m.opts.Logger = slog.Default()
+	}
+	m.policy = m.makePolicy(methods)
+	return m
+}
+
+// Guard returns the guard the engine claims keys with.
+func (m *Engine) Guard() *guard.Guard { return m.g }
+
+// Policy reports what the engine enforces, for the idempotency inventory
+// (inventory.Guarded); the caller may keep the result.
+func (m *Engine) Policy() inventory.Policy {
+	p := m.policy
+	p.Methods = slices.Clone(p.Methods)
+	return p
+}
+
+// makePolicy describes the guard for the inventory.
+func (m *Engine) makePolicy(methods []string) inventory.Policy {
+	p := inventory.Policy{
+		Required:  inventory.RequireHard,
+		KeySource: inventory.KeyHeader,
+		Key:       m.opts.Key.describe(m.opts.Header),
+		Scope:     inventory.ScopeGlobal,
+		TTL:       m.g.Options().TTL,
+		Methods:   slices.Clone(methods),
+	}
+	if m.opts.Key.kind != "" {
+		p.KeySource = m.opts.Key.kind
+	}
+	if m.opts.Optional {
+		p.Required = inventory.RequireSoft
+	}
+	if m.opts.Tenant != nil {
+		p.Scope = inventory.ScopeTenant
+		if m.opts.CallerScope == inventory.ScopeUser {
+			p.Scope = inventory.ScopeUser
+		}
+	}
+	return p
+}
+
+// DefaultScope is the method and the route pattern the router matched
+// (Request.Route), or the escaped path when no pattern is known. A
+// pattern that starts with a method (ServeMux's "POST /orders") has it
+// replaced by the request's.
+func DefaultScope(r Request) string {
+	route := r.Route()
+	method := r.Method()
+	if route == "" {
+		route = r.EscapedPath()
+	} else if i := strings.IndexAny(route, " \t"); i >= 0 {
+		if route[:i] == method && i+1 < len(route) && route[i] == ' ' && route[i+1] != ' ' && route[i+1] != '\t' {
+			return route // "POST /orders" for a POST: the scope already, as is
+		}
+		route = strings.TrimLeft(route[i:], " \t") // drop the pattern's own method
+	}
+	return method + " " + route
+}
+
+// DefaultFingerprint is a SHA-256, in hex, over the method, the escaped
+// path and query, the Content-Type and the body.
+func DefaultFingerprint(r Request, body []byte) string {
+	d := getDigester()
+	defer d.put()
+	d.field(r.Method())
+	d.field(r.EscapedPath())
+	d.field(r.RawQuery())
+	d.field(first(r.HeaderValues("Content-Type")))
+	d.flush()
+	d.h.Write(body)
+	return d.hex("")
+}
+
+// first is the first of vs, or "" (http.Header.Get).
+func first(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
+}
+
+// Begin is what the request side decided (Engine.Begin).
+type Begin struct {
+	// Pass: run the handler unguarded (a method not guarded, or an
+	// optional key left out).
+	Pass bool
+	// Run: the key is this request's; run the handler under Lease
+	// (Engine.Run) and the run ends it. When neither Pass nor Run is set
+	// the request was answered.
+	Run         bool
+	Lease       guard.Lease
+	Fingerprint string
+	Route       string
+	// DCtx is the request's context without its cancellation, for the
+	// writes that end the claim.
+	DCtx context.Context
+}
+
+// Begin makes the request-side decisions: whether the method is guarded,
+// the key (answering 400 or 413 itself), the caller's scope (401), the
+// fingerprint, the claim (with Wait), and answers a replay, 409, 422 or
+// 503 on w itself.
+func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
+	if !m.methods[r.Method()] {
+		return Begin{Pass: true}
+	}
+	route := m.opts.Scope(r)
+	id, body, read, ok := m.requestKey(w, r, route)
+	if !ok {
+		return Begin{} // answered
+	}
+	if id == "" {
+		return Begin{Pass: true} // Optional, and the request has no key
+	}
+	scope, ok := m.scope(r, route)
+	if !ok {
+		writeProblem(w, Problem{Type: ProblemCallerUnknown, Status: http.StatusUnauthorized,
+			Title: "Caller unknown", Key: id,
+			Detail: "idempotency keys are kept per caller, and this request names none; authenticate and retry"})
+		return Begin{}
+	}
+	if !read {
+		if body, ok = m.readBody(w, r, id); !ok {
+			return Begin{}
+		}
+	}
+	key := guard.Key{Scope: scope, ID: id}
+	fingerprint := m.opts.Fingerprint(r, body)
+
+	// Claim even if the client hangs up meanwhile: a claim cut off after
+	// the store took it would lock the key for a whole lease. Guard.Claim
+	// bounds the call itself (half a lease). The writes that end the
+	// claim (complete, release) outlive a hang-up too, on the same
+	// context.
+	dctx := context.WithoutCancel(r.Context())
+	out, err := m.g.Claim(dctx, key, fingerprint)
+	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
+		out, err, ok = m.wait(r, key, fingerprint, err)
+		if !ok {
+			return Begin{} // the client left while waiting; nothing was claimed
+		}
+	}
+	if err != nil {
+		m.rejectClaim(w, key, route, err)
+		return Begin{}
+	}
+	if out.Status == guard.Replay {
+		m.replay(w, r, key, out.Result)
+		return Begin{}
+	}
+	if r.Context().Err() != nil {
+		// The client left before the handler ran: nothing happened yet.
+		m.release(dctx, out.Lease)
+		return Begin{}
+	}
+	return Begin{Run: true, Lease: out.Lease, Fingerprint: fingerprint, Route: route, DCtx: dctx}
+}
+
+// requestKey finds the request's key where Options.Key says. It answers
+// 400 (or 413, reading a body) itself and reports ok false; id is "" with
+// ok true for a request without a key that Optional lets through. read
+// reports whether body holds the request body already (body and computed
+// keys read it first).
+func (m *Engine) requestKey(w http.ResponseWriter, r Request, route string) (id string, body []byte, read, ok bool) {
+	switch m.opts.Key.kind {
+	case inventory.KeyBody:
+		if body, ok = m.readBody(w, r, ""); !ok {
+			return "", nil, false, false
+		}
+		id, err := m.opts.Key.bodyKey(body)
+		switch {
+		case err == nil:
+			return id, body, true, true
+		case m.opts.Optional && (errors.Is(err, errNoBodyKey) || errors.Is(err, errNotJSON)):
+			return "", body, true, true // no key: run unguarded
+		case errors.Is(err, errNoBodyKey):
+			writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
+				Title:  "Idempotency key missing",
+				Detail: fmt.Sprintf("%s %s requires an idempotency key in the JSON body at %s", r.Method(), r.Path(), m.opts.Key.pointer)})
+		default:
+			writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+				Title: "Idempotency key malformed", Detail: err.Error()})
+		}
+		return "", nil, false, false
+	case inventory.KeyComputed:
+		if len(r.HeaderValues(m.opts.Header)) > 0 {
+			id, ok = m.headerKey(w, r)
+			return id, nil, false, ok // the client's own key wins
+		}
+		if body, ok = m.readBody(w, r, ""); !ok {
+			return "", nil, false, false
+		}
+		return m.opts.Key.computedKey(r, route, body), body, true, true
+	}
+	id, ok = m.headerKey(w, r)
+	return id, nil, false, ok
+}
+
+// headerKey reads the key from Options.Header. It answers 400 itself and
+// reports false; id is "" with ok true for a request without the header
+// that Optional lets through.
+func (m *Engine) headerKey(w http.ResponseWriter, r Request) (id string, ok bool) {
+	values := r.HeaderValues(m.opts.Header)
+	switch len(values) {
+	case 0:
+		if m.opts.Optional {
+			return "", true
+		}
+		writeProblem(w, Problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
+			Title:  "Idempotency key missing",
+			Detail: fmt.Sprintf("%s %s requires an %s header", r.Method(), r.Path(), m.opts.Header)})
+		return "", false
+	case 1:
+	default:
+		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+			Title:  "Idempotency key malformed",
+			Detail: fmt.Sprintf("%d %s fields; send exactly one", len(values), m.opts.Header)})
+		return "", false
+	}
+	id, err := ParseKey(values[0])
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+			Title: "Idempotency key malformed", Detail: err.Error()})
+		return "", false
+	}
+	return id, true
+}
+
+// readBody reads the whole request body, up to MaxBody, and leaves it
+// readable for the handler (Request.ReadBody). It answers 413 or 400
+// itself and reports false.
+func (m *Engine) readBody(w http.ResponseWriter, r Request, id string) ([]byte, bool) {
+	if r.ContentLength() > m.opts.MaxBody {
+		m.tooLarge(w, id)
+		return nil, false
+	}
+	body, err := r.ReadBody(w, m.opts.MaxBody)
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			m.tooLarge(w, id)
+		} else {
+			writeProblem(w, Problem{Type: ProblemBodyUnreadable, Status: http.StatusBadRequest,
+				Title: "Request body unreadable", Key: id, Detail: err.Error()})
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// ReadHTTPBody is Request.ReadBody for a *http.Request (net/http, Gin,
+// Echo): it reads r's body, up to max bytes (an error wrapping
+// *http.MaxBytesError past it), and puts what it read back as r.Body. A
+// body whose length is declared, and small, is read into one buffer of
+// that length (and a byte more, to see it end).
+func ReadHTTPBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := readAll(w, r, max)
+	if err != nil {
+		return nil, err
+	}
+	held := &heldBody{}
+	held.Reset(body)
+	r.Body = held
+	return body, nil
+}
+
+// exactRead is the largest declared Content-Length read into a buffer of
+// that size at once; a longer body grows its buffer as it arrives, so a
+// client that declares a large body and sends nothing holds little.
+const exactRead = 32 << 10
+
+func readAll(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > exactRead {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	}
+	buf := make([]byte, n+1)
+	k := 0
+	for k < len(buf) {
+		c, err := r.Body.Read(buf[k:])
+		k += c
+		if err == io.EOF && k < len(buf) {
+			return buf[:k], nil
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+	}
+	// More than declared (a request not from net/http's server, which
+	// holds the body to its length): read on under the limit.
+	rest := struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+	return io.ReadAll(http.MaxBytesReader(w, rest, max))
+}
+
+// tooLarge answers 413.
+func (m *Engine) tooLarge(w http.ResponseWriter, id string) {
+	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+		Title: "Request body too large", Key: id,
+		Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
+}
+
+// heldBody is the request body the handler reads: the bytes the
+// middleware read, in one allocation.
+type heldBody struct{ bytes.Reader }
+
+// Close does nothing: the body was read already.
+func (*heldBody) Close() error { return nil }
+
+// scope is the key's scope: route (Options.Scope), prefixed by the quoted
+// caller (Options.Tenant). ok is false when Tenant names no caller. A scope
+// the store would refuse (too long, control bytes) is replaced by its
+// digest.
+func (m *Engine) scope(r Request, route string) (s string, ok bool) {
+	s = route
+	if m.opts.Tenant != nil {
+		caller := m.opts.Tenant(r)
+		if caller == "" {
+			return "", false
+		}
+		s = strconv.Quote(caller) + " " + s
+	}
+	if (guard.Key{Scope: s, ID: "-"}).Validate() != nil {
+		sum := sha256.Sum256([]byte(s))
+		s = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return s, true
+}
+
+// rejectClaim answers a claim that did not give the key to this request.
+func (m *Engine) rejectClaim(w http.ResponseWriter, key guard.Key, route string, err error) {
+	id := key.ID
+	if inProgress, ok := errors.AsType[*guard.InProgressError](err); ok {
+		m.inFlight(w, id, route, inProgress.RetryAfter)
+		return
+	}
+	switch {
+	case errors.Is(err, guard.ErrMismatch):
+		writeProblem(w, Problem{Type: ProblemKeyMismatch, Status: http.StatusUnprocessableEntity,
+			Title: "Idempotency key reused", Key: id,
+			Detail: "this key was used with a different request; use a new key for a new request"})
+	case errors.Is(err, guard.ErrExhausted):
+		writeProblem(w, Problem{Type: ProblemExhausted, Status: http.StatusInternalServerError,
+			Title: "Idempotency key attempts exhausted", Key: id,
+			Detail: "the request with this key was abandoned too often and will not run again"})
+	case errors.Is(err, guard.ErrInvalidKey):
+		writeProblem(w, Problem{Type: ProblemMalformedKey, Status: http.StatusBadRequest,
+			Title: "Idempotency key malformed", Key: id, Detail: m.logErr(key, err)})
+	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		m.unavailable(w, id, "the request was not run; retry later with the same key")
+	default:
+		m.opts.Logger.Error(m.log+"idempotency claim failed", append(m.logKey(key), "err", m.logErr(key, err))...)
+		writeProblem(w, Problem{Type: ProblemStoreError, Status: http.StatusInternalServerError,
+			Title: "Idempotency store error", Key: id, Detail: "the request was not run"})
+	}
+}
+
+// inFlight answers a request whose key another request holds.
+func (m *Engine) inFlight(w http.ResponseWriter, id, route string, leaseLeft time.Duration) {
+	writeProblem(w, Problem{Type: ProblemInFlight, Status: m.opts.InFlightStatus,
+		Title: "Request with this key in progress", Key: id,
+		Detail: "another request with this key has not finished; retry after the delay given"},
+		"Retry-After", retryAfter(m.inFlightRetryAfter(route, leaseLeft)))
+}
+
+// unavailable answers 503 with Retry-After.
+func (m *Engine) unavailable(w http.ResponseWriter, id, detail string) {
+	writeProblem(w, Problem{Type: ProblemStoreUnavailable, Status: http.StatusServiceUnavailable,
+		Title: "Idempotency store unavailable", Key: id, Detail: detail},
+		"Retry-After", retryAfter(m.opts.UnavailableRetry))
+}
+
+// replay writes a stored response.
+func (m *Engine) replay(w http.ResponseWriter, r Request, key guard.Key, result []byte) {
+	sr, err := parseResponse(result)
+	if err != nil {
+		m.opts.Logger.Error(m.log+"stored response unreadable",
+			append(m.logKey(key), "path", r.Path(), "err", m.logErr(key, err))...)
+		writeProblem(w, Problem{Type: ProblemCorruptResponse, Status: http.StatusInternalServerError,
+			Title: "Stored response unreadable", Key: key.ID,
+			Detail: "the request with this key ran, but its stored response cannot be read"})
+		return
+	}
+	writeStored(w, key.ID, sr)
+}
+
+// writeStored writes sr as a replay: its header fields over w's, its
+// status and body, and Idempotent-Replayed: true.
+func writeStored(w http.ResponseWriter, id string, sr responseView) {
+	if sr.notKept != 0 {
+		why := "it was larger than the server keeps"
+		if sr.notKept&notKeptHijacked != 0 {
+			why = "the handler took over the connection"
+		}
+		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
+			Title: "Response not kept", Key: id,
+			Detail: "the request with this key ran with this status, but its response was not stored: " + why},
+			ReplayedHeader, "true")
+		return
+	}
+	sr.setHeader(w.Header())
+	w.WriteHeader(sr.status)
+	_, _ = w.Write(sr.body)
+}
+
+// Result is a guarded handler's response as its binding saw it, once the
+// handler returned.
+type Result struct {
+	Status int
+	// Before is the response header when the handler was called (outer
+	// middleware's fields); Header the header with the status (what goes
+	// out). Fields in Header equal to Before's are not the handler's and
+	// are not stored.
+	Before, Header http.Header
+	Body           []byte
+	TooLarge       bool   // the body was over MaxStoredResponse (or streamed): keep a marker
+	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
+	Stored         []byte // CommitResponse committed these bytes: store them as they are
+	Release        bool   // CommitResponse answered without committing: release, store nothing
+}
+
+// Response is a binding's hold on a guarded handler's response: the
+// capture (net/http, Gin, Echo) or the framework's buffered response
+// (Fiber).
+type Response interface {
+	// Result is the handler's response; a handler that wrote nothing
+	// answered 200.
+	Result() Result
+	// Send lets the held response go to the client, once it is stored.
+	Send()
+	// Abandon is called after the handler panicked. cut reports that part
+	// of the response already went out (it is then cut off); otherwise
+	// the response header is back to what outer middleware set, and w is
+	// where the 500 is written.
+	Abandon() (w http.ResponseWriter, cut bool)
+}
+
+// RunCaptured runs a handler that writes to an http.ResponseWriter (the
+// Begin was Run): call gets the run's context, which carries the claim
+// (ClaimFrom), and the capture to write to. The capture holds the
+// response back until it is stored.
+func (m *Engine) RunCaptured(w http.ResponseWriter, r Request, b Begin, call func(ctx context.Context, c *Capture)) {
+	// The capture, the claim the handler's context carries and that
+	// context: one allocation.
+	run := &capturedRun{}
+	c := &run.c
+	c.init(w, m.opts.MaxStoredResponse)
+	run.info = claimInfo{lease: b.Lease, fingerprint: b.Fingerprint, route: b.Route, c: c, m: m}
+	run.ctx.info = &run.info
+	m.execute(r, b, c, &run.ctx, func() { call(&run.ctx, c) })
+}
+
+// RunBuffered runs a handler whose framework builds the response in memory
+// and sends it after the handler returned (Fiber): call gets the run's
+// context; resp reads the response it built.
+func (m *Engine) RunBuffered(r Request, b Begin, resp Response, call func(ctx context.Context)) {
+	run := &bufferedRun{}
+	run.info = claimInfo{lease: b.Lease, fingerprint: b.Fingerprint, route: b.Route, m: m}
+	run.ctx.info = &run.info
+	m.execute(r, b, resp, &run.ctx, func() { call(&run.ctx) })
+}
+
+// capturedRun is what one captured run of the handler needs, allocated
+// together: the writer it writes to, its claim, and its context.
+type capturedRun struct {
+	c    Capture
+	info claimInfo
+	ctx  runContext
+}
+
+// bufferedRun is capturedRun without the capture.
+type bufferedRun struct {
+	info claimInfo
+	ctx  runContext
+}
+
+// execute calls the handler (invoke) under the lease, kept alive, and
+// stores or releases the outcome. A panic releases the key and answers
+// 500 (or cuts the response off when part of it is out).
+func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invoke func()) {
+	lease, dctx := b.Lease, b.DCtx
+	ctx, stop := m.g.KeepAlive(r.Context(), lease)
+	rc.Context = ctx
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p := recover()
+		stop()
+		m.release(dctx, lease)
+		if p == nil {
+			return // runtime.Goexit: let it go on
+		}
+		if p == http.ErrAbortHandler {
+			panic(p) // the handler's way to cut the response off; net/http handles it
+		}
+		m.opts.Logger.Error(m.log+"handler panicked; idempotency key released",
+			append(m.logKey(lease.Key), "path", r.Path(), "panic", p)...)
+		w, cut := resp.Abandon()
+		if cut {
+			panic(http.ErrAbortHandler) // part of the response is out: cut it off
+		}
+		writeProblem(w, Problem{Type: ProblemHandlerPanic, Status: http.StatusInternalServerError,
+			Title: "Internal server error", Key: lease.Key.ID,
+			Detail: "the handler failed; the key was released, retry with the same key"})
+	}()
+	start := time.Now()
+	invoke()
+	returned = true
+	m.runs.observe(b.Route, time.Since(start))
+	stop()
+	m.finish(r, dctx, resp, lease)
+}
+
+// runContext is the guarded handler's context: the lease's (KeepAlive),
+// carrying the claim (ClaimFrom, CommitResponse) as context.WithValue
+// would, without its two allocations.
+type runContext struct {
+	context.Context
+	info *claimInfo
+}
+
+// Value returns the claim for claimKey and asks the lease's context for
+// any other key.
+func (c *runContext) Value(key any) any {
+	if _, ok := key.(claimKey); ok {
+		return c.info
+	}
+	return c.Context.Value(key)
+}
+
+// finish stores the handler's response (or a marker, or releases the key
+// for a 5xx) and then lets the held response go to the client.
+func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease guard.Lease) {
+	res := resp.Result()
+	status := res.Status
+	var result []byte
+	switch {
+	case res.Release:
+		// CommitResponse answered without committing: nothing is final.
+		m.release(dctx, lease)
+		resp.Send()
+		return
+	case res.Stored != nil:
+		result = res.Stored // the bytes CommitResponse committed
+	case res.Hijacked:
+		if status < 200 {
+			status = http.StatusOK
+		}
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
+	case status >= 500 && !m.opts.Store5xx:
+		m.release(dctx, lease)
+		resp.Send()
+		return
+	case res.TooLarge:
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	default:
+		result = m.encodeHandlerResponse(status, res.Before, res.Header, res.Body)
+	}
+	m.complete(r, dctx, lease, result)
+	if !res.Hijacked {
+		resp.Send()
+	}
+}
+
+// complete stores result for lease, retrying while the store cannot be
+// reached (settle). If it still cannot, it releases the key if it can, so
+// the next request with it is not told 409 until the lease ends: with a
+// SQL backstop under the guard, that request then finds the committed
+// response; without one, it runs the handler again, as it would have once
+// the lease ran out.
+func (m *Engine) complete(r Request, dctx context.Context, lease guard.Lease, result []byte) {
+	err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
+	if err == nil {
+		return
+	}
+	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(dctx, lease) == nil {
+		m.opts.Logger.Warn(m.log+"response not stored (store unreachable); idempotency key released",
+			append(m.logKey(lease.Key), "path", r.Path(), "err", m.logErr(lease.Key, err))...)
+		return
+	}
+	// The handler ran; the client gets its real response anyway.
+	m.opts.Logger.Error(m.log+"response not stored; a retry with this key may run the handler again",
+		append(m.logKey(lease.Key), "path", r.Path(), "err", m.logErr(lease.Key, err))...)
+}
+
+// lastRelease tries once more, briefly, to free a key whose completion
+// could not be stored.
+func (m *Engine) lastRelease(ctx context.Context, lease guard.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return m.g.Release(ctx, lease)
+}
+
+// release undoes the claim, retrying while the store cannot be reached
+// (settle). dctx is the request's context without its cancellation: the
+// key is released even if the client is gone.
+func (m *Engine) release(dctx context.Context, lease guard.Lease) {
+	if err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
+		m.opts.Logger.Warn(m.log+"idempotency key not released; it frees when its lease ends",
+			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
+	}
+}
+
+type claimKey struct{}
+
+// claimInfo is what a guarded handler's context carries: its claim, and
+// for CommitResponse the capture it writes to and the middleware.
+type claimInfo struct {
+	lease       guard.Lease
+	fingerprint string
+	route       string // Options.Scope of the request
+	c           *Capture
+	m           *Engine
+}
+
+// ClaimFrom returns, inside a guarded handler, the lease it runs under and
+// the request's fingerprint: what a handler passes to downstream writes
+// (lease.Fence). A handler that commits a SQL backstop row should do it
+// through CommitResponse, which stores the response the client receives.
+// ok is false outside a guarded run (a safe method, an optional key).
+func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
+	c, ok := ctx.Value(claimKey{}).(*claimInfo)
+	if !ok {
+		return guard.Lease{}, "", false
+	}
+	return c.lease, c.fingerprint, true
+}
+
+// ConfigOf resolves an httpx.Options (opts) into a Config whose panics
+// name name ("ginx.Guard"). Package httpx sets it when it is initialised,
+// so a binding that imports httpx can use it; httpcore cannot name
+// httpx.Options without an import cycle.
+var ConfigOf func(opts any, name string) Config
