@@ -116,7 +116,7 @@ func TestDemoNoFlags(t *testing.T) {
 func TestDemoMetrics(t *testing.T) {
 	addr := deadAddr(t)
 	var during, after string
-	demoMetricsReady = func(url string, storms bool) {
+	ready := func(url string, storms bool) {
 		resp, err := http.Get(url)
 		if err != nil {
 			t.Errorf("GET %s: %v", url, err)
@@ -130,11 +130,19 @@ func TestDemoMetrics(t *testing.T) {
 			during = string(b)
 		}
 	}
-	t.Cleanup(func() { demoMetricsReady = nil })
-	code, out, stderr := cli(t, "demo", "--metrics", addr, "--keys", "20", "--copies", "3", "--messages", "60", "--work", "5ms")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	var errb bytes.Buffer
+	c, err := parseDemo([]string{"--metrics", addr, "--keys", "20", "--copies", "3", "--messages", "60", "--work", "5ms"}, &errb)
+	if err != nil {
+		t.Fatal(err)
 	}
+	c.metricsReady = ready
+	var outb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := demo(ctx, c, &outb, &errb); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, outb.String(), errb.String())
+	}
+	out := outb.String()
 	checkDemo(t, out, 20, 60)
 	if !strings.Contains(during, `idemguard_outcomes_total{kind="acquired"} 0`) {
 		t.Errorf("before the storms, /metrics lacks a zero acquired count:\n%.2000s", during)
