@@ -345,10 +345,21 @@ func TestNewProcessorRejectsBadInput(t *testing.T) {
 	if _, err := consumerx.NewProcessor(nil, "g", consumerx.Options{}); err == nil {
 		t.Error("nil guard accepted")
 	}
+	// Wrap returns what NewProcessor does: a group from configuration
+	// must not crash the program.
+	nop := func(context.Context, consumerx.Message) error { return nil }
+	for _, group := range []string{"", "bad\x00group"} {
+		if w, err := consumerx.Wrap(g, group, nop, consumerx.Options{}); err == nil || w != nil {
+			t.Errorf("Wrap: group %q accepted", group)
+		}
+	}
+	if _, err := consumerx.Wrap(nil, "g", nop, consumerx.Options{}); err == nil {
+		t.Error("Wrap: nil guard accepted")
+	}
 	defer func() {
 		if recover() == nil {
 			t.Error("Wrap with a nil handler did not panic")
 		}
 	}()
-	consumerx.Wrap(g, "g", nil, consumerx.Options{})
+	_, _ = consumerx.Wrap(g, "g", nil, consumerx.Options{})
 }

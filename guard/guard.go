@@ -181,6 +181,10 @@ type Result struct {
 // returns the value together with the error (ErrLeaseLost when another
 // holder took over): fn ran, but the guard could not record it.
 func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (Result, error) {
+	return g.do(ctx, key, fingerprint, fn, CallOptions{})
+}
+
+func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, opts CallOptions) (Result, error) {
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -188,7 +192,7 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 	// claim's deadline is the lease's first one.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(ctx, valid)
-	req := g.request(key, fingerprint)
+	req := g.request(key, fingerprint, opts)
 	out, err := g.store.Claim(k.claimContext(), req)
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
@@ -229,12 +233,16 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 // (ErrUnavailable); a claim that still runs in the store then has no one
 // to hear its answer, and its lease runs out like an abandoned one.
 func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome, error) {
+	return g.claim(ctx, key, fingerprint, CallOptions{})
+}
+
+func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts CallOptions) (Outcome, error) {
 	if err := key.Validate(); err != nil {
 		return Outcome{}, err
 	}
 	valid := time.Now().Add(g.validity)
 	cctx, cancel := context.WithDeadline(ctx, valid)
-	req := g.request(key, fingerprint)
+	req := g.request(key, fingerprint, opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
@@ -245,14 +253,14 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	return out, err
 }
 
-func (g *Guard) request(key Key, fingerprint string) ClaimRequest {
+func (g *Guard) request(key Key, fingerprint string, opts CallOptions) ClaimRequest {
 	return ClaimRequest{
 		Key:         key,
 		Token:       newToken(),
 		Fingerprint: fingerprint,
 		Lease:       g.opts.Lease,
 		TTL:         g.opts.TTL,
-		MaxAttempts: g.opts.MaxAttempts,
+		MaxAttempts: opts.maxAttempts(g.opts.MaxAttempts),
 	}
 }
 

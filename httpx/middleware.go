@@ -355,7 +355,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	dctx := context.WithoutCancel(r.Context())
 	out, err := m.g.Claim(dctx, key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
-		out, err, ok = m.wait(r, key, fingerprint, err)
+		out, err, ok = m.wait(r, key, fingerprint)
 		if !ok {
 			return // the client left while waiting; nothing was claimed
 		}
