@@ -174,12 +174,12 @@ func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error
 type Wrapped func(ctx context.Context, msg Message) (Outcome, error)
 
 // Wrap returns h wrapped to run once per (group, message id): a
-// Processor's Process with h. It returns NewProcessor's error (nil guard,
-// bad group: a group name often comes from configuration), and panics
-// only on a nil h, as http.Handle does on a nil handler.
+// Processor's Process with h. It returns an error where NewProcessor does
+// (nil guard, bad group: a group name often comes from configuration) and
+// for a nil h.
 func Wrap(g *guard.Guard, group string, h Handler, opts Options) (Wrapped, error) {
 	if h == nil {
-		panic("consumerx.Wrap: nil handler")
+		return nil, errors.New("consumerx: nil handler")
 	}
 	p, err := NewProcessor(g, group, opts)
 	if err != nil {

@@ -59,6 +59,20 @@
 // at start-up; it refuses a maxmemory-policy other than noeviction. When
 // such a server runs out of memory, writes answer OOM, which the store
 // reports as ErrUnavailable (retry later).
+//
+// # Constructors
+//
+// One rule holds for the constructors of this module (New, NewRedisStore,
+// and those of the packages built on guard): a constructor that can fail
+// because of its input or its environment (a name or setting that may
+// come from configuration, a registry that refuses, a server) returns
+// (T, error), and reports a nil dependency through that error too. One
+// that cannot fail so returns T alone and panics only on a programmer's
+// error, of the kind http.Handle panics on: a nil required dependency, or
+// arguments that contradict each other whatever the input. No
+// constructor keeps an error to return from later calls. Options are
+// never invalid: each field says how its zero and negative values are
+// read.
 package guard
 
 import (
@@ -135,7 +149,10 @@ type Guard struct {
 	validity time.Duration // Lease − LeaseMargin(Lease)
 }
 
-// New returns a Guard over store.
+// New returns a Guard over store. Every Options value is usable (see each
+// field for how zero and negative values are read), so New cannot fail;
+// it panics on a nil store, a programmer's error (see the package doc's
+// Constructors).
 func New(store Store, opts Options) *Guard {
 	if store == nil {
 		panic("guard.New: nil Store")
