@@ -71,13 +71,13 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 			idx = append(idx, i)
 		}
 	}
-	res := p.claims.DoBatch(ctx, items, func(lctx context.Context, j int, lease guard.Lease) ([]byte, error) {
+	res := p.g.DoBatch(ctx, items, func(lctx context.Context, j int, lease guard.Lease) ([]byte, error) {
 		i := j
 		if idx != nil {
 			i = idx[j]
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
-	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered})
+	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
 	for j := range res {
 		i := j
 		if idx != nil {

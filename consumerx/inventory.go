@@ -12,7 +12,7 @@ func (p *Processor) register() {
 		KeySource: inventory.KeyMessageID,
 		Key:       "message id",
 		Scope:     inventory.ScopeGlobal,
-		TTL:       p.claims.Options().TTL,
+		TTL:       p.g.Options().TTL,
 	}
 	if p.opts.Key != nil {
 		policy.KeySource, policy.Key = inventory.KeyComputed, "Options.Key"

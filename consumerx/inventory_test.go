@@ -19,13 +19,17 @@ func TestInventoryRegistration(t *testing.T) {
 	inv := inventory.New(inventory.Options{})
 	nop := func(context.Context, consumerx.Message) error { return nil }
 	for range 3 {
-		consumerx.Wrap(g, "billing", nop, consumerx.Options{Inventory: inv})
+		if _, err := consumerx.Wrap(g, "billing", nop, consumerx.Options{Inventory: inv}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := consumerx.NewProcessor(g, "audit", consumerx.Options{Inventory: inv, MessageType: "audit.event",
 		Key: func(m consumerx.Message) (string, error) { return m.Metadata["event_id"], nil }}); err != nil {
 		t.Fatal(err)
 	}
-	consumerx.Wrap(g, "unlisted", nop, consumerx.Options{})
+	if _, err := consumerx.Wrap(g, "unlisted", nop, consumerx.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := consumerx.NewProcessor(g, "", consumerx.Options{Inventory: inv}); err == nil {
 		t.Fatal("empty group accepted")
 	}

@@ -109,17 +109,23 @@ type Options struct {
 // Processor runs handlers once per (group, message id). It is safe for
 // concurrent use.
 type Processor struct {
-	claims *guard.Guard // claims of messages, with the effective MaxAttempts
-	dead   *guard.Guard // claims of dead-lettering, without an attempt limit
-	group  string
-	scope  string
-	max    int // effective attempt limit; 0 = none
-	opts   Options
-	log    *slog.Logger
+	g     *guard.Guard
+	call  guard.CallOptions // claims of messages: the effective MaxAttempts
+	group string
+	scope string
+	max   int // effective attempt limit; 0 = none
+	opts  Options
+	log   *slog.Logger
 }
 
-// NewProcessor returns a Processor for consumer group group over g's store.
-// The group must be non-empty and fit a guard.Key scope.
+// deadCall: claims of dead-lettering have no attempt limit.
+var deadCall = guard.CallOptions{MaxAttempts: -1}
+
+// NewProcessor returns a Processor for consumer group group that claims
+// messages through g (its store, lease, TTL and Observer), with the
+// attempt limit of Options.MaxAttempts for this group's claims only (see
+// guard.CallOptions): other callers of g keep g's. The group must be
+// non-empty and fit a guard.Key scope; a nil g or a bad group is an error.
 func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error) {
 	if g == nil {
 		return nil, errors.New("consumerx: nil guard")
@@ -132,36 +138,32 @@ func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error
 			return nil, fmt.Errorf("consumerx: group %q: %w", group, err)
 		}
 	}
-	gopts := g.Options()
 	max := opts.MaxAttempts
 	switch {
 	case max < 0:
 		max = 0
-	case max == 0 && gopts.MaxAttempts > 0:
-		max = gopts.MaxAttempts
 	case max == 0:
-		max = DefaultMaxAttempts
+		max = g.Options().MaxAttempts
+		if max == 0 {
+			max = DefaultMaxAttempts
+		}
 	}
-	claims := g
-	if max != gopts.MaxAttempts {
-		o := gopts
-		o.MaxAttempts = max
-		claims = guard.New(g.Store(), o)
+	call := guard.CallOptions{MaxAttempts: max}
+	if max == 0 {
+		call.MaxAttempts = -1 // no limit, whatever the guard's
 	}
-	dopts := gopts
-	dopts.MaxAttempts = 0
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	p := &Processor{
-		claims: claims,
-		dead:   guard.New(g.Store(), dopts),
-		group:  group,
-		scope:  ScopePrefix + group,
-		max:    max,
-		opts:   opts,
-		log:    log.With("group", group),
+		g:     g,
+		call:  call,
+		group: group,
+		scope: ScopePrefix + group,
+		max:   max,
+		opts:  opts,
+		log:   log.With("group", group),
 	}
 	p.register()
 	return p, nil
@@ -171,18 +173,19 @@ func NewProcessor(g *guard.Guard, group string, opts Options) (*Processor, error
 // per message and says what the adapter should do with the delivery.
 type Wrapped func(ctx context.Context, msg Message) (Outcome, error)
 
-// Wrap returns h wrapped to run once per (group, message id). It panics
-// where NewProcessor returns an error (nil guard, bad group), as
-// regexp.MustCompile does: the arguments are the program's, not input.
-func Wrap(g *guard.Guard, group string, h Handler, opts Options) Wrapped {
+// Wrap returns h wrapped to run once per (group, message id): a
+// Processor's Process with h. It returns an error where NewProcessor does
+// (nil guard, bad group: a group name often comes from configuration) and
+// for a nil h.
+func Wrap(g *guard.Guard, group string, h Handler, opts Options) (Wrapped, error) {
 	if h == nil {
-		panic("consumerx.Wrap: nil handler")
+		return nil, errors.New("consumerx: nil handler")
 	}
 	p, err := NewProcessor(g, group, opts)
 	if err != nil {
-		panic("consumerx.Wrap: " + err.Error())
+		return nil, err
 	}
-	return func(ctx context.Context, msg Message) (Outcome, error) { return p.Process(ctx, msg, h) }
+	return func(ctx context.Context, msg Message) (Outcome, error) { return p.Process(ctx, msg, h) }, nil
 }
 
 // Group returns the processor's consumer group.
@@ -282,9 +285,9 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		return p.deadLetter(ctx, msg, guard.Key{}, "", err)
 	}
 	r := run{key: key, fp: p.fingerprint(msg)}
-	res, err := p.claims.Do(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
+	res, err := p.g.DoWith(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
 		return r.handle(ctx, lctx, lease, msg, fn, nil)
-	})
+	}, p.call)
 	return p.settle(ctx, msg, &r, res, err)
 }
 
@@ -399,9 +402,9 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		return DeadLettered, nil, cause
 	}
 	dk := guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
-	res, err := p.dead.Do(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
+	res, err := p.g.DoWith(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
 		return nil, p.opts.DeadLetter(ctx, msg, cause)
-	})
+	}, deadCall)
 	switch {
 	case err == nil:
 		if !res.Replayed {

@@ -25,10 +25,13 @@ func ExampleWrap() {
 	defer rdb.Close()
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
 
-	charge := consumerx.Wrap(g, "billing", func(ctx context.Context, msg consumerx.Message) error {
+	charge, err := consumerx.Wrap(g, "billing", func(ctx context.Context, msg consumerx.Message) error {
 		fmt.Printf("charging %s\n", msg.Payload)
 		return nil
 	}, consumerx.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
 
 	msg := consumerx.Message{ID: "evt_1", Payload: []byte("order-1: 10 EUR")}
 	for range 2 {

@@ -345,10 +345,18 @@ func TestNewProcessorRejectsBadInput(t *testing.T) {
 	if _, err := consumerx.NewProcessor(nil, "g", consumerx.Options{}); err == nil {
 		t.Error("nil guard accepted")
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("Wrap with a nil handler did not panic")
+	// Wrap returns what NewProcessor does: a group from configuration
+	// must not crash the program.
+	nop := func(context.Context, consumerx.Message) error { return nil }
+	for _, group := range []string{"", "bad\x00group"} {
+		if w, err := consumerx.Wrap(g, group, nop, consumerx.Options{}); err == nil || w != nil {
+			t.Errorf("Wrap: group %q accepted", group)
 		}
-	}()
-	consumerx.Wrap(g, "g", nil, consumerx.Options{})
+	}
+	if _, err := consumerx.Wrap(nil, "g", nop, consumerx.Options{}); err == nil {
+		t.Error("Wrap: nil guard accepted")
+	}
+	if w, err := consumerx.Wrap(g, "g", nil, consumerx.Options{}); err == nil || w != nil {
+		t.Error("Wrap: nil handler accepted")
+	}
 }

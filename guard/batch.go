@@ -43,6 +43,9 @@ type BatchOptions struct {
 	// report what their claim answered. For consumers that must keep the
 	// order of a partition.
 	Ordered bool
+	// CallOptions change the guard's Options for every claim of the
+	// batch, as for DoWith. The zero value keeps the guard's.
+	CallOptions
 }
 
 // BatchResult is DoBatch's answer for one item: what Do would have
@@ -128,7 +131,7 @@ func (g *Guard) DoBatch(ctx context.Context, items []BatchItem, fn BatchFunc, op
 	}
 	res := make([]BatchResult, len(items))
 	r := &batchRun{g: g, bs: batchStoreOf(g.store), ctx: ctx, items: items, fn: fn, res: res,
-		conc: max(opts.Concurrency, 1), ordered: opts.Ordered}
+		conc: max(opts.Concurrency, 1), ordered: opts.Ordered, maxAttempts: opts.maxAttempts(g.opts.MaxAttempts)}
 	if r.ordered {
 		r.conc = 1
 	}
@@ -208,6 +211,8 @@ type batchRun struct {
 	res     []BatchResult
 	conc    int
 	ordered bool
+	// maxAttempts is the attempt limit each claim sends (0: none).
+	maxAttempts int
 	// exited: an effect run on the caller's goroutine called
 	// runtime.Goexit, which is ending that goroutine.
 	exited bool
@@ -269,7 +274,7 @@ func (r *batchRun) segment(start, end int) bool {
 		}
 		// As Guard.request, with the tokens made below, all at once.
 		reqs = append(reqs, ClaimRequest{Key: r.items[i].Key, Fingerprint: r.items[i].Fingerprint,
-			Lease: g.opts.Lease, TTL: g.opts.TTL, MaxAttempts: g.opts.MaxAttempts})
+			Lease: g.opts.Lease, TTL: g.opts.TTL, MaxAttempts: r.maxAttempts})
 		pos = append(pos, i)
 	}
 	if len(reqs) == 0 {

@@ -59,6 +59,20 @@
 // at start-up; it refuses a maxmemory-policy other than noeviction. When
 // such a server runs out of memory, writes answer OOM, which the store
 // reports as ErrUnavailable (retry later).
+//
+// # Constructors
+//
+// One rule holds for the constructors of this module (New, NewRedisStore,
+// and those of the packages built on guard): a constructor that can fail
+// because of its input or its environment (a name or setting that may
+// come from configuration, a registry that refuses, a server) returns
+// (T, error), and reports a nil dependency through that error too. One
+// that cannot fail so returns T alone and panics only on a programmer's
+// error, of the kind http.Handle panics on: a nil required dependency, or
+// arguments that contradict each other whatever the input. No
+// constructor keeps an error to return from later calls. Options are
+// never invalid: each field says how its zero and negative values are
+// read.
 package guard
 
 import (
@@ -135,7 +149,10 @@ type Guard struct {
 	validity time.Duration // Lease − LeaseMargin(Lease)
 }
 
-// New returns a Guard over store.
+// New returns a Guard over store. Every Options value is usable (see each
+// field for how zero and negative values are read), so New cannot fail;
+// it panics on a nil store, a programmer's error (see the package doc's
+// Constructors).
 func New(store Store, opts Options) *Guard {
 	if store == nil {
 		panic("guard.New: nil Store")
@@ -181,6 +198,10 @@ type Result struct {
 // returns the value together with the error (ErrLeaseLost when another
 // holder took over): fn ran, but the guard could not record it.
 func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (Result, error) {
+	return g.do(ctx, key, fingerprint, fn, CallOptions{})
+}
+
+func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, opts CallOptions) (Result, error) {
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -188,7 +209,7 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 	// claim's deadline is the lease's first one.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(ctx, valid)
-	req := g.request(key, fingerprint)
+	req := g.request(key, fingerprint, opts)
 	out, err := g.store.Claim(k.claimContext(), req)
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
@@ -229,12 +250,16 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 // (ErrUnavailable); a claim that still runs in the store then has no one
 // to hear its answer, and its lease runs out like an abandoned one.
 func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome, error) {
+	return g.claim(ctx, key, fingerprint, CallOptions{})
+}
+
+func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts CallOptions) (Outcome, error) {
 	if err := key.Validate(); err != nil {
 		return Outcome{}, err
 	}
 	valid := time.Now().Add(g.validity)
 	cctx, cancel := context.WithDeadline(ctx, valid)
-	req := g.request(key, fingerprint)
+	req := g.request(key, fingerprint, opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
@@ -245,14 +270,14 @@ func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome
 	return out, err
 }
 
-func (g *Guard) request(key Key, fingerprint string) ClaimRequest {
+func (g *Guard) request(key Key, fingerprint string, opts CallOptions) ClaimRequest {
 	return ClaimRequest{
 		Key:         key,
 		Token:       newToken(),
 		Fingerprint: fingerprint,
 		Lease:       g.opts.Lease,
 		TTL:         g.opts.TTL,
-		MaxAttempts: g.opts.MaxAttempts,
+		MaxAttempts: opts.maxAttempts(g.opts.MaxAttempts),
 	}
 }
 

@@ -100,7 +100,12 @@ var (
 
 // NewRedisStore returns a Store on client. It does not touch the network;
 // call LoadScripts at start-up so the first calls need no EVAL.
+//
+// It panics on a nil client, as New does on a nil store.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
+	if client == nil {
+		panic("guard.NewRedisStore: nil client")
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}

@@ -30,8 +30,10 @@ func Example() {
 	mux.Handle("GET /orders/{id}", ok, authenticate)
 	mux.Handle("POST /webhooks/psp", ok)
 
-	consumerx.Wrap(g, "shipping", func(ctx context.Context, msg consumerx.Message) error { return nil },
-		consumerx.Options{Inventory: inv, MessageType: "order.paid"})
+	if _, err := consumerx.Wrap(g, "shipping", func(ctx context.Context, msg consumerx.Message) error { return nil },
+		consumerx.Options{Inventory: inv, MessageType: "order.paid"}); err != nil {
+		panic(err)
+	}
 
 	_ = inv.WriteMarkdown(os.Stdout)
 	// Output:

@@ -168,8 +168,10 @@ func small(t *testing.T) *inventory.Inventory {
 		Middleware: []func(http.Handler) http.Handler{httpx.Guard(g, httpx.Options{SingleCaller: true, Key: httpx.ComputedKey()})}})
 	inv.AddRoute(inventory.Route{Router: "test", Method: "PATCH", Pattern: "/hooks", Handler: ok})
 	inv.AddRoute(inventory.Route{Router: "test", Method: "GET", Pattern: "/hooks", Handler: ok})
-	consumerx.Wrap(g, "billing", func(context.Context, consumerx.Message) error { return nil },
-		consumerx.Options{Inventory: inv, Key: func(m consumerx.Message) (string, error) { return m.Metadata["id"], nil }})
+	if _, err := consumerx.Wrap(g, "billing", func(context.Context, consumerx.Message) error { return nil },
+		consumerx.Options{Inventory: inv, Key: func(m consumerx.Message) (string, error) { return m.Metadata["id"], nil }}); err != nil {
+		t.Fatal(err)
+	}
 	return inv
 }
 
@@ -273,7 +275,9 @@ func TestEntriesDeduplicated(t *testing.T) {
 	}()
 	for range 50 {
 		inv.AddRoute(inventory.Route{Method: "POST", Pattern: "/x", Handler: ok})
-		consumerx.Wrap(g, "g", func(context.Context, consumerx.Message) error { return nil }, consumerx.Options{Inventory: inv})
+		if _, err := consumerx.Wrap(g, "g", func(context.Context, consumerx.Message) error { return nil }, consumerx.Options{Inventory: inv}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	<-done
 	if n := len(inv.Entries()); n != 2 {

@@ -23,14 +23,26 @@ import (
 // returned unchanged, so a completed effect is stored and not run again.
 // Inside fn, FromContext(ctx) is the resource's lock (its Fence, with
 // Options.Fencing).
+//
+// It panics on a nil l or fn, as http.Handle does on a nil handler: the
+// wrapped function could never run.
 func Guarded(l *Locker, resource string, fn guard.Func) guard.Func {
 	return GuardedBy(l, func(context.Context, guard.Lease) (string, error) { return resource, nil }, fn)
 }
 
 // GuardedBy is Guarded with the resource derived per call, from the
 // request's context or the lease (its Key). An error from resource is
-// returned, joined with guard.ErrRejected, without running fn.
+// returned, joined with guard.ErrRejected, without running fn. It panics
+// on a nil l, resource or fn.
 func GuardedBy(l *Locker, resource func(ctx context.Context, lease guard.Lease) (string, error), fn guard.Func) guard.Func {
+	switch {
+	case l == nil:
+		panic("lock.Guarded: nil Locker")
+	case resource == nil:
+		panic("lock.GuardedBy: nil resource func")
+	case fn == nil:
+		panic("lock.Guarded: nil guard.Func")
+	}
 	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		name, err := resource(ctx, lease)
 		if err != nil {

@@ -16,7 +16,15 @@ const singletonTries = 3
 // Unlike TryDo, it makes up to 3 attempts, Options.RetryDelay apart:
 // instances that start the job at the same moment would otherwise often
 // all lose on split votes (each taking one node) and none would run it.
+//
+// It panics on a nil l or job, as http.Handle does on a nil handler.
 func Singleton(l *Locker, name string, job func(ctx context.Context) error) func(ctx context.Context) error {
+	switch {
+	case l == nil:
+		panic("lock.Singleton: nil Locker")
+	case job == nil:
+		panic("lock.Singleton: nil job")
+	}
 	return func(ctx context.Context) error {
 		lk, err := l.obtain(ctx, name, singletonTries, singletonTries)
 		if err != nil {

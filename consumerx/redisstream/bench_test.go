@@ -55,9 +55,6 @@ func BenchmarkConsume(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if mode == "plain" {
-					c.run = plain(h, bc.concurrency)
-				}
 				cs[i] = c
 			}
 			b.ReportAllocs()
@@ -66,7 +63,11 @@ func BenchmarkConsume(b *testing.B) {
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{}, consumers)
 			for _, c := range cs {
-				go func() { _ = c.Run(runCtx); done <- struct{}{} }()
+				batch := c.guarded
+				if mode == "plain" {
+					batch = plain(h, bc.concurrency)
+				}
+				go func() { _ = c.loop(runCtx, batch); done <- struct{}{} }()
 			}
 			for handled.Load() < int64(b.N) || benchPending(rdb, stream) != 0 {
 				time.Sleep(time.Millisecond) // polling for the end of the run
@@ -83,7 +84,7 @@ func BenchmarkConsume(b *testing.B) {
 
 // plain runs a batch through the bare handler, concurrency at once, and
 // acknowledges every entry: the adapter's loop without the guard.
-func plain(h consumerx.Handler, concurrency int) func(context.Context, []consumerx.Message) []bool {
+func plain(h consumerx.Handler, concurrency int) batchFunc {
 	return func(ctx context.Context, msgs []consumerx.Message) []bool {
 		acked := make([]bool, len(msgs))
 		sem := make(chan struct{}, concurrency)

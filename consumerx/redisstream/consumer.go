@@ -93,10 +93,11 @@ type Consumer struct {
 	proc    *consumerx.Processor
 	handler consumerx.Handler
 	log     *slog.Logger
-	// run runs a batch and reports which entries to acknowledge: the
-	// guarded path unless a benchmark replaces it with the bare handler.
-	run func(ctx context.Context, msgs []consumerx.Message) []bool
 }
+
+// batchFunc runs a batch of entries and reports which to acknowledge:
+// Run's is Consumer.guarded (a benchmark passes the bare handler to loop).
+type batchFunc func(ctx context.Context, msgs []consumerx.Message) []bool
 
 // New returns a Consumer of opts.Stream that runs h once per (Group,
 // message id) under g.
@@ -167,7 +168,6 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		return nil, fmt.Errorf("redisstream: %w", err)
 	}
 	c.proc = proc
-	c.run = c.guarded
 	return c, nil
 }
 
@@ -190,6 +190,11 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // no attempt is counted and nothing is dead-lettered, and the consumer
 // that takes the entry over (XAUTOCLAIM, after MinIdle) runs it again.
 func (c *Consumer) Run(ctx context.Context) error {
+	return c.loop(ctx, c.guarded)
+}
+
+// loop is Run with each batch run by batch.
+func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 	if err := c.createGroup(ctx); err != nil {
 		return err
 	}
@@ -203,7 +208,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 		if !time.Now().Before(nextClaim) {
-			next, err := c.reclaim(ctx, cursor)
+			next, err := c.reclaim(ctx, cursor, batch)
 			if err != nil {
 				wait = c.failed(ctx, "xautoclaim", err, wait)
 				continue
@@ -230,7 +235,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		wait = 0
 		for _, s := range res {
-			c.handle(ctx, s.Messages)
+			c.handle(ctx, s.Messages, batch)
 		}
 	}
 	return nil
@@ -256,7 +261,7 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 // reclaim takes over and handles up to Count entries pending longer than
 // MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
 // end of the pending list.
-func (c *Consumer) reclaim(ctx context.Context, cursor string) (string, error) {
+func (c *Consumer) reclaim(ctx context.Context, cursor string, batch batchFunc) (string, error) {
 	msgs, next, err := c.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 		Stream: c.opts.Stream, Group: c.opts.Group, Consumer: c.opts.Consumer,
 		MinIdle: c.opts.MinIdle, Start: cursor, Count: c.opts.Count,
@@ -264,16 +269,16 @@ func (c *Consumer) reclaim(ctx context.Context, cursor string) (string, error) {
 	if err != nil {
 		return cursor, err
 	}
-	c.handle(ctx, msgs)
+	c.handle(ctx, msgs, batch)
 	if next == "" {
 		next = "0-0"
 	}
 	return next, nil
 }
 
-// handle runs a batch and acknowledges, with one XACK, the entries whose
-// outcome says so.
-func (c *Consumer) handle(ctx context.Context, xms []redis.XMessage) {
+// handle runs a batch through batch and acknowledges, with one XACK, the
+// entries whose outcome says so.
+func (c *Consumer) handle(ctx context.Context, xms []redis.XMessage, batch batchFunc) {
 	if len(xms) == 0 {
 		return
 	}
@@ -281,7 +286,7 @@ func (c *Consumer) handle(ctx context.Context, xms []redis.XMessage) {
 	for i := range xms {
 		msgs[i] = c.message(xms[i])
 	}
-	acked := c.run(ctx, msgs)
+	acked := batch(ctx, msgs)
 	if ctx.Err() != nil {
 		return
 	}

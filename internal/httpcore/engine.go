@@ -307,7 +307,7 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	dctx := context.WithoutCancel(r.Context())
 	out, err := m.g.Claim(dctx, key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
-		out, err, ok = m.wait(r, key, fingerprint, err)
+		out, err, ok = m.wait(r, key, fingerprint)
 		if !ok {
 			return Begin{} // the client left while waiting; nothing was claimed
 		}

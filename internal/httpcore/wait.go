@@ -1,9 +1,7 @@
 package httpcore
 
 import (
-	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -59,51 +57,16 @@ func (m *Engine) inFlightRetryAfter(route string, leaseLeft time.Duration) time.
 	return d
 }
 
-// Polling while a duplicate waits (Options.Wait): the first poll after
-// firstPoll, each next one twice as late, up to maxPoll apart, each with
-// up to a fifth of random jitter so that duplicates of one key spread out.
-const (
-	firstPoll = 10 * time.Millisecond
-	maxPoll   = 100 * time.Millisecond
-)
-
 // wait is called for a request whose key another request holds: it waits,
 // up to Options.Wait, for the key to be answered or freed, and returns
 // what a claim then says (a replay, the key for this request, or the
-// in-flight error when the bound passed). While the holder runs it reads
-// the record (Guard.Get: no claim, no outcome event); once the record is
-// no longer pending it claims. ok is false when the client left.
-func (m *Engine) wait(r Request, key guard.Key, fingerprint string, inFlight error) (out guard.Outcome, err error, ok bool) {
+// in-flight error when the bound passed); see guard.Guard.Wait. ok is
+// false when the client left (nothing was claimed).
+func (m *Engine) wait(r Request, key guard.Key, fingerprint string) (out guard.Outcome, err error, ok bool) {
 	ctx := r.Context()
-	deadline := time.Now().Add(m.opts.Wait)
-	delay := firstPoll
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return guard.Outcome{}, inFlight, true
-		}
-		d := min(delay+rand.N(delay/5+1), left)
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
-			return guard.Outcome{}, nil, false
-		case <-timer.C:
-		}
-		delay = min(delay*2, maxPoll)
-		rec, gerr := m.g.Get(ctx, key)
-		if gerr == nil && rec.State == guard.StatePending && rec.LeaseLeft > 0 {
-			// Still running.
-			inFlight = &guard.InProgressError{Key: key, RetryAfter: rec.LeaseLeft}
-			continue
-		}
-		out, err = m.g.Claim(context.WithoutCancel(ctx), key, fingerprint)
-		if _, busy := errors.AsType[*guard.InProgressError](err); busy {
-			inFlight = err
-			continue
-		}
-		return out, err, true
+	out, err = m.g.Wait(ctx, key, fingerprint, guard.WaitOptions{Timeout: m.opts.Wait})
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return guard.Outcome{}, nil, false
 	}
+	return out, err, true
 }

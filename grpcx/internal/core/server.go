@@ -206,7 +206,7 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 	// bounds the call itself.
 	out, err := s.g.Claim(context.WithoutCancel(ctx), key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && s.cfg.Wait > 0 {
-		out, err, ok = s.wait(ctx, key, fingerprint, err)
+		out, err, ok = s.wait(ctx, key, fingerprint)
 		if !ok {
 			return Begun{Gone: true} // nothing was claimed
 		}

@@ -185,7 +185,7 @@ func prepareConsumer(guarded bool) func(context.Context, *env) (op, error) {
 
 func prepareConsumerStorm(_ context.Context, e *env) (op, error) {
 	payload := e.result()
-	wrapped := consumerx.Wrap(e.guard(), "bench", func(_ context.Context, m consumerx.Message) error {
+	wrapped, err := consumerx.Wrap(e.guard(), "bench", func(_ context.Context, m consumerx.Message) error {
 		k, err := strconv.ParseInt(m.ID, 10, 64)
 		if err != nil {
 			return err
@@ -193,6 +193,9 @@ func prepareConsumerStorm(_ context.Context, e *env) (op, error) {
 		e.effect(k)
 		return nil
 	}, quietConsumer)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, i int64) error {
 		o, err := wrapped(ctx, consumerx.Message{ID: strconv.FormatInt(e.stormKey(i), 10), Payload: payload})
 		switch o {
