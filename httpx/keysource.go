@@ -1,6 +1,10 @@
 package httpx
 
-import "github.com/idemguard/idemguard/internal/httpcore"
+import (
+	"fmt"
+
+	"github.com/idemguard/idemguard/internal/httpcore"
+)
 
 // KeySource says where Guard finds a request's idempotency key:
 // Options.Header (the zero value), a field of the JSON body
@@ -27,8 +31,19 @@ type KeySource struct {
 //
 // KeyFromBody panics on a malformed pointer (one that does not start with
 // "/", or has "~" not followed by "0" or "1"), as regexp.MustCompile does:
-// the pointer is the program's, not input.
+// the pointer is the program's, not input. A pointer read from
+// configuration goes through ParseKeyFromBody.
 func KeyFromBody(pointer string) KeySource { return KeySource{spec: httpcore.KeyFromBody(pointer)} }
+
+// ParseKeyFromBody is KeyFromBody for a pointer that comes from
+// configuration: a malformed pointer is an error naming what is wrong.
+func ParseKeyFromBody(pointer string) (KeySource, error) {
+	spec, err := httpcore.ParseKeyFromBody(pointer)
+	if err != nil {
+		return KeySource{}, fmt.Errorf("httpx: key pointer %q: %w", pointer, err)
+	}
+	return KeySource{spec: spec}, nil
+}
 
 // ComputedKey derives the key of a request that carries none from the
 // request itself, for clients that send no key: a SHA-256 over the

@@ -26,11 +26,20 @@ type KeySpec struct {
 // KeyFromBody is httpx.KeyFromBody (its doc says how the key is read).
 // It panics on a malformed pointer.
 func KeyFromBody(pointer string) KeySpec {
-	tokens, err := parsePointer(pointer)
+	ks, err := ParseKeyFromBody(pointer)
 	if err != nil {
 		panic("httpx.KeyFromBody: " + err.Error())
 	}
-	return KeySpec{kind: inventory.KeyBody, pointer: pointer, tokens: tokens}
+	return ks
+}
+
+// ParseKeyFromBody is httpx.ParseKeyFromBody.
+func ParseKeyFromBody(pointer string) (KeySpec, error) {
+	tokens, err := parsePointer(pointer)
+	if err != nil {
+		return KeySpec{}, err
+	}
+	return KeySpec{kind: inventory.KeyBody, pointer: pointer, tokens: tokens}, nil
 }
 
 // ComputedKey is httpx.ComputedKey (its doc says when a computed key is

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/httpcore"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -592,14 +593,9 @@ func isTokenChar(c byte) bool {
 }
 
 // checkPointer checks an RFC 6901 JSON pointer as httpx.KeyFromBody does.
-func checkPointer(p string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s", strings.TrimPrefix(fmt.Sprint(r), "httpx.KeyFromBody: "))
-		}
-	}()
-	httpx.KeyFromBody(p)
-	return nil
+func checkPointer(p string) error {
+	_, err := httpcore.ParseKeyFromBody(p)
+	return err
 }
 
 func (d *decoder) addr(f field) (string, bool) {
