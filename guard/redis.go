@@ -94,8 +94,9 @@ type RedisStore struct {
 type autopipeliner func() (*redis.AutoPipeliner, error)
 
 var (
-	_ Store     = (*RedisStore)(nil)
-	_ StepStore = (*RedisStore)(nil)
+	_ Store         = (*RedisStore)(nil)
+	_ StepStore     = (*RedisStore)(nil)
+	_ DeadlineStore = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a Store on client. It does not touch the network;
@@ -122,6 +123,23 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 
 // Client returns the Redis client the store uses.
 func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+
+// HonoursDeadline implements DeadlineStore: it reports whether the
+// store's client is a *redis.Client, *redis.ClusterClient or *redis.Ring
+// built with ContextTimeoutEnabled, so that a call ends by its context's
+// deadline even when the server does not answer (a pipelined call always
+// does; see RedisOptions.Unpipelined).
+func (s *RedisStore) HonoursDeadline() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
 
 // Prefix returns the prefix every key name of the store starts with.
 func (s *RedisStore) Prefix() string { return s.prefix }
