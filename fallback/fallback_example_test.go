@@ -27,11 +27,14 @@ func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DialerRetries: 1, MaxRetries: -1})
 	defer rdb.Close()
 
-	store := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
+	store, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
 		Timeout:        200 * time.Millisecond, // a store call never takes longer
 		FailuresToOpen: 1,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		panic(err) // options from configuration: an unknown policy, a missing secondary
+	}
 	g := guard.New(store, guard.Options{})
 	charge := func(ctx context.Context, l guard.Lease) ([]byte, error) {
 		return []byte("charged"), nil
@@ -68,7 +71,7 @@ func ExampleNew_secondary() {
 	defer p.Close()
 	defer s.Close()
 
-	store := fallback.New(guard.NewRedisStore(p, guard.RedisOptions{}), fallback.Options{
+	store, err := fallback.New(guard.NewRedisStore(p, guard.RedisOptions{}), fallback.Options{
 		Policy:         fallback.Secondary,
 		Secondary:      guard.NewRedisStore(s, guard.RedisOptions{}),
 		Timeout:        200 * time.Millisecond,
@@ -76,6 +79,9 @@ func ExampleNew_secondary() {
 		OpenTimeout:    250 * time.Millisecond,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		panic(err)
+	}
 	g := guard.New(store, guard.Options{})
 	runs := 0
 	charge := func(ctx context.Context, l guard.Lease) ([]byte, error) {
@@ -94,7 +100,7 @@ func ExampleNew_secondary() {
 		panic(err)
 	}
 	primary.FlushAll()
-	for store.State().String() == "open" {
+	for store.State() == fallback.StateOpen {
 		time.Sleep(5 * time.Millisecond) // waiting for the open timeout to pass
 	}
 	res, err = g.Do(ctx, key, "fp", charge)

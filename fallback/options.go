@@ -1,10 +1,10 @@
 package fallback
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -98,7 +98,20 @@ type Options struct {
 	// OnStateChange, if set, is called on every change of the breaker's
 	// state (for metrics). It runs under the breaker's lock: it must be
 	// quick and must not call the Store.
-	OnStateChange func(from, to gobreaker.State)
+	OnStateChange func(from, to State)
+}
+
+// validate reports options New cannot work with. They come from
+// configuration (a config file's policy name), so they are errors, not
+// panics.
+func (o Options) validate() error {
+	if o.Policy > FailOpen {
+		return fmt.Errorf("fallback: unknown Policy %d (want FailClosed, Secondary or FailOpen)", o.Policy)
+	}
+	if o.Policy == Secondary && o.Secondary == nil {
+		return errors.New("fallback: Policy Secondary needs Options.Secondary")
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {

@@ -284,8 +284,11 @@ func (gw *Gateway) openStore() error {
 		gw.db = db
 		fo.Policy, fo.Secondary = fallback.Secondary, sqlbackstop.NewStore(db, sqlbackstop.Options{Schema: fc.Schema})
 	}
-	gw.fb = fallback.New(gw.rstore, fo)
-	gw.store = gw.fb
+	fb, err := fallback.New(gw.rstore, fo)
+	if err != nil {
+		return err
+	}
+	gw.fb, gw.store = fb, fb
 	return nil
 }
 
