@@ -121,9 +121,6 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 	return s
 }
 
-// Client returns the Redis client the store uses.
-func (s *RedisStore) Client() redis.UniversalClient { return s.client }
-
 // HonoursDeadline implements DeadlineStore: it reports whether the
 // store's client is a *redis.Client, *redis.ClusterClient or *redis.Ring
 // built with ContextTimeoutEnabled, so that a call ends by its context's
@@ -193,16 +190,6 @@ func (s *RedisStore) appendName(dst []byte, key Key) []byte {
 	dst = append(append(dst, s.prefix...), '{')
 	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:16])
 	return append(dst, '}')
-}
-
-// Names returns key's record name and the name of the lease key the store
-// kept beside it before record format 1.
-//
-// Deprecated: a record is one Redis key now, Name; nothing is written
-// under the lease name any more.
-func (s *RedisStore) Names(key Key) (record, lease string) {
-	n := s.Name(key)
-	return n, n + ":lease"
 }
 
 // leaseNames is what a RedisStore's Claim computed for a lease, carried in

@@ -41,7 +41,8 @@ func TestGuardedNeverStrandsKey(t *testing.T) {
 	db := migrated(t, sqlbackstop.Options{})
 	businessTable(t, db)
 	b := sqlbackstop.New(db, sqlbackstop.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rdb := testenv.Redis(t)
+	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	u := &unreachable{Store: rs}
 	g := guard.New(sqlbackstop.Guarded(u, b), guard.Options{})
 	fn := func(i int) guard.Func {
@@ -51,8 +52,7 @@ func TestGuardedNeverStrandsKey(t *testing.T) {
 		})
 	}
 	forget := func(k guard.Key) {
-		rec, lease := rs.Names(k)
-		if err := rs.Client().Del(ctx, rec, lease).Err(); err != nil {
+		if err := rdb.Del(ctx, rs.Name(k)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

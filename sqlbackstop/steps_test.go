@@ -143,7 +143,8 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	reservationsTable(t, db)
 	businessTable(t, db)
 	b := sqlbackstop.New(db, sqlbackstop.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rdb := testenv.Redis(t)
+	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	g := guard.New(sqlbackstop.Guarded(rs, b), guard.Options{})
 	key := newKey(t)
 	var ran atomic.Int64
@@ -168,7 +169,7 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	if rec, err := rs.Get(ctx, key); err != nil || len(rec.Steps) != 1 {
 		t.Fatalf("Redis after attempt 1: %+v, %v; want the step", rec, err)
 	}
-	if err := rs.Client().Del(ctx, rs.Name(key)).Err(); err != nil { // Redis forgets
+	if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil { // Redis forgets
 		t.Fatal(err)
 	}
 	res, err := g.Do(ctx, key, "fp", fn)
