@@ -164,7 +164,10 @@ const tagLen = 22
 
 // Name returns the Redis key that holds key's record: the prefix, then a
 // hash tag of 22 characters, a digest of scope and ID, so any key bytes
-// are safe and a Cluster routes by the tag.
+// are safe and a Cluster routes by the tag. It is for operators and tools
+// (redis-cli, MEMORY USAGE, idemguard inspect); the value under it is in
+// the store's own format, which may change between versions: read it
+// through Get, GetByName or ScanRecords.
 func (s *RedisStore) Name(key Key) string {
 	return string(s.appendName(make([]byte, 0, s.nameLen()), key))
 }
@@ -583,9 +586,9 @@ func (s *RedisStore) decodeGet(key Key, name string, reply []any) (Record, error
 }
 
 // GetByName reads the record a RedisStore keeps under the Redis key name
-// (found by SCAN, for operator tools): like Get, but the Record's Key is
-// the scope and ID the record keeps, which a completed record does not
-// (its Key is then zero). ErrNotFound when there is none.
+// (from ScanRecords, Name or a log, for operator tools): like Get, but the
+// Record's Key is the scope and ID the record keeps, which a completed
+// record does not (its Key is then zero). ErrNotFound when there is none.
 func (s *RedisStore) GetByName(ctx context.Context, name string) (Record, error) {
 	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
 	if err != nil {
