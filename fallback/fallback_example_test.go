@@ -109,3 +109,40 @@ func ExampleNew_secondary() {
 	// during the outage: charged <nil> replayed: false
 	// after the outage: charged <nil> replayed: true runs: 1
 }
+
+// The breaker's state, read with State or followed with OnStateChange
+// (for a gauge or an alert), in fallback's own types.
+func ExampleStore_State() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DialerRetries: 1, MaxRetries: -1})
+	defer rdb.Close()
+
+	changes := make(chan string, 4)
+	store, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
+		Timeout:        200 * time.Millisecond,
+		FailuresToOpen: 1,
+		Logger:         slog.New(slog.DiscardHandler),
+		OnStateChange: func(from, to fallback.State) {
+			changes <- from.String() + " → " + to.String()
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	fmt.Println(store.State())
+
+	mr.Close() // Redis goes away: the next call fails and opens the breaker
+	_, err = store.Get(ctx, guard.Key{Scope: "payments", ID: "order-1"})
+	fmt.Println(<-changes, errors.Is(err, guard.ErrUnavailable))
+
+	_, err = store.Get(ctx, guard.Key{Scope: "payments", ID: "order-1"}) // not sent to Redis
+	fmt.Println(store.State(), errors.Is(err, fallback.ErrBreakerOpen))
+	// Output:
+	// closed
+	// closed → open true
+	// open true
+}
