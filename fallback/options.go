@@ -37,6 +37,8 @@ const (
 
 var policyNames = [...]string{"fail-closed", "secondary", "fail-open"}
 
+// String returns the policy's name: "fail-closed", "secondary" or
+// "fail-open" ("unknown" for another value).
 func (p Policy) String() string {
 	if int(p) < len(policyNames) {
 		return policyNames[p]
