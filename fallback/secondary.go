@@ -132,8 +132,8 @@ func (g *gate) leave() { g.mu.RUnlock() }
 func (g *gate) drain() {
 	// The write lock guards no data: taking it is the wait. An empty
 	// critical section is the point here, not a mistake.
-	//lint:ignore SA2001 a barrier: Lock waits for every reader that entered before it.
 	g.mu.Lock()
+	//lint:ignore SA2001 a barrier: Lock waited for every claim that entered before it.
 	g.mu.Unlock()
 }
 
