@@ -144,7 +144,8 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	reservationsTable(t, db)
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rdb := testenv.Redis(t)
+	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{})
 	key := newKey(t)
 	var ran atomic.Int64
@@ -169,7 +170,7 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	if rec, err := rs.Get(ctx, key); err != nil || len(rec.Steps) != 1 {
 		t.Fatalf("Redis after attempt 1: %+v, %v; want the step", rec, err)
 	}
-	if err := rs.Client().Del(ctx, rs.Name(key)).Err(); err != nil { // Redis forgets
+	if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil { // Redis forgets
 		t.Fatal(err)
 	}
 	res, err := g.Do(ctx, key, "fp", fn)

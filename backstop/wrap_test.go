@@ -43,7 +43,8 @@ func TestWrapNeverStrandsKey(t *testing.T) {
 	db := migrated(t, pgstore.Options{})
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rdb := testenv.Redis(t)
+	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	u := &unreachable{Store: rs}
 	g := guard.New(backstop.Wrap(u, b), guard.Options{})
 	fn := func(i int) guard.Func {
@@ -53,7 +54,7 @@ func TestWrapNeverStrandsKey(t *testing.T) {
 		})
 	}
 	forget := func(k guard.Key) {
-		if err := rs.Client().Del(ctx, rs.Name(k)).Err(); err != nil {
+		if err := rdb.Del(ctx, rs.Name(k)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

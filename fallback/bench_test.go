@@ -50,12 +50,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 		})
 	}
 	b.Run("redis", func(b *testing.B) { run(b, direct) })
-	b.Run("fallback", func(b *testing.B) { run(b, fallback.New(direct, fallback.Options{Logger: quiet})) })
+	b.Run("fallback", func(b *testing.B) { run(b, newStore(b, direct, fallback.Options{Logger: quiet})) })
 	b.Run("redis-ctx-timeouts", func(b *testing.B) { run(b, ctxDirect) })
-	b.Run("fallback-ctx-timeouts", func(b *testing.B) { run(b, fallback.New(ctxDirect, fallback.Options{Logger: quiet})) })
+	b.Run("fallback-ctx-timeouts", func(b *testing.B) { run(b, newStore(b, ctxDirect, fallback.Options{Logger: quiet})) })
 	b.Run("fallback-checking-secondary", func(b *testing.B) {
 		pg, _ := pgStore(b)
-		s := fallback.New(direct, fallback.Options{Policy: fallback.Secondary, Secondary: pg, Logger: quiet,
+		s := newStore(b, direct, fallback.Options{Policy: fallback.Secondary, Secondary: pg, Logger: quiet,
 			SecondaryTimeout: 10 * time.Second})
 		s.ConsultSecondary(time.Now().Add(time.Hour))
 		run(b, s)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
@@ -28,12 +27,12 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	p := newPrimary(t)
 	var mu sync.Mutex
 	var changes []string
-	s := fallback.New(p.store, fallback.Options{
+	s := newStore(t, p.store, fallback.Options{
 		FailuresToOpen: 3,
 		OpenTimeout:    300 * time.Millisecond,
 		Timeout:        300 * time.Millisecond,
 		Logger:         quiet,
-		OnStateChange: func(from, to gobreaker.State) {
+		OnStateChange: func(from, to fallback.State) {
 			mu.Lock()
 			changes = append(changes, from.String()+"→"+to.String())
 			mu.Unlock()
@@ -55,7 +54,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 			t.Fatalf("get absent = %v, want ErrNotFound", err)
 		}
 	}
-	if st := s.State(); st != gobreaker.StateClosed {
+	if st := s.State(); st != fallback.StateClosed {
 		t.Fatalf("after store answers, breaker %v, want closed", st)
 	}
 
@@ -64,9 +63,9 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		if _, err := s.Claim(bg, claimReq("k", "T")); !isUnavailable(err) {
 			t.Fatalf("claim %d on dead primary = %v, want ErrUnavailable", i, err)
 		}
-		want := gobreaker.StateClosed
+		want := fallback.StateClosed
 		if i == 3 {
-			want = gobreaker.StateOpen
+			want = fallback.StateOpen
 		}
 		if st := s.State(); st != want {
 			t.Fatalf("after %d failures breaker %v, want %v", i, st, want)
@@ -77,7 +76,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	sent := p.sent.n.Load()
 	for i := 0; i < 50; i++ {
 		_, err := s.Claim(bg, claimReq("k", "T"))
-		if !isUnavailable(err) || !errors.Is(err, gobreaker.ErrOpenState) {
+		if !isUnavailable(err) || !errors.Is(err, fallback.ErrBreakerOpen) {
 			t.Fatalf("claim while open = %v, want ErrUnavailable and ErrOpenState", err)
 		}
 		if err := s.Complete(bg, guard.Lease{Key: claimReq("k", "").Key, Token: "T"}, nil, time.Minute); !isUnavailable(err) {
@@ -92,22 +91,22 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	}
 
 	// Half-open after OpenTimeout; a probe on a still-dead primary opens it again.
-	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == gobreaker.StateHalfOpen })
+	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == fallback.StateHalfOpen })
 	if _, err := s.Claim(bg, claimReq("k", "T")); !isUnavailable(err) {
 		t.Fatalf("probe on dead primary = %v", err)
 	}
-	if st := s.State(); st != gobreaker.StateOpen {
+	if st := s.State(); st != fallback.StateOpen {
 		t.Fatalf("failed probe left breaker %v, want open", st)
 	}
 
 	// Primary back: the next probe closes it.
 	p.srv.Restart()
-	waitFor(t, 5*time.Second, "half-open again", func() bool { return s.State() == gobreaker.StateHalfOpen })
+	waitFor(t, 5*time.Second, "half-open again", func() bool { return s.State() == fallback.StateHalfOpen })
 	out, err := s.Claim(bg, claimReq("k", "T"))
 	if err != nil || out.Status != guard.Acquired {
 		t.Fatalf("probe on live primary = %v, %v", out.Status, err)
 	}
-	if st := s.State(); st != gobreaker.StateClosed {
+	if st := s.State(); st != fallback.StateClosed {
 		t.Fatalf("successful probe left breaker %v, want closed", st)
 	}
 	mu.Lock()
@@ -127,7 +126,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 // primary: it never opens the breaker.
 func TestBreakerIgnoresCallerCancellation(t *testing.T) {
 	p := newPrimary(t)
-	s := fallback.New(p.store, fallback.Options{FailuresToOpen: 1, Logger: quiet})
+	s := newStore(t, p.store, fallback.Options{FailuresToOpen: 1, Logger: quiet})
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
 	for i := 0; i < 5; i++ {
@@ -135,7 +134,7 @@ func TestBreakerIgnoresCallerCancellation(t *testing.T) {
 			t.Fatalf("claim with cancelled ctx = %v, want context.Canceled", err)
 		}
 	}
-	if st := s.State(); st != gobreaker.StateClosed {
+	if st := s.State(); st != fallback.StateClosed {
 		t.Fatalf("cancelled calls opened the breaker: %v", st)
 	}
 }
@@ -170,7 +169,7 @@ func failClosedWithinBound(t *testing.T, p primary) {
 	defer p.srv.Kill()
 
 	const bound = 200 * time.Millisecond
-	s := fallback.New(p.store, fallback.Options{Timeout: bound, FailuresToOpen: 4, OpenTimeout: time.Hour, Logger: quiet})
+	s := newStore(t, p.store, fallback.Options{Timeout: bound, FailuresToOpen: 4, OpenTimeout: time.Hour, Logger: quiet})
 	g := guard.New(s, guard.Options{Lease: 5 * time.Second})
 	var ran atomic.Int64
 	fn := func(context.Context, guard.Lease) ([]byte, error) { ran.Add(1); return []byte("x"), nil }
@@ -209,7 +208,7 @@ func failClosedWithinBound(t *testing.T, p primary) {
 	if d := time.Duration(slowest.Load()); d > bound+time.Second {
 		t.Fatalf("slowest request took %s, bound %s", d, bound)
 	}
-	if st := s.State(); st != gobreaker.StateOpen {
+	if st := s.State(); st != fallback.StateOpen {
 		t.Fatalf("breaker %v after 32 timeouts, want open", st)
 	}
 	// Open: answered without a call to the primary.

@@ -127,7 +127,7 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 	if policy == fallback.Secondary {
 		opts.Secondary = pg
 	}
-	fb := fallback.New(p.store, opts)
+	fb := newStore(t, p.store, opts)
 	var lost sync.Map
 	g := guard.New(leaseTap{Store: fb, lost: &lost}, guard.Options{Lease: 10 * time.Second, TTL: time.Hour})
 	st := &storm{outageKeys: map[string]bool{}}

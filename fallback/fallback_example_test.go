@@ -27,11 +27,14 @@ func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DialerRetries: 1, MaxRetries: -1})
 	defer rdb.Close()
 
-	store := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
+	store, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
 		Timeout:        200 * time.Millisecond, // a store call never takes longer
 		FailuresToOpen: 1,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		panic(err) // options from configuration: an unknown policy, a missing secondary
+	}
 	g := guard.New(store, guard.Options{})
 	charge := func(ctx context.Context, l guard.Lease) ([]byte, error) {
 		return []byte("charged"), nil
@@ -68,7 +71,7 @@ func ExampleNew_secondary() {
 	defer p.Close()
 	defer s.Close()
 
-	store := fallback.New(guard.NewRedisStore(p, guard.RedisOptions{}), fallback.Options{
+	store, err := fallback.New(guard.NewRedisStore(p, guard.RedisOptions{}), fallback.Options{
 		Policy:         fallback.Secondary,
 		Secondary:      guard.NewRedisStore(s, guard.RedisOptions{}),
 		Timeout:        200 * time.Millisecond,
@@ -76,6 +79,9 @@ func ExampleNew_secondary() {
 		OpenTimeout:    250 * time.Millisecond,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		panic(err)
+	}
 	g := guard.New(store, guard.Options{})
 	runs := 0
 	charge := func(ctx context.Context, l guard.Lease) ([]byte, error) {
@@ -94,7 +100,7 @@ func ExampleNew_secondary() {
 		panic(err)
 	}
 	primary.FlushAll()
-	for store.State().String() == "open" {
+	for store.State() == fallback.StateOpen {
 		time.Sleep(5 * time.Millisecond) // waiting for the open timeout to pass
 	}
 	res, err = g.Do(ctx, key, "fp", charge)
@@ -102,4 +108,41 @@ func ExampleNew_secondary() {
 	// Output:
 	// during the outage: charged <nil> replayed: false
 	// after the outage: charged <nil> replayed: true runs: 1
+}
+
+// The breaker's state, read with State or followed with OnStateChange
+// (for a gauge or an alert), in fallback's own types.
+func ExampleStore_State() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DialerRetries: 1, MaxRetries: -1})
+	defer rdb.Close()
+
+	changes := make(chan string, 4)
+	store, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
+		Timeout:        200 * time.Millisecond,
+		FailuresToOpen: 1,
+		Logger:         slog.New(slog.DiscardHandler),
+		OnStateChange: func(from, to fallback.State) {
+			changes <- from.String() + " → " + to.String()
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	fmt.Println(store.State())
+
+	mr.Close() // Redis goes away: the next call fails and opens the breaker
+	_, err = store.Get(ctx, guard.Key{Scope: "payments", ID: "order-1"})
+	fmt.Println(<-changes, errors.Is(err, guard.ErrUnavailable))
+
+	_, err = store.Get(ctx, guard.Key{Scope: "payments", ID: "order-1"}) // not sent to Redis
+	fmt.Println(store.State(), errors.Is(err, fallback.ErrBreakerOpen))
+	// Output:
+	// closed
+	// closed → open true
+	// open true
 }

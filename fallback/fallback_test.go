@@ -40,7 +40,7 @@ func TestFailOpenLetsThroughAndWarns(t *testing.T) {
 	p := newPrimary(t)
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s := fallback.New(p.store, fallback.Options{Policy: fallback.FailOpen, FailuresToOpen: 2, Logger: logger})
+	s := newStore(t, p.store, fallback.Options{Policy: fallback.FailOpen, FailuresToOpen: 2, Logger: logger})
 	g := guard.New(s, guard.Options{})
 	ran := newEffects()
 	do := func(id string) (guard.Result, error) {
@@ -89,7 +89,7 @@ func TestFailOpenLetsThroughAndWarns(t *testing.T) {
 // misrouted.
 func TestReservedTokenRefused(t *testing.T) {
 	p := newPrimary(t)
-	s := fallback.New(p.store, fallback.Options{Logger: quiet})
+	s := newStore(t, p.store, fallback.Options{Logger: quiet})
 	_, err := s.Claim(bg, guard.ClaimRequest{Key: guard.Key{Scope: "s", ID: "i"}, Token: "fallback-open:X",
 		Fingerprint: "fp", Lease: time.Second, TTL: time.Minute})
 	if !errors.Is(err, fallback.ErrReservedToken) {
@@ -100,22 +100,33 @@ func TestReservedTokenRefused(t *testing.T) {
 	}
 }
 
-// New refuses configurations that could only fail later.
+// New refuses configurations that could only fail later: with an error
+// for options that come from configuration, with a panic for a nil
+// primary (a programming error).
 func TestNewRefusesBadOptions(t *testing.T) {
 	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	for name, f := range map[string]func(){
-		"nil primary":             func() { fallback.New(nil, fallback.Options{}) },
-		"secondary without store": func() { fallback.New(rs, fallback.Options{Policy: fallback.Secondary}) },
-		"unknown policy":          func() { fallback.New(rs, fallback.Options{Policy: fallback.Policy(9)}) },
+	for name, tc := range map[string]struct {
+		opts fallback.Options
+		want string
+	}{
+		"secondary without store": {fallback.Options{Policy: fallback.Secondary}, "needs Options.Secondary"},
+		"unknown policy":          {fallback.Options{Policy: fallback.Policy(9)}, "unknown Policy 9"},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: New did not panic", name)
-				}
-			}()
-			f()
+		s, err := fallback.New(rs, tc.opts)
+		if err == nil || s != nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, %v; want no Store and an error containing %q", name, s, err, tc.want)
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Errorf("nil primary: New did not panic")
+			}
 		}()
+		_, _ = fallback.New(nil, fallback.Options{})
+	}()
+	if s, err := fallback.New(rs, fallback.Options{Policy: fallback.FailOpen, Secondary: rs}); err != nil || s == nil {
+		t.Errorf("a Secondary under FailOpen is ignored, not refused: %v, %v", s, err)
 	}
 	for p, want := range map[fallback.Policy]string{fallback.FailClosed: "fail-closed", fallback.Secondary: "secondary",
 		fallback.FailOpen: "fail-open", fallback.Policy(9): "unknown"} {
@@ -139,7 +150,7 @@ func (p panicky) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outco
 // bounded call), and the breaker counts it as a failure.
 func TestPanicInPrimaryReachesCaller(t *testing.T) {
 	p := newPrimary(t)
-	s := fallback.New(panicky{p.store}, fallback.Options{FailuresToOpen: 1, Logger: quiet})
+	s := newStore(t, panicky{p.store}, fallback.Options{FailuresToOpen: 1, Logger: quiet})
 	func() {
 		defer func() {
 			if r := recover(); r != "store bug" {

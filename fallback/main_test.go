@@ -149,3 +149,13 @@ func (e *effects) get(id string) int {
 }
 
 func isUnavailable(err error) bool { return errors.Is(err, guard.ErrUnavailable) }
+
+// newStore is fallback.New for options the test knows are good.
+func newStore(t testing.TB, primary guard.Store, opts fallback.Options) *fallback.Store {
+	t.Helper()
+	s, err := fallback.New(primary, opts)
+	if err != nil {
+		t.Fatalf("fallback.New: %v", err)
+	}
+	return s
+}

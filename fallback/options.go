@@ -1,10 +1,10 @@
 package fallback
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -37,6 +37,8 @@ const (
 
 var policyNames = [...]string{"fail-closed", "secondary", "fail-open"}
 
+// String returns the policy's name: "fail-closed", "secondary" or
+// "fail-open" ("unknown" for another value).
 func (p Policy) String() string {
 	if int(p) < len(policyNames) {
 		return policyNames[p]
@@ -61,7 +63,7 @@ type Options struct {
 	// Default FailClosed.
 	Policy Policy
 	// Secondary is the store claims go to under the Secondary policy,
-	// typically sqlbackstop.NewStore. Required for Secondary, ignored
+	// typically pgstore.New. Required for Secondary, ignored
 	// otherwise.
 	Secondary guard.Store
 	// Timeout bounds every call to the primary: a primary that does not
@@ -98,7 +100,20 @@ type Options struct {
 	// OnStateChange, if set, is called on every change of the breaker's
 	// state (for metrics). It runs under the breaker's lock: it must be
 	// quick and must not call the Store.
-	OnStateChange func(from, to gobreaker.State)
+	OnStateChange func(from, to State)
+}
+
+// validate reports options New cannot work with. They come from
+// configuration (a config file's policy name), so they are errors, not
+// panics.
+func (o Options) validate() error {
+	if o.Policy > FailOpen {
+		return fmt.Errorf("fallback: unknown Policy %d (want FailClosed, Secondary or FailOpen)", o.Policy)
+	}
+	if o.Policy == Secondary && o.Secondary == nil {
+		return errors.New("fallback: Policy Secondary needs Options.Secondary")
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {

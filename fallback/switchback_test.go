@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
@@ -33,7 +31,7 @@ func newOutage(t *testing.T, gopts guard.Options) *outage {
 	t.Helper()
 	p := newPrimary(t)
 	pg, _ := pgStore(t)
-	s := fallback.New(p.store, fallback.Options{
+	s := newStore(t, p.store, fallback.Options{
 		Policy: fallback.Secondary, Secondary: pg,
 		// Generous bounds: this loaded test machine must not open the
 		// breaker on a live primary (TestFailClosedWithinBound tests bounds).
@@ -232,7 +230,7 @@ func TestGoingBackSecondaryUnreadableRefuses(t *testing.T) {
 	t.Parallel()
 	p := newPrimary(t)
 	sec := newPrimary(t) // a second Redis of the test's own stands in for a secondary that dies
-	s := fallback.New(p.store, fallback.Options{Policy: fallback.Secondary, Secondary: sec.store,
+	s := newStore(t, p.store, fallback.Options{Policy: fallback.Secondary, Secondary: sec.store,
 		SecondaryTimeout: 300 * time.Millisecond, Logger: quiet})
 	s.ConsultSecondary(time.Now().Add(time.Hour))
 	g := guard.New(s, guard.Options{})
@@ -245,7 +243,7 @@ func TestGoingBackSecondaryUnreadableRefuses(t *testing.T) {
 	if _, err := p.get(t, key("u")); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("refused claim left a record in the primary: %v", err)
 	}
-	if st := s.State(); st != gobreaker.StateClosed {
+	if st := s.State(); st != fallback.StateClosed {
 		t.Fatalf("a secondary outage moved the primary's breaker: %v", st)
 	}
 }
@@ -289,7 +287,7 @@ func TestSwitchBackWaitsForSecondaryClaimInFlight(t *testing.T) {
 	pg, _ := pgStore(t)
 	slow := &slowSecondary{Store: pg, entered: make(chan struct{}, 4), release: make(chan struct{})}
 	sig := &signalPrimary{Store: p.store, acquired: make(chan struct{})}
-	s := fallback.New(sig, fallback.Options{Policy: fallback.Secondary, Secondary: slow,
+	s := newStore(t, sig, fallback.Options{Policy: fallback.Secondary, Secondary: slow,
 		FailuresToOpen: 1, OpenTimeout: openFor, Logger: quiet})
 	p.srv.Kill()
 	openBreaker(t, s)
@@ -309,7 +307,7 @@ func TestSwitchBackWaitsForSecondaryClaimInFlight(t *testing.T) {
 	<-slow.entered // decided while open, in flight to the secondary
 
 	p.srv.Restart()
-	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == gobreaker.StateHalfOpen })
+	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == fallback.StateHalfOpen })
 	second := make(chan answer, 1)
 	go func() {
 		out, err := s.Claim(bg, req("PROBE"))
@@ -410,7 +408,7 @@ func TestContractPrimaryUpCheckingSecondary(t *testing.T) {
 	pg, _ := pgStore(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
-			s := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)}),
+			s := newStore(t, guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)}),
 				fallback.Options{Policy: fallback.Secondary, Secondary: pg, Logger: quiet,
 					Timeout: 5 * time.Second, SecondaryTimeout: 5 * time.Second})
 			s.ConsultSecondary(time.Now().Add(time.Hour))

@@ -94,8 +94,9 @@ type RedisStore struct {
 type autopipeliner func() (*redis.AutoPipeliner, error)
 
 var (
-	_ Store     = (*RedisStore)(nil)
-	_ StepStore = (*RedisStore)(nil)
+	_ Store         = (*RedisStore)(nil)
+	_ StepStore     = (*RedisStore)(nil)
+	_ DeadlineStore = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a Store on client. It does not touch the network;
@@ -125,8 +126,22 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 	return s
 }
 
-// Client returns the Redis client the store uses.
-func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+// HonoursDeadline implements DeadlineStore: it reports whether the
+// store's client is a *redis.Client, *redis.ClusterClient or *redis.Ring
+// built with ContextTimeoutEnabled, so that a call ends by its context's
+// deadline even when the server does not answer (a pipelined call always
+// does; see RedisOptions.Unpipelined).
+func (s *RedisStore) HonoursDeadline() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
 
 // Prefix returns the prefix every key name of the store starts with.
 func (s *RedisStore) Prefix() string { return s.prefix }
@@ -154,7 +169,10 @@ const tagLen = 22
 
 // Name returns the Redis key that holds key's record: the prefix, then a
 // hash tag of 22 characters, a digest of scope and ID, so any key bytes
-// are safe and a Cluster routes by the tag.
+// are safe and a Cluster routes by the tag. It is for operators and tools
+// (redis-cli, MEMORY USAGE, idemguard inspect); the value under it is in
+// the store's own format, which may change between versions: read it
+// through Get, GetByName or ScanRecords.
 func (s *RedisStore) Name(key Key) string {
 	return string(s.appendName(make([]byte, 0, s.nameLen()), key))
 }
@@ -180,16 +198,6 @@ func (s *RedisStore) appendName(dst []byte, key Key) []byte {
 	dst = append(append(dst, s.prefix...), '{')
 	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:16])
 	return append(dst, '}')
-}
-
-// Names returns key's record name and the name of the lease key the store
-// kept beside it before record format 1.
-//
-// Deprecated: a record is one Redis key now, Name; nothing is written
-// under the lease name any more.
-func (s *RedisStore) Names(key Key) (record, lease string) {
-	n := s.Name(key)
-	return n, n + ":lease"
 }
 
 // leaseNames is what a RedisStore's Claim computed for a lease, carried in
@@ -583,9 +591,9 @@ func (s *RedisStore) decodeGet(key Key, name string, reply []any) (Record, error
 }
 
 // GetByName reads the record a RedisStore keeps under the Redis key name
-// (found by SCAN, for operator tools): like Get, but the Record's Key is
-// the scope and ID the record keeps, which a completed record does not
-// (its Key is then zero). ErrNotFound when there is none.
+// (from ScanRecords, Name or a log, for operator tools): like Get, but the
+// Record's Key is the scope and ID the record keeps, which a completed
+// record does not (its Key is then zero). ErrNotFound when there is none.
 func (s *RedisStore) GetByName(ctx context.Context, name string) (Record, error) {
 	reply, err := s.script(ctx, scripts.Get, []any{evalsha, nil, 1, name}).Slice()
 	if err != nil {

@@ -29,6 +29,7 @@ type charges struct {
 	db      *sql.DB
 	b       *backstop.Backstop
 	rs      *guard.RedisStore
+	rdb     redis.UniversalClient
 	g       *guard.Guard
 	handler http.Handler
 
@@ -63,7 +64,7 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o charge
 		t.Fatal(err)
 	}
 	s := &charges{db: db, b: b, outcomes: map[string]int{}}
-	s.rs = guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
+	s.rs, s.rdb = guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix}), rdb
 	if err := s.rs.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +138,7 @@ func (s *charges) rows(t testing.TB) (rows, keys int) {
 // forget removes key's record from Redis, as a FLUSHALL or a failover would.
 func (s *charges) forget(t testing.TB, id string) {
 	t.Helper()
-	rec, lease := s.rs.Names(s.key(id))
-	if err := s.rs.Client().Del(context.Background(), rec, lease).Err(); err != nil {
+	if err := s.rdb.Del(context.Background(), s.rs.Name(s.key(id))).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

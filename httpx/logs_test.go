@@ -74,8 +74,7 @@ func TestLogsRedactKeys(t *testing.T) {
 				}
 				// The record vanishes mid-run: the completion is refused,
 				// and logged with the guard's error (which names the key).
-				rec, lease := e.store.Names(k)
-				e.rdb.Del(r.Context(), rec, lease)
+				e.rdb.Del(r.Context(), e.store.Name(k))
 				w.WriteHeader(http.StatusCreated)
 			})
 			srv, c := serve(t, guarded(e, h, httpx.Options{Logger: logger, LogKeys: logKeys}))

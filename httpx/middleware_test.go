@@ -684,8 +684,7 @@ func TestResponseSentWhenNotStored(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	k := guard.Key{Scope: "POST /o", ID: "n-1"}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec, lease := e.store.Names(k)
-		if err := e.rdb.Del(r.Context(), rec, lease).Err(); err != nil {
+		if err := e.rdb.Del(r.Context(), e.store.Name(k)).Err(); err != nil {
 			t.Error(err)
 		}
 		w.WriteHeader(http.StatusCreated)

@@ -187,6 +187,10 @@ func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn f
 // The returned store is a guard.StepStore exactly when s is one, so steps
 // keep working.
 //
+// The returned store is also a guard.DeadlineStore that answers as s does
+// (false when s is not one), so a fallback.Store over it keeps running
+// its calls on the caller's goroutine.
+//
 // Other interfaces s may have are not forwarded: RedisStore's Check,
 // LoadScripts and GetByName, and any optional store interface guard adds
 // later (the guard then sees a store without it and takes its general
@@ -209,6 +213,13 @@ type store struct {
 
 // Unwrap returns the store being traced.
 func (w *store) Unwrap() guard.Store { return w.s }
+
+// HonoursDeadline implements guard.DeadlineStore by asking the store being
+// traced: a span adds no wait.
+func (w *store) HonoursDeadline() bool {
+	ds, ok := w.s.(guard.DeadlineStore)
+	return ok && ds.HonoursDeadline()
+}
 
 func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
 	ctx, span := w.t.start(ctx, SpanClaim, req.Key)

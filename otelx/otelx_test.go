@@ -390,6 +390,27 @@ func TestSteps(t *testing.T) {
 // onlyStore hides every interface of a store but guard.Store.
 type onlyStore struct{ guard.Store }
 
+// TestDeadlineForwarded: the traced store answers guard.DeadlineStore as
+// the store it traces does (fallback runs its calls inline on it).
+func TestDeadlineForwarded(t *testing.T) {
+	tt := newTraced(t, otelx.Options{})
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	for name, tc := range map[string]struct {
+		s    guard.Store
+		want bool
+	}{
+		"deadline-bound redis": {guard.NewRedisStore(c, guard.RedisOptions{}), true},
+		"plain redis":          {redisStore(t), false},
+		"not a DeadlineStore":  {onlyStore{guard.NewRedisStore(c, guard.RedisOptions{})}, false},
+	} {
+		ds, ok := tt.tr.Store(tc.s).(guard.DeadlineStore)
+		if !ok || ds.HonoursDeadline() != tc.want {
+			t.Errorf("%s: DeadlineStore %t, HonoursDeadline want %t", name, ok, tc.want)
+		}
+	}
+}
+
 // TestNoRecordingSpan: without a recording span in the context, the
 // observer does nothing, and the store's spans are roots.
 func TestNoRecordingSpan(t *testing.T) {

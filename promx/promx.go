@@ -139,6 +139,12 @@ func (m *Metrics) Count(k guard.EventKind) uint64 {
 
 // Store returns a guard.Store that behaves exactly as s and records the
 // latency of every call in the store_duration_seconds histogram.
+//
+// It forwards the optional interfaces fallback and guard look for: the
+// returned store is a guard.StepStore exactly when s is one (SaveStep is
+// passed through, untimed), and a guard.DeadlineStore whose
+// HonoursDeadline answers as s does (false when s is not one), so a
+// fallback.Store over it keeps its inline path.
 func (m *Metrics) Store(s guard.Store) guard.Store {
 	if s == nil {
 		panic("metrics.Store: nil Store")
@@ -148,6 +154,9 @@ func (m *Metrics) Store(s guard.Store) guard.Store {
 		for j, r := range results {
 			t.obs[i][j] = m.latency.WithLabelValues(op, r)
 		}
+	}
+	if ss, ok := s.(guard.StepStore); ok {
+		return &timedStepStore{timedStore: t, steps: ss}
 	}
 	return t
 }
@@ -228,4 +237,27 @@ func (t *timedStore) Get(ctx context.Context, key guard.Key) (guard.Record, erro
 	rec, err := t.next.Get(ctx, key)
 	t.done(opGet, start, err)
 	return rec, err
+}
+
+// HonoursDeadline implements guard.DeadlineStore: it answers as the store
+// it times does (timing adds no wait).
+func (t *timedStore) HonoursDeadline() bool {
+	ds, ok := t.next.(guard.DeadlineStore)
+	return ok && ds.HonoursDeadline()
+}
+
+// timedStepStore is the decorator of a guard.StepStore.
+type timedStepStore struct {
+	*timedStore
+	steps guard.StepStore
+}
+
+var (
+	_ guard.DeadlineStore = (*timedStore)(nil)
+	_ guard.StepStore     = (*timedStepStore)(nil)
+)
+
+// SaveStep implements guard.StepStore by passing the call through.
+func (t *timedStepStore) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return t.steps.SaveStep(ctx, lease, index, step)
 }

@@ -211,27 +211,20 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
 	n, scanned, unreadable := 0, 0, 0
 	var firstBad error
-	iter := c.Scan(ctx, 0, globEscape(*rf.prefix)+"{*}", 500).Iterator()
-	for iter.Next(ctx) {
+	err = store.ScanRecords(ctx, func(name string, rec guard.Record, err error) bool {
 		if *limit > 0 && n >= *limit {
-			break
+			return false
 		}
 		scanned++
-		name := iter.Val()
-		rec, err := store.GetByName(ctx, name)
 		switch {
-		case errors.Is(err, guard.ErrNotFound):
-			continue // expired since the scan, or a released first attempt
-		case errors.Is(err, guard.ErrCorrupt):
+		case err != nil:
 			unreadable++
 			if firstBad == nil {
 				firstBad = err
 			}
-			continue
-		case err != nil:
-			return fmt.Errorf("read %s: %w", name, err)
+			return true
 		case rec.State != state:
-			continue
+			return true
 		}
 		lease := "-"
 		if rec.State == guard.StatePending {
@@ -248,8 +241,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", scope, id, rec.State, rec.Fence, rec.Attempt, lease, name)
 		n++
-	}
-	if err := iter.Err(); err != nil {
+		return true
+	})
+	if err != nil {
 		return fmt.Errorf("scan %s: %w", *rf.addr, err)
 	}
 	_ = tw.Flush()
@@ -258,18 +252,6 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
 	}
 	return nil
-}
-
-// globEscape quotes the glob characters of s for SCAN MATCH.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -289,8 +289,11 @@ func (gw *Gateway) openStore() error {
 		}
 		fo.Policy, fo.Secondary = fallback.Secondary, secondary
 	}
-	gw.fb = fallback.New(gw.rstore, fo)
-	gw.store = gw.fb
+	fb, err := fallback.New(gw.rstore, fo)
+	if err != nil {
+		return err
+	}
+	gw.fb, gw.store = fb, fb
 	return nil
 }
 

@@ -1,0 +1,67 @@
+// Package fallback keeps a guard safe when its Redis store goes away.
+//
+// A Store wraps the primary guard.Store (Redis) in a circuit breaker and
+// bounds every call to it by a timeout. It reaches the primary only through
+// guard.Store, guard.StepStore and the optional guard.DeadlineStore, so the
+// primary may be wrapped (metrics.Store, an otelx Tracer's Store) as long
+// as the wrapper forwards the interfaces it should keep. The breaker's
+// state is reported as a State; the breaker itself
+// (github.com/sony/gobreaker/v2) is an implementation detail.
+// While the primary is unavailable, claims follow a Policy: FailClosed (the
+// default) refuses them with guard.ErrUnavailable, Secondary claims them in
+// another Store (the Postgres Store of package pgstore), FailOpen lets
+// the effect run unguarded and logs a warning for each.
+//
+// # Switching back
+//
+// A key claimed or completed in the secondary during an outage is not run
+// again through the primary when it returns. Three rules make it so:
+//
+//  1. A lease belongs to the store that issued it. The Store remembers the
+//     tokens of leases it took in the secondary, and their holder's
+//     Complete, Fail, Release and Extend go there, whatever the breaker
+//     says later. A holder that claimed in the secondary and finishes after
+//     the switch-back completes in the secondary.
+//  2. For as long as a record written to the secondary may live (its TTL,
+//     counted from the last write this Store made there; see ConsultUntil),
+//     every claim the primary answers with Acquired is checked against the
+//     secondary before it is returned. If the secondary has no record, the
+//     primary's lease stands. If it holds the key completed, the result is
+//     copied into the primary under the lease just taken (so later retries
+//     replay from Redis) and the claim answers Replay. If it holds the key
+//     with another fingerprint, the claim answers Mismatch. If it holds it
+//     pending or failed, the primary's claim is released and the claim is
+//     made in the secondary, whose own atomic claim answers: InProgress for
+//     a live holder, a recovery (fence+1) for an abandoned one, Exhausted.
+//     If the secondary cannot be read, the claim is released and refused
+//     with ErrUnavailable: an unknown answer never runs the effect.
+//  3. Claims are sent to the secondary only while the breaker is open, and
+//     the check of rule 2 first waits for every secondary claim already
+//     sent to finish. So a check cannot read the secondary before a claim
+//     that was routed there earlier has been written. While the breaker is
+//     half-open, claims beyond its probes wait for the probes' verdict (at
+//     most Options.Timeout, then ErrUnavailable) instead of going to the
+//     secondary, where they could race a probe's check.
+//
+// What a fallback cannot do, and the SQL backstop (a unique row written in
+// the business transaction) must: a key completed in Redis before the
+// outage is unknown to the secondary, so a retry during the outage runs it
+// there again; a holder that claimed in Redis and is still running when
+// Redis dies cannot stop a retry from claiming in the secondary; a Redis
+// that comes back empty has forgotten what it held. The two stores number
+// fences separately, so a key's fence can go down when it moves between
+// them; Backstop.Commit's unique row, not fence order, keeps the effect
+// single across an outage. The switch-back check lives in this process:
+// another process that never used the secondary does not check it (call
+// ConsultSecondary at start-up to make it check).
+//
+// # Bounding the primary's calls
+//
+// Every primary call runs on a goroutine of its own so that the bound holds
+// whatever the client does with the context; a call abandoned at its bound
+// finishes in the background. A primary that says its calls end by their
+// context's deadline (guard.DeadlineStore: a RedisStore whose go-redis
+// client has ContextTimeoutEnabled, or a wrapper that forwards its answer)
+// is called on the caller's goroutine instead, which saves a goroutine and
+// a channel per call.
+package fallback

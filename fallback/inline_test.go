@@ -1,0 +1,115 @@
+package fallback_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// goroutineID returns the id of the calling goroutine, from the first line
+// of its stack ("goroutine 42 [running]:").
+func goroutineID() string {
+	var buf [64]byte
+	return strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))[1]
+}
+
+// callers records the goroutine every command of a client is sent from.
+type callers struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *callers) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.ids = append(c.ids, goroutineID())
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		c.ids = append(c.ids, goroutineID())
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (c *callers) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.ids...)
+}
+
+// forwarding wraps a Store as metrics.Store does, and forwards
+// guard.DeadlineStore.
+type forwarding struct{ guard.Store }
+
+func (f forwarding) HonoursDeadline() bool {
+	ds, ok := f.Store.(guard.DeadlineStore)
+	return ok && ds.HonoursDeadline()
+}
+
+// plain wraps a Store and forwards nothing but guard.Store.
+type plain struct{ guard.Store }
+
+// TestInlineThroughWrappers: the primary's calls run on the caller's
+// goroutine exactly when the primary says, through guard.DeadlineStore,
+// that they end by their context's deadline: a RedisStore on a client with
+// ContextTimeoutEnabled, bare or behind a wrapper that forwards the
+// interface. Behind a wrapper that does not, or on a client without
+// ContextTimeoutEnabled, each call gets a goroutine of its own (and is
+// still bounded).
+func TestInlineThroughWrappers(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ctxTimeouts bool
+		wrap        func(guard.Store) guard.Store
+		inline      bool
+	}{
+		"redis store":         {true, func(s guard.Store) guard.Store { return s }, true},
+		"forwarding wrapper":  {true, func(s guard.Store) guard.Store { return forwarding{s} }, true},
+		"plain wrapper":       {true, func(s guard.Store) guard.Store { return plain{s} }, false},
+		"no context timeouts": {false, func(s guard.Store) guard.Store { return forwarding{s} }, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: tc.ctxTimeouts})
+			t.Cleanup(func() { _ = c.Close() })
+			seen := &callers{}
+			c.AddHook(seen)
+			rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true})
+			s := newStore(t, tc.wrap(rs), fallback.Options{Logger: quiet})
+			key := guard.Key{Scope: "inline", ID: "k"}
+			if out, err := s.Claim(bg, guard.ClaimRequest{Key: key, Token: "T", Fingerprint: "fp", Lease: time.Minute, TTL: time.Minute}); err != nil || out.Status != guard.Acquired {
+				t.Fatalf("claim: %v, %v", out.Status, err)
+			}
+			if err := s.Complete(bg, guard.Lease{Key: key, Token: "T"}, []byte("ok"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(bg, key); err != nil {
+				t.Fatal(err)
+			}
+			me, ids := goroutineID(), seen.all()
+			if len(ids) < 3 {
+				t.Fatalf("%d commands seen, want at least 3", len(ids))
+			}
+			for i, id := range ids {
+				if (id == me) != tc.inline {
+					t.Fatalf("command %d sent from goroutine %s, the caller is %s: want inline %t", i, id, me, tc.inline)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,110 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// claimPrimary claims in the primary, admitted by the breaker.
+func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
+	defer reportPanic(done)
+	out, err := call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (guard.Outcome, error) {
+		return s.primary.Claim(ctx, req)
+	})
+	report(ctx, done, err)
+	if err != nil {
+		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
+			return s.open(ctx, req, err)
+		}
+		return guard.Outcome{}, fmt.Errorf("fallback: primary: %w", err)
+	}
+	if out.Status == guard.Acquired && s.consulting() {
+		return s.switchBack(ctx, req, out)
+	}
+	return out, nil
+}
+
+// primaryWrite calls the primary for a holder's write or a read. The open
+// breaker stops it; the half-open breaker lets it through without counting
+// it as a probe, so holders can finish while the primary is being tried.
+func (s *Store) primaryWrite(ctx context.Context, f func(context.Context) error) error {
+	done, err := s.cb.allow()
+	switch {
+	case errors.Is(err, errProbing):
+		done = func(error) {}
+	case err != nil:
+		return fmt.Errorf("%w: %w", guard.ErrUnavailable, err)
+	}
+	defer reportPanic(done)
+	_, err = call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	report(ctx, done, err)
+	return err
+}
+
+// honoursDeadline reports whether st says its calls end by their
+// context's deadline (guard.DeadlineStore), so that calls need no
+// goroutine of their own to be bounded.
+func honoursDeadline(st guard.Store) bool {
+	ds, ok := st.(guard.DeadlineStore)
+	return ok && ds.HonoursDeadline()
+}
+
+// call runs f with a context bounded by d, and returns by then even if f
+// does not (a go-redis client without ContextTimeoutEnabled ignores the
+// context's deadline on the socket): f runs on a goroutine of its own, and
+// one that outlives its bound finishes in the background, its answer
+// dropped. A panic in f is raised in the caller. With inline, f is trusted
+// to end by the deadline and runs on the caller's goroutine.
+func call[T any](ctx context.Context, d time.Duration, inline bool, f func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if inline {
+		v, err := f(cctx)
+		if err != nil && ctx.Err() == nil && cctx.Err() != nil && !isOutage(err) {
+			// Our bound ran out: whatever the store made of it, the
+			// primary did not answer in time.
+			err = fmt.Errorf("%w: no answer within %s: %w", guard.ErrUnavailable, d, err)
+		}
+		return v, err
+	}
+	type answer struct {
+		v        T
+		err      error
+		panicked bool
+		p        any
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		a := answer{panicked: true}
+		defer func() {
+			if a.panicked {
+				a.p = recover()
+			}
+			ch <- a
+		}()
+		a.v, a.err = f(cctx)
+		a.panicked = false
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-cctx.Done():
+		select {
+		case a = <-ch: // answered at the deadline: keep the answer
+		default:
+			var zero T
+			if err := ctx.Err(); err != nil {
+				return zero, context.Cause(ctx)
+			}
+			return zero, fmt.Errorf("%w: no answer within %s: %w", guard.ErrUnavailable, d, context.DeadlineExceeded)
+		}
+	}
+	if a.panicked {
+		panic(a.p)
+	}
+	return a.v, a.err
+}

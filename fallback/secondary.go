@@ -1,0 +1,188 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// ConsultUntil returns the time until which claims acquired in the primary
+// are checked against the secondary (zero if never). It moves forward with
+// every write this Store makes to the secondary, by that record's TTL.
+func (s *Store) ConsultUntil() time.Time {
+	ns := s.consultUntil.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// ConsultSecondary makes claims acquired in the primary be checked against
+// the secondary until at least t, as after an outage of this process's
+// own. Call it at start-up in a process that may have missed an outage
+// other processes wrote to the secondary (t = now + the guard's TTL). It
+// does nothing without a secondary.
+func (s *Store) ConsultSecondary(t time.Time) {
+	if s.secondary == nil {
+		return
+	}
+	ns := t.UnixNano()
+	for {
+		cur := s.consultUntil.Load()
+		if cur >= ns || s.consultUntil.CompareAndSwap(cur, ns) {
+			return
+		}
+	}
+}
+
+func (s *Store) consulting() bool {
+	return s.secondary != nil && time.Now().UnixNano() < s.consultUntil.Load()
+}
+
+// wroteSecondary keeps the switch-back check on for as long as a record
+// written now with ttl may live.
+func (s *Store) wroteSecondary(ttl time.Duration) {
+	s.ConsultSecondary(time.Now().Add(ttl + s.opts.SecondaryTimeout))
+}
+
+// claimSecondary claims in the secondary and remembers a lease it gets.
+func (s *Store) claimSecondary(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	s.wroteSecondary(max(req.TTL, req.Lease))
+	out, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (guard.Outcome, error) {
+		return s.secondary.Claim(ctx, req)
+	})
+	if err != nil {
+		return guard.Outcome{}, fmt.Errorf("fallback: secondary: %w", err)
+	}
+	if out.Status == guard.Acquired {
+		s.owners.hold(req.Key, req.Token, req.Lease)
+	}
+	return out, nil
+}
+
+// getSecondary reads key from the secondary, bounded by SecondaryTimeout.
+func (s *Store) getSecondary(ctx context.Context, key guard.Key) (guard.Record, error) {
+	return call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (guard.Record, error) {
+		return s.secondary.Get(ctx, key)
+	})
+}
+
+// switchBack checks a lease just acquired in the primary against the
+// secondary (rule 2 of the package documentation).
+func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guard.Outcome) (guard.Outcome, error) {
+	s.gate.drain() // wait for the secondary claims already decided (rule 3)
+	rec, err := s.getSecondary(ctx, req.Key)
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		return out, nil
+	case err != nil:
+		s.undo(ctx, req)
+		return guard.Outcome{}, fmt.Errorf("fallback: checking the secondary for %s: %w", req.Key, err)
+	case !rec.SameFingerprint(req.Fingerprint): // a RedisStore keeps long fingerprints as digests
+		s.undo(ctx, req)
+		return guard.Outcome{Status: guard.Mismatch}, nil
+	case rec.State == guard.StateCompleted:
+		ttl := rec.TTL
+		if ttl <= 0 {
+			ttl = req.TTL
+		}
+		if err := s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
+			return s.primary.Complete(ctx, guard.Lease{Key: req.Key, Token: req.Token}, rec.Result, ttl)
+		}); err != nil {
+			// The replay is still right; the primary's claim runs out and
+			// the next claim checks again.
+			s.opts.Logger.DebugContext(ctx, "idemguard: copying a result into the primary failed",
+				"key", req.Key.String(), "err", err.Error())
+		}
+		return guard.Outcome{Status: guard.Replay, Result: rec.Result}, nil
+	default:
+		// Pending or failed in the secondary: it keeps the key.
+		s.undo(ctx, req)
+		return s.claimSecondary(ctx, req)
+	}
+}
+
+// undo releases a primary claim the switch-back check turned down, even if
+// ctx ended. If the release fails, the claim runs out after its lease and
+// the next claim is checked again.
+func (s *Store) undo(ctx context.Context, req guard.ClaimRequest) {
+	_ = s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return s.primary.Release(ctx, guard.Lease{Key: req.Key, Token: req.Token})
+	})
+}
+
+// gate orders the claims sent to the secondary before the switch-back
+// checks (rule 3 of the package documentation). A claim enters before the
+// breaker's verdict and leaves once it knows it is not going to the
+// secondary, or once the secondary has answered it; a check drains the
+// gate first.
+type gate struct{ mu sync.RWMutex }
+
+func (g *gate) enter() { g.mu.RLock() }
+func (g *gate) leave() { g.mu.RUnlock() }
+
+// drain returns once every claim that entered before it has left. Claims
+// entering while it waits wait for it (sync.RWMutex lets no new reader in
+// while a writer waits), so it cannot starve and the wait is bounded by
+// the slowest claim under way: SecondaryTimeout.
+func (g *gate) drain() {
+	// The write lock guards no data: taking it is the wait. An empty
+	// critical section is the point here, not a mistake.
+	g.mu.Lock()
+	//lint:ignore SA2001 a barrier: Lock waited for every claim that entered before it.
+	g.mu.Unlock()
+}
+
+// owners remembers the leases taken in the secondary, so their holders'
+// writes go there. An entry lives while its lease does, and for a grace
+// period after; writes of a forgotten lease still find the secondary
+// (see write).
+type owners struct {
+	mu    sync.Mutex
+	m     map[ownerKey]time.Time // lease → when the entry may be forgotten
+	swept int                    // entries left by the last sweep
+}
+
+type ownerKey struct {
+	key   guard.Key
+	token string
+}
+
+// ownerGrace is the least time an entry is kept after its lease's last
+// renewal.
+const ownerGrace = time.Minute
+
+func (o *owners) hold(key guard.Key, token string, lease time.Duration) {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = make(map[ownerKey]time.Time)
+	}
+	o.m[ownerKey{key, token}] = now.Add(max(2*lease, ownerGrace))
+	if len(o.m) >= 2*o.swept+1024 {
+		for k, until := range o.m {
+			if now.After(until) {
+				delete(o.m, k)
+			}
+		}
+		o.swept = len(o.m)
+	}
+}
+
+func (o *owners) has(key guard.Key, token string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.m[ownerKey{key, token}]
+	return ok
+}
+
+func (o *owners) drop(key guard.Key, token string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, ownerKey{key, token})
+}

@@ -1,0 +1,248 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Store is a guard.Store that stays safe while its primary is unavailable.
+// Every call to the primary passes a circuit breaker and is bounded by
+// Options.Timeout; once the breaker is open, the primary is not called at
+// all until Options.OpenTimeout has passed. Only unavailability
+// (guard.ErrUnavailable, a timeout) counts against the primary. See the
+// package documentation for what happens while it is down and when it
+// returns. A Store is a guard.StepStore, and is safe for concurrent use.
+type Store struct {
+	primary   guard.Store
+	secondary guard.Store // nil unless the policy is Secondary
+	opts      Options
+	cb        *breaker
+	inline    bool // the primary ends its calls by their context's deadline itself
+
+	// gate orders claims sent to the secondary before switch-back checks.
+	gate gate
+	// consultUntil (unix ns): until then, primary acquisitions are checked
+	// against the secondary.
+	consultUntil atomic.Int64
+	// owners remembers the leases held in the secondary.
+	owners owners
+}
+
+var _ guard.StepStore = (*Store)(nil)
+
+// New returns a Store over primary, configured by opts (see Options; the
+// zero value fails closed). It returns an error, and no Store, for options
+// that cannot work: an unknown Policy, or the Secondary policy without
+// Options.Secondary. It panics if primary is nil, a programming error (as
+// http.Handle panics on a nil handler).
+//
+// The primary is used only through guard.Store, guard.StepStore (for
+// SaveStep) and the optional guard.DeadlineStore: a wrapper around a
+// RedisStore keeps every path as long as it forwards those.
+func New(primary guard.Store, opts Options) (*Store, error) {
+	if primary == nil {
+		panic("fallback.New: nil primary Store")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	s := &Store{primary: primary, opts: opts, inline: honoursDeadline(primary)}
+	if opts.Policy == Secondary {
+		s.secondary = opts.Secondary
+	}
+	s.cb = newBreaker(opts)
+	return s, nil
+}
+
+// State returns the breaker's state: closed (the primary is used), open
+// (it is not called), half-open (probes are let through).
+func (s *Store) State() State { return s.cb.state() }
+
+// Claim implements guard.Store. With the breaker closed it claims in the
+// primary (checked against the secondary after an outage); with it open it
+// follows the Policy. A claim refused because the breaker kept it from the
+// primary gets an error wrapping guard.ErrUnavailable and ErrBreakerOpen.
+func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	if strings.HasPrefix(req.Token, openPrefix) {
+		return guard.Outcome{}, fmt.Errorf("%w: %q", ErrReservedToken, openPrefix)
+	}
+	var probeWait <-chan time.Time
+	for {
+		changed := s.cb.changed()
+		s.gate.enter()
+		done, err := s.cb.allow()
+		if err == nil {
+			s.gate.leave()
+			return s.claimPrimary(ctx, req, done)
+		}
+		if !errors.Is(err, errProbing) {
+			defer s.gate.leave()
+			return s.whileDown(ctx, req, err)
+		}
+		s.gate.leave()
+		// Half-open: a probe is finding out whether the primary is back.
+		// Wait for its verdict (at most Timeout) rather than send this
+		// claim to the secondary, where it could race the probe's
+		// switch-back check for the same key.
+		if probeWait == nil {
+			t := time.NewTimer(s.opts.Timeout)
+			defer t.Stop()
+			probeWait = t.C
+		}
+		select {
+		case <-changed:
+		case <-probeWait:
+			return guard.Outcome{}, fmt.Errorf("%w: fallback: primary store is being probed: %w", guard.ErrUnavailable, err)
+		case <-ctx.Done():
+			return guard.Outcome{}, context.Cause(ctx)
+		}
+	}
+}
+
+// whileDown answers a claim the breaker kept from the primary.
+func (s *Store) whileDown(ctx context.Context, req guard.ClaimRequest, cause error) (guard.Outcome, error) {
+	switch s.opts.Policy {
+	case Secondary:
+		return s.claimSecondary(ctx, req)
+	case FailOpen:
+		return s.open(ctx, req, cause)
+	default:
+		return guard.Outcome{}, fmt.Errorf("%w: fallback: primary store: %w", guard.ErrUnavailable, cause)
+	}
+}
+
+// Complete implements guard.Store; it writes to the store that issued the
+// lease. An unguarded lease's Complete succeeds and stores nothing.
+func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		if second {
+			s.wroteSecondary(ttl)
+		}
+		return st.Complete(ctx, lease, result, ttl)
+	})
+}
+
+// Fail implements guard.Store; it writes to the store that issued the lease.
+func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		if second {
+			s.wroteSecondary(ttl)
+		}
+		return st.Fail(ctx, lease, reason, ttl)
+	})
+}
+
+// Release implements guard.Store; it writes to the store that issued the
+// lease.
+func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		err := st.Release(ctx, lease)
+		if second && err == nil {
+			s.owners.drop(lease.Key, lease.Token)
+		}
+		return err
+	})
+}
+
+// Extend implements guard.Store; it writes to the store that issued the
+// lease.
+func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		err := st.Extend(ctx, lease, d)
+		if second && err == nil {
+			s.owners.hold(lease.Key, lease.Token, d)
+		}
+		return err
+	})
+}
+
+// SaveStep implements guard.StepStore: it records the step in the store
+// that issued the lease, as the other writes of a holder go. An unguarded
+// (FailOpen) lease records nothing and succeeds, as its other writes do.
+// A step for a lease whose store keeps no steps (not a guard.StepStore)
+// gets an error matching guard.ErrStepsUnsupported; the RedisStore and
+// pgstore's Store keep steps. A wrapped primary keeps its steps only if
+// the wrapper is a guard.StepStore too.
+func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ bool) error {
+		ss, ok := st.(guard.StepStore)
+		if !ok {
+			return fmt.Errorf("fallback: %w (%T)", guard.ErrStepsUnsupported, st)
+		}
+		return ss.SaveStep(ctx, lease, index, step)
+	})
+}
+
+// write sends a holder's write to the store that issued its lease.
+func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+	key, token := lease.Key, lease.Token
+	if strings.HasPrefix(token, openPrefix) {
+		return nil // unguarded: nothing was recorded, nothing to write
+	}
+	onSecondary := func() error {
+		_, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, op(ctx, s.secondary, true)
+		})
+		return err
+	}
+	if s.secondary != nil && s.owners.has(key, token) {
+		if err := onSecondary(); err != nil {
+			return fmt.Errorf("fallback: secondary: %w", err)
+		}
+		return nil
+	}
+	err := s.primaryWrite(ctx, func(ctx context.Context) error { return op(ctx, s.primary, false) })
+	if err == nil {
+		return nil
+	}
+	if s.consulting() && (errors.Is(err, guard.ErrLeaseLost) || isOutage(err)) && ctx.Err() == nil {
+		// Perhaps a lease taken in the secondary so long ago that this
+		// Store forgot it: write there if the secondary's record is owned
+		// by this token (Release of an absent key would succeed anywhere).
+		rec, gerr := s.getSecondary(ctx, key)
+		if gerr == nil && rec.Token == token {
+			if serr := onSecondary(); serr != nil {
+				return fmt.Errorf("fallback: secondary: %w", serr)
+			}
+			return nil
+		}
+	}
+	if isOutage(err) {
+		return fmt.Errorf("fallback: primary: %w", err)
+	}
+	return err
+}
+
+// Get implements guard.Store. It reads the primary; the secondary when the
+// primary is unavailable under the Secondary policy, or when the primary
+// has no record while switch-back checks are on.
+func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	var rec guard.Record
+	err := s.primaryWrite(ctx, func(ctx context.Context) error {
+		var err error
+		rec, err = s.primary.Get(ctx, key)
+		return err
+	})
+	if err == nil {
+		return rec, nil
+	}
+	if s.secondary != nil && ctx.Err() == nil &&
+		(isOutage(err) || errors.Is(err, guard.ErrNotFound) && s.consulting()) {
+		rec, serr := s.getSecondary(ctx, key)
+		if serr != nil && !errors.Is(serr, guard.ErrNotFound) {
+			return guard.Record{}, fmt.Errorf("fallback: secondary: %w", serr)
+		}
+		return rec, serr
+	}
+	if isOutage(err) {
+		return guard.Record{}, fmt.Errorf("fallback: primary: %w", err)
+	}
+	return guard.Record{}, err
+}

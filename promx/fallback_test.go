@@ -1,0 +1,109 @@
+package promx_test
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/promx"
+)
+
+// goroutineID returns the id of the calling goroutine, from the first line
+// of its stack ("goroutine 42 [running]:").
+func goroutineID() string {
+	var buf [64]byte
+	return strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))[1]
+}
+
+// senders records the goroutine every command of a client is sent from.
+type senders struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (s *senders) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *senders) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.mu.Lock()
+		s.ids = append(s.ids, goroutineID())
+		s.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (s *senders) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.mu.Lock()
+		s.ids = append(s.ids, goroutineID())
+		s.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestFallbackOverTimedStore: a fallback.Store over m.Store(a RedisStore)
+// keeps what it has over the RedisStore itself: its calls run on the
+// caller's goroutine (the client ends them by their deadline: the timed
+// store forwards guard.DeadlineStore), and steps are kept (it forwards
+// guard.StepStore); and the calls are timed.
+func TestFallbackOverTimedStore(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	seen := &senders{}
+	c.AddHook(seen)
+	rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true})
+	reg := prometheus.NewRegistry()
+	m, err := promx.New(reg, promx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := fallback.New(m.Store(rs), fallback.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	key := guard.Key{Scope: "metrics", ID: "inline"}
+	out, err := fb.Claim(ctx, guard.ClaimRequest{Key: key, Token: "T", Fingerprint: "fp", Lease: time.Minute, TTL: time.Minute})
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim: %v, %v", out.Status, err)
+	}
+	if err := fb.SaveStep(ctx, out.Lease, 0, guard.StepResult{Name: "reserve", Result: []byte("r-1")}); err != nil {
+		t.Fatalf("SaveStep through the timed store: %v", err)
+	}
+	if rec, err := rs.Get(ctx, key); err != nil || len(rec.Steps) != 1 || rec.Steps[0].Name != "reserve" {
+		t.Fatalf("record after SaveStep: %+v, %v", rec, err)
+	}
+	if err := fb.Complete(ctx, out.Lease, []byte("ok"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	me := goroutineID()
+	seen.mu.Lock()
+	ids := append([]string(nil), seen.ids...)
+	seen.mu.Unlock()
+	if len(ids) < 3 {
+		t.Fatalf("%d commands seen, want at least 3", len(ids))
+	}
+	for i, id := range ids {
+		if id != me {
+			t.Fatalf("command %d sent from goroutine %s, not the caller's (%s): the inline path was lost", i, id, me)
+		}
+	}
+	got := gathered(t, reg)
+	for _, op := range []string{"claim", "complete"} {
+		if n := got["idemguard_store_duration_seconds{op="+op+",result=ok}"]; n != 1 {
+			t.Errorf("%s timed %v times, want 1", op, n)
+		}
+	}
+}
