@@ -73,6 +73,13 @@
 // constructor keeps an error to return from later calls. Options are
 // never invalid: each field says how its zero and negative values are
 // read.
+//
+// # Design
+//
+// docs/design.md, in the repository, is written for whoever maintains this
+// code: the state machine, the record format and each script's cases, what
+// a lease guarantees and where that ends, the failure modes and what
+// catches each, and sizing.
 package guard
 
 import (

@@ -9,7 +9,7 @@ import (
 )
 
 // LeaseMargin is how much sooner than the store a Guard takes a lease of
-// length lease to end: lease/100 + 2ms, at most a quarter of the lease.
+// length lease to end (docs/design.md, "Leases"): lease/100 + 2ms, at most a quarter of the lease.
 // It is Redlock's allowance for clock drift (a validity of TTL − elapsed −
 // (TTL·0.01 + 2ms)): the 1% covers the client's and the server's clocks
 // running at different rates over one lease, the 2ms Redis's millisecond

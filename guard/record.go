@@ -9,7 +9,8 @@ import (
 
 // A RedisStore keeps each key as one Redis string in the format below
 // (version 1). scripts/record.lua reads and writes the same format; the two
-// are held to one another by tests.
+// are held to one another by tests. docs/design.md ("The Redis record")
+// explains each field and each script's cases.
 //
 //	version      1 byte, 1
 //	state        1 byte: 'p' pending, 'c' completed, 'f' failed, 'r' released

@@ -1,6 +1,7 @@
 // Package scripts holds the Lua scripts that change an idemguard record in
 // Redis. Each runs in one round trip and writes only after comparing the
-// owner token, so a script that runs twice gives the same answer.
+// owner token, so a script that runs twice gives the same answer. The
+// cases of each are in docs/design.md ("The state changes").
 //
 // Every script but Get starts with record.lua, the record's format (one
 // Redis string per key, described there), which reads the record at
