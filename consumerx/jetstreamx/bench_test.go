@@ -53,8 +53,9 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			run := batchFunc(hd.guarded)
 			if mode == "plain" {
-				hd.run = consumertest.Plain(h)
+				run = consumertest.Plain(h)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -62,7 +63,7 @@ func BenchmarkConsume(b *testing.B) {
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{}, consumers)
 			for range consumers {
-				go func() { _ = hd.Consume(runCtx, cons); done <- struct{}{} }()
+				go func() { _ = hd.consume(runCtx, cons, run); done <- struct{}{} }()
 			}
 			for handled.Load() < int64(b.N) {
 				time.Sleep(time.Millisecond) // polling for the end of the run

@@ -67,11 +67,13 @@ func BenchmarkConsume(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+			}
+			batch := func(c *Consumer) batchFunc {
+				inner := batchFunc(c.guarded)
 				if mode == "plain" {
-					cs[i].run = consumertest.Plain(h)
+					inner = consumertest.Plain(h)
 				}
-				inner := cs[i].run
-				cs[i].run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+				return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
 					batches.Add(1)
 					return inner(ctx, msgs)
 				}
@@ -84,7 +86,7 @@ func BenchmarkConsume(b *testing.B) {
 			runCtx, cancel := context.WithCancel(ctx)
 			var wg sync.WaitGroup
 			for _, c := range cs {
-				wg.Go(func() { _ = c.Run(runCtx) })
+				wg.Go(func() { _ = c.loop(runCtx, batch(c)) })
 			}
 			adm := kadm.NewClient(producer)
 			deadline := time.Now().Add(time.Minute)
