@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // BenchmarkConsume measures messages per second through Consume on an
@@ -49,7 +50,7 @@ func BenchmarkConsume(b *testing.B) {
 			var handled atomic.Int64
 			h := func(context.Context, consumerx.Message) error { handled.Add(1); return nil }
 			hd, err := New(g, h, Options{Group: "bench", Batch: 16, MaxWait: 50 * time.Millisecond,
-				Process: consumerx.Options{Logger: consumertest.Quiet}})
+				Process: consumerx.Options{Logger: testenv.Logger(b)}})
 			if err != nil {
 				b.Fatal(err)
 			}
