@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -156,7 +157,7 @@ func TestCrashWindow(t *testing.T) {
 	db := migrated(t, pgstore.Options{})
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(rs, guard.Options{Lease: lease})
 	key := newKey(t)
 
@@ -225,7 +226,7 @@ func TestCrashWindowWrapped(t *testing.T) {
 	db := migrated(t, pgstore.Options{})
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease})
 	key := newKey(t)
 
@@ -269,7 +270,7 @@ func TestStaleFenceAfterRecovery(t *testing.T) {
 			return mustStore(t, b.DB(), pgstore.Options{})
 		}},
 		{"WrappedRedis", func(t *testing.T, b *backstop.Backstop) guard.Store {
-			rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			rs := guardenv.Store(t, guard.RedisOptions{})
 			return backstop.Wrap(rs, b)
 		}},
 	} {
@@ -538,7 +539,7 @@ func TestWrapFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{})
 	key := newKey(t)
 	_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
@@ -596,7 +597,7 @@ func TestWrapExhaustedButCommitted(t *testing.T) {
 	db := migrated(t, pgstore.Options{})
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease, MaxAttempts: 1})
 	key, other := newKey(t), newKey(t)
 	for _, k := range []guard.Key{key, other} {

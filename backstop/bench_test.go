@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -72,10 +72,7 @@ func onRedisFixture(b *testing.B) (*sql.DB, *backstop.Backstop, *guard.RedisStor
 	db := migrated(b, pgstore.Options{})
 	businessTable(b, db)
 	bs := mustBackstop(b, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(b), guard.RedisOptions{Prefix: testenv.Prefix(b)})
-	if err := rs.LoadScripts(ctx); err != nil {
-		b.Fatal(err)
-	}
+	rs := guardenv.Store(b, guard.RedisOptions{})
 	plain := plainInsert(b, db)
 	business := func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence)

@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -145,7 +146,7 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rdb := testenv.Redis(t)
-	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{})
 	key := newKey(t)
 	var ran atomic.Int64
@@ -200,7 +201,7 @@ func TestStepsRaceWithBackstop(t *testing.T) {
 	db := migrated(t, pgstore.Options{})
 	reservationsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 10 * time.Second})
 	const keys, dups = 100, 6
 	var ran atomic.Int64

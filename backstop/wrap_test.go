@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -44,7 +45,7 @@ func TestWrapNeverStrandsKey(t *testing.T) {
 	businessTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rdb := testenv.Redis(t)
-	rs := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
 	u := &unreachable{Store: rs}
 	g := guard.New(backstop.Wrap(u, b), guard.Options{})
 	fn := func(i int) guard.Func {
@@ -114,7 +115,7 @@ func TestWrapContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
-			rs := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
+			rs := guardenv.Store(t, guard.RedisOptions{})
 			return backstop.Wrap(rs, mustBackstop(t, migrated(t, pgstore.Options{}), pgstore.Options{}))
 		},
 		Advance:    storetest.Wait,

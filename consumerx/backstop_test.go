@@ -57,7 +57,7 @@ func TestBackstopCatchesDeathBeforeCompletion(t *testing.T) {
 	// The redelivery waits while A's lease lives, then runs as attempt 2.
 	var lease guard.Lease
 	var o consumerx.Outcome
-	consumertest.WaitFor(t, 10*time.Second, "A's lease to end", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "A's lease to end", func() bool {
 		o, err = p.Process(ctx, order, func(ctx context.Context, msg consumerx.Message) error {
 			lease, _ = consumerx.LeaseFrom(ctx)
 			return handler(ctx, msg)

@@ -21,20 +21,21 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func quiet(o consumerx.Options) consumerx.Options {
+func quiet(t testing.TB, o consumerx.Options) consumerx.Options {
 	if o.Logger == nil {
-		o.Logger = consumertest.Quiet
+		o.Logger = testenv.Logger(t)
 	}
 	return o
 }
 
 func newProcessor(t *testing.T, g *guard.Guard, group string, o consumerx.Options) *consumerx.Processor {
 	t.Helper()
-	p, err := consumerx.NewProcessor(g, group, quiet(o))
+	p, err := consumerx.NewProcessor(g, group, quiet(t, o))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestConcurrentDeliveriesRunOnce(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	consumertest.WaitFor(t, 30*time.Second, "49 deliveries answered while one holds the message",
+	testenv.WaitFor(t, 30*time.Second, "49 deliveries answered while one holds the message",
 		func() bool { return returned.Load() == 49 })
 	close(release)
 	wg.Wait()

@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/echox"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // BenchmarkGuard: one Echo instance in process on real Redis: the
@@ -22,7 +22,7 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./echox/
 func BenchmarkGuard(b *testing.B) {
-	g := conformance.NewGuard(b, "", guard.Options{})
+	g := guardenv.Guard(b, guard.Options{})
 	e := newEcho()
 	h := func(c echo.Context) error {
 		return c.Blob(http.StatusCreated, "application/json", []byte(`{"id":"ch_1","amount":500}`))

@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -85,7 +86,7 @@ func post(t *testing.T, h http.Handler, path, key string, header ...string) *htt
 // TestTenantFromEchoContext: the caller named by a value an auth
 // middleware c.Set keeps keys apart; no caller gets 401.
 func TestTenantFromEchoContext(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	e := newEcho()
 	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -116,7 +117,7 @@ func TestTenantFromEchoContext(t *testing.T) {
 // guarded run: a 4xx HTTPError is stored and replayed, a 5xx releases the
 // key (the retry runs again).
 func TestReturnedErrors(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	e := newEcho()
 	e.POST("/err", func(c echo.Context) error {
@@ -143,7 +144,7 @@ func TestReturnedErrors(t *testing.T) {
 // TestGuardPanicsWithoutCallerChoice: none, or two, of the caller choices
 // is a programmer's error.
 func TestGuardPanicsWithoutCallerChoice(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	tenant := func(echo.Context) string { return "a" }
 	for name, opts := range map[string]echox.Options{
 		"none":              {},

@@ -12,7 +12,7 @@ import (
 	"github.com/idemguard/idemguard/fiberx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // BenchmarkGuard: one Fiber app in process (its fasthttp handler called
@@ -22,7 +22,7 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./fiberx/
 func BenchmarkGuard(b *testing.B) {
-	g := conformance.NewGuard(b, "", guard.Options{})
+	g := guardenv.Guard(b, guard.Options{})
 	app := newApp()
 	h := func(c fiber.Ctx) error {
 		c.Set("Content-Type", "application/json")

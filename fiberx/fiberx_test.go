@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // fasthttp's own goroutines, which goleak passes over: the idle-worker
@@ -117,7 +118,7 @@ func post(t *testing.T, app *fiber.App, path, key string, header ...string) (int
 // TestTenantFromLocals: the caller named by a value an auth middleware
 // stored in c.Locals keeps keys apart; no caller gets 401.
 func TestTenantFromLocals(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	app := newApp()
 	auth := func(c fiber.Ctx) error {
@@ -145,7 +146,7 @@ func TestTenantFromLocals(t *testing.T) {
 // ErrorHandler inside the guarded run: a 4xx is stored and replayed, a
 // 5xx releases the key.
 func TestReturnedErrors(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	app := newApp()
 	app.Post("/err", fiberx.Guard(g, fiberx.Options{Options: httpx.Options{SingleCaller: true}}), func(c fiber.Ctx) error {
@@ -174,7 +175,7 @@ func TestReturnedErrors(t *testing.T) {
 // key on two routes of the group is two keys' worth of scope, never a
 // replay of the other route's response.
 func TestGroupMiddlewareScopesByPath(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	app := newApp()
 	grp := app.Group("/v1", fiberx.Guard(g, fiberx.Options{Options: httpx.Options{SingleCaller: true}}))
 	grp.Post("/a", func(c fiber.Ctx) error { return c.Status(201).SendString("a") })
@@ -190,7 +191,7 @@ func TestGroupMiddlewareScopesByPath(t *testing.T) {
 // TestGuardPanicsWithoutCallerChoice: none, or two, of the caller choices
 // is a programmer's error.
 func TestGuardPanicsWithoutCallerChoice(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	tenant := func(fiber.Ctx) string { return "a" }
 	for name, opts := range map[string]fiberx.Options{
 		"none":              {},

@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/ginx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // BenchmarkGuard: one Gin engine in process on real Redis: the unguarded
@@ -23,7 +23,7 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./ginx/
 func BenchmarkGuard(b *testing.B) {
-	g := conformance.NewGuard(b, "", guard.Options{})
+	g := guardenv.Guard(b, guard.Options{})
 	r := gin.New()
 	h := func(c *gin.Context) {
 		c.Data(http.StatusCreated, "application/json", []byte(`{"id":"ch_1","amount":500}`))

@@ -12,7 +12,7 @@ import (
 	"github.com/idemguard/idemguard/ginx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
-	"github.com/idemguard/idemguard/internal/conformance"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func post(t *testing.T, h http.Handler, path, key, body string, header ...string) *httptest.ResponseRecorder {
@@ -30,7 +30,7 @@ func post(t *testing.T, h http.Handler, path, key, body string, header ...string
 // TestTenantFromGinContext: the caller named by a value an auth
 // middleware c.Set keeps keys apart; no caller gets 401.
 func TestTenantFromGinContext(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	r := gin.New()
 	r.Use(func(c *gin.Context) {
@@ -56,7 +56,7 @@ func TestTenantFromGinContext(t *testing.T) {
 // without a body (204) is stored too; the handlers after an answered
 // request do not run.
 func TestGinStatusThenHeader(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	var after atomic.Int64
 	r := gin.New()
 	r.POST("/x", ginx.Guard(g, ginx.Options{Options: httpx.Options{SingleCaller: true}}), func(c *gin.Context) {
@@ -86,7 +86,7 @@ func TestGinStatusThenHeader(t *testing.T) {
 // TestGuardPanicsWithoutCallerChoice: none, or two, of the caller choices
 // is a programmer's error.
 func TestGuardPanicsWithoutCallerChoice(t *testing.T) {
-	g := conformance.NewGuard(t, "", guard.Options{})
+	g := guardenv.Guard(t, guard.Options{})
 	tenant := func(c *gin.Context) string { return "a" }
 	for name, opts := range map[string]ginx.Options{
 		"none":              {},

@@ -36,7 +36,7 @@ func BenchmarkInterceptor(b *testing.B) {
 			b.Run(net+"/"+bc.name, func(b *testing.B) {
 				so := serveOpts{tcp: net == "tcp"}
 				if bc.guarded {
-					so.interceptors = []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{}))}
+					so.interceptors = []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(e.g, guardOpts(b, grpcx.Options{}))}
 				}
 				conn := serve(b, p, so)
 				b.SetParallelism(8)

@@ -195,7 +195,7 @@ func TestClientInFlight(t *testing.T) {
 		}
 		return resp, err
 	}
-	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{}))
+	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{}))
 	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{count, g},
 		client: []grpc.UnaryClientInterceptor{fastClient(grpcx.ClientOptions{MaxAttempts: 1, InFlightDelay: 20 * time.Millisecond})}})
 	ctx := context.Background()
@@ -215,7 +215,7 @@ func TestClientInFlight(t *testing.T) {
 		<-release2
 		return chargeResponse(ctx, req, n)
 	}}
-	conn2 := serve(t, p2, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{}))},
+	conn2 := serve(t, p2, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{}))},
 		client: []grpc.UnaryClientInterceptor{fastClient(grpcx.ClientOptions{InFlightDelay: 20 * time.Millisecond, MaxInFlightWait: 100 * time.Millisecond})}})
 	go func() { first <- charge(ctx, conn2, "i-2", 1) }()
 	<-entered2

@@ -51,7 +51,7 @@ func TestDroppedResponse(t *testing.T) {
 			conn := serve(t, p, serveOpts{
 				tcp:          tcp,
 				wrap:         func(l net.Listener) net.Listener { d.Listener = l; return d },
-				interceptors: []grpc.UnaryServerInterceptor{drop, grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{}))},
+				interceptors: []grpc.UnaryServerInterceptor{drop, grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{}))},
 				// The retrying interceptor outside, the observer inside:
 				// it sees each attempt.
 				client: []grpc.UnaryClientInterceptor{fastClient(grpcx.ClientOptions{}), observe},

@@ -76,7 +76,7 @@ func TestKeyFromFieldServer(t *testing.T) {
 			return structpb.NewList([]any{req.GetName(), float64(runs)})
 		}))
 	const define = "/" + service + "/Define"
-	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{Methods: []string{define}, Key: grpcx.KeyFromField("source_context.file_name")}))
+	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{Methods: []string{define}, Key: grpcx.KeyFromField("source_context.file_name")}))
 	conn := serveWith(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{g}}, desc)
 	ctx := context.Background()
 	req := &typepb.Type{Name: "order", SourceContext: &sourcecontextpb.SourceContext{FileName: "req-7"}}

@@ -3,7 +3,6 @@ package grpcx_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -24,12 +23,10 @@ import (
 	"github.com/idemguard/idemguard/grpcx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// quiet is a logger for tests that provoke errors on purpose.
-var quiet = slog.New(slog.DiscardHandler)
 
 // The test service: idemguard.test.Payments, without generated code. Its
 // requests are google.protobuf.Struct, its responses ListValue (a message
@@ -106,6 +103,7 @@ func (p *payments) desc() *grpc.ServiceDesc {
 
 // env is one test's guard on the shared real Redis, under its own prefix.
 type env struct {
+	t      testing.TB
 	rdb    *redis.Client
 	store  *guard.RedisStore
 	g      *guard.Guard
@@ -116,11 +114,8 @@ func newEnv(t testing.TB, opts guard.Options) *env {
 	t.Helper()
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	store := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return &env{rdb: rdb, store: store, g: guard.New(store, opts), prefix: prefix}
+	store := guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})
+	return &env{t: t, rdb: rdb, store: store, g: guard.New(store, opts), prefix: prefix}
 }
 
 // records counts the idempotency records under the test's prefix.
@@ -141,8 +136,8 @@ func (e *env) records(t *testing.T) int {
 }
 
 // guardOpts fills what every test needs: the Charge method guarded, a
-// single caller unless the test names one, a quiet logger.
-func guardOpts(opts grpcx.Options) grpcx.Options {
+// single caller unless the test names one, a logger that writes to t.Log.
+func guardOpts(t testing.TB, opts grpcx.Options) grpcx.Options {
 	if opts.Methods == nil {
 		opts.Methods = []string{chargeName}
 	}
@@ -150,7 +145,7 @@ func guardOpts(opts grpcx.Options) grpcx.Options {
 		opts.SingleCaller = true
 	}
 	if opts.Logger == nil {
-		opts.Logger = quiet
+		opts.Logger = testenv.Logger(t)
 	}
 	return opts
 }

@@ -22,10 +22,11 @@ import (
 
 	"github.com/idemguard/idemguard/grpcx"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func guarded(e *env, opts grpcx.Options) serveOpts {
-	return serveOpts{interceptors: []grpc.UnaryServerInterceptor{recovery, grpcx.UnaryServerInterceptor(e.g, guardOpts(opts))}}
+	return serveOpts{interceptors: []grpc.UnaryServerInterceptor{recovery, grpcx.UnaryServerInterceptor(e.g, guardOpts(e.t, opts))}}
 }
 
 // TestReplayByteForByte: a repeat gets the first call's response, the
@@ -309,7 +310,7 @@ func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHan
 func TestCallers(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	p := &payments{}
-	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(grpcx.Options{Caller: grpcx.CallerFromContext[string](callerKey{}, nil)}))
+	g := grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{Caller: grpcx.CallerFromContext[string](callerKey{}, nil)}))
 	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{auth, g}})
 	ctx := context.Background()
 	as := func(user string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-user", user) }
@@ -386,7 +387,7 @@ func TestStoreUnavailable(t *testing.T) {
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{Lease: time.Second})
 	p := &payments{}
 	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(g,
-		guardOpts(grpcx.Options{UnavailableRetryDelay: 3 * time.Second}))}})
+		guardOpts(t, grpcx.Options{UnavailableRetryDelay: 3 * time.Second}))}})
 	c := charge(context.Background(), conn, "u-1", 1)
 	code, reason, d, ok := statusOf(t, c.err)
 	if code != codes.Unavailable || reason != grpcx.ReasonStoreUnavailable || !ok || d != 3*time.Second || p.runs.Load() != 0 {
@@ -458,17 +459,10 @@ func TestClientHangsUp(t *testing.T) {
 	}
 	<-finished
 	// The handler returned its response after the client left: stored.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, "the hung-up call's record to be completed", func() bool {
 		rec, err := e.g.Get(context.Background(), guard.Key{Scope: chargeName, ID: "h-1"})
-		if err == nil && rec.State == guard.StateCompleted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record %+v, %v; want completed", rec, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a store, not synchronising goroutines
-	}
+		return err == nil && rec.State == guard.StateCompleted
+	})
 	if c := charge(context.Background(), conn, "h-1", 1); c.err != nil || !c.replayed() || p.runs.Load() != 1 || len(c.header.Get("x-charge")) != 1 {
 		t.Fatalf("retry: %v replayed %v runs %d header %v", c.err, c.replayed(), p.runs.Load(), c.header)
 	}
@@ -515,7 +509,7 @@ func TestRetentionExpires(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{TTL: time.Hour})
 	p := &payments{}
-	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(g, guardOpts(grpcx.Options{}))}})
+	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(g, guardOpts(t, grpcx.Options{}))}})
 	ctx := context.Background()
 	if c := charge(ctx, conn, "r-1", 1); c.err != nil {
 		t.Fatal(c.err)

@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/grpcx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // TestStorm: 1,000 keys × 8 copies over two servers, each with its own
@@ -44,10 +45,7 @@ func TestStorm(t *testing.T) {
 			}
 			var conns []*grpc.ClientConn
 			for range 2 {
-				store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: prefix})
-				if err := store.LoadScripts(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				store := guardenv.Store(t, guard.RedisOptions{Prefix: prefix})
 				g := guard.New(store, guard.Options{})
 				p := &payments{fn: func(ctx context.Context, req *structpb.Struct, n int64) (*structpb.ListValue, error) {
 					k := int(req.GetFields()["order"].GetNumberValue())
@@ -57,7 +55,7 @@ func TestStorm(t *testing.T) {
 				}}
 				conns = append(conns, serve(t, p, serveOpts{
 					tcp:          true,
-					interceptors: []grpc.UnaryServerInterceptor{countAborted, grpcx.UnaryServerInterceptor(g, guardOpts(grpcx.Options{Wait: tc.wait}))},
+					interceptors: []grpc.UnaryServerInterceptor{countAborted, grpcx.UnaryServerInterceptor(g, guardOpts(t, grpcx.Options{Wait: tc.wait}))},
 					client:       []grpc.UnaryClientInterceptor{grpcx.UnaryClientInterceptor(grpcx.ClientOptions{MaxAttempts: 10})},
 				}))
 			}

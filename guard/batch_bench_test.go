@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // BenchmarkDoBatch measures DoBatch of 16 fresh keys on the real Redis,
@@ -22,10 +23,7 @@ func BenchmarkDoBatch(b *testing.B) {
 	const size = 16
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b)})
 	defer c.Close()
-	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(b)})
-	if err := s.LoadScripts(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	s := guardenv.StoreOn(b, c, guard.RedisOptions{})
 	g := guard.New(s, guard.Options{})
 	ctx := context.Background()
 	next := 0

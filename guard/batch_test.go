@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // tripCounter counts a client's round trips: a command or a pipeline is
@@ -50,10 +51,7 @@ func countedStore(t *testing.T) (*guard.RedisStore, *tripCounter) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
-	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{})
 	tc := &tripCounter{}
 	c.AddHook(tc)
 	return s, tc

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // benchWorkers is how many goroutines the benchmarks run at once: above
@@ -42,13 +43,7 @@ func benchStores(b *testing.B, run func(b *testing.B, g *guard.Guard)) {
 		b.Run("redis/"+mode.name, func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: benchWorkers})
 			defer c.Close()
-			o := mode.opts
-			o.Prefix = testenv.Prefix(b)
-			s := guard.NewRedisStore(c, o)
-			if err := s.LoadScripts(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			run(b, guard.New(s, guard.Options{}))
+			run(b, guard.New(guardenv.StoreOn(b, c, mode.opts), guard.Options{}))
 		})
 	}
 }
@@ -109,10 +104,7 @@ func BenchmarkDoReplay(b *testing.B) {
 // Guard.Do adds its own (context, heartbeat, token) on top.
 func TestStoreAllocations(t *testing.T) {
 	c := testenv.Redis(t)
-	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{Unpipelined: true})
 	const token = "ABCDEFGHIJKLMNOPQRSTUVWXYZ" // as rand.Text makes them
 	keys := make([]guard.Key, 501)
 	for i := range keys {

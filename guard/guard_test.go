@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,10 +26,7 @@ var bg = context.Background()
 // the test's own.
 func realGuard(t *testing.T, opts guard.Options) *guard.Guard {
 	t.Helper()
-	s := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.Store(t, guard.RedisOptions{})
 	return guard.New(s, opts)
 }
 

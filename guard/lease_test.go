@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // hooked is a real store with hooks around its calls, to hold a call up
@@ -59,10 +59,7 @@ func (h *hooked) Extend(ctx context.Context, l guard.Lease, d time.Duration) err
 // test's own.
 func realStore(t *testing.T) *guard.RedisStore {
 	t.Helper()
-	s := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.Store(t, guard.RedisOptions{})
 	return s
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // pipelinedStore is a store on c that sends every call through the
@@ -136,10 +137,7 @@ func TestUnpipelinedStoreSendsScriptsAlone(t *testing.T) {
 	c := testenv.Redis(t)
 	var hook batchCounter
 	c.AddHook(&hook)
-	s := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true, DirectCalls: -1})
-	if err := s.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{Unpipelined: true, DirectCalls: -1})
 	for k, n := range storm(t, guard.New(s, guard.Options{}), 50, 4) {
 		if n != 1 {
 			t.Errorf("key %d: %d effects, want 1", k, n)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // evicting lists every maxmemory-policy but noeviction: each of them
@@ -172,10 +173,7 @@ func startCluster(t *testing.T, n int) []*testenv.Server {
 func TestOOMIsUnavailable(t *testing.T) {
 	srv := testenv.StartRedis(t, "--maxmemory-policy", "noeviction")
 	admin := srv.Client()
-	s := guard.NewRedisStore(srv.Client(), guard.RedisOptions{})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{})
 	if err := s.Check(bg, guard.CheckOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // A completed record as a RedisStore keeps it for token "A", fingerprint
@@ -121,10 +121,7 @@ func TestUngrowable(t *testing.T) {
 	}{
 		{"miniredis", func(t *testing.T) *guard.RedisStore { s, _ := miniStore(t); return s }},
 		{"redis", func(t *testing.T) *guard.RedisStore {
-			s := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-			if err := s.LoadScripts(bg); err != nil {
-				t.Fatal(err)
-			}
+			s := guardenv.Store(t, guard.RedisOptions{})
 			return s
 		}},
 	} {

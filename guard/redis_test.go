@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // miniStore returns a RedisStore on a fresh miniredis and the server, so a
@@ -56,13 +57,7 @@ func TestContractRedisCluster(t *testing.T) {
 func runContract(t *testing.T, c redis.UniversalClient, o guard.RedisOptions) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
-			opts := o
-			opts.Prefix = testenv.Prefix(t)
-			s := guard.NewRedisStore(c, opts)
-			if err := s.LoadScripts(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			return s
+			return guardenv.StoreOn(t, c, o)
 		},
 		Advance:     storetest.Wait,
 		Corruptions: redisCorruptions,
@@ -140,10 +135,7 @@ func usec(d map[string]cmdstat, top ...string) (all int) {
 func TestRoundTrips(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
-	s := guard.NewRedisStore(c, guard.RedisOptions{})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{})
 	var sent atomic.Int64
 	c.AddHook(countHook{&sent})
 	g := guard.New(s, guard.Options{})

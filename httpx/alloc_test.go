@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // The middleware's own share of the allocations of a guarded request, on
@@ -34,7 +35,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 		_, _ = w.Write(payload)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(handler))
+	mux.Handle("POST /orders", httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(handler))
 	plain := http.NewServeMux()
 	plain.Handle("POST /orders", handler)
 

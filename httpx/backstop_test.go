@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -64,10 +65,7 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o charge
 		t.Fatal(err)
 	}
 	s := &charges{db: db, b: b, outcomes: map[string]int{}}
-	s.rs, s.rdb = guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix}), rdb
-	if err := s.rs.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s.rs, s.rdb = guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix}), rdb
 	var store guard.Store = s.rs
 	if o.primary != nil {
 		store = o.primary(store)
@@ -77,7 +75,7 @@ func newCharges(t testing.TB, rdb redis.UniversalClient, prefix string, o charge
 	}
 	s.g = guard.New(store, guard.Options{})
 	if o.logger == nil {
-		o.logger = quiet
+		o.logger = testenv.Logger(t)
 	}
 	s.handler = authenticate(httpx.Guard(s.g, httpx.Options{Logger: o.logger, Store5xx: o.store5xx,
 		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(http.HandlerFunc(s.charge)))
@@ -320,7 +318,7 @@ func backstopUnreachable(t *testing.T, store5xx bool) {
 		t.Fatal(err)
 	}
 	s.g = guard.New(backstop.Wrap(s.rs, deadBackstop), guard.Options{})
-	srv2, c2 := serve(t, authenticate(httpx.Guard(s.g, httpx.Options{Logger: quiet,
+	srv2, c2 := serve(t, authenticate(httpx.Guard(s.g, httpx.Options{Logger: testenv.Logger(t),
 		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(http.HandlerFunc(s.charge))))
 	r = chargeReq(t, c2, srv2.URL, "ch-5")
 	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // benchWorkers is the concurrency of BenchmarkGuard: that of `idemguard
@@ -44,7 +45,7 @@ func BenchmarkGuard(b *testing.B) {
 	plain := http.NewServeMux()
 	plain.Handle("POST /orders", handler)
 	guarded := http.NewServeMux()
-	guarded.Handle("POST /orders", httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(handler))
+	guarded.Handle("POST /orders", httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(b), SingleCaller: true})(handler))
 	body := `{"sku":"tea","qty":1}`
 	var seq atomic.Int64
 	keyFor := func(sameKey bool) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // Claims shapes of the JWT libraries TenantFromJWT reads, as their
@@ -134,7 +135,7 @@ func TestCallersIndependent(t *testing.T) {
 			t.Run(c.name+"/"+rt.name, func(t *testing.T) {
 				e := newEnv(t, guard.Options{})
 				h := &orders{}
-				mw := httpx.Guard(e.g, httpx.Options{Logger: quiet, Tenant: c.tenant})
+				mw := httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), Tenant: c.tenant})
 				srv, cl := serve(t, c.authMiddleware(rt.build(mw, h)))
 				url := srv.URL + "/pay"
 				bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
@@ -178,7 +179,7 @@ func TestCallersIndependent(t *testing.T) {
 func TestSingleCallerShares(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	h := &orders{}
-	srv, cl := serve(t, httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(h))
+	srv, cl := serve(t, httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(h))
 	a := do(t, cl, "POST", srv.URL+"/pay", "x", with(key("s-1"), []string{"Authorization", "Bearer alice-1"})...)
 	b := do(t, cl, "POST", srv.URL+"/pay", "x", with(key("s-1"), []string{"Authorization", "Bearer bob-1"})...)
 	if !b.replayed() || !bytes.Equal(a.body, b.body) || h.runs.Load() != 1 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // retryClient is a retrying client with short backoff, closed with the test.
@@ -52,7 +53,7 @@ func TestRetryingClientOneEffect(t *testing.T) {
 	var effects, attempts atomic.Int64
 	var mu sync.Mutex
 	var keys, bodies []string
-	guarded := httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	guarded := httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		effects.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "order 1")

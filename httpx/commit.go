@@ -4,8 +4,8 @@ import (
 	"database/sql"
 	"net/http"
 
-	"github.com/idemguard/idemguard/internal/httpcore"
 	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/internal/httpcore"
 )
 
 // CommitResponse ends a guarded handler whose business effect is made in

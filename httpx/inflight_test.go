@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // instance is one service process: its own Redis client, store, guard and
@@ -39,12 +40,9 @@ func newInstances(t *testing.T, n int, opts httpx.Options, h http.Handler) []*in
 		rdb := testenv.Redis(t)
 		cc := &commandCounter{}
 		rdb.AddHook(cc)
-		store := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
-		if err := store.LoadScripts(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		store := guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})
 		if opts.Logger == nil {
-			opts.Logger = quiet
+			opts.Logger = testenv.Logger(t)
 		}
 		guarded := httpx.Guard(guard.New(store, guard.Options{}), opts)(h)
 		in := &instance{after: map[string]int{}, commands: cc}
@@ -347,7 +345,7 @@ func TestWaitOutcomes(t *testing.T) {
 		<-entered
 		second := make(chan reply, 1)
 		go func() { second <- do(t, c, "POST", srv.URL+"/o", "a", key("wr-1")...) }()
-		waitFor(t, 5*time.Second, func() bool { return e.commands.n.Load() >= 3 }) // the duplicate claimed and polls
+		testenv.WaitFor(t, 5*time.Second, "the duplicate to claim and poll", func() bool { return e.commands.n.Load() >= 3 })
 		done()
 		if r := <-first; r.status != http.StatusServiceUnavailable {
 			t.Fatalf("first: %d", r.status)

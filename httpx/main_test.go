@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,15 +17,14 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// quiet is a logger for tests that provoke errors on purpose.
-var quiet = slog.New(slog.DiscardHandler)
-
 // env is one test's guard on the shared real Redis, under its own prefix.
 type env struct {
+	t        testing.TB
 	rdb      *redis.Client
 	store    *guard.RedisStore
 	g        *guard.Guard
@@ -40,11 +38,8 @@ func newEnv(t testing.TB, opts guard.Options) *env {
 	cc := &commandCounter{}
 	rdb.AddHook(cc)
 	prefix := testenv.Prefix(t)
-	store := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return &env{rdb: rdb, store: store, g: guard.New(store, opts), prefix: prefix, commands: cc}
+	store := guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})
+	return &env{t: t, rdb: rdb, store: store, g: guard.New(store, opts), prefix: prefix, commands: cc}
 }
 
 // records counts the idempotency records under the test's prefix.

@@ -42,7 +42,7 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // as a single-caller service.
 func guarded(e *env, h http.Handler, opts httpx.Options) http.Handler {
 	if opts.Logger == nil {
-		opts.Logger = quiet
+		opts.Logger = testenv.Logger(e.t)
 	}
 	if opts.Tenant == nil {
 		opts.SingleCaller = true
@@ -479,7 +479,7 @@ func TestClientHangsUp(t *testing.T) {
 		t.Fatalf("client: %v, want cancelled", err)
 	}
 	<-done
-	waitFor(t, 5*time.Second, func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the abandoned call's record to be completed", func() bool {
 		rec, err := e.g.Get(context.Background(), guard.Key{Scope: "POST /o", ID: "h-1"})
 		return err == nil && rec.State == guard.StateCompleted
 	})
@@ -489,19 +489,6 @@ func TestClientHangsUp(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", limit)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
-	return true
-}
-
 func TestRetentionExpires(t *testing.T) {
 	// miniredis: the test must move time past the retention.
 	mr := miniredis.RunT(t)
@@ -509,7 +496,7 @@ func TestRetentionExpires(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{TTL: time.Hour})
 	h := &orders{}
-	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true})(h))
+	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(h))
 
 	first := do(t, c, "POST", srv.URL+"/o", "a", key("ttl")...)
 	mr.FastForward(59 * time.Minute)
@@ -546,7 +533,7 @@ func TestLeaseKeptWhileHandlerRuns(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { return runs.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the first call's handler to run", func() bool { return runs.Load() == 1 })
 	time.Sleep(time.Second) // waiting for three leases to pass on the real server
 	r := do(t, c, "POST", srv.URL+"/o", "a", key("slow")...)
 	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.problem(t).Type != httpx.ProblemInFlight {
@@ -567,7 +554,7 @@ func TestStoreUnavailable(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), guard.Options{})
 	h := &orders{}
-	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true, UnavailableRetryAfter: 2500 * time.Millisecond})(h))
+	srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true, UnavailableRetryAfter: 2500 * time.Millisecond})(h))
 	r := do(t, c, "POST", srv.URL+"/o", "a", key("u-1")...)
 	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "3" || r.problem(t).Type != httpx.ProblemStoreUnavailable {
 		t.Fatalf("%d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
@@ -623,7 +610,7 @@ func TestHijackedNotReplayedHalf(t *testing.T) {
 	}
 	// The handler answered on the raw connection before it returned, so the
 	// client may be faster than the completion: wait for it.
-	waitFor(t, 5*time.Second, func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the hijacked call's record to be completed", func() bool {
 		rec, err := e.g.Get(context.Background(), guard.Key{Scope: "POST /o", ID: "j-1"})
 		return err == nil && rec.State == guard.StateCompleted
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // TestRouters runs the same story through ServeMux with patterns, chi v5
@@ -52,7 +53,7 @@ func TestRouters(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			e := newEnv(t, guard.Options{})
 			h := &orders{}
-			srv, c := serve(t, rt.build(httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true}), h))
+			srv, c := serve(t, rt.build(httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true}), h))
 			url := srv.URL + "/orders/7"
 
 			first := do(t, c, "POST", url, "a", key("r-1")...)
@@ -90,7 +91,7 @@ func TestPatternScope(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	var runs atomic.Int64
 	m := http.NewServeMux()
-	m.Handle("POST /orders/{id}", httpx.Guard(e.g, httpx.Options{Logger: quiet, SingleCaller: true})(http.HandlerFunc(
+	m.Handle("POST /orders/{id}", httpx.Guard(e.g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
 	srv, c := serve(t, m)
 	if r := do(t, c, "POST", srv.URL+"/orders/1", "a", key("s-1")...); r.status != 200 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // unreachable wraps a real store; its next Complete calls fail as they do
@@ -42,7 +43,7 @@ func TestCompleteRetried(t *testing.T) {
 			u.failCompletes.Store(tc.fails)
 			g := guard.New(u, guard.Options{})
 			h := &orders{}
-			srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true})(h))
+			srv, c := serve(t, httpx.Guard(g, httpx.Options{Logger: testenv.Logger(t), SingleCaller: true})(h))
 			start := time.Now()
 			first := do(t, c, "POST", srv.URL+"/o", "a", key("cr-1")...)
 			took := time.Since(start)

@@ -11,15 +11,13 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/lock"
 )
 
 func newGuard(t *testing.T, opts guard.Options) (*guard.Guard, *guard.RedisStore) {
 	t.Helper()
-	s := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := s.LoadScripts(bg); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.Store(t, guard.RedisOptions{})
 	return guard.New(s, opts), s
 }
 

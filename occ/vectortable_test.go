@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/occ"
 )
 
@@ -344,26 +345,19 @@ func TestVectorConcurrentCreate(t *testing.T) {
 	}()
 	// Wait until west's insert waits on east's transaction (a condition,
 	// polled; not a sleep standing in for one).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, 30*time.Second, "west's write to wait on east's transaction", func() bool {
 		var waiting int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks
 			WHERE locktype = 'transactionid' AND transactionid::text = $1 AND NOT granted`, xid).Scan(&waiting); err != nil {
 			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("west's write ended before east committed: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("west's write never waited on east's transaction")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiting > 0
+	})
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}

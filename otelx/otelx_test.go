@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/metrics"
 	"github.com/idemguard/idemguard/otelx"
@@ -51,10 +52,7 @@ func newTraced(t testing.TB, opts otelx.Options, procs ...sdktrace.SpanProcessor
 // own prefix.
 func redisStore(t testing.TB) *guard.RedisStore {
 	t.Helper()
-	s := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := s.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := guardenv.Store(t, guard.RedisOptions{})
 	return s
 }
 

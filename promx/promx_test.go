@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/promx"
 )
 
@@ -61,10 +62,7 @@ func labels(m *dto.Metric) string {
 
 func redisGuard(t *testing.T, reg prometheus.Registerer, opts guard.Options) (*guard.Guard, *promx.Metrics) {
 	t.Helper()
-	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: testenv.Prefix(t)})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := guardenv.Store(t, guard.RedisOptions{})
 	m, err := promx.New(reg, promx.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -105,17 +103,13 @@ func TestOutcomesCounted(t *testing.T) {
 	}
 	// The holder dies; after the lease the claim meets MaxAttempts = 1:
 	// exhausted (no recovery allowed).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, "the lease to end (a Redis TTL)", func() bool {
 		_, err := g.Claim(ctx, k("b"), "fp")
-		if errors.Is(err, guard.ErrExhausted) {
-			break
-		}
-		if !errors.Is(err, guard.ErrInProgress) || time.Now().After(deadline) {
+		if !errors.Is(err, guard.ErrExhausted) && !errors.Is(err, guard.ErrInProgress) {
 			t.Fatalf("waiting for the lease to end: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond) // waiting for a Redis TTL to pass
-	}
+		return errors.Is(err, guard.ErrExhausted)
+	})
 	// The dead holder's late completion: lease lost.
 	if err := g.Complete(ctx, held.Lease, []byte("late")); !errors.Is(err, guard.ErrLeaseLost) {
 		t.Fatalf("late complete: %v", err)

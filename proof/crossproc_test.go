@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // The child process' settings, passed by the parent test.
@@ -115,7 +116,7 @@ func TestTwoProcessesOneEffectPerKey(t *testing.T) {
 	if total != keys || len(rows) != keys {
 		t.Fatalf("%d business rows over %d keys, want exactly %d, one per key", total, len(rows), keys)
 	}
-	g := guard.New(redisStore(t, testenv.Redis(t), prefix), guard.Options{})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{Prefix: prefix}), guard.Options{})
 	for id, vs := range rows {
 		r, err := g.Get(context.Background(), guard.Key{Scope: "xproc", ID: id})
 		if err != nil || r.State != guard.StateCompleted || string(r.Result) != vs[0] {
@@ -142,7 +143,7 @@ func TestCrossProcessChild(t *testing.T) {
 	db.SetMaxOpenConns(16)
 	t.Cleanup(func() { _ = db.Close() })
 	bk := openBank(t, db, os.Getenv(childDSN), false)
-	g := guard.New(redisStore(t, testenv.Redis(t), os.Getenv(childPrefix)), guard.Options{Lease: 2 * time.Second, TTL: time.Hour})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{Prefix: os.Getenv(childPrefix)}), guard.Options{Lease: 2 * time.Second, TTL: time.Hour})
 
 	fmt.Println("ready")
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {

@@ -1,7 +1,6 @@
 package proof
 
 import (
-	"context"
 	"flag"
 	"testing"
 	"time"
@@ -9,8 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
-
-	"github.com/idemguard/idemguard/guard"
 )
 
 var soak = flag.Bool("soak", false, "run the long soak tests (many seeds, long histories)")
@@ -47,22 +44,4 @@ func startProxy(t testing.TB, addr string) *Proxy {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// redisStore returns a store on c with its scripts loaded.
-func redisStore(t testing.TB, c redis.UniversalClient, prefix string) *guard.RedisStore {
-	t.Helper()
-	return redisStoreWith(t, c, guard.RedisOptions{Prefix: prefix})
-}
-
-// redisStoreWith is redisStore with options o.
-func redisStoreWith(t testing.TB, c redis.UniversalClient, o guard.RedisOptions) *guard.RedisStore {
-	t.Helper()
-	s := guard.NewRedisStore(c, o)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.LoadScripts(ctx); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return s
 }

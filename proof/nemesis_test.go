@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // workload says how much a nemesis run does.
@@ -75,7 +76,7 @@ func runNemesis(t *testing.T, w workload) {
 	if w.Pipelined {
 		opts = guard.RedisOptions{Prefix: opts.Prefix, DirectCalls: -1}
 	}
-	rec := NewRecorder(redisStoreWith(t, client, opts))
+	rec := NewRecorder(guardenv.StoreOn(t, client, opts))
 	rec.CallTimeout = w.Lease / 2 // see TestClaimRetriedAfterItsLeaseRanOut
 	g := guard.New(rec, guard.Options{Lease: w.Lease, TTL: time.Hour})
 	// The long effects' keys are not in the recorded history (their calls
@@ -85,8 +86,8 @@ func runNemesis(t *testing.T, w workload) {
 	cutProxy := startProxy(t, testenv.RedisAddr(t))
 	longOpts := guard.Options{Lease: longLease, TTL: time.Hour}
 	gLong := [2]*guard.Guard{
-		guard.New(redisStoreWith(t, client, opts), longOpts),
-		guard.New(redisStoreWith(t, faultyClient(t, cutProxy.Addr(), 8), opts), longOpts),
+		guard.New(guardenv.StoreOn(t, client, opts), longOpts),
+		guard.New(guardenv.StoreOn(t, faultyClient(t, cutProxy.Addr(), 8), opts), longOpts),
 	}
 	wins := NewWindows()
 	scope := "nemesis-" + strconv.FormatUint(w.Seed, 10)

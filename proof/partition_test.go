@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // These tests cut a holder off from Redis while its effect runs, the way
@@ -160,7 +161,7 @@ func TestPartitionedHolderStopsFirst(t *testing.T) {
 	snapshot := goleak.IgnoreCurrent()
 	prefix := testenv.Prefix(t)
 	direct := testenv.Redis(t)
-	gB := guard.New(redisStore(t, direct, prefix), guard.Options{Lease: lease})
+	gB := guard.New(guardenv.StoreOn(t, direct, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: lease})
 	clients := map[string]redis.Options{
 		"readme-client":           {},
 		"context-timeout-enabled": {ContextTimeoutEnabled: true},
@@ -273,14 +274,14 @@ func TestClientPauseHolderStopsFirst(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	prefix := testenv.Prefix(t)
-	gB := guard.New(redisStore(t, other, prefix), guard.Options{Lease: lease})
+	gB := guard.New(guardenv.StoreOn(t, other, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: lease})
 
 	var all []trial
 	for round := range rounds {
 		var extended atomic.Int32
 		paused := make(chan struct{})
 		var once sync.Once
-		hs := &hookStore{Store: redisStore(t, readme, prefix), afterExtend: func() {
+		hs := &hookStore{Store: guardenv.StoreOn(t, readme, guard.RedisOptions{Prefix: prefix}), afterExtend: func() {
 			if extended.Add(1) == holders { // every holder extended once
 				once.Do(func() {
 					if err := admin.Do(context.Background(), "CLIENT", "PAUSE", (2 * lease).Milliseconds(), "ALL").Err(); err != nil {

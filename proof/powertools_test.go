@@ -12,7 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // checkHistory fails t if rec's history is not linearizable.
@@ -37,7 +37,7 @@ func TestLateCompleteRacesRecovery(t *testing.T) {
 	const keys = 200
 	const lease = time.Second
 	bk := newBank(t)
-	rec := NewRecorder(redisStore(t, testenv.Redis(t), testenv.Prefix(t)))
+	rec := NewRecorder(guardenv.Store(t, guard.RedisOptions{}))
 	g := guard.New(rec, guard.Options{Lease: lease, TTL: time.Hour})
 	ctx := context.Background()
 	fp := "fp"
@@ -141,7 +141,7 @@ func TestLateCompleteRacesRecovery(t *testing.T) {
 // Powertools TS 5675: a duplicate rejected because the original is in
 // progress must never release, complete or fail the original's claim.
 func TestRejectedDuplicateLeavesOriginal(t *testing.T) {
-	rec := NewRecorder(redisStore(t, testenv.Redis(t), testenv.Prefix(t)))
+	rec := NewRecorder(guardenv.Store(t, guard.RedisOptions{}))
 	g := guard.New(rec, guard.Options{Lease: 300 * time.Millisecond, TTL: time.Hour})
 	ctx := context.Background()
 	key := guard.Key{Scope: "pt5675", ID: "order-1"}

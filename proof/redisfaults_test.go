@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // These tests break a Redis server of their own (testenv.StartRedis):
@@ -49,7 +50,7 @@ func TestClientPauseLongerThanLease(t *testing.T) {
 	bk := newBank(t)
 	const lease = 300 * time.Millisecond
 	prefix := testenv.Prefix(t)
-	rec := NewRecorder(redisStore(t, patientClient(t, srv.Addr(), 3*time.Second), prefix))
+	rec := NewRecorder(guardenv.StoreOn(t, patientClient(t, srv.Addr(), 3*time.Second), guard.RedisOptions{Prefix: prefix}))
 	g := guard.New(rec, guard.Options{Lease: lease, TTL: time.Hour})
 	key := guard.Key{Scope: "pause", ID: "1"}
 	ctx := context.Background()
@@ -98,7 +99,7 @@ func TestDebugSleep(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	bk := newBank(t)
 	const lease = 300 * time.Millisecond
-	rec := NewRecorder(redisStore(t, patientClient(t, srv.Addr(), 100*time.Millisecond), testenv.Prefix(t)))
+	rec := NewRecorder(guardenv.StoreOn(t, patientClient(t, srv.Addr(), 100*time.Millisecond), guard.RedisOptions{Prefix: testenv.Prefix(t)}))
 	g := guard.New(rec, guard.Options{Lease: lease, TTL: time.Hour})
 	key := guard.Key{Scope: "sleep", ID: "1"}
 	ctx := context.Background()
@@ -166,7 +167,7 @@ func TestReplicaPromotedBeforeReplicating(t *testing.T) {
 		t.Fatal(err)
 	}
 	mc := master.Client()
-	g1 := guard.New(redisStore(t, mc, prefix), guard.Options{Lease: time.Second, TTL: time.Hour})
+	g1 := guard.New(guardenv.StoreOn(t, mc, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: time.Second, TTL: time.Hour})
 	first, err := g1.Do(ctx, key, "fp", bk.effect("fp", 1))
 	if err != nil || first.Replayed {
 		t.Fatalf("first Do: %+v, %v", first, err)
@@ -175,7 +176,7 @@ func TestReplicaPromotedBeforeReplicating(t *testing.T) {
 	if err := admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	g2 := guard.New(redisStore(t, admin, prefix), guard.Options{Lease: time.Second, TTL: time.Hour})
+	g2 := guard.New(guardenv.StoreOn(t, admin, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: time.Second, TTL: time.Hour})
 	if _, err := g2.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("promoted replica has the key (%v): the completion was replicated, the test proves nothing", err)
 	}
@@ -206,7 +207,7 @@ func TestReplicaPromotedBeforeReplicating(t *testing.T) {
 func TestFlushAll(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	bk := newBank(t)
-	rec := NewRecorder(redisStore(t, srv.Client(), testenv.Prefix(t)))
+	rec := NewRecorder(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{Prefix: testenv.Prefix(t)}))
 	g := guard.New(rec, guard.Options{Lease: 5 * time.Second, TTL: time.Hour})
 	ctx := context.Background()
 	done := guard.Key{Scope: "flush", ID: "done"}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // retryRig is one Redis of the test's own, a store whose every call goes
@@ -41,10 +42,10 @@ func newRetryRig(t *testing.T) *retryRig {
 	}
 	direct := srv.Client()
 	prefix := testenv.Prefix(t)
-	r := &retryRig{t: t, direct: direct, drop: drop, plain: redisStore(t, direct, prefix)}
+	r := &retryRig{t: t, direct: direct, drop: drop, plain: guardenv.StoreOn(t, direct, guard.RedisOptions{Prefix: prefix})}
 	viaP := faultyClient(t, p.Addr(), 1)
 	viaP.AddHook(armHook{r})
-	r.viaP = redisStore(t, viaP, prefix)
+	r.viaP = guardenv.StoreOn(t, viaP, guard.RedisOptions{Prefix: prefix})
 	return r
 }
 
@@ -301,20 +302,13 @@ func TestScriptsUnderRetry(t *testing.T) {
 // on the server's clock.
 func waitLeaseOut(t testing.TB, s *guard.RedisStore, key guard.Key) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, "the lease of "+key.String()+" to run out", func() bool {
 		rec, err := s.Get(context.Background(), key)
 		if err != nil {
 			t.Fatalf("get %s: %v", key, err)
 		}
-		if rec.LeaseLeft == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease of %s did not run out", key)
-		}
-		time.Sleep(5 * time.Millisecond) // waiting for a TTL to pass on the server
-	}
+		return rec.LeaseLeft == 0
+	})
 }
 
 // A script's reply is dropped and, before go-redis' retry reaches the

@@ -20,6 +20,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // The checkout of the step tests: reserve stock, charge through a
@@ -298,7 +299,7 @@ func resume(t *testing.T, g *guard.Guard, key guard.Key, fn guard.Func) guard.Re
 // failed. The retries resume: every step's side effect happened exactly
 // once per key.
 func TestStepsResumeAfterCancel(t *testing.T) {
-	g := guard.New(redisStore(t, testenv.Redis(t), testenv.Prefix(t)), guard.Options{Lease: 10 * time.Second, TTL: time.Hour})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{}), guard.Options{Lease: 10 * time.Second, TTL: time.Hour})
 	for _, point := range killPoints {
 		t.Run(point, func(t *testing.T) {
 			sh := newShop(t)
@@ -331,7 +332,7 @@ type errAbandon struct{}
 // out.
 func TestStepsResumeAfterAbandon(t *testing.T) {
 	lease := time.Second
-	g := guard.New(redisStore(t, testenv.Redis(t), testenv.Prefix(t)), guard.Options{Lease: lease, TTL: time.Hour})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{}), guard.Options{Lease: lease, TTL: time.Hour})
 	for _, point := range killPoints {
 		t.Run(point, func(t *testing.T) {
 			sh := newShop(t)
@@ -381,7 +382,7 @@ func TestStepsResumeAfterSIGKILL(t *testing.T) {
 		t.Skip("child process")
 	}
 	prefix := testenv.Prefix(t)
-	g := guard.New(redisStore(t, testenv.Redis(t), prefix), guard.Options{Lease: childLease, TTL: time.Hour})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: childLease, TTL: time.Hour})
 	for _, point := range killPoints {
 		t.Run(point, func(t *testing.T) {
 			sh := newShop(t)
@@ -445,7 +446,7 @@ func TestStepsChild(t *testing.T) {
 	if point == "" {
 		t.Skip("runs only as a child of TestStepsResumeAfterSIGKILL")
 	}
-	g := guard.New(redisStore(t, testenv.Redis(t), os.Getenv(stepChildPrefix)), guard.Options{Lease: childLease, TTL: time.Hour})
+	g := guard.New(guardenv.Store(t, guard.RedisOptions{Prefix: os.Getenv(stepChildPrefix)}), guard.Options{Lease: childLease, TTL: time.Hour})
 	client := shopClient(t)
 	var out sync.Mutex
 	block := make(chan struct{}) // never closed: the holder waits here for SIGKILL

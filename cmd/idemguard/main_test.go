@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -310,10 +311,7 @@ func TestBenchBadInput(t *testing.T) {
 func keysFixture(t *testing.T) (addr, prefix string, g *guard.Guard) {
 	t.Helper()
 	addr, prefix = testenv.RedisAddr(t), testenv.Prefix(t)
-	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := guardenv.Store(t, guard.RedisOptions{Prefix: prefix})
 	return addr, prefix, guard.New(store, guard.Options{Lease: time.Minute})
 }
 
@@ -360,20 +358,13 @@ func TestInspectListRelease(t *testing.T) {
 	}
 
 	// Wait for the stuck key's lease to run out (a Redis TTL on a real server).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, "the stuck key's 100ms lease to run out", func() bool {
 		rec, err := g.Get(ctx, k("stuck"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.LeaseLeft == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the 100ms lease did not run out")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rec.LeaseLeft == 0
+	})
 
 	code, out, stderr = cli(t, append(append([]string{"list"}, flags...), "--state", "pending")...)
 	if code != 0 {
@@ -506,20 +497,13 @@ func TestMigrateAndPurge(t *testing.T) {
 		}
 	}
 	// Wait for the short TTLs to pass on the database's clock.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, "2 rows to expire", func() bool {
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE expires_at <= now()`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows expired, want 2", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 2
+	})
 	code, out, stderr = cli(t, "purge", "--postgres", dsn, "--before", "1h")
 	if code != 0 || !strings.Contains(out, "purged 0 expired rows") {
 		t.Fatalf("purge --before 1h of rows expired moments ago: exit %d: %s %s", code, out, stderr)

@@ -72,7 +72,7 @@ func TestLongHandlerNotRedelivered(t *testing.T) {
 			time.Sleep(3 * ackWait) // the effect takes three AckWaits
 		}
 		return nil
-	}, Options{Group: "billing", Process: consumerx.Options{Logger: consumertest.Quiet,
+	}, Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t),
 		OnOutcome: func(ctx context.Context, msg consumerx.Message, o consumerx.Outcome, err error) {
 			deliveries.Add(1)
 			outs.Hook(ctx, msg, o, err)
@@ -86,7 +86,7 @@ func TestLongHandlerNotRedelivered(t *testing.T) {
 		}
 	}
 	stop := consumeAll(t, h, cons, 2)
-	consumertest.WaitFor(t, 20*time.Second, "every message acknowledged", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "every message acknowledged", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && runs.Load() >= 3 && info.NumAckPending == 0 && info.NumPending == 0
 	})
@@ -164,7 +164,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 		return nil
 	}, Options{Group: "billing", InProgressDelay: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Process: consumerx.Options{
 		Key:       func(msg consumerx.Message) (string, error) { return msg.Metadata["Order-Id"], nil },
-		Logger:    consumertest.Quiet,
+		Logger:    testenv.Logger(t),
 		OnOutcome: outs.Hook,
 	}})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 	}
 	start := time.Now()
 	stop := consumeAll(t, h, cons, consumers)
-	consumertest.WaitFor(t, 90*time.Second, "every message acknowledged", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "every message acknowledged", func() bool {
 		info, err := cons.Info(ctx)
 		f := outs.Final()
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && f[consumerx.Processed]+f[consumerx.Duplicate] == distinct+dups

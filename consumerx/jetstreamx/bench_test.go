@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // BenchmarkConsume measures messages per second through Consume on an
@@ -49,12 +50,13 @@ func BenchmarkConsume(b *testing.B) {
 			var handled atomic.Int64
 			h := func(context.Context, consumerx.Message) error { handled.Add(1); return nil }
 			hd, err := New(g, h, Options{Group: "bench", Batch: 16, MaxWait: 50 * time.Millisecond,
-				Process: consumerx.Options{Logger: consumertest.Quiet}})
+				Process: consumerx.Options{Logger: testenv.Logger(b)}})
 			if err != nil {
 				b.Fatal(err)
 			}
+			run := batchFunc(hd.guarded)
 			if mode == "plain" {
-				hd.run = consumertest.Plain(h)
+				run = consumertest.Plain(h)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -62,7 +64,7 @@ func BenchmarkConsume(b *testing.B) {
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{}, consumers)
 			for range consumers {
-				go func() { _ = hd.Consume(runCtx, cons); done <- struct{}{} }()
+				go func() { _ = hd.consume(runCtx, cons, run); done <- struct{}{} }()
 			}
 			for handled.Load() < int64(b.N) {
 				time.Sleep(time.Millisecond) // polling for the end of the run

@@ -74,10 +74,12 @@ type Handler struct {
 	proc *consumerx.Processor
 	h    consumerx.Handler
 	opts Options
-	// run runs a batch: the guarded path unless a benchmark replaces it
-	// with the bare handler.
-	run func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 }
+
+// batchFunc runs a batch and reports each message's outcome: Consume's
+// and HandleBatch's is Handler.guarded (a benchmark passes the bare
+// handler to consume).
+type batchFunc func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 
 // New returns a Handler that runs h once per (Group, message id) under g.
 func New(g *guard.Guard, h consumerx.Handler, opts Options) (*Handler, error) {
@@ -104,11 +106,14 @@ func New(g *guard.Guard, h consumerx.Handler, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstreamx: %w", err)
 	}
-	hd := &Handler{proc: p, h: h, opts: opts}
-	hd.run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
-		return p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Concurrency: opts.Concurrency})
-	}
-	return hd, nil
+	return &Handler{proc: p, h: h, opts: opts}, nil
+}
+
+// guarded runs a batch through the processor: their claims in one round
+// trip, their completions in another, up to Options.Concurrency handlers
+// at once.
+func (h *Handler) guarded(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+	return h.proc.ProcessBatch(ctx, msgs, h.h, consumerx.BatchOptions{Concurrency: h.opts.Concurrency})
 }
 
 // Processor returns the consumerx.Processor messages run through.
@@ -211,16 +216,17 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // acknowledges each as Handle does. It returns each message's outcome and
 // the first acknowledgement that could not be sent.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
-	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery)
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded)
 }
 
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration) ([]consumerx.Outcome, error) {
+// handleBatch is HandleBatch with the messages run by batch.
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
 	}
 	stop := h.keepInProgress(msgs, every)
-	res := h.run(ctx, cmsgs)
+	res := batch(ctx, cmsgs)
 	stop()
 	outs := make([]consumerx.Outcome, len(msgs))
 	var first error
@@ -244,6 +250,11 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // (released and Nak'ed, no attempt counted), and the messages of the batch
 // whose turn had not come are Interrupted without running.
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
+	return h.consume(ctx, cons, h.guarded)
+}
+
+// consume is Consume with each batch run by run.
+func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batchFunc) error {
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3
@@ -285,7 +296,7 @@ func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
 			continue
 		}
 		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every)
+			_, _ = h.handleBatch(ctx, msgs, every, run)
 		}
 	}
 	return nil

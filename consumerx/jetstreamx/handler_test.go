@@ -111,7 +111,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 		return nil
 	}, Options{Group: "billing", InProgressDelay: 50 * time.Millisecond, Process: consumerx.Options{
 		Key:       func(msg consumerx.Message) (string, error) { return msg.Metadata["Order-Id"], nil },
-		Logger:    consumertest.Quiet,
+		Logger:    testenv.Logger(t),
 		OnOutcome: outs.Hook,
 	}})
 	if err != nil {
@@ -162,7 +162,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 		done <- nil
 	}()
 
-	consumertest.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool {
 		info, err := cons.Info(ctx)
 		if err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
 			return false
@@ -214,7 +214,7 @@ func TestConsumeStopsAndDefaultKey(t *testing.T) {
 	var outs consumertest.Outcomes
 	var ids sync.Map
 	h, err := New(g, func(ctx context.Context, msg consumerx.Message) error { effects.Add(1); return nil },
-		Options{Group: "billing", Process: consumerx.Options{Logger: consumertest.Quiet,
+		Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t),
 			OnOutcome: func(ctx context.Context, msg consumerx.Message, o consumerx.Outcome, err error) {
 				ids.Store(msg.ID, true)
 				outs.Hook(ctx, msg, o, err)
@@ -241,7 +241,7 @@ func TestConsumeStopsAndDefaultKey(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- h.Consume(runCtx, cons) }()
-	consumertest.WaitFor(t, 10*time.Second, "the redelivery", func() bool { return outs.All()[consumerx.Duplicate] == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the redelivery", func() bool { return outs.All()[consumerx.Duplicate] == 1 })
 	cancel()
 	select {
 	case err := <-done:

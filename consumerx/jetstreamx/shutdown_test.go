@@ -39,7 +39,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 	var outs consumertest.Outcomes
 	var dead atomic.Int32
 	handler, err := New(g, h.Handle, Options{Group: "billing", RetryDelay: time.Minute, Process: consumerx.Options{
-		MaxAttempts: maxAttempts, Logger: consumertest.Quiet, OnOutcome: outs.Hook,
+		MaxAttempts: maxAttempts, Logger: testenv.Logger(t), OnOutcome: outs.Hook,
 		DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }}})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 		stop() // the consumer shuts down mid-handler
 	}
 	stop := consume()
-	consumertest.WaitFor(t, 10*time.Second, "the message processed and acknowledged", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the message processed and acknowledged", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && h.Effects.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0
 	})

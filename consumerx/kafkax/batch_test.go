@@ -81,14 +81,14 @@ func TestPartitionsConcurrentOrderKept(t *testing.T) {
 		return nil
 	}
 	cl := groupClient(t, addrs, "billing", "orders")
-	c, err := New(cl, g, h, Options{RetryDelay: 5 * time.Millisecond, Process: consumerx.Options{Logger: consumertest.Quiet}})
+	c, err := New(cl, g, h, Options{RetryDelay: 5 * time.Millisecond, Process: consumerx.Options{Logger: testenv.Logger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
-	consumertest.WaitFor(t, 30*time.Second, "every record committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
+	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestTenThousandWithDuplicatesFiftyMembers(t *testing.T) {
 	}
 	popts := consumerx.Options{
 		Key:       func(msg consumerx.Message) (string, error) { return string(msg.Raw.(*kgo.Record).Key), nil },
-		Logger:    consumertest.Quiet,
+		Logger:    testenv.Logger(t),
 		OnOutcome: outs.Hook,
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -175,7 +175,7 @@ func TestTenThousandWithDuplicatesFiftyMembers(t *testing.T) {
 			}
 		})
 	}
-	consumertest.WaitFor(t, 90*time.Second, "every record committed", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "every record committed", func() bool {
 		return lag(t, producer, "billing", "orders") == 0
 	})
 	elapsed := time.Since(start)

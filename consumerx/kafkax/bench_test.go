@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // BenchmarkConsume measures records per second through the adapter on an
@@ -63,15 +64,17 @@ func BenchmarkConsume(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cs[i], err = New(clients[i], g, h, Options{MaxPollRecords: 16, Process: consumerx.Options{Logger: consumertest.Quiet}})
+				cs[i], err = New(clients[i], g, h, Options{MaxPollRecords: 16, Process: consumerx.Options{Logger: testenv.Logger(b)}})
 				if err != nil {
 					b.Fatal(err)
 				}
+			}
+			batch := func(c *Consumer) batchFunc {
+				inner := batchFunc(c.guarded)
 				if mode == "plain" {
-					cs[i].run = consumertest.Plain(h)
+					inner = consumertest.Plain(h)
 				}
-				inner := cs[i].run
-				cs[i].run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+				return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
 					batches.Add(1)
 					return inner(ctx, msgs)
 				}
@@ -84,30 +87,25 @@ func BenchmarkConsume(b *testing.B) {
 			runCtx, cancel := context.WithCancel(ctx)
 			var wg sync.WaitGroup
 			for _, c := range cs {
-				wg.Go(func() { _ = c.Run(runCtx) })
+				wg.Go(func() { _ = c.loop(runCtx, batch(c)) })
 			}
 			adm := kadm.NewClient(producer)
-			deadline := time.Now().Add(time.Minute)
-			for {
+			testenv.WaitFor(b, time.Minute, "the group to settle, every member with a partition", func() bool {
 				groups, err := adm.DescribeGroups(ctx, "bench")
-				if err == nil {
-					if d := groups["bench"]; d.State == "Stable" && len(d.Members) == members {
-						assigned := 0
-						for _, mb := range d.Members {
-							if a, ok := mb.Assigned.AsConsumer(); ok && len(a.Topics) > 0 {
-								assigned++
-							}
-						}
-						if assigned == members {
-							break
-						}
+				if err != nil {
+					return false
+				}
+				d := groups["bench"]
+				if d.State != "Stable" || len(d.Members) != members {
+					return false
+				}
+				for _, mb := range d.Members {
+					if a, ok := mb.Assigned.AsConsumer(); !ok || len(a.Topics) == 0 {
+						return false
 					}
 				}
-				if time.Now().After(deadline) {
-					b.Fatal("the group did not settle")
-				}
-				time.Sleep(10 * time.Millisecond) // polling the group's state
-			}
+				return true
+			})
 			b.ReportAllocs()
 			b.ResetTimer()
 			m := consumertest.StartMeter(rdb)

@@ -56,10 +56,12 @@ type Consumer struct {
 	h      consumerx.Handler
 	opts   Options
 	log    *slog.Logger
-	// run runs a partition's records in order: the guarded path unless
-	// a benchmark replaces it with the bare handler.
-	run func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 }
+
+// batchFunc runs a partition's records in order and reports each one's
+// outcome: Run's is Consumer.guarded (a benchmark passes the bare handler
+// to loop).
+type batchFunc func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult
 
 // New returns a Consumer of client that runs h once per (group, record id)
 // under g. The client must be made with kgo.ConsumerGroup and
@@ -102,11 +104,7 @@ func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) 
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Consumer{client: client, proc: p, h: h, opts: opts, log: log.With("group", opts.Group)}
-	c.run = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
-		return p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true})
-	}
-	return c, nil
+	return &Consumer{client: client, proc: p, h: h, opts: opts, log: log.With("group", opts.Group)}, nil
 }
 
 // Processor returns the consumerx.Processor records run through.
@@ -133,6 +131,11 @@ func ID(r *kgo.Record) string {
 // record is Interrupted: its claim is released, no attempt is counted and
 // nothing is dead-lettered, and the next member runs it again.
 func (c *Consumer) Run(ctx context.Context) error {
+	return c.loop(ctx, c.guarded)
+}
+
+// loop is Run with each partition's records run by batch.
+func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 	for ctx.Err() == nil {
 		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)
 		if fetches.IsClientClosed() {
@@ -150,7 +153,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				wg.Go(func() {
-					if !c.partition(ctx, p.Records) {
+					if !c.partition(ctx, p.Records, batch) {
 						stopped.Store(true)
 					}
 				})
@@ -171,15 +174,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// partition runs one partition's records of a poll, in order, until every
-// one is acknowledged; false if ctx ended first.
-func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record) bool {
+// guarded runs a partition's records through the processor: their claims
+// in one round trip, the records in order, their completions in another.
+func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+	return c.proc.ProcessBatch(ctx, msgs, c.h, consumerx.BatchOptions{Ordered: true})
+}
+
+// partition runs one partition's records of a poll through batch, in
+// order, until every one is acknowledged; false if ctx ended first.
+func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record, batch batchFunc) bool {
 	msgs := make([]consumerx.Message, len(recs))
 	for i, r := range recs {
 		msgs[i] = message(r)
 	}
 	for {
-		res := c.run(ctx, msgs)
+		res := batch(ctx, msgs)
 		k := 0
 		for k < len(res) && res[k].Outcome.Ack() {
 			k++

@@ -127,7 +127,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 	var seenByA sync.Map
 	popts := consumerx.Options{
 		Key:       func(msg consumerx.Message) (string, error) { return string(msg.Raw.(*kgo.Record).Key), nil },
-		Logger:    consumertest.Quiet,
+		Logger:    testenv.Logger(t),
 		OnOutcome: outs.Hook,
 	}
 
@@ -165,7 +165,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 	ctxB, stopB := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctxB) }()
-	consumertest.WaitFor(t, 30*time.Second, "every record committed", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool {
 		return lag(t, producer, "billing", "orders") == 0
 	})
 	stopB()
@@ -212,7 +212,7 @@ func TestAlwaysFailsProducedToDeadLetter(t *testing.T) {
 	var calls atomic.Int32
 	c, err := New(cl, g, func(context.Context, consumerx.Message) error {
 		return fmt.Errorf("card declined #%d", calls.Add(1))
-	}, Options{RetryDelay: 5 * time.Millisecond, Process: consumerx.Options{MaxAttempts: 3, Logger: consumertest.Quiet,
+	}, Options{RetryDelay: 5 * time.Millisecond, Process: consumerx.Options{MaxAttempts: 3, Logger: testenv.Logger(t),
 		DeadLetter: ProduceDeadLetter(producer, "orders.dead")}})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestAlwaysFailsProducedToDeadLetter(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
-	consumertest.WaitFor(t, 20*time.Second, "the record committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
+	testenv.WaitFor(t, 20*time.Second, "the record committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

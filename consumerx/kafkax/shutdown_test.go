@@ -33,7 +33,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 	member := func() (*kgo.Client, *Consumer) {
 		cl := groupClient(t, addrs, "billing", "orders")
 		c, err := New(cl, g, h.Handle, Options{RetryDelay: 5 * time.Millisecond, Process: consumerx.Options{
-			MaxAttempts: maxAttempts, Logger: consumertest.Quiet, OnOutcome: outs.Hook,
+			MaxAttempts: maxAttempts, Logger: testenv.Logger(t), OnOutcome: outs.Hook,
 			DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }}})
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +60,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 	}
 	cl, c := member()
 	stop := run(c)
-	consumertest.WaitFor(t, 20*time.Second, "the record processed and committed", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the record processed and committed", func() bool {
 		return h.Effects.Load() == 1 && lag(t, producer, "billing", "orders") == 0
 	})
 	stop()

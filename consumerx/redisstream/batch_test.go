@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // One XREADGROUP batch of 8 entries: one handler fails, one panics, one
@@ -73,7 +74,7 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	c := e.consumer(h, Options{Stream: stream, Group: "billing", Consumer: "c", Count: 8, Concurrency: 8,
 		MinIdle: 10 * lease, ClaimEvery: 50 * time.Millisecond, Process: consumerx.Options{OnOutcome: outs.Hook}})
 	stop := e.run(c)
-	consumertest.WaitFor(t, 30*time.Second, "every entry processed and acknowledged", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every entry processed and acknowledged", func() bool {
 		return outs.Final()[consumerx.Processed] == 8 && pending(t, e.rdb, stream, "billing") == 0
 	})
 	stop()

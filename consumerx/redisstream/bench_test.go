@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // BenchmarkConsume measures messages per second through the adapter on the
@@ -51,7 +52,7 @@ func BenchmarkConsume(b *testing.B) {
 			cs := make([]*Consumer, consumers)
 			for i := range cs {
 				c, err := New(rdb, g, h, Options{Stream: stream, Group: "bench", Consumer: fmt.Sprint(i), Count: 16,
-					Block: 50 * time.Millisecond, Concurrency: bc.concurrency, Process: consumerx.Options{Logger: consumertest.Quiet}})
+					Block: 50 * time.Millisecond, Concurrency: bc.concurrency, Process: consumerx.Options{Logger: testenv.Logger(b)}})
 				if err != nil {
 					b.Fatal(err)
 				}

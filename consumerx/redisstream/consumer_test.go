@@ -65,7 +65,7 @@ func (e *env) run(consumers ...*Consumer) (stop func()) {
 func (e *env) consumer(h consumerx.Handler, opts Options) *Consumer {
 	e.t.Helper()
 	if opts.Process.Logger == nil {
-		opts.Process.Logger = consumertest.Quiet
+		opts.Process.Logger = testenv.Logger(e.t)
 	}
 	if opts.Block == 0 {
 		opts.Block = 100 * time.Millisecond
@@ -155,7 +155,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 			t.Logf("outcomes by entry %v, all deliveries %v", outs.Final(), outs.All())
 		}
 	})
-	consumertest.WaitFor(t, 80*time.Second, "every entry acknowledged", func() bool {
+	testenv.WaitFor(t, 80*time.Second, "every entry acknowledged", func() bool {
 		f := outs.Final()
 		return f[consumerx.Processed]+f[consumerx.Duplicate] == distinct+dups && pending(t, e.rdb, stream, "billing") == 0
 	})
@@ -235,8 +235,8 @@ func TestKilledConsumerEntryReclaimed(t *testing.T) {
 		ClaimEvery: 20 * time.Millisecond, Process: consumerx.Options{OnOutcome: outs.Hook}})
 	snapshot := goleak.IgnoreCurrent()
 	stop := e.run(b)
-	consumertest.WaitFor(t, 10*time.Second, "b to reclaim the entry", func() bool { return outs.Final()[consumerx.Duplicate] == 1 })
-	consumertest.WaitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, e.rdb, stream, "billing") == 0 })
+	testenv.WaitFor(t, 10*time.Second, "b to reclaim the entry", func() bool { return outs.Final()[consumerx.Duplicate] == 1 })
+	testenv.WaitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, e.rdb, stream, "billing") == 0 })
 	stop()
 	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
 	if n := effects.Load(); n != 1 {
@@ -266,7 +266,7 @@ func TestFailsTwiceThenSucceeds(t *testing.T) {
 		return nil
 	}, Options{Stream: stream, Group: "billing", Consumer: "c", MinIdle: 50 * time.Millisecond, ClaimEvery: 20 * time.Millisecond})
 	stop := e.run(c)
-	consumertest.WaitFor(t, 10*time.Second, "the entry acknowledged", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the entry acknowledged", func() bool {
 		return effects.Load() == 1 && pending(t, e.rdb, stream, "billing") == 0
 	})
 	stop()
@@ -308,7 +308,7 @@ func TestAlwaysFailsDeadLettered(t *testing.T) {
 			return nil
 		}}})
 	stop := e.run(c)
-	consumertest.WaitFor(t, 10*time.Second, "the entry dead-lettered and acknowledged", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the entry dead-lettered and acknowledged", func() bool {
 		return dead.Load() == 1 && pending(t, e.rdb, stream, "billing") == 0
 	})
 	// The entry is acknowledged: it does not come back, however many
@@ -368,7 +368,7 @@ func TestTwoGroupsOneEffectEach(t *testing.T) {
 		}
 	}
 	stop := e.run(cs...)
-	consumertest.WaitFor(t, 20*time.Second, "both groups done", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "both groups done", func() bool {
 		mu.Lock()
 		done := len(effects) == 2*n
 		mu.Unlock()
@@ -396,7 +396,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	consumertest.WaitFor(t, 5*time.Second, "the group created", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the group created", func() bool {
 		g, err := e.rdb.XInfoGroups(context.Background(), e.prefix+"idle").Result()
 		return err == nil && len(g) == 1
 	})

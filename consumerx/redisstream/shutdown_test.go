@@ -11,6 +11,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // An entry whose consumers are stopped mid-handler more times than
@@ -39,7 +40,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 		stop()                           // the consumer shuts down mid-handler
 	}
 	stop := e.run(consumer(stops))
-	consumertest.WaitFor(t, 10*time.Second, "the entry processed and acknowledged", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the entry processed and acknowledged", func() bool {
 		return h.Effects.Load() == 1 && pending(t, e.rdb, stream, "billing") == 0
 	})
 	stop()

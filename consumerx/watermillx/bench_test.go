@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // BenchmarkConsume measures messages per second through a Watermill
@@ -38,7 +39,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			mw, err := New(g, Options{Group: "bench", Process: consumerx.Options{Logger: consumertest.Quiet}})
+			mw, err := New(g, Options{Group: "bench", Process: consumerx.Options{Logger: testenv.Logger(b)}})
 			if err != nil {
 				b.Fatal(err)
 			}

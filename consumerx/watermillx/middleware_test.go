@@ -129,7 +129,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 	b := newBus(t)
 	var outs consumertest.Outcomes
 	mw, err := New(g, Options{InProgressDelay: 20 * time.Millisecond,
-		Process: consumerx.Options{Logger: consumertest.Quiet, OnOutcome: outs.Hook}})
+		Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: outs.Hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestBatchWithDuplicatesAndRedeliveries(t *testing.T) {
 			b.publish("orders", message.NewMessage(orders[i].UUID, orders[i].Payload))
 		}
 	}
-	consumertest.WaitFor(t, 30*time.Second, "every delivery acknowledged", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every delivery acknowledged", func() bool {
 		all := outs.All()
 		return all[consumerx.Processed]+all[consumerx.Duplicate] == distinct+dups && len(receipts()) == distinct+dups
 	})
@@ -196,7 +196,7 @@ func TestHandlerErrorDoesNotMarkDone(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	b := newBus(t)
 	var outs consumertest.Outcomes
-	mw, err := New(g, Options{Group: "billing", Process: consumerx.Options{Logger: consumertest.Quiet, OnOutcome: outs.Hook}})
+	mw, err := New(g, Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: outs.Hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,12 +217,12 @@ func TestHandlerErrorDoesNotMarkDone(t *testing.T) {
 	b.publish("orders", msg)
 	proc, _ := mw.processor("billing")
 	key, _ := proc.Key(consumerx.Message{ID: msg.UUID})
-	consumertest.WaitFor(t, 10*time.Second, "the message completed", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the message completed", func() bool {
 		rec, err := g.Get(context.Background(), key)
 		return err == nil && rec.State == guard.StateCompleted
 	})
 	b.publish("orders", message.NewMessage(msg.UUID, msg.Payload)) // and a duplicate
-	consumertest.WaitFor(t, 10*time.Second, "the duplicate", func() bool { return outs.All()[consumerx.Duplicate] == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the duplicate", func() bool { return outs.All()[consumerx.Duplicate] == 1 })
 	rec, err := g.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestAlwaysFailsPublishedToDeadLetter(t *testing.T) {
 	var outs consumertest.Outcomes
 	publish := PublishDeadLetter(b.pubsub, "orders.dead")
 	deadLetters := 0
-	mw, err := New(g, Options{Process: consumerx.Options{Logger: consumertest.Quiet, MaxAttempts: 3, OnOutcome: outs.Hook,
+	mw, err := New(g, Options{Process: consumerx.Options{Logger: testenv.Logger(t), MaxAttempts: 3, OnOutcome: outs.Hook,
 		DeadLetter: func(ctx context.Context, msg consumerx.Message, cause error) error {
 			mu.Lock()
 			deadLetters++
@@ -266,9 +266,9 @@ func TestAlwaysFailsPublishedToDeadLetter(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), []byte("order 1"))
 	msg.Metadata.Set("customer", "cus_1")
 	b.publish("orders", msg)
-	consumertest.WaitFor(t, 10*time.Second, "the dead letter", func() bool { return len(dead()) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the dead letter", func() bool { return len(dead()) == 1 })
 	b.publish("orders", message.NewMessage(msg.UUID, msg.Payload)) // redelivered after dead-lettering
-	consumertest.WaitFor(t, 10*time.Second, "the redelivery handled", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the redelivery handled", func() bool {
 		return outs.All()[consumerx.DeadLettered] == 2
 	})
 	d := dead()[0]
@@ -290,7 +290,7 @@ func TestEachHandlerItsOwnGroup(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	b := newBus(t)
 	var outs consumertest.Outcomes
-	mw, err := New(g, Options{Process: consumerx.Options{Logger: consumertest.Quiet, OnOutcome: outs.Hook}})
+	mw, err := New(g, Options{Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: outs.Hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestEachHandlerItsOwnGroup(t *testing.T) {
 		uuids = append(uuids, m.UUID)
 		b.publish("orders", m, message.NewMessage(m.UUID, m.Payload))
 	}
-	consumertest.WaitFor(t, 20*time.Second, "every delivery acknowledged", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "every delivery acknowledged", func() bool {
 		all := outs.All()
 		return all[consumerx.Processed]+all[consumerx.Duplicate] == 4*n
 	})

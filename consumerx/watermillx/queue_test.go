@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // queue is a Subscriber whose subscriptions compete for one queue of
@@ -91,7 +92,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 	q := newQueue(2 * (distinct + dups))
 	var outs consumertest.Outcomes
 	mw, err := New(g, Options{Group: "billing", InProgressDelay: 20 * time.Millisecond,
-		Process: consumerx.Options{Logger: consumertest.Quiet, OnOutcome: outs.Hook}})
+		Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: outs.Hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestTenThousandWithDuplicatesFiftyConsumers(t *testing.T) {
 	for _, i := range ids {
 		_ = q.Publish("orders", message.NewMessage(uuids[i], fmt.Appendf(nil, "order %d", i)))
 	}
-	consumertest.WaitFor(t, 90*time.Second, "every delivery acknowledged", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "every delivery acknowledged", func() bool {
 		all := outs.All()
 		return all[consumerx.Processed]+all[consumerx.Duplicate] == distinct+dups && len(q.in) == 0
 	})

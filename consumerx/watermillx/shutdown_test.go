@@ -35,7 +35,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 	h := consumertest.NewInterrupted(stops)
 	var outs consumertest.Outcomes
 	var dead atomic.Int32
-	mw, err := New(g, Options{Process: consumerx.Options{MaxAttempts: maxAttempts, Logger: consumertest.Quiet, OnOutcome: outs.Hook,
+	mw, err := New(g, Options{Process: consumerx.Options{MaxAttempts: maxAttempts, Logger: testenv.Logger(t), OnOutcome: outs.Hook,
 		DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }}})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestShutdownIsNotFailure(t *testing.T) {
 		stop() // the router closes mid-handler
 	}
 	stop := consume()
-	consumertest.WaitFor(t, 10*time.Second, "the message processed", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the message processed", func() bool {
 		return outs.All()[consumerx.Processed] == 1
 	})
 	stop()

@@ -34,7 +34,7 @@ func BenchmarkInterceptor(b *testing.B) {
 			b.Run(protocol+"/"+bc.name, func(b *testing.B) {
 				var ic []connect.Interceptor
 				if bc.guarded {
-					ic = append(ic, connectx.NewInterceptor(g, guardOpts(connectx.Options{})))
+					ic = append(ic, connectx.NewInterceptor(g, guardOpts(b, connectx.Options{})))
 				}
 				srv := serve(b, p, ic...)
 				var opts []connect.ClientOption

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -26,11 +25,10 @@ import (
 	"github.com/idemguard/idemguard/grpcx/connectx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var quiet = slog.New(slog.DiscardHandler)
 
 const charge = "/idemguard.test.Payments/Charge"
 
@@ -67,14 +65,11 @@ func newGuard(t testing.TB, prefix string) *guard.Guard {
 	if prefix == "" {
 		prefix = testenv.Prefix(t)
 	}
-	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := guardenv.Store(t, guard.RedisOptions{Prefix: prefix})
 	return guard.New(store, guard.Options{})
 }
 
-func guardOpts(opts connectx.Options) connectx.Options {
+func guardOpts(t testing.TB, opts connectx.Options) connectx.Options {
 	if opts.Procedures == nil {
 		opts.Procedures = []string{charge}
 	}
@@ -82,7 +77,7 @@ func guardOpts(opts connectx.Options) connectx.Options {
 		opts.SingleCaller = true
 	}
 	if opts.Logger == nil {
-		opts.Logger = quiet
+		opts.Logger = testenv.Logger(t)
 	}
 	return opts
 }
@@ -128,7 +123,7 @@ func replayed(h http.Header) bool { return h.Get(connectx.ReplayedHeader) == "tr
 func TestReplayProtocols(t *testing.T) {
 	g := newGuard(t, "")
 	p := &payments{}
-	srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(connectx.Options{})))
+	srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{})))
 	for i, tc := range []struct {
 		name string
 		opts []connect.ClientOption
@@ -204,7 +199,7 @@ func TestStatuses(t *testing.T) {
 		}
 		return response(req, n)
 	}}
-	srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(connectx.Options{})))
+	srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{})))
 	c := newClient(srv)
 	ctx := context.Background()
 	check := func(name string, err error, code connect.Code, reason string) {
@@ -282,7 +277,7 @@ func TestErrors(t *testing.T) {
 			p := &payments{fn: func(ctx context.Context, req *connect.Request[structpb.Struct], n int64) (*connect.Response[structpb.ListValue], error) {
 				return nil, tc.err()
 			}}
-			srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(connectx.Options{})))
+			srv := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{})))
 			c := newClient(srv, connect.WithGRPC())
 			_, err1 := c.CallUnary(context.Background(), amountReq(1, "e-1"))
 			_, err2 := c.CallUnary(context.Background(), amountReq(1, "e-1"))
@@ -327,7 +322,7 @@ func TestDroppedResponse(t *testing.T) {
 			return res, err
 		}
 	})
-	srv = serve(t, p, drop, connectx.NewInterceptor(g, guardOpts(connectx.Options{})))
+	srv = serve(t, p, drop, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{})))
 	for _, proto := range []string{"connect", "grpc"} {
 		var opts []connect.ClientOption
 		if proto == "grpc" {
@@ -427,7 +422,7 @@ func TestStorm(t *testing.T) {
 			time.Sleep(5 * time.Millisecond) // the effect itself
 			return response(req, n)
 		}}
-		srv := serve(t, p, connectx.NewInterceptor(newGuard(t, prefix), guardOpts(connectx.Options{})))
+		srv := serve(t, p, connectx.NewInterceptor(newGuard(t, prefix), guardOpts(t, connectx.Options{})))
 		clients = append(clients, newClient(srv, connect.WithInterceptors(connectx.NewClientInterceptor(connectx.ClientOptions{MaxAttempts: 10}))))
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -488,7 +483,7 @@ func TestCaller(t *testing.T) {
 			return next(ctx, req)
 		}
 	})
-	srv := serve(t, p, auth, connectx.NewInterceptor(g, guardOpts(connectx.Options{Caller: connectx.CallerFromContext[string](userKey{}, nil)})))
+	srv := serve(t, p, auth, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{Caller: connectx.CallerFromContext[string](userKey{}, nil)})))
 	c := newClient(srv)
 	as := func(user string) *connect.Request[structpb.Struct] {
 		r := amountReq(1, "c-1")
@@ -532,7 +527,7 @@ func TestSimpleHandler(t *testing.T) {
 		info.ResponseHeader().Set("X-Charge", strconv.FormatInt(n, 10))
 		info.ResponseTrailer().Set("X-Ledger", "entry")
 		return structpb.NewList([]any{float64(n)})
-	}, connect.WithInterceptors(outer, connectx.NewInterceptor(g, guardOpts(connectx.Options{}))))
+	}, connect.WithInterceptors(outer, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{}))))
 	mux := http.NewServeMux()
 	mux.Handle(charge, h)
 	srv := httptest.NewUnstartedServer(mux)

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // Req is what a Handler sees of a request.
@@ -64,23 +64,6 @@ type Handler func(ctx context.Context, r Req) Resp
 // request (before the guard). It returns the server's base URL and stops
 // the server when the test ends.
 type NewServer func(t testing.TB, g *guard.Guard, opts httpx.Options, h Handler) (url string)
-
-// quiet is the logger of guards whose errors are provoked on purpose.
-var quiet = slog.New(slog.DiscardHandler)
-
-// NewGuard returns a guard over its own client of the shared real Redis,
-// under prefix (testenv.Prefix when "").
-func NewGuard(t testing.TB, prefix string, opts guard.Options) *guard.Guard {
-	t.Helper()
-	if prefix == "" {
-		prefix = testenv.Prefix(t)
-	}
-	store := guard.NewRedisStore(testenv.Redis(t), guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return guard.New(store, opts)
-}
 
 // reply is a response as the client got it.
 type reply struct {
@@ -164,11 +147,13 @@ func (h *charge) handle(_ context.Context, r Req) Resp {
 
 // Run runs the conformance suite against the binding newServer starts.
 func Run(t *testing.T, newServer NewServer) {
-	single := httpx.Options{SingleCaller: true, Logger: quiet}
+	// single is a single caller's options, logging to t.Log (some
+	// subtests provoke errors on purpose).
+	single := func(t testing.TB) httpx.Options { return httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)} }
 
 	t.Run("ReplayByteForByte", func(t *testing.T) {
 		h := &charge{}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, h.handle))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), h.handle))
 		first := c.do("POST", "/charges", `{"amount":500}`, key, "k1")
 		if first.status != http.StatusCreated || first.header.Get("X-Charge") != "ch_1" || first.header.Get(httpx.ReplayedHeader) != "" {
 			t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
@@ -213,7 +198,7 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("ReuseWithAnotherBody422", func(t *testing.T) {
 		h := &charge{}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, h.handle))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), h.handle))
 		c.do("POST", "/charges", `{"amount":500}`, key, "k")
 		r := c.do("POST", "/charges", `{"amount":900}`, key, "k")
 		if r.status != http.StatusUnprocessableEntity || r.problem(t).Type != httpx.ProblemKeyMismatch {
@@ -229,7 +214,7 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("BadKeys400", func(t *testing.T) {
 		h := &charge{}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, h.handle))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), h.handle))
 		cases := []struct {
 			name   string
 			header []string
@@ -274,7 +259,7 @@ func Run(t *testing.T, newServer NewServer) {
 			<-release
 			return h.handle(ctx, r)
 		}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, handler))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), handler))
 		done := make(chan reply, 1)
 		go func() {
 			r, err := c.try(context.Background(), "POST", "/charges", `{}`, key, "slow")
@@ -309,9 +294,9 @@ func Run(t *testing.T, newServer NewServer) {
 			<-release
 			return h.handle(ctx, r)
 		}
-		opts := single
+		opts := single(t)
 		opts.Wait = 20 * time.Second
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), opts, handler))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), opts, handler))
 		done := make(chan reply, 1)
 		go func() {
 			r, _ := c.try(context.Background(), "POST", "/charges", `{}`, key, "w")
@@ -352,7 +337,7 @@ func Run(t *testing.T, newServer NewServer) {
 			}
 			return Resp{Status: http.StatusCreated, Body: []byte("ok")}
 		}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, handler))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), handler))
 		if r := c.do("POST", "/charges", `{}`, key, "k"); r.status != http.StatusBadGateway || string(r.body) != "upstream down" {
 			t.Fatalf("first: %d %s", r.status, r.body)
 		}
@@ -375,7 +360,7 @@ func Run(t *testing.T, newServer NewServer) {
 			}
 			return Resp{Status: http.StatusCreated, Body: []byte("ok")}
 		}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), single, handler))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), handler))
 		r := c.do("POST", "/charges", `{}`, key, "k")
 		if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemHandlerPanic {
 			t.Fatalf("panic: %d %s", r.status, r.body)
@@ -390,9 +375,9 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("Oversize413", func(t *testing.T) {
 		h := &charge{}
-		opts := single
+		opts := single(t)
 		opts.MaxBody = 64
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), opts, h.handle))
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), opts, h.handle))
 		r := c.do("POST", "/charges", strings.Repeat("x", 65), key, "big")
 		if r.status != http.StatusRequestEntityTooLarge || r.problem(t).Type != httpx.ProblemBodyTooLarge {
 			t.Fatalf("oversize: %d %s", r.status, r.body)
@@ -410,8 +395,8 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("CallersApart", func(t *testing.T) {
 		h := &charge{}
-		opts := httpx.Options{Logger: quiet, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
-		c := newClient(t, newServer(t, NewGuard(t, "", guard.Options{}), opts, h.handle))
+		opts := httpx.Options{Logger: testenv.Logger(t), Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
+		c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), opts, h.handle))
 		a := c.do("POST", "/charges", `{}`, key, "k", "X-Tenant", "alice")
 		b := c.do("POST", "/charges", `{}`, key, "k", "X-Tenant", "bob")
 		if a.header.Get("X-Charge") != "ch_1" || b.header.Get("X-Charge") != "ch_2" || b.header.Get(httpx.ReplayedHeader) != "" {
@@ -432,7 +417,7 @@ func Run(t *testing.T, newServer NewServer) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		g := guard.New(guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: testenv.Prefix(t)}), guard.Options{})
 		h := &charge{}
-		c := newClient(t, newServer(t, g, single, h.handle))
+		c := newClient(t, newServer(t, g, single(t), h.handle))
 		r := c.do("POST", "/charges", `{}`, key, "k")
 		if r.status != http.StatusServiceUnavailable || r.problem(t).Type != httpx.ProblemStoreUnavailable || r.header.Get("Retry-After") == "" {
 			t.Fatalf("store down: %d %v %s", r.status, r.header, r.body)

@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // StormFigures is what a storm saw.
@@ -50,10 +51,10 @@ func Storm(t *testing.T, newServer NewServer, keys, copies int) StormFigures {
 		return Resp{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"text/plain"}},
 			Body: fmt.Appendf(nil, "%s effect %d fence %d", k, n, r.Lease.Fence)}
 	}
-	opts := httpx.Options{SingleCaller: true, Logger: quiet}
+	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
 	var clients [2]*client
 	for i := range clients {
-		g := NewGuard(t, prefix, guard.Options{})
+		g := guard.New(guardenv.Store(t, guard.RedisOptions{Prefix: prefix}), guard.Options{})
 		clients[i] = newClient(t, newServer(t, g, opts, handler))
 	}
 

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -36,7 +37,7 @@ func backstopValues(tb testing.TB) [][]byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store := guard.NewRedisStore(testenv.Redis(tb), guard.RedisOptions{Prefix: testenv.Prefix(tb)})
+	store := guardenv.Store(tb, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(store, b), guard.Options{})
 	m := New(g, Config{SingleCaller: true, MaxStoredResponse: 64})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
 )
 
 // CommitResponse is httpx.CommitResponse (its doc says what it does) for

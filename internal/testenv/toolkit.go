@@ -24,8 +24,13 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 
 // Logger returns a logger whose records go to t.Log: silent in a passing
 // run without -v, shown beside the failure otherwise. Records logged after
-// the test ended are dropped.
+// the test ended are dropped. In a benchmark, whose log is printed even
+// when it passes and whose timing the logging would change, every record
+// is dropped.
 func Logger(t testing.TB) *slog.Logger {
+	if _, bench := t.(*testing.B); bench {
+		return slog.New(slog.DiscardHandler)
+	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

@@ -5,7 +5,6 @@ package consumertest
 
 import (
 	"context"
-	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,10 +19,8 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
-
-// Quiet is a logger that drops everything.
-var Quiet = slog.New(slog.DiscardHandler)
 
 // Guard returns a guard on the shared real Redis whose keys carry a prefix
 // of the test's own, deleted when the test ends.
@@ -31,10 +28,7 @@ func Guard(t testing.TB, opts guard.Options) (*guard.Guard, *redis.Client, strin
 	t.Helper()
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	store := guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})
-	if err := store.LoadScripts(context.Background()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
+	store := guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})
 	t.Cleanup(func() { DeleteKeys(rdb, prefix) })
 	return guard.New(store, opts), rdb, prefix
 }
@@ -51,18 +45,6 @@ func DeleteKeys(rdb *redis.Client, prefix string) {
 		n := min(len(keys), 500)
 		rdb.Del(ctx, keys[:n]...)
 		keys = keys[n:]
-	}
-}
-
-// WaitFor polls cond until it holds, failing the test after limit.
-func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
 	}
 }
 

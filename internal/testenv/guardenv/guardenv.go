@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
@@ -17,10 +19,17 @@ import (
 // loaded.
 func Store(t testing.TB, opts guard.RedisOptions) *guard.RedisStore {
 	t.Helper()
+	return StoreOn(t, testenv.Redis(t), opts)
+}
+
+// StoreOn is Store on the client c: a Cluster, a client with a hook that
+// counts commands, a server the test started. The test owns c.
+func StoreOn(t testing.TB, c redis.UniversalClient, opts guard.RedisOptions) *guard.RedisStore {
+	t.Helper()
 	if opts.Prefix == "" {
 		opts.Prefix = testenv.Prefix(t)
 	}
-	s := guard.NewRedisStore(testenv.Redis(t), opts)
+	s := guard.NewRedisStore(c, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.LoadScripts(ctx); err != nil {

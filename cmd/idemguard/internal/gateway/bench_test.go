@@ -73,7 +73,7 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	gw, err := New(cfg, Options{Logger: quietLog()})
+	gw, err := New(cfg, Options{Logger: testenv.Logger(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -204,20 +204,13 @@ func abandon(t *testing.T, e *gwEnv, key guard.Key, body string, forwarded bool)
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, "the abandoned lease to run out on the server's clock", func() bool {
 		rec, err := e.store.Get(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.LeaseLeft == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the abandoned lease did not run out: %+v", rec)
-		}
-		time.Sleep(rec.LeaseLeft) // the lease runs on the server's clock; nothing to wait on
-	}
+		return rec.LeaseLeft == 0
+	})
 }
 
 // The recovery rule: a key whose previous holder recorded the forward step

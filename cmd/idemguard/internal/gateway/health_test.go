@@ -33,7 +33,7 @@ routes: [{pattern: POST /o, caller: {single: true}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(cfg, Options{Logger: quietLog()})
+	gw, err := New(cfg, Options{Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -207,5 +207,3 @@ defaults:
 routes:
   - pattern: POST /orders
 `
-
-func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // serving runs gw.Serve on a loopback listener until stop is called; stop
@@ -72,18 +73,15 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the listener closes at once; poll for it (nothing to wait on)
+	// The listener closes at once; poll for it (nothing to wait on).
+	testenv.WaitFor(t, 10*time.Second, "the listener to close while shutting down", func() bool {
 		c, err := net.DialTimeout("tcp", url[len("http://"):], time.Second)
 		if err != nil {
-			break
+			return true
 		}
 		_ = c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections while shutting down")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if !e.gw.stopping.Load() {
 		t.Fatal("not marked as stopping (readiness)")
 	}
