@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Vets and tests every module of the repository (the root and each module
-# listed in go.work), with the flags in TEST_FLAGS. tools/services.sh runs
-# it with the services' addresses set.
+# Vets, lints (staticcheck) and tests every module of the repository (the
+# root and each module listed in go.work), with the flags in TEST_FLAGS,
+# and checks the core's dependencies (tools/coredeps.sh, tools/deppic.sh).
+# tools/services.sh runs it with the services' addresses set.
+#
+# Three lanes run at once, because most of a test run is waiting (leases
+# running out, servers restarting), not computing: the checks (vet,
+# staticcheck, the dependency checks), the root module's tests, and the
+# other modules' tests one after another. Each lane prints a line per
+# module as it ends; the full output of every step follows at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -9,24 +16,75 @@ TEST_FLAGS=${TEST_FLAGS:--race -count=1 -timeout 20m}
 # The modules: every directory go.work uses, the root first.
 mapfile -t modules < <($GO work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
 [ ${#modules[@]} -gt 0 ] || modules=(.)
-# staticcheck, at the version the project checks with, built once into
-# the module cache's bin directory.
-STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
-gobin="$($GO env GOPATH)/bin"
-staticcheck="$gobin/staticcheck-$STATICCHECK_VERSION"
-if [ ! -x "$staticcheck" ]; then
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+start=$(date +%s)
+
+# step NAME COMMAND...: runs COMMAND, its output to NAME's log, and prints
+# one line saying how it ended and how long it took.
+step() {
+  local name=$1 t0 rc=0
+  shift
+  t0=$(date +%s)
+  "$@" >"$logs/$name.log" 2>&1 || rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "ok    $name ($(($(date +%s) - t0))s)"
+  else
+    echo "FAIL  $name ($(($(date +%s) - t0))s)"
+    touch "$logs/$name.failed"
+  fi
+}
+
+name() { [ "$1" = . ] && echo root || echo "${1#./}"; }
+
+staticcheck="$($GO env GOPATH)/bin/staticcheck-${STATICCHECK_VERSION:-v0.8.2}"
+
+# install_staticcheck builds staticcheck, at the version the project checks
+# with, once into the Go path's bin directory.
+install_staticcheck() {
+  [ -x "$staticcheck" ] && return
+  local tmp
   tmp=$(mktemp -d)
-  GOBIN="$tmp" GOWORK=off $GO install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
-  mkdir -p "$gobin" && mv "$tmp/staticcheck" "$staticcheck" && rmdir "$tmp"
-fi
-status=0
-# The core's build list holds none of the adapters' dependencies.
-./tools/coredeps.sh >/dev/null || { ./tools/coredeps.sh || true; status=1; }
-# guard imports nothing of the repository but scripts and internal packages.
-./tools/deppic.sh >/dev/null || status=1
-for m in "${modules[@]}"; do
-  echo "== module $m"
-  (cd "$m" && $GO vet ./... && "$staticcheck" ./...) || status=1
-  (cd "$m" && $GO test $TEST_FLAGS ./...) || status=1
+  GOBIN="$tmp" GOWORK=off $GO install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION:-v0.8.2}"
+  mkdir -p "$(dirname "$staticcheck")" && mv "$tmp/staticcheck" "$staticcheck" && rmdir "$tmp"
+}
+
+checks() {
+  step "staticcheck install" install_staticcheck
+  for m in "${modules[@]}"; do
+    step "vet+staticcheck $(name "$m")" sh -c "cd '$m' && $GO vet ./... && '$staticcheck' ./..."
+  done
+  # The core's build list holds none of the adapters' dependencies, and
+  # guard imports nothing of the repository but scripts and internal
+  # packages.
+  step "coredeps" ./tools/coredeps.sh
+  step "deppic" ./tools/deppic.sh
+}
+
+tests() {
+  for m in "$@"; do
+    step "test $(name "$m")" sh -c "cd '$m' && $GO test $TEST_FLAGS ./..."
+  done
+}
+
+checks &
+tests "${modules[0]}" &
+tests "${modules[@]:1}" &
+wait
+
+for f in "$logs"/*.log; do
+  n=$(basename "$f" .log)
+  echo
+  echo "=== $n"
+  cat "$f"
 done
-exit $status
+echo
+failed=$(find "$logs" -name '*.failed' | wc -l)
+if [ "$failed" -gt 0 ]; then
+  echo "FAIL: $failed step(s) failed:"
+  for f in "$logs"/*.failed; do echo "  $(basename "$f" .failed)"; done
+  echo "($(($(date +%s) - start))s)"
+  exit 1
+fi
+echo "ok: every module vetted, linted and tested ($(($(date +%s) - start))s)"
