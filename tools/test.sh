@@ -24,15 +24,17 @@ start=$(date +%s)
 # step NAME COMMAND...: runs COMMAND, its output to NAME's log, and prints
 # one line saying how it ended and how long it took.
 step() {
-  local name=$1 t0 rc=0
+  local name=$1 file t0 rc=0
   shift
+  file="$logs/$(printf '%s' "$name" | tr ' /' '_.')"
+  echo "$name" >"$file.name"
   t0=$(date +%s)
-  "$@" >"$logs/$name.log" 2>&1 || rc=$?
+  "$@" >"$file.log" 2>&1 || rc=$?
   if [ $rc -eq 0 ]; then
     echo "ok    $name ($(($(date +%s) - t0))s)"
   else
     echo "FAIL  $name ($(($(date +%s) - t0))s)"
-    touch "$logs/$name.failed"
+    touch "$file.failed"
   fi
 }
 
@@ -74,16 +76,15 @@ tests "${modules[@]:1}" &
 wait
 
 for f in "$logs"/*.log; do
-  n=$(basename "$f" .log)
   echo
-  echo "=== $n"
+  echo "=== $(cat "${f%.log}.name")"
   cat "$f"
 done
 echo
 failed=$(find "$logs" -name '*.failed' | wc -l)
 if [ "$failed" -gt 0 ]; then
   echo "FAIL: $failed step(s) failed:"
-  for f in "$logs"/*.failed; do echo "  $(basename "$f" .failed)"; done
+  for f in "$logs"/*.failed; do echo "  $(cat "${f%.failed}.name")"; done
   echo "($(($(date +%s) - start))s)"
   exit 1
 fi
