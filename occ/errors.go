@@ -2,13 +2,10 @@ package occ
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
+
+	"github.com/idemguard/idemguard/internal/sqlstate"
 )
 
 // Sentinel errors, for branching with errors.Is. The data of a refused
@@ -82,21 +79,6 @@ func (e *VectorConflictError) Is(target error) bool {
 	return target == ErrConflict || target == ErrConcurrent && e.Order == Concurrent
 }
 
-// sqlState returns the SQLSTATE of the first error in err's chain that has
-// one: *pq.Error (lib/pq) and *pgconn.PgError (pgx) both have a SQLState
-// method, so the classification needs neither driver.
-func sqlState(err error) string {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) {
-		return s.SQLState()
-	}
-	return ""
-}
-
-// retryableState reports a serialization failure or a deadlock: the
-// transaction lost a race and may be run again.
-func retryableState(code string) bool { return code == "40001" || code == "40P01" }
-
 // dbErr classifies a database error: a serialization failure or deadlock
 // matches ErrConflict; a connection that failed or a server shutting down
 // or out of resources matches ErrUnavailable; a context error is kept
@@ -109,23 +91,11 @@ func dbErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("occ: %s: %w", what, err)
 	}
-	code := sqlState(err)
 	switch {
-	case retryableState(code):
+	case sqlstate.Retryable(err):
 		return fmt.Errorf("%w: %s: %w", ErrConflict, what, err)
-	case unavailable(code, err):
+	case sqlstate.Unreachable(err):
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("occ: %s: %w", what, err)
-}
-
-func unavailable(code string, err error) bool {
-	if code != "" {
-		return strings.HasPrefix(code, "08") || // connection exception
-			strings.HasPrefix(code, "53") || // insufficient resources
-			strings.HasPrefix(code, "57P") // admin or crash shutdown, cannot connect now
-	}
-	var ne net.Error
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/idemguard/idemguard/internal/sqlstate"
 )
 
 // Querier is what the writes run their statements on: *sql.DB, *sql.Tx
@@ -221,7 +222,7 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 // err matches ErrConflict, or holds a PostgreSQL serialization failure or
 // deadlock (SQLSTATE 40001, 40P01) from any driver.
 func IsConflict(err error) bool {
-	return errors.Is(err, ErrConflict) || retryableState(sqlState(err))
+	return errors.Is(err, ErrConflict) || sqlstate.Retryable(err)
 }
 
 func orDefault(s, def string) string {
