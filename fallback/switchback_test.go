@@ -29,13 +29,20 @@ const openFor = 200 * time.Millisecond
 
 func newOutage(t *testing.T, gopts guard.Options) *outage {
 	t.Helper()
+	return newOutageOpen(t, gopts, openFor)
+}
+
+// newOutageOpen is newOutage with a breaker that stays open for open
+// before it lets a probe through to the primary.
+func newOutageOpen(t *testing.T, gopts guard.Options, open time.Duration) *outage {
+	t.Helper()
 	p := newPrimary(t)
 	pg, _ := pgStore(t)
 	s := newStore(t, p.store, fallback.Options{
 		Policy: fallback.Secondary, Secondary: pg,
 		// Generous bounds: this loaded test machine must not open the
 		// breaker on a live primary (TestFailClosedWithinBound tests bounds).
-		FailuresToOpen: 1, OpenTimeout: openFor, Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet,
+		FailuresToOpen: 1, OpenTimeout: open, Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet,
 	})
 	if gopts.Lease == 0 {
 		gopts.Lease = 5 * time.Second
@@ -70,7 +77,9 @@ func key(id string) guard.Key { return guard.Key{Scope: "sb", ID: id} }
 // secondary and nothing reaches the primary.
 func TestSecondaryWhileOpen(t *testing.T) {
 	t.Parallel()
-	o := newOutage(t, guard.Options{})
+	// Open for longer than the test runs: after OpenTimeout the breaker
+	// lets a probe through to the primary, which is not "while open".
+	o := newOutageOpen(t, guard.Options{}, time.Minute)
 	o.down(t)
 	sent := o.p.sent.n.Load()
 
