@@ -4,10 +4,11 @@
 # and checks the core's dependencies (tools/coredeps.sh, tools/deppic.sh).
 # tools/services.sh runs it with the services' addresses set.
 #
-# Three lanes run at once, because most of a test run is waiting (leases
+# Four lanes run at once, because most of a test run is waiting (leases
 # running out, servers restarting), not computing: the checks (vet,
-# staticcheck, the dependency checks), the root module's tests, and the
-# other modules' tests one after another. Each lane prints a line per
+# staticcheck, the dependency checks), the root module's tests, the
+# command's and the proof suite's, and the other modules' tests one after
+# another. Each lane prints a line per
 # module as it ends; the full output of every step follows at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,9 +71,19 @@ tests() {
   done
 }
 
+# The longest modules (the root, the command, the proof suite) each start
+# a lane; the others share one.
+long=() short=()
+for m in "${modules[@]:1}"; do
+  case "$(name "$m")" in
+    cmd/idemguard | proof) long+=("$m") ;;
+    *) short+=("$m") ;;
+  esac
+done
 checks &
 tests "${modules[0]}" &
-tests "${modules[@]:1}" &
+[ ${#long[@]} -eq 0 ] || tests "${long[@]}" &
+[ ${#short[@]} -eq 0 ] || tests "${short[@]}" &
 wait
 
 for f in "$logs"/*.log; do
