@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // Wrap returns a guard.Store that is primary (Redis) with b as its safety
@@ -99,7 +100,7 @@ func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 		// it cannot be completed it is released, and the next claim asks
 		// the backstop again.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(req.Lease, time.Second))
-		err := settle(wctx, settleBudget, func() error { return g.primary.Complete(wctx, out.Lease, m.result, req.TTL) })
+		err := adapter.Settle(wctx, adapter.SettleBudget, func(wctx context.Context) error { return g.primary.Complete(wctx, out.Lease, m.result, req.TTL) })
 		if errors.Is(err, guard.ErrUnavailable) {
 			_ = g.primary.Release(wctx, out.Lease)
 		}
@@ -114,19 +115,23 @@ func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 func (g *wrappedStore) undo(ctx context.Context, l guard.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, l) })
+	_ = adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
 }
 
+// Complete, Fail and Release retry the primary while it cannot be reached
+// (adapter.Settle, within adapter.SettleBudget): a claim left pending
+// strands its key for a whole lease (every retry meanwhile is told it is
+// in progress), though the backstop could answer it at once.
 func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
-	return settle(ctx, settleBudget, func() error { return g.primary.Complete(ctx, lease, result, ttl) })
+	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Complete(ctx, lease, result, ttl) })
 }
 
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return settle(ctx, settleBudget, func() error { return g.primary.Fail(ctx, lease, reason, ttl) })
+	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
 }
 
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
-	return settle(ctx, settleBudget, func() error { return g.primary.Release(ctx, lease) })
+	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
 }
 
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {

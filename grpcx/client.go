@@ -12,16 +12,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemguard/idemguard/grpcx/internal/core"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // Defaults for ClientOptions.
 const (
-	DefaultMaxAttempts     = core.DefaultMaxAttempts     // 5
-	DefaultBaseDelay       = core.DefaultBaseDelay       // 100 ms
-	DefaultMaxDelay        = core.DefaultMaxDelay        // 10 s
-	DefaultMaxRetryDelay   = core.DefaultMaxRetryDelay   // 1 min
-	DefaultInFlightDelay   = core.DefaultInFlightDelay   // 1 s
-	DefaultMaxInFlightWait = core.DefaultMaxInFlightWait // 1 min
+	DefaultMaxAttempts     = adapter.DefaultMaxAttempts     // 5
+	DefaultBaseDelay       = adapter.DefaultBaseDelay       // 100 ms
+	DefaultMaxDelay        = adapter.DefaultMaxDelay        // 10 s
+	DefaultMaxRetryDelay   = adapter.DefaultMaxServerDelay  // 1 min
+	DefaultInFlightDelay   = adapter.DefaultInFlightDelay   // 1 s
+	DefaultMaxInFlightWait = adapter.DefaultMaxInFlightWait // 1 min
 )
 
 // DefaultRetryCodes are the codes ClientOptions.RetryCodes defaults to:
@@ -101,7 +102,7 @@ func UnaryClientInterceptor(opts ClientOptions) grpc.UnaryClientInterceptor {
 	}
 	opts.Metadata = strings.ToLower(opts.Metadata)
 	if opts.NewKey == nil {
-		opts.NewKey = core.NewUUIDv7
+		opts.NewKey = adapter.NewUUIDv7
 	}
 	var retry []core.Code
 	if opts.RetryCodes != nil {

@@ -4,25 +4,24 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // Defaults for TransportOptions.
 const (
-	DefaultMaxAttempts   = 5
-	DefaultBaseDelay     = 100 * time.Millisecond
-	DefaultMaxDelay      = 10 * time.Second
-	DefaultMaxRetryAfter = time.Minute
+	DefaultMaxAttempts   = adapter.DefaultMaxAttempts    // 5
+	DefaultBaseDelay     = adapter.DefaultBaseDelay      // 100 ms
+	DefaultMaxDelay      = adapter.DefaultMaxDelay       // 10 s
+	DefaultMaxRetryAfter = adapter.DefaultMaxServerDelay // 1 min
 
-	DefaultInFlightDelay   = time.Second
-	DefaultMaxInFlightWait = time.Minute
+	DefaultInFlightDelay   = adapter.DefaultInFlightDelay   // 1 s
+	DefaultMaxInFlightWait = adapter.DefaultMaxInFlightWait // 1 min
 )
 
 // TransportOptions configure a Transport. The zero value is ready to use.
@@ -112,7 +111,7 @@ func NewTransport(opts TransportOptions) *Transport {
 		opts.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if opts.NewKey == nil {
-		opts.NewKey = newUUIDv7
+		opts.NewKey = adapter.NewUUIDv7
 	}
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = DefaultMaxAttempts
@@ -142,14 +141,6 @@ func NewTransport(opts TransportOptions) *Transport {
 // NewClient returns an http.Client over NewTransport(opts).
 func NewClient(opts TransportOptions) *http.Client {
 	return &http.Client{Transport: NewTransport(opts)}
-}
-
-func newUUIDv7() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", err
-	}
-	return u.String(), nil
 }
 
 // idempotencyKey is the context key of WithIdempotencyKey.
@@ -214,7 +205,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if ctx.Err() != nil || attempt >= t.opts.MaxAttempts {
 				return resp, err
 			}
-			wait = t.backoff(attempt)
+			wait = adapter.Backoff(t.opts.BaseDelay, t.opts.MaxDelay, attempt)
 			attempt++
 			inFlightSince = time.Time{}
 		case resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "":
@@ -224,11 +215,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				inFlightSince = now
 			}
 			d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), now)
-			if !ok || d > t.opts.InFlightDelay {
-				d = t.opts.InFlightDelay
-			}
-			d = max(d, t.opts.BaseDelay) // a Retry-After of 0 must not make it spin
-			wait = d - rand.N(d/5+1)
+			wait = adapter.InFlightWait(d, ok, t.opts.InFlightDelay, t.opts.BaseDelay)
 			if now.Add(wait).Sub(inFlightSince) > t.opts.MaxInFlightWait {
 				return resp, nil
 			}
@@ -238,7 +225,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 			if !ok {
-				d = t.backoff(attempt)
+				d = adapter.Backoff(t.opts.BaseDelay, t.opts.MaxDelay, attempt)
 			} else if d > t.opts.MaxRetryAfter {
 				return resp, nil
 			}
@@ -271,16 +258,6 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.opts.Base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-}
-
-// backoff is the full-jitter delay before retry n (n = 1, 2, ...).
-func (t *Transport) backoff(n int) time.Duration {
-	ceiling := t.opts.BaseDelay
-	for i := 1; i < n && ceiling < t.opts.MaxDelay; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, t.opts.MaxDelay)
-	return rand.N(ceiling)
 }
 
 // retryStatus reports whether a response status is worth retrying with the

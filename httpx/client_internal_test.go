@@ -28,20 +28,3 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
-
-func TestBackoffFullJitter(t *testing.T) {
-	tr := NewTransport(TransportOptions{BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second})
-	for n, ceiling := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 60: time.Second} {
-		var top time.Duration
-		for range 2000 {
-			d := tr.backoff(n)
-			if d < 0 || d >= ceiling {
-				t.Fatalf("retry %d: delay %v outside [0, %v)", n, d, ceiling)
-			}
-			top = max(top, d)
-		}
-		if top < ceiling*3/4 {
-			t.Fatalf("retry %d: largest of 2000 delays %v, want near %v", n, top, ceiling)
-		}
-	}
-}

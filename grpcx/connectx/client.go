@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/idemguard/idemguard/grpcx/internal/core"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // ClientOptions configure NewClientInterceptor; they are
@@ -60,7 +61,7 @@ func NewClientInterceptor(opts ClientOptions) connect.Interceptor {
 		opts.Header = DefaultHeader
 	}
 	if opts.NewKey == nil {
-		opts.NewKey = core.NewUUIDv7
+		opts.NewKey = adapter.NewUUIDv7
 	}
 	var retry []core.Code
 	if opts.RetryCodes != nil {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapter"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -101,7 +102,7 @@ type Engine struct {
 	opts    Config
 	log     string // log message prefix, "httpx: "
 	methods map[string]bool
-	runs    runTimes
+	runs    adapter.RunTimes
 	policy  inventory.Policy
 }
 
@@ -684,7 +685,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	start := time.Now()
 	invoke()
 	returned = true
-	m.runs.observe(b.Route, time.Since(start))
+	m.runs.Observe(b.Route, time.Since(start))
 	stop()
 	m.finish(r, dctx, resp, lease)
 }
@@ -747,7 +748,7 @@ func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease gu
 // response; without one, it runs the handler again, as it would have once
 // the lease ran out.
 func (m *Engine) complete(r Request, dctx context.Context, lease guard.Lease, result []byte) {
-	err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
+	err := adapter.Settle(dctx, adapter.SettleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
 	if err == nil {
 		return
 	}
@@ -773,7 +774,7 @@ func (m *Engine) lastRelease(ctx context.Context, lease guard.Lease) error {
 // (settle). dctx is the request's context without its cancellation: the
 // key is released even if the client is gone.
 func (m *Engine) release(dctx context.Context, lease guard.Lease) {
-	if err := settle(dctx, settleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
+	if err := adapter.Settle(dctx, adapter.SettleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
 		m.opts.Logger.Warn(m.log+"idempotency key not released; it frees when its lease ends",
 			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
 	}

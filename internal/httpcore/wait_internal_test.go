@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // The in-flight Retry-After is the route's typical run time here, at least
@@ -13,11 +15,11 @@ func TestInFlightRetryAfter(t *testing.T) {
 	if d := m.inFlightRetryAfter("POST /a", 25*time.Second); d != time.Second {
 		t.Fatalf("unknown route: %s, want 1s", d)
 	}
-	m.runs.observe("POST /a", 100*time.Millisecond)
+	m.runs.Observe("POST /a", 100*time.Millisecond)
 	if d := m.inFlightRetryAfter("POST /a", 25*time.Second); d != time.Second {
 		t.Fatalf("100 ms route: %s, want the 1s floor", d)
 	}
-	m.runs.observe("POST /slow", 4*time.Second)
+	m.runs.Observe("POST /slow", 4*time.Second)
 	if d := m.inFlightRetryAfter("POST /slow", 25*time.Second); d != 4*time.Second {
 		t.Fatalf("4 s route: %s", d)
 	}
@@ -29,16 +31,16 @@ func TestInFlightRetryAfter(t *testing.T) {
 	}
 	// The average follows the newest runs.
 	for range 20 {
-		m.runs.observe("POST /slow", 2*time.Second)
+		m.runs.Observe("POST /slow", 2*time.Second)
 	}
 	if d := m.inFlightRetryAfter("POST /slow", time.Minute); d < 2*time.Second || d > 2100*time.Millisecond {
 		t.Fatalf("after runs of 2 s: %s", d)
 	}
 	// The table is bounded.
-	for i := range 2 * maxRouteScopes {
-		m.runs.observe("route-"+strconv.Itoa(i), time.Second)
+	for i := range 2 * adapter.MaxRunTimes {
+		m.runs.Observe("route-"+strconv.Itoa(i), time.Second)
 	}
-	if n := len(m.runs.m); n > maxRouteScopes {
+	if n := m.runs.Len(); n > adapter.MaxRunTimes {
 		t.Fatalf("%d route scopes kept", n)
 	}
 }

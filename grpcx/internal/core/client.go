@@ -1,21 +1,10 @@
 package core
 
 import (
-	"math/rand/v2"
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
-)
-
-// Client defaults; see grpcx.ClientOptions.
-const (
-	DefaultMaxAttempts     = 5
-	DefaultBaseDelay       = 100 * time.Millisecond
-	DefaultMaxDelay        = 10 * time.Second
-	DefaultMaxRetryDelay   = time.Minute
-	DefaultInFlightDelay   = time.Second
-	DefaultMaxInFlightWait = time.Minute
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // DefaultRetryCodes: see grpcx.DefaultRetryCodes.
@@ -36,22 +25,22 @@ type RetryPolicy struct {
 // DefaultRetryCodes.
 func NewRetryPolicy(p RetryPolicy, codes []Code) RetryPolicy {
 	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = DefaultMaxAttempts
+		p.MaxAttempts = adapter.DefaultMaxAttempts
 	}
 	if p.BaseDelay <= 0 {
-		p.BaseDelay = DefaultBaseDelay
+		p.BaseDelay = adapter.DefaultBaseDelay
 	}
 	if p.MaxDelay <= 0 {
-		p.MaxDelay = DefaultMaxDelay
+		p.MaxDelay = adapter.DefaultMaxDelay
 	}
 	if p.MaxRetryDelay <= 0 {
-		p.MaxRetryDelay = DefaultMaxRetryDelay
+		p.MaxRetryDelay = adapter.DefaultMaxServerDelay
 	}
 	if p.InFlightDelay <= 0 {
-		p.InFlightDelay = DefaultInFlightDelay
+		p.InFlightDelay = adapter.DefaultInFlightDelay
 	}
 	if p.MaxInFlightWait <= 0 {
-		p.MaxInFlightWait = DefaultMaxInFlightWait
+		p.MaxInFlightWait = adapter.DefaultMaxInFlightWait
 	}
 	if codes == nil {
 		codes = DefaultRetryCodes
@@ -92,11 +81,7 @@ func (r *Retries) Next(f Failure) (time.Duration, bool) {
 			r.inFlightSince = now
 		}
 		d, ok := RetryInfoOf(f.Details)
-		if !ok || d > r.p.InFlightDelay {
-			d = r.p.InFlightDelay
-		}
-		d = max(d, MinInFlightRetryDelay) // a delay of 0 must not make it spin
-		wait := d - rand.N(d/5+1)
+		wait := adapter.InFlightWait(d, ok, r.p.InFlightDelay, MinInFlightRetryDelay)
 		if now.Add(wait).Sub(r.inFlightSince) > r.p.MaxInFlightWait {
 			return 0, false
 		}
@@ -110,7 +95,7 @@ func (r *Retries) Next(f Failure) (time.Duration, bool) {
 		case stop:
 			return 0, false
 		case !told:
-			d = r.backoff(r.attempt)
+			d = adapter.Backoff(r.p.BaseDelay, r.p.MaxDelay, r.attempt)
 		case d > r.p.MaxRetryDelay:
 			return 0, false
 		}
@@ -136,23 +121,4 @@ func serverDelay(f Failure) (d time.Duration, told, stop bool) {
 		return 0, false, true
 	}
 	return time.Duration(ms) * time.Millisecond, true, false
-}
-
-// backoff is the full-jitter delay before retry n (n = 1, 2, ...).
-func (r *Retries) backoff(n int) time.Duration {
-	ceiling := r.p.BaseDelay
-	for i := 1; i < n && ceiling < r.p.MaxDelay; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, r.p.MaxDelay)
-	return rand.N(ceiling)
-}
-
-// NewUUIDv7 is the default key: a UUIDv7.
-func NewUUIDv7() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", err
-	}
-	return u.String(), nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // Defaults.
@@ -93,7 +94,7 @@ type Server struct {
 	g       *guard.Guard
 	cfg     Config
 	methods map[string]bool
-	runs    runTimes
+	runs    adapter.RunTimes
 }
 
 // New checks cfg, fills its defaults and returns a Server. It panics on a
@@ -401,7 +402,7 @@ type Result struct {
 // Config.Release names. took is how long the handler ran. The heartbeat
 // must have been stopped.
 func (s *Server) Finish(ctx context.Context, method string, lease guard.Lease, took time.Duration, r Result) {
-	s.runs.observe(method, took)
+	s.runs.Observe(method, took)
 	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
 	if r.Status != nil && r.Status.GetCode() != int32(OK) {
 		if s.cfg.Release(Code(r.Status.GetCode())) {
@@ -441,7 +442,7 @@ func (s *Server) Abandon(ctx context.Context, method string, lease guard.Lease) 
 // the next call with it is not told Aborted until the lease ends.
 func (s *Server) complete(ctx context.Context, lease guard.Lease, method string, result []byte) {
 	ctx = context.WithoutCancel(ctx)
-	err := settle(ctx, settleBudget, func(ctx context.Context) error { return s.g.Complete(ctx, lease, result) })
+	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.g.Complete(ctx, lease, result) })
 	if err == nil {
 		return
 	}
@@ -465,7 +466,7 @@ func (s *Server) lastRelease(ctx context.Context, lease guard.Lease) error {
 // store cannot be reached (settle).
 func (s *Server) release(ctx context.Context, lease guard.Lease) {
 	ctx = context.WithoutCancel(ctx)
-	if err := settle(ctx, settleBudget, func(ctx context.Context) error { return s.g.Release(ctx, lease) }); err != nil {
+	if err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.g.Release(ctx, lease) }); err != nil {
 		s.cfg.Logger.Warn(s.cfg.Pkg+": idempotency key not released; it frees when its lease ends",
 			append(s.logKey(lease.Key), "err", s.logErr(lease.Key, err))...)
 	}
