@@ -36,8 +36,6 @@ package otelx
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -49,6 +47,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/metrics"
 )
 
 // ScopeName is the instrumentation scope of the spans: the tracer's name.
@@ -134,7 +133,7 @@ func New(opts Options) *Tracer {
 // keyAttrs are the attributes that name key.
 func (t *Tracer) keyAttrs(key guard.Key, more ...attribute.KeyValue) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 2+len(more))
-	attrs = append(attrs, KeyDigest.String(digest(key)))
+	attrs = append(attrs, KeyDigest.String(metrics.KeyDigest(key)))
 	if t.opts.RecordScope {
 		attrs = append(attrs, Scope.String(key.Scope))
 	}
@@ -354,17 +353,6 @@ func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 	}
 }
 
-// digest is metrics.KeyDigest (a test holds them equal), kept here so
-// otelx does not import the Prometheus client.
-func digest(k guard.Key) string {
-	h := sha256.New()
-	h.Write([]byte(k.Scope))
-	h.Write([]byte{0})
-	h.Write([]byte(k.ID))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:6])
-}
-
 // redact replaces k in s by its digest: its "scope/id" form (guard errors
 // name keys so), scope included, and then its bare id. An id shorter than
 // 4 bytes is replaced in the first form only: alone it would match parts
@@ -373,7 +361,7 @@ func redact(s string, k guard.Key) string {
 	if k.ID == "" {
 		return s
 	}
-	hidden := "<key " + digest(k) + ">"
+	hidden := "<key " + metrics.KeyDigest(k) + ">"
 	s = strings.ReplaceAll(s, k.String(), hidden)
 	if len(k.ID) >= 4 {
 		s = strings.ReplaceAll(s, k.ID, hidden)
