@@ -253,28 +253,39 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // found lost, it is rolled back.
 func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
-		tx, err := b.db.BeginTx(ctx, nil)
-		if err != nil {
-			return nil, dbErr(ctx, "begin", err)
-		}
-		defer func() { _ = tx.Rollback() }()
-		result, err := fn(ctx, tx, lease)
-		if err != nil {
-			return nil, err
-		}
-		err = b.Commit(ctx, tx, lease, fingerprint, result)
-		var done *AlreadyCommittedError
-		if errors.As(err, &done) {
-			return done.Result, nil // the deferred Rollback undoes fn's writes
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := tx.Commit(); err != nil {
-			return nil, dbErr(ctx, "commit", err)
-		}
-		return result, nil
+		return b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
+			return b.Commit(ctx, tx, lease, fingerprint, result)
+		}, func(err error) error { return dbErr(ctx, "commit", err) })
 	}
+}
+
+// inTx runs fn in a transaction of its own and commit (the key's or a
+// step's row) in the same transaction: when the row was committed before,
+// fn's writes are rolled back and the committed result returned. A
+// failure of the final COMMIT goes through commitErr.
+func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
+	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error) ([]byte, error) {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, dbErr(ctx, "begin", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	result, err := fn(ctx, tx, lease)
+	if err != nil {
+		return nil, err
+	}
+	err = commit(tx, result)
+	var done *AlreadyCommittedError
+	if errors.As(err, &done) {
+		return done.Result, nil // the deferred Rollback undoes fn's writes
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, commitErr(err)
+	}
+	return result, nil
 }
 
 // markResult is what the backstop knows of a key a primary store has just

@@ -123,25 +123,13 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 // its own).
 func (b *Backstop) Step(ctx context.Context, lease guard.Lease, name string, fn TxFunc) ([]byte, error) {
 	return guard.Step(ctx, lease, name, func(ctx context.Context) ([]byte, error) {
-		tx, err := b.db.BeginTx(ctx, nil)
-		if err != nil {
-			return nil, dbErr(ctx, "begin", err)
-		}
-		defer func() { _ = tx.Rollback() }()
-		result, err := fn(ctx, tx, lease)
-		if err != nil {
-			return nil, err
-		}
-		err = b.CommitStep(ctx, tx, lease, name, result)
-		var done *AlreadyCommittedError
-		if errors.As(err, &done) {
-			return done.Result, nil // the deferred Rollback undoes fn's writes
-		}
+		result, err := b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
+			return b.CommitStep(ctx, tx, lease, name, result)
+		}, func(err error) error {
+			return fmt.Errorf("%w: commit of step %q: %w", guard.ErrUnavailable, name, err)
+		})
 		if err != nil {
 			return nil, err
-		}
-		if err := tx.Commit(); err != nil {
-			return nil, fmt.Errorf("%w: commit of step %q: %w", guard.ErrUnavailable, name, err)
 		}
 		if result == nil {
 			result = []byte{}
