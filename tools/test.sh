@@ -8,8 +8,8 @@
 # running out, servers restarting), not computing: the checks (vet,
 # staticcheck, the dependency checks), the root module's tests, the
 # command's and the proof suite's, and the other modules' tests one after
-# another. Each lane prints a line per
-# module as it ends; the full output of every step follows at the end.
+# another. Each step prints a line as it ends; the full output of every
+# step follows at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
