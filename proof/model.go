@@ -81,6 +81,16 @@ func recoverSteps(s Snapshot, in Input, expired bool) []transition {
 func writeSteps(s Snapshot, in Input) []transition {
 	ok := func(n Snapshot) []transition { return []transition{{Output{OK: true}, n}} }
 	lost := []transition{{Output{OK: false}, s}}
+	// okOrResent is a fail or release by the holder: it takes effect, and
+	// answers OK, or LOST when the answer came from a copy go-redis
+	// re-sent after losing the reply and the key was taken over more than
+	// once meanwhile (ptok remembers one previous holder: docs/design.md,
+	// "The state machine", rule 2). The caller learns less than happened,
+	// never more; the contract suite pins the answer of a call that was
+	// not re-sent.
+	okOrResent := func(n Snapshot) []transition {
+		return []transition{{Output{OK: true}, n}, {Output{OK: false}, n}}
+	}
 	switch in.Op {
 	case OpComplete:
 		if s.Token != in.Token || s.State == 0 {
@@ -108,7 +118,7 @@ func writeSteps(s Snapshot, in Input) []transition {
 		case guard.StatePending:
 			n := s
 			n.State, n.LastError = guard.StateFailed, in.Value
-			return ok(n)
+			return okOrResent(n)
 		}
 		return lost
 	case OpRelease:
@@ -126,11 +136,11 @@ func writeSteps(s Snapshot, in Input) []transition {
 			return ok(s)
 		case guard.StatePending:
 			if s.Attempt <= 1 && s.Steps == "" {
-				return ok(Snapshot{Ptok: in.Token})
+				return okOrResent(Snapshot{Ptok: in.Token})
 			}
 			n := s
 			n.State, n.Attempt = guard.StateFailed, max(s.Attempt-1, 1)
-			return ok(n)
+			return okOrResent(n)
 		}
 		return lost
 	case OpExtend:
