@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -48,8 +49,8 @@ func pay(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, result s
 
 func TestCommitOnceThenAlreadyCommitted(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	key := newKey(t)
 	l1 := guard.Lease{Key: key, Token: "A", Fence: 1, Attempt: 1}
@@ -65,7 +66,7 @@ func TestCommitOnceThenAlreadyCommitted(t *testing.T) {
 	if string(ace.Result) != "receipt" || ace.Fence != 1 || ace.Key != key {
 		t.Fatalf("AlreadyCommittedError = %+v", ace)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
 	}
 	res, fence, found, err := b.Lookup(ctx, key)
@@ -89,8 +90,8 @@ func TestCommitOnceThenAlreadyCommitted(t *testing.T) {
 // its own business row; exactly one business row survives.
 func TestCommitConcurrent(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	key := newKey(t)
 	var won, already atomic.Int64
@@ -115,14 +116,14 @@ func TestCommitConcurrent(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if rows, _ := countPayments(t, db); won.Load() != 1 || already.Load() != 31 || rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); won.Load() != 1 || already.Load() != 31 || rows != 1 {
 		t.Fatalf("won %d, already committed %d, payments %d; want 1, 31, 1", won.Load(), already.Load(), rows)
 	}
 }
 
 func TestCommitBadInput(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
 	b := mustBackstop(t, db, pgstore.Options{})
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -154,8 +155,8 @@ func TestCommitBadInput(t *testing.T) {
 func TestCrashWindow(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // long enough to still be held under a loaded machine
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(rs, guard.Options{Lease: lease})
@@ -204,7 +205,7 @@ func TestCrashWindow(t *testing.T) {
 	if string(res.Value) != "receipt-1" || !res.Lease.Recovered || res.Lease.Fence != 2 {
 		t.Fatalf("retry = %q under %+v; want receipt-1, recovered, fence 2", res.Value, res.Lease)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
 	}
 	// The retry completed the Redis record with the stored result.
@@ -223,8 +224,8 @@ func TestCrashWindow(t *testing.T) {
 func TestCrashWindowWrapped(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease})
@@ -250,7 +251,7 @@ func TestCrashWindowWrapped(t *testing.T) {
 	if err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "receipt-1" {
 		t.Fatalf("Redis record after the replay = %+v, %v; want completed with receipt-1", rec, err)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
 	}
 }
@@ -267,7 +268,7 @@ func TestStaleFenceAfterRecovery(t *testing.T) {
 		store func(t *testing.T, b *backstop.Backstop) guard.Store
 	}{
 		{"PostgresStore", func(t *testing.T, b *backstop.Backstop) guard.Store {
-			return mustStore(t, b.DB(), pgstore.Options{})
+			return pgenv.Store(t, b.DB(), pgstore.Options{})
 		}},
 		{"WrappedRedis", func(t *testing.T, b *backstop.Backstop) guard.Store {
 			rs := guardenv.Store(t, guard.RedisOptions{})
@@ -275,8 +276,8 @@ func TestStaleFenceAfterRecovery(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := migrated(t, pgstore.Options{})
-			businessTable(t, db)
+			db := pgenv.Migrated(t, pgstore.Options{})
+			pgenv.PaymentsTable(t, db)
 			b := mustBackstop(t, db, pgstore.Options{})
 			g := guard.New(tc.store(t, b), guard.Options{Lease: lease})
 			key := newKey(t)
@@ -311,7 +312,7 @@ func TestStaleFenceAfterRecovery(t *testing.T) {
 			if err := pay(t, db, b, a.Lease, "from A"); !errors.Is(err, backstop.ErrAlreadyCommitted) {
 				t.Fatalf("A's commit after B's = %v, want ErrAlreadyCommitted", err)
 			}
-			if rows, _ := countPayments(t, db); rows != 1 {
+			if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 				t.Fatalf("payments = %d, want 1", rows)
 			}
 			var fence int64
@@ -327,10 +328,10 @@ func TestStaleFenceAfterRecovery(t *testing.T) {
 // finds it done.
 func TestStoreCommitCompletesInTx(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	s := mustStore(t, db, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
 	g := guard.New(s, guard.Options{})
 	key := newKey(t)
 	fn := b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
@@ -349,7 +350,7 @@ func TestStoreCommitCompletesInTx(t *testing.T) {
 	if err != nil || !res.Replayed || string(res.Value) != "paid" {
 		t.Fatalf("second Do = %+v, %v", res, err)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
 	}
 }
@@ -364,8 +365,8 @@ func TestRedisLosesRecords(t *testing.T) {
 	const keys, dups, workers = 500, 4, 32
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guard.NewRedisStore(client, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 5 * time.Second})
@@ -427,7 +428,7 @@ func TestRedisLosesRecords(t *testing.T) {
 	if flushes.Load() != 2 {
 		t.Fatalf("flushed %d times, want 2", flushes.Load())
 	}
-	if rows, distinct := countPayments(t, db); rows != keys || distinct != keys {
+	if rows, distinct := pgenv.CountPayments(t, db); rows != keys || distinct != keys {
 		t.Fatalf("payments = %d rows for %d keys, want %d for %d", rows, distinct, keys, keys)
 	}
 
@@ -449,7 +450,7 @@ func TestRedisLosesRecords(t *testing.T) {
 			t.Fatalf("Redis record of key %d after the replay = %+v, %v", i, rec, err)
 		}
 	}
-	if rows, _ := countPayments(t, db); rows != keys {
+	if rows, _ := pgenv.CountPayments(t, db); rows != keys {
 		t.Fatalf("payments after the replays = %d, want %d", rows, keys)
 	}
 }
@@ -461,8 +462,8 @@ func TestRedisLosesRunningHolder(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guard.NewRedisStore(client, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 10 * time.Second})
@@ -488,7 +489,7 @@ func TestRedisLosesRunningHolder(t *testing.T) {
 	if err := pay(t, db, b, bo.Lease, "B"); err != nil {
 		t.Fatalf("new holder's commit: %v", err)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
 	}
 	// Another payload under the lost key is a mismatch, and the Redis
@@ -511,11 +512,11 @@ func TestRedisLosesRunningHolder(t *testing.T) {
 // absent: Lookup does not find it and a new Commit takes its place.
 func TestCommitExpiredRow(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	key := newKey(t)
-	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
 		VALUES ($1, $2, 'fp', 'completed', 'old', 7, 'old result', now() - interval '1 second')`, key.Scope, key.ID)
 	if _, _, found, err := b.Lookup(ctx, key); found || err != nil {
 		t.Fatalf("Lookup of an expired row = %v, %v; want not found", found, err)
@@ -558,8 +559,8 @@ func TestWrapFailsClosed(t *testing.T) {
 // for the row's own holder (same token) or a higher fence.
 func TestCommitFenceRule(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	for _, tc := range []struct {
 		status   string
@@ -578,7 +579,7 @@ func TestCommitFenceRule(t *testing.T) {
 		{"completed", 1, "B", 5, "A", backstop.ErrAlreadyCommitted},
 	} {
 		key := newKey(t)
-		mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
+		pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
 			VALUES ($1, $2, 'fp', $3, $4, $5, now() + interval '1 hour')`, key.Scope, key.ID, tc.status, tc.rowToken, tc.rowFence)
 		err := pay(t, db, b, guard.Lease{Key: key, Token: tc.token, Fence: tc.fence, Attempt: 1}, "r")
 		if (tc.want == nil && err != nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
@@ -594,8 +595,8 @@ func TestCommitFenceRule(t *testing.T) {
 func TestWrapExhaustedButCommitted(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease, MaxAttempts: 1})
@@ -631,9 +632,9 @@ func TestWrapExhaustedButCommitted(t *testing.T) {
 func TestStoreFenceGrowsPastRetention(t *testing.T) {
 	t.Parallel()
 	const ttl = 300 * time.Millisecond
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
-	s := mustStore(t, db, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	s := pgenv.Store(t, db, pgstore.Options{})
 	b := mustBackstop(t, db, pgstore.Options{})
 	key := guard.Key{Scope: "s", ID: "retained"}
 	req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: ttl, TTL: ttl}

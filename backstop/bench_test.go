@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -36,7 +37,7 @@ func parallel(b *testing.B, op func(id string) error) {
 }
 
 func plainInsert(b *testing.B, db *sql.DB) func(string) error {
-	mustExec(b, db, `CREATE TABLE plain_keys (scope text, id text, PRIMARY KEY (scope, id))`)
+	pgenv.Exec(b, db, `CREATE TABLE plain_keys (scope text, id text, PRIMARY KEY (scope, id))`)
 	return func(id string) error {
 		_, err := db.ExecContext(ctx, `INSERT INTO plain_keys (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, "bench", id)
 		return err
@@ -46,8 +47,8 @@ func plainInsert(b *testing.B, db *sql.DB) func(string) error {
 // BenchmarkPostgresStore: claim + complete of new keys on the PostgreSQL
 // Store, beside a plain INSERT … ON CONFLICT DO NOTHING.
 func BenchmarkPostgresStore(b *testing.B) {
-	db := migrated(b, pgstore.Options{})
-	s := mustStore(b, db, pgstore.Options{})
+	db := pgenv.Migrated(b, pgstore.Options{})
+	s := pgenv.Store(b, db, pgstore.Options{})
 	plain := plainInsert(b, db)
 	b.Run("claim+complete", func(b *testing.B) {
 		parallel(b, func(id string) error {
@@ -69,8 +70,8 @@ func BenchmarkPostgresStore(b *testing.B) {
 // that makes it in a transaction of its own (no backstop row).
 func onRedisFixture(b *testing.B) (*sql.DB, *backstop.Backstop, *guard.RedisStore, func(string) error,
 	func(context.Context, *sql.Tx, guard.Lease) ([]byte, error), guard.Func) {
-	db := migrated(b, pgstore.Options{})
-	businessTable(b, db)
+	db := pgenv.Migrated(b, pgstore.Options{})
+	pgenv.PaymentsTable(b, db)
 	bs := mustBackstop(b, db, pgstore.Options{})
 	rs := guardenv.Store(b, guard.RedisOptions{})
 	plain := plainInsert(b, db)
@@ -123,7 +124,7 @@ func BenchmarkBackstopOnRedis(b *testing.B) {
 // comparable. It reports each variant's mean latency in µs.
 func BenchmarkInterleaved(b *testing.B) {
 	db, bs, rs, plain, business, plainTx := onRedisFixture(b)
-	s := mustStore(b, db, pgstore.Options{})
+	s := pgenv.Store(b, db, pgstore.Options{})
 	onRedis := guard.New(rs, guard.Options{})
 	guarded := guard.New(backstop.Wrap(rs, bs), guard.Options{})
 	do := func(g *guard.Guard, scope string, fn guard.Func) func(string) error {

@@ -14,12 +14,13 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
 func reservationsTable(t testing.TB, db *sql.DB) {
 	t.Helper()
-	mustExec(t, db, `CREATE TABLE reservations (n bigint GENERATED ALWAYS AS IDENTITY, key text NOT NULL, fence bigint NOT NULL)`)
+	pgenv.Exec(t, db, `CREATE TABLE reservations (n bigint GENERATED ALWAYS AS IDENTITY, key text NOT NULL, fence bigint NOT NULL)`)
 }
 
 func reservations(t testing.TB, db *sql.DB, key guard.Key) int {
@@ -49,7 +50,7 @@ func reserve(ran *atomic.Int64) backstop.TxFunc {
 // refused.
 func TestCommitStep(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
 	reservationsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	key := newKey(t)
@@ -94,7 +95,7 @@ func TestCommitStep(t *testing.T) {
 	// A holder the backstop knows is stale: a mark (Wrap, the pgstore Store)
 	// with a higher fence.
 	k2 := newKey(t)
-	s := mustStore(t, db, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
 	if _, err := s.Claim(ctx, guard.ClaimRequest{Key: k2, Token: "OLD", Fingerprint: "fp", Lease: 50 * time.Millisecond, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,9 +142,9 @@ func TestCommitStep(t *testing.T) {
 // reservation. The order is committed once too, with Backstop.Func.
 func TestStepWhenRedisForgot(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
 	reservationsTable(t, db)
-	businessTable(t, db)
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rdb := testenv.Redis(t)
 	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
@@ -184,7 +185,7 @@ func TestStepWhenRedisForgot(t *testing.T) {
 	if want := "order for res-1@1"; string(res.Value) != want {
 		t.Fatalf("result %q, want %q: the first attempt's committed reservation", res.Value, want)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("%d orders, want 1", rows)
 	}
 	// And a third Do replays.
@@ -198,7 +199,7 @@ func TestStepWhenRedisForgot(t *testing.T) {
 // the time: one reservation per key, and every key's result names it.
 func TestStepsRaceWithBackstop(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
 	reservationsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guardenv.Store(t, guard.RedisOptions{})
@@ -251,9 +252,9 @@ func TestStepsRaceWithBackstop(t *testing.T) {
 // steps, as Complete does.
 func TestStoreCommitClearsSteps(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
-	s := mustStore(t, db, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	s := pgenv.Store(t, db, pgstore.Options{})
 	b := mustBackstop(t, db, pgstore.Options{})
 	g := guard.New(s, guard.Options{})
 	key := newKey(t)

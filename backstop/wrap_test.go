@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -41,8 +42,8 @@ func (u *unreachable) Complete(ctx context.Context, lease guard.Lease, result []
 // is retried the same way.
 func TestWrapNeverStrandsKey(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rdb := testenv.Redis(t)
 	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
@@ -104,7 +105,7 @@ func TestWrapNeverStrandsKey(t *testing.T) {
 	if res, err := g.Do(ctx, k1, "fp", fn(9)); err != nil || !res.Replayed || string(res.Value) != "receipt-1" {
 		t.Fatalf("after the release: %q replayed %v, %v", res.Value, res.Replayed, err)
 	}
-	if rows, _ := countPayments(t, db); rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("%d payments, want 1", rows)
 	}
 }
@@ -116,7 +117,7 @@ func TestWrapContract(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
 			rs := guardenv.Store(t, guard.RedisOptions{})
-			return backstop.Wrap(rs, mustBackstop(t, migrated(t, pgstore.Options{}), pgstore.Options{}))
+			return backstop.Wrap(rs, mustBackstop(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{}))
 		},
 		Advance:    storetest.Wait,
 		Keys:       100,

@@ -1,10 +1,6 @@
 package fallback_test
 
 import (
-	"context"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,45 +10,6 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
-
-// goroutineID returns the id of the calling goroutine, from the first line
-// of its stack ("goroutine 42 [running]:").
-func goroutineID() string {
-	var buf [64]byte
-	return strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))[1]
-}
-
-// callers records the goroutine every command of a client is sent from.
-type callers struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (c *callers) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *callers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.ids = append(c.ids, goroutineID())
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *callers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		c.ids = append(c.ids, goroutineID())
-		c.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-func (c *callers) all() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.ids...)
-}
 
 // forwarding wraps a Store as metrics.Store does, and forwards
 // guard.DeadlineStore.
@@ -87,7 +44,7 @@ func TestInlineThroughWrappers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: tc.ctxTimeouts})
 			t.Cleanup(func() { _ = c.Close() })
-			seen := &callers{}
+			seen := &testenv.Senders{}
 			c.AddHook(seen)
 			rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true})
 			s := newStore(t, tc.wrap(rs), fallback.Options{Logger: quiet})
@@ -101,7 +58,7 @@ func TestInlineThroughWrappers(t *testing.T) {
 			if _, err := s.Get(bg, key); err != nil {
 				t.Fatal(err)
 			}
-			me, ids := goroutineID(), seen.all()
+			me, ids := testenv.GoroutineID(), seen.IDs()
 			if len(ids) < 3 {
 				t.Fatalf("%d commands seen, want at least 3", len(ids))
 			}

@@ -8,14 +8,15 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
 func TestConsumeOnce(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	businessTable(t, db)
-	b := mustStore(t, db, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	b := pgenv.Store(t, db, pgstore.Options{})
 	handle := func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ('msg-1', 0)`)
 		return err
@@ -49,7 +50,7 @@ func TestConsumeOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if rows, _ := countPayments(t, db); runs.Load() != 1 || rows != 1 {
+	if rows, _ := pgenv.CountPayments(t, db); runs.Load() != 1 || rows != 1 {
 		t.Fatalf("%d deliveries ran %d times, %d effects; want 1", n, runs.Load(), rows)
 	}
 	// Another group consumes the same message id on its own.
@@ -64,9 +65,9 @@ func TestConsumeOnce(t *testing.T) {
 // TestConsumedExpiry: a mark past its retention counts as absent.
 func TestConsumedExpiry(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	b := mustStore(t, db, pgstore.Options{})
-	mustExec(t, db, `INSERT INTO idemguard_consumed_messages (consumer_group, message_id, expires_at)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := pgenv.Store(t, db, pgstore.Options{})
+	pgenv.Exec(t, db, `INSERT INTO idemguard_consumed_messages (consumer_group, message_id, expires_at)
 		VALUES ('g', 'old', now() - interval '1 second'), ('g', 'live', now() + interval '1 hour')`)
 	for id, want := range map[string]bool{"old": true, "live": false} {
 		ran, err := b.Consume(ctx, "g", id, func(context.Context, *sql.Tx) error { return nil })

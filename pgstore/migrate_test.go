@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
+
 	"github.com/lib/pq"
 
 	"github.com/idemguard/idemguard/guard"
@@ -56,7 +58,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	mustQuery(`SELECT string_agg(version || ':' || applied_at, ',' ORDER BY version) FROM idemguard_schema_migrations`, &applied1)
 
 	// Use it: a record that must survive the second up.
-	s := mustStore(t, db, opts)
+	s := pgenv.Store(t, db, opts)
 	key := guard.Key{Scope: "s", ID: "kept"}
 	req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
 	if _, err := s.Claim(ctx, req); err != nil {
@@ -174,7 +176,7 @@ func TestMigrateOddNames(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema).Scan(&n); err != nil || n != 5 {
 		t.Fatalf("tables in %q = %d, %v; want 5", schema, n, err)
 	}
-	s := mustStore(t, db, opts)
+	s := pgenv.Store(t, db, opts)
 	key := guard.Key{Scope: "s", ID: "x"}
 	if out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}); err != nil || out.Status != guard.Acquired {
 		t.Fatalf("claim = %+v, %v", out, err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -12,15 +13,15 @@ import (
 // stay.
 func TestPurgeBatches(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	b := mustStore(t, db, pgstore.Options{})
-	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := pgenv.Store(t, db, pgstore.Options{})
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
 		SELECT 'old', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '1 minute'
 		FROM generate_series(1, 100000) AS i`)
-	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
 		SELECT 'live', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() + interval '1 hour'
 		FROM generate_series(1, 1000) AS i`)
-	mustExec(t, db, `INSERT INTO idemguard_consumed_messages (consumer_group, message_id, expires_at)
+	pgenv.Exec(t, db, `INSERT INTO idemguard_consumed_messages (consumer_group, message_id, expires_at)
 		SELECT 'g', 'm' || i, CASE WHEN i <= 1000 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
 		FROM generate_series(1, 1010) AS i`)
 
@@ -63,12 +64,12 @@ func TestPurgeBatches(t *testing.T) {
 // TestPurgeBefore: only rows expired at least Before ago go.
 func TestPurgeBefore(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	b := mustStore(t, db, pgstore.Options{})
-	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := pgenv.Store(t, db, pgstore.Options{})
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
 		SELECT 'long-ago', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '2 hours'
 		FROM generate_series(1, 30) AS i`)
-	mustExec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
 		SELECT 'recent', 'k' || i, 'fp', 'completed', 't', 1, 'r', now() - interval '5 minutes'
 		FROM generate_series(1, 20) AS i`)
 	n, err := b.Purge(ctx, pgstore.PurgeOptions{Before: time.Hour, BatchSize: 7})
@@ -93,9 +94,9 @@ func TestPurgeBefore(t *testing.T) {
 // TestPurgeSteps: expired step rows go with the others; live ones stay.
 func TestPurgeSteps(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	b := mustStore(t, db, pgstore.Options{})
-	mustExec(t, db, `INSERT INTO idemguard_steps (scope, id, name, result, fence, token, expires_at)
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := pgenv.Store(t, db, pgstore.Options{})
+	pgenv.Exec(t, db, `INSERT INTO idemguard_steps (scope, id, name, result, fence, token, expires_at)
 		SELECT 's', 'k' || i, 'reserve', 'r', 1, 't', CASE WHEN i <= 50 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
 		FROM generate_series(1, 60) AS i`)
 	var last int64

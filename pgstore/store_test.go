@@ -10,6 +10,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -20,7 +21,7 @@ func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
-			return mustStore(t, migrated(t, pgstore.Options{}), pgstore.Options{})
+			return pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
 		},
 		Advance: storetest.Wait,
 	})
@@ -28,8 +29,8 @@ func TestStoreContract(t *testing.T) {
 
 func TestStoreBadInput(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	s := mustStore(t, db, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
 	key := guard.Key{Scope: "s", ID: "bad-input"}
 	good := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour}
 	for name, mod := range map[string]func(*guard.ClaimRequest){
@@ -69,7 +70,7 @@ func TestStoreUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s := mustStore(t, db, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
 	_, err = s.Claim(ctx, guard.ClaimRequest{Key: guard.Key{Scope: "s", ID: "x"}, Token: "A", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
 	if !errors.Is(err, guard.ErrUnavailable) {
 		t.Fatalf("Claim on a closed database = %v, want ErrUnavailable", err)

@@ -4,13 +4,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
 func TestInsertOrRetry(t *testing.T) {
 	t.Parallel()
-	db := migrated(t, pgstore.Options{})
-	b := mustStore(t, db, pgstore.Options{})
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := pgenv.Store(t, db, pgstore.Options{})
 	first, err := b.InsertOrRetry(ctx, db, "invoice.paid", "inv_1", []byte(`{"v":1}`))
 	if err != nil || !first.Inserted || first.Attempts != 1 || first.Status != pgstore.DeliveryPending {
 		t.Fatalf("first = %+v, %v", first, err)

@@ -3,9 +3,6 @@ package promx_test
 import (
 	"context"
 	"log/slog"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,39 +15,6 @@ import (
 	"github.com/idemguard/idemguard/promx"
 )
 
-// goroutineID returns the id of the calling goroutine, from the first line
-// of its stack ("goroutine 42 [running]:").
-func goroutineID() string {
-	var buf [64]byte
-	return strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))[1]
-}
-
-// senders records the goroutine every command of a client is sent from.
-type senders struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (s *senders) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *senders) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.mu.Lock()
-		s.ids = append(s.ids, goroutineID())
-		s.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (s *senders) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		s.mu.Lock()
-		s.ids = append(s.ids, goroutineID())
-		s.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // TestFallbackOverTimedStore: a fallback.Store over m.Store(a RedisStore)
 // keeps what it has over the RedisStore itself: its calls run on the
 // caller's goroutine (the client ends them by their deadline: the timed
@@ -59,7 +23,7 @@ func (s *senders) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func TestFallbackOverTimedStore(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	seen := &senders{}
+	seen := &testenv.Senders{}
 	c.AddHook(seen)
 	rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t), Unpipelined: true})
 	reg := prometheus.NewRegistry()
@@ -88,10 +52,8 @@ func TestFallbackOverTimedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	me := goroutineID()
-	seen.mu.Lock()
-	ids := append([]string(nil), seen.ids...)
-	seen.mu.Unlock()
+	me := testenv.GoroutineID()
+	ids := seen.IDs()
 	if len(ids) < 3 {
 		t.Fatalf("%d commands seen, want at least 3", len(ids))
 	}

@@ -1,0 +1,62 @@
+// Package pgenv gives the PostgreSQL tests a migrated schema of their own
+// and the payments table their effects write (apart from testenv, which
+// must not import pgstore: pgstore's in-package tests use testenv).
+package pgenv
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// Migrated returns a database in a fresh schema (testenv.Postgres) with
+// idemguard's tables created under opts.
+func Migrated(t testing.TB, opts pgstore.Options) *sql.DB {
+	t.Helper()
+	db, _ := testenv.Postgres(t)
+	if err := pgstore.Migrate(context.Background(), db, opts); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return db
+}
+
+// PaymentsTable creates the table the tests' effects write: deliberately
+// without a unique constraint, so only the backstop keeps effects single.
+func PaymentsTable(t testing.TB, db *sql.DB) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), `CREATE TABLE payments (
+		n bigint GENERATED ALWAYS AS IDENTITY, key text NOT NULL, fence bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CountPayments returns how many payment rows there are, and for how many
+// distinct keys.
+func CountPayments(t testing.TB, db *sql.DB) (rows, keys int) {
+	t.Helper()
+	if err := db.QueryRowContext(context.Background(), `SELECT count(*), count(DISTINCT key) FROM payments`).Scan(&rows, &keys); err != nil {
+		t.Fatal(err)
+	}
+	return rows, keys
+}
+
+// Store returns a pgstore.Store on db, failing the test if New refuses.
+func Store(t testing.TB, db *sql.DB, opts pgstore.Options) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(db, opts)
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	return s
+}
+
+// Exec runs q on db, failing the test if it fails.
+func Exec(t testing.TB, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
