@@ -216,7 +216,7 @@ func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, op
 	// claim's deadline is the lease's first one.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(ctx, valid)
-	req := g.request(key, fingerprint, opts)
+	req := g.request(key, fingerprint, k.token(), opts)
 	out, err := g.store.Claim(k.claimContext(), req)
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
@@ -266,7 +266,7 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 	}
 	valid := time.Now().Add(g.validity)
 	cctx, cancel := context.WithDeadline(ctx, valid)
-	req := g.request(key, fingerprint, opts)
+	req := g.request(key, fingerprint, newToken(), opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
@@ -277,10 +277,10 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 	return out, err
 }
 
-func (g *Guard) request(key Key, fingerprint string, opts CallOptions) ClaimRequest {
+func (g *Guard) request(key Key, fingerprint, token string, opts CallOptions) ClaimRequest {
 	return ClaimRequest{
 		Key:         key,
-		Token:       newToken(),
+		Token:       token,
 		Fingerprint: fingerprint,
 		Lease:       g.opts.Lease,
 		TTL:         g.opts.TTL,

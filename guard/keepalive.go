@@ -2,10 +2,12 @@ package guard
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // LeaseMargin is how much sooner than the store a Guard takes a lease of
@@ -26,9 +28,13 @@ func LeaseMargin(lease time.Duration) time.Duration {
 // cancels the effect's context at the lease's deadline or at MaxRun,
 // whatever an extension under way is doing, and the context of the write
 // that ends the claim (detached from the caller's, bounded by
-// max(Lease, 1s)). A replay costs this struct, its timer and the claim
-// context's channel; an effect that ends within a third of the lease adds
-// only its own context: no goroutine, no other timer.
+// max(Lease, 1s)). A replay costs this struct (the owner token in it),
+// its timer and the claim context's channel, and, when the caller's
+// context can be cancelled, the effect's context, made before the claim
+// so that the claim's context ends with it; an effect that ends within a
+// third of the lease adds only that context: no goroutine, no other
+// timer, and the timer is armed once (for the first extension) and
+// stopped once.
 //
 // The timer's callback, fire, decides from the state alone what is due,
 // so a late or spurious firing does no harm: it re-arms the timer for
@@ -38,12 +44,14 @@ type keepalive struct {
 	parent context.Context // the caller's context
 	ctx    context.Context // the effect's context, a child of parent, from start on
 	cancel context.CancelCauseFunc
-	// unwatch ends the claim context's watch of parent's cancellation.
-	unwatch func() bool
 
 	mu    sync.Mutex
 	idle  sync.Cond   // broadcast when an extension ends
 	timer *time.Timer // calls fire
+	// armed is when the timer fires next; zero when it is not armed. A
+	// timer armed sooner than what is due is left alone: it fires early
+	// and fire arms it again, which costs less than moving it each time.
+	armed time.Time
 	phase phase
 	lease Lease
 	valid time.Time // the deadline in force: the effect's context ends then
@@ -66,6 +74,10 @@ type keepalive struct {
 
 	// steps is the run's step log (Step); Lease.steps points here.
 	steps stepLog
+
+	// tok holds the claim's owner token (token): the Lease's Token is
+	// a view of it, so the token costs no allocation of its own.
+	tok [tokenChars]byte
 }
 
 type phase uint8
@@ -87,7 +99,11 @@ func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive
 	k := &keepalive{g: g, parent: parent, valid: valid, bound: valid}
 	k.idle.L = &k.mu
 	k.mu.Lock()
-	k.timer = time.AfterFunc(time.Until(valid), k.fire)
+	// Armed for the first extension (a third of a lease after the claim
+	// was sent, before the claim's bound): a claim answered in time needs
+	// no other arming until the holder's write, which is later still.
+	k.armed = valid.Add(-g.validity + g.opts.Lease/3)
+	k.timer = time.AfterFunc(time.Until(k.armed), k.fire)
 	k.mu.Unlock()
 	return k
 }
@@ -98,17 +114,30 @@ func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive
 // context, go-redis with ContextTimeoutEnabled, gives up then as well).
 func (k *keepalive) claimContext() context.Context {
 	if k.parent.Done() != nil {
-		k.unwatch = context.AfterFunc(k.parent, k.parentDone)
+		// The effect's context is made now, and the claim's context
+		// ends with it (see watching): cheaper than a watch of parent's
+		// of its own.
+		k.mu.Lock()
+		k.ctx, k.cancel = context.WithCancelCause(k.parent)
+		k.mu.Unlock()
 	}
 	return (*callCtx)(k)
 }
 
-func (k *keepalive) parentDone() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.phase == claiming {
-		k.endCall(k.parent.Err())
+// watching reports whether the claim's context ends with k.ctx: while
+// claiming, when parent can be cancelled. k.mu is held.
+func (k *keepalive) watching() bool {
+	return k.phase == claiming && k.ctx != nil && k.callErr == nil
+}
+
+// token returns a fresh owner token for the claim, as rand.Text makes one
+// (26 characters of the base32 alphabet, 130 random bits), kept in k.
+func (k *keepalive) token() string {
+	_, _ = rand.Read(k.tok[:]) // crypto/rand.Read never fails
+	for i, b := range k.tok {
+		k.tok[i] = base32Alphabet[b&31]
 	}
+	return unsafe.String(&k.tok[0], len(k.tok))
 }
 
 // endCall ends the store call's context with err. k.mu is held.
@@ -142,10 +171,9 @@ func (k *keepalive) timedOut() bool {
 func (k *keepalive) start(lease Lease) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.unwatch != nil {
-		k.unwatch()
+	if k.ctx == nil {
+		k.ctx, k.cancel = context.WithCancelCause(k.parent)
 	}
-	k.ctx, k.cancel = context.WithCancelCause(k.parent)
 	if k.phase != claiming || k.late {
 		k.cancel(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
@@ -183,6 +211,10 @@ func (k *keepalive) arm(now time.Time) {
 	default:
 		return
 	}
+	if !k.armed.IsZero() && !next.Before(k.armed) {
+		return // it fires sooner, and fire arms it again
+	}
+	k.armed = next
 	k.timer.Reset(next.Sub(now))
 }
 
@@ -192,6 +224,7 @@ func (k *keepalive) arm(now time.Time) {
 func (k *keepalive) end(cause error) {
 	k.phase = ended
 	k.timer.Stop()
+	k.armed = time.Time{}
 	if k.extStop != nil {
 		k.extStop()
 	}
@@ -203,6 +236,7 @@ func (k *keepalive) end(cause error) {
 // fire is the timer's callback.
 func (k *keepalive) fire() {
 	k.mu.Lock()
+	k.armed = time.Time{}
 	var ev *Event
 	defer func() {
 		k.mu.Unlock()
@@ -222,6 +256,10 @@ func (k *keepalive) fire() {
 		k.late = k.phase == claiming
 		k.phase = ended
 		k.endCall(context.DeadlineExceeded)
+		if k.late && k.cancel != nil {
+			// The claim's context watched parent through k.ctx: end it.
+			k.cancel(fmt.Errorf("%w: the claim was not answered within the lease's validity", ErrLeaseLost))
+		}
 		return
 	}
 	switch {
@@ -292,9 +330,6 @@ func (k *keepalive) stop() {
 	k.mu.Lock()
 	k.endCall(context.Canceled)
 	k.mu.Unlock()
-	if k.unwatch != nil {
-		k.unwatch()
-	}
 	if k.cancel != nil {
 		k.cancel(nil)
 	}
@@ -305,8 +340,16 @@ func (k *keepalive) stop() {
 func (k *keepalive) halt() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.phase = ended
+	k.quiesce()
 	k.timer.Stop()
+	k.armed = time.Time{}
+}
+
+// quiesce ends the heartbeat's phase and waits for an extension under
+// way, after telling it to give up. The timer stays armed: fired, it does
+// nothing until the phase changes. k.mu is held.
+func (k *keepalive) quiesce() {
+	k.phase = ended
 	if k.extStop != nil {
 		k.extStop()
 	}
@@ -320,9 +363,9 @@ func (k *keepalive) halt() {
 // cancellation (a client that hangs up does not lose the result), and
 // ends after max(Lease, 1s). Call stop when the write is done.
 func (k *keepalive) detach() context.Context {
-	k.halt()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.quiesce()
 	now := time.Now()
 	k.phase, k.bound = writing, now.Add(max(k.g.opts.Lease, time.Second))
 	if k.callErr != nil { // the caller's cancellation ended the claim's context
@@ -351,6 +394,9 @@ func (c *callCtx) Deadline() (time.Time, bool) {
 func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if (*keepalive)(c).watching() {
+		return c.ctx.Done()
+	}
 	if c.done == nil {
 		c.done = make(chan struct{})
 	}
@@ -360,6 +406,9 @@ func (c *callCtx) Done() <-chan struct{} {
 func (c *callCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if (*keepalive)(c).watching() {
+		return c.ctx.Err()
+	}
 	return c.callErr
 }
 
@@ -371,6 +420,9 @@ func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
 func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if (*keepalive)(c).watching() {
+		return context.AfterFunc(c.ctx, f)
+	}
 	if c.callErr != nil {
 		go f()
 		return func() bool { return false }

@@ -416,3 +416,72 @@ func (s storeFunc) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Out
 	s.onClaim(ctx)
 	return s.Store.Claim(ctx, req)
 }
+
+// The claim's context ends with the caller's: a caller that gives up
+// while its claim is on the way is not kept waiting for the answer, and a
+// context derived from the claim's ends too, without a goroutine.
+func TestClaimContextEndsWithCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	g := guard.New(storeFunc{realStore(t), func(cctx context.Context) {
+		d, dcancel := context.WithTimeout(cctx, time.Hour)
+		defer dcancel()
+		buf := make([]byte, 1<<20)
+		if n := runtime.Stack(buf, true); strings.Contains(string(buf[:n]), "propagateCancel") {
+			t.Error("deriving from the claim's context started a goroutine")
+		}
+		cancel()
+		for _, c := range []context.Context{cctx, d} {
+			select {
+			case <-c.Done():
+			case <-time.After(10 * time.Second):
+				t.Error("the claim's context (or one derived from it) did not end with the caller's")
+				return
+			}
+		}
+		if !errors.Is(cctx.Err(), context.Canceled) {
+			t.Errorf("the claim's context ended with %v, want the caller's context.Canceled", cctx.Err())
+		}
+	}}, guard.Options{})
+	_, err := g.Do(ctx, guard.Key{Scope: "s", ID: "caller-gone"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("the effect ran after its caller gave up during the claim")
+		return nil, nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v, want context.Canceled", err)
+	}
+}
+
+// Do's owner tokens are as rand.Text makes them (26 characters of the
+// base32 alphabet), differ from call to call, and stay what the record
+// keeps after Do returns.
+func TestDoTokens(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	seen := map[string]bool{}
+	var leases []guard.Lease
+	for i := range 200 {
+		key := guard.Key{Scope: "s", ID: fmt.Sprint("token-", i)}
+		res, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+			rec, err := g.Get(ctx, l.Key)
+			if err != nil || rec.Token != l.Token {
+				return nil, fmt.Errorf("record %+v, %v; want the lease's token %q", rec, err, l.Token)
+			}
+			return []byte("v"), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := res.Lease.Token
+		if len(tok) != 26 || strings.Trim(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != "" || seen[tok] {
+			t.Fatalf("token %q: want 26 base32 characters, new each call", tok)
+		}
+		seen[tok] = true
+		leases = append(leases, res.Lease)
+	}
+	runtime.GC()
+	for _, l := range leases {
+		if !seen[l.Token] {
+			t.Fatalf("a lease's token changed after Do returned: %q", l.Token)
+		}
+	}
+}

@@ -247,18 +247,25 @@ func acquired(req *ClaimRequest, name, tok string, fence, attempt int64, recover
 // record there and returns it. Only a record the client cannot answer from
 // (another holder's, a failed or a released one) needs the claim script.
 func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, error) {
-	// The name and the first attempt's value share one allocation, and
-	// neither is changed again: the lease keeps the name and the encoded
-	// token as pieces of it, without copies.
-	p, buf, err := newPending(req, s.nameLen())
+	// The name and the first attempt's value share one allocation with
+	// the command (most keys fit claimCall's buffer), and neither is
+	// changed again: the lease keeps the name and the encoded token as
+	// pieces of it, without copies.
+	n, err := pendingLen(req)
 	if err != nil {
 		return Outcome{}, err
 	}
+	c := new(claimCall)
+	mem := c.mem[:s.nameLen():len(c.mem)]
+	if s.nameLen()+n > len(c.mem) {
+		mem = make([]byte, s.nameLen(), s.nameLen()+n)
+	}
+	p, buf := appendPending(mem, req)
 	s.appendName(buf[:0], req.Key)
 	all := unsafeString(buf)
 	name, value := all[:s.nameLen()], all[s.nameLen():]
 	tok := value[p.tok[0]:p.tok[1]]
-	v, found, owned, err := s.setNXGet(ctx, name, value, p.ttl)
+	v, found, owned, err := s.setNXGet(ctx, c, name, value, p.ttl)
 	switch {
 	case isOOM(err):
 		// A server out of memory refuses every SET, even one that would
@@ -327,6 +334,15 @@ type setCall struct {
 	args        [7]any
 }
 
+// claimCall is what Claim allocates once: the SET NX GET's arguments, its
+// command on a *redis.Client (raw), and room for the record's name and
+// first attempt (a key whose scope and ID take up to about 180 bytes).
+type claimCall struct {
+	setCall
+	raw redis.RawCmd
+	mem [256]byte
+}
+
 // setNXGet sends SET name value NX GET PX ttl and returns the value that
 // was there (found), or none when this call created the key. owned: the
 // value's bytes are a reply buffer no one else holds, which the caller may
@@ -336,8 +352,9 @@ type setCall struct {
 // of a created key as an error, and checking whether to retry it costs
 // about twenty allocations. Error replies are then go-redis-free too: a
 // Redis error comes back as a respError.
-func (s *RedisStore) setNXGet(ctx context.Context, name, value string, ttl int64) (v string, found, owned bool, err error) {
-	c := &setCall{name: name, value: value, px: ttl}
+func (s *RedisStore) setNXGet(ctx context.Context, cc *claimCall, name, value string, ttl int64) (v string, found, owned bool, err error) {
+	c := &cc.setCall
+	c.name, c.value, c.px = name, value, ttl
 	c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
 	args := c.args[:]
 	if !s.raw {
@@ -351,11 +368,11 @@ func (s *RedisStore) setNXGet(ctx context.Context, name, value string, ttl int64
 		}
 		return cmd.Val(), true, false, nil
 	}
-	cmd := redis.NewRawCmd(ctx, args...)
-	if _, err := s.send(ctx, cmd); err != nil {
+	cc.raw = *redis.NewRawCmd(ctx, args...) // a plain struct: made in place, no allocation of its own
+	if _, err := s.send(ctx, &cc.raw); err != nil {
 		return "", false, false, err
 	}
-	v, found, err = parseBulk(cmd.Val())
+	v, found, err = parseBulk(cc.raw.Val())
 	return v, found, true, err
 }
 
@@ -466,6 +483,7 @@ type writeCall struct {
 	result                     bytesArg
 	ms, body                   int64
 	args                       [9]any
+	cmd                        redis.Cmd // the script's command, made in place (script)
 }
 
 // bytesArg is a []byte argument passed by pointer (go-redis writes an
@@ -478,32 +496,57 @@ func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
 // newWrite starts a write's arguments for lease: EVALSHA's three, the
 // record's name and the encoded token.
 func (s *RedisStore) newWrite(lease Lease) (*writeCall, leaseNames, error) {
+	w := new(writeCall)
+	n, err := s.startWrite(w, lease)
+	return w, n, err
+}
+
+// startWrite is newWrite in w's memory.
+func (s *RedisStore) startWrite(w *writeCall, lease Lease) (leaseNames, error) {
 	n, err := s.leaseNames(lease)
 	if err != nil {
-		return nil, n, err
+		return n, err
 	}
-	w := &writeCall{name: n.name, tok: n.tok}
+	w.name, w.tok = n.name, n.tok
 	w.args[0], w.args[1], w.args[2], w.args[3], w.args[4] = evalsha, nil, 1, &w.name, &w.tok
-	return w, n, nil
+	return n, nil
+}
+
+// completeCall is what Complete allocates once: the write's arguments and
+// command, and room for the completed record (a record with a result of
+// up to about 250 bytes).
+type completeCall struct {
+	writeCall
+	mem [320]byte
 }
 
 // Complete implements Store. When the lease knows the pending record its
 // claim left, the client builds the completed record and the script only
 // compares and sets it.
 func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
-	w, n, err := s.newWrite(lease)
+	c := new(completeCall)
+	w := &c.writeCall
+	n, err := s.startWrite(w, lease)
 	if err != nil {
 		return err
 	}
 	w.ms, w.pending = ms(ttl), n.pending
 	if n.pending != "" {
-		w.result.b = appendCompleted(make([]byte, 0, len(n.pending)+len(result)), n.pending, n.body, result)
+		w.result.b = appendCompleted(c.buffer(len(n.pending)+len(result)), n.pending, n.body, result)
 		w.body = int64(n.body)
 	} else {
-		w.result.b = append(appendUvarint(make([]byte, 0, uvarintLen(int64(len(result)))+len(result)), int64(len(result))), result...)
+		w.result.b = append(appendUvarint(c.buffer(maxUvarintLen+len(result)), int64(len(result))), result...)
 	}
 	w.args[5], w.args[6], w.args[7], w.args[8] = &w.ms, &w.pending, &w.result, &w.body
 	return s.write(ctx, scripts.Complete, lease.Key, w, 9)
+}
+
+// buffer returns an empty buffer for at least n bytes: c's own when they fit.
+func (c *completeCall) buffer(n int) []byte {
+	if n <= len(c.mem) {
+		return c.mem[:0:len(c.mem)]
+	}
+	return make([]byte, 0, n)
 }
 
 // Fail implements Store.
@@ -540,7 +583,7 @@ func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) e
 // write runs a compare-and-set script on w's first n arguments; it
 // answers 1 (OK) or 0 (LOST).
 func (s *RedisStore) write(ctx context.Context, sc *redis.Script, key Key, w *writeCall, n int) error {
-	v, err := s.script(ctx, sc, w.args[:n]).Int64()
+	v, err := s.scriptIn(ctx, sc, w.args[:n], &w.cmd).Int64()
 	if err != nil {
 		return s.callErr(ctx, key, w.name, err)
 	}
@@ -607,8 +650,15 @@ func (s *RedisStore) GetByName(ctx context.Context, name string) (Record, error)
 // slice is the command's arguments. It sends EVALSHA, and EVAL if the
 // server does not have the script (a restarted or flushed server).
 func (s *RedisStore) script(ctx context.Context, sc *redis.Script, all []any) *redis.Cmd {
+	return s.scriptIn(ctx, sc, all, new(redis.Cmd))
+}
+
+// scriptIn is script with the EVALSHA command made in cmd's memory (a
+// redis.Cmd is a plain struct), so a caller that keeps one beside the
+// arguments allocates it with them.
+func (s *RedisStore) scriptIn(ctx context.Context, sc *redis.Script, all []any, cmd *redis.Cmd) *redis.Cmd {
 	all[0], all[1], all[2] = evalsha, scriptHash(sc), 1
-	cmd := redis.NewCmd(ctx, all...)
+	*cmd = *redis.NewCmd(ctx, all...)
 	cmd.SetFirstKeyPos(3)
 	abandoned, err := s.send(ctx, cmd)
 	if !abandoned && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {

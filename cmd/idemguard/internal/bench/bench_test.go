@@ -43,7 +43,10 @@ func benchTarget(b *testing.B, t *Target) {
 	for _, name := range benchScenarios {
 		b.Run(name, func(b *testing.B) {
 			sc, _ := lookup(name)
-			ctx := context.Background()
+			// Cancellable, as the command's rows run (drive) and as a
+			// request's or a consumer's context is.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			opts := Options{Concurrency: benchWorkers}.withDefaults()
 			e := &env{t: t, opts: opts, prefix: t.rowPrefix()}
 			defer func() { _ = t.cleanup(ctx, e.prefix) }()
