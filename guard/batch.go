@@ -223,7 +223,7 @@ type batchRun struct {
 // not return).
 func (r *batchRun) ends(writes []Write, runs []ran) []Write {
 	for _, x := range runs {
-		w := Write{Lease: x.lease}
+		w := Write{Lease: *x.lease}
 		switch {
 		case x.stopped, !x.returned, errors.Is(x.err, ErrRejected):
 			w.Kind = WriteRelease
@@ -254,8 +254,8 @@ func (r *batchRun) abandon(k *keepalive, b *beat, runs []ran, writes []Write) {
 
 // ran is how one acquired item's turn ended.
 type ran struct {
-	item     int   // index into items
-	lease    Lease // its lease
+	item     int    // index into items
+	lease    *Lease // its lease: in the segment's claim outcomes
 	value    []byte
 	err      error
 	returned bool // fn returned (value, err)
@@ -329,7 +329,8 @@ func (r *batchRun) segment(start, end int) bool {
 			writes = append(writes, Write{Kind: WriteRelease, Lease: out.Lease})
 			r.res[i].Err = skipped(out.Lease.Key)
 		default:
-			runs = append(runs, ran{item: i, lease: out.Lease})
+			outs[j] = out // ran points at its lease
+			runs = append(runs, ran{item: i, lease: &outs[j].Lease})
 		}
 	}
 	// A late answer is late for every claim of the segment: its releases
@@ -338,7 +339,7 @@ func (r *batchRun) segment(start, end int) bool {
 
 	var b *beat
 	if len(runs) > 0 {
-		b = g.newBeat(r.ctx, r.bs, len(runs), func(j int) *Lease { return &runs[j].lease })
+		b = g.newBeat(r.ctx, r.bs, len(runs), func(j int) *Lease { return runs[j].lease })
 		defer func() {
 			if r.exited {
 				r.abandon(k, b, runs, writes)
@@ -380,7 +381,7 @@ func (r *batchRun) segment(start, end int) bool {
 	for j, x := range runs {
 		w, werr := &writes[first+j], werrs[first+j]
 		res := &r.res[x.item]
-		res.Result = Result{Value: x.value, Lease: x.lease}
+		res.Result = Result{Value: x.value, Lease: *x.lease}
 		werr = g.wrote(r.ctx, w, werr)
 		switch {
 		case !x.returned:
@@ -520,6 +521,6 @@ func (r *batchRun) runOne(b *beat, j int, x *ran, goexit func()) {
 			r.exited = true
 		}
 	}()
-	x.value, x.err = r.fn(ctx, x.item, x.lease)
+	x.value, x.err = r.fn(ctx, x.item, *x.lease)
 	x.returned = true
 }

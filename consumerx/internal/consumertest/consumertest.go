@@ -166,11 +166,12 @@ type Meter struct {
 	start     time.Time
 	cpu, rcpu time.Duration
 	mallocs   uint64
+	reads     int64 // the server's total_reads_processed
 }
 
 // StartMeter starts measuring; rdb may be nil (no Redis in the run).
 func StartMeter(rdb *redis.Client) *Meter {
-	m := &Meter{rdb: rdb, rcpu: redisCPU(rdb)}
+	m := &Meter{rdb: rdb, rcpu: redisCPU(rdb), reads: redisReads(rdb)}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m.mallocs = ms.Mallocs
@@ -181,8 +182,10 @@ func StartMeter(rdb *redis.Client) *Meter {
 // Report stops measuring n messages and reports msgs/s, CPU microseconds
 // per message, of this process (client-µs/msg: the adapter, the guard and
 // the broker's client; an embedded broker's too) and of Redis
-// (redis-µs/msg), and heap allocations per message to two decimals
-// (allocs/msg; allocs/op rounds down).
+// (redis-µs/msg), the reads of requests Redis made per message
+// (redis-reads/msg: how well its round trips are shared; 1/16 is one
+// read per batch of 16), and heap allocations per message to two
+// decimals (allocs/msg; allocs/op rounds down).
 func (m *Meter) Report(b *testing.B, n int) {
 	elapsed, cpu := time.Since(m.start), processCPU()-m.cpu
 	var ms runtime.MemStats
@@ -192,6 +195,7 @@ func (m *Meter) Report(b *testing.B, n int) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "client-µs/msg")
 	if m.rdb != nil {
 		b.ReportMetric(float64((redisCPU(m.rdb)-m.rcpu).Microseconds())/float64(n), "redis-µs/msg")
+		b.ReportMetric(float64(redisReads(m.rdb)-m.reads)/float64(n), "redis-reads/msg")
 	}
 }
 
@@ -201,6 +205,25 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisReads is the server's total_reads_processed (INFO stats): how many
+// times it read requests from a connection. Or 0.
+func redisReads(rdb *redis.Client) int64 {
+	if rdb == nil {
+		return 0
+	}
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // redisCPU is the server's CPU time (INFO cpu), or 0.
