@@ -31,6 +31,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		p    pendingValue
 		tok  string
 		cmd  redis.Cmder
+		raw  redis.RawCmd // cmd on a *redis.Client, made in place
 		size int
 	}
 	calls := make([]claimCall, n)
@@ -57,7 +58,8 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		c.tok = c.value[p.tok[0]:p.tok[1]]
 		c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
 		if s.raw {
-			c.cmd = redis.NewRawCmd(ctx, c.args[:]...)
+			c.raw = *redis.NewRawCmd(ctx, c.args[:]...)
+			c.cmd = &c.raw
 		} else {
 			c.cmd = redis.NewStringCmd(ctx, c.args[:]...)
 		}
@@ -266,12 +268,13 @@ func (s *RedisStore) wrote(ctx context.Context, w *Write, c *writeCall, reply re
 // must not be read.
 func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*redis.Script, []any)) ([]redis.Cmder, error) {
 	cmds := make([]redis.Cmder, n)
+	mem := make([]redis.Cmd, n) // the commands, made in place: one allocation
 	for j := range n {
 		sc, args := script(j)
 		args[0], args[1] = evalsha, scriptHash(sc)
-		cmd := redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		cmds[j] = cmd
+		mem[j] = *redis.NewCmd(ctx, args...)
+		mem[j].SetFirstKeyPos(3)
+		cmds[j] = &mem[j]
 	}
 	if err := s.exec(ctx, cmds); err != nil {
 		return nil, err
