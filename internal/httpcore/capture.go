@@ -24,8 +24,8 @@ type Capture struct {
 
 	status      int
 	wroteHeader bool
-	header      http.Header  // a copy of the header at WriteHeader time
-	buf         bytes.Buffer // the body held back, and kept for the store; starts in small
+	header      headerSnapshot // the header at WriteHeader time
+	buf         bytes.Buffer   // the body held back, and kept for the store; starts in small
 	small       [heldInline]byte
 	tooLarge    bool // more than max body bytes: buf is dropped
 	committed   bool // the status line has gone to the real writer
@@ -63,7 +63,7 @@ func (c *Capture) WriteHeader(code int) {
 	}
 	c.wroteHeader = true
 	c.status = code
-	c.header = c.w.Header().Clone()
+	c.header.take(c.w.Header())
 }
 
 func (c *Capture) Write(p []byte) (int, error) {
@@ -126,7 +126,7 @@ func (c *Capture) commit() {
 	c.committed = true
 	// The header goes out as it was when the handler wrote its status, as
 	// net/http would send it: later changes are not part of the response.
-	resetHeader(c.w.Header(), c.header)
+	c.header.restore(c.w.Header())
 	c.w.WriteHeader(c.status)
 	if !c.tooLarge && c.buf.Len() > 0 {
 		c.send(c.buf.Bytes())
@@ -191,7 +191,7 @@ func (c *Capture) Result() Result {
 	if !c.wroteHeader && !c.hijacked {
 		c.WriteHeader(http.StatusOK)
 	}
-	return Result{Status: c.status, Before: c.before, Header: c.header, Body: c.buf.Bytes(),
+	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
 		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release}
 }
 

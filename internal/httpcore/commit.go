@@ -59,7 +59,8 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	if len(body) > m.opts.MaxStoredResponse {
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	} else {
-		result = m.encodeHandlerResponse(status, c.before, h, body)
+		var scratch [16]snapField
+		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), body)
 	}
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)

@@ -424,12 +424,23 @@ func (m *Engine) readBody(w http.ResponseWriter, r Request, id string) ([]byte, 
 // Echo): it reads r's body, up to max bytes (an error wrapping
 // *http.MaxBytesError past it), and puts what it read back as r.Body. A
 // body whose length is declared, and small, is read into one buffer of
-// that length (and a byte more, to see it end).
+// that length (and a byte more, to see it end); one of at most
+// heldBodyInline bytes shares its allocation with the new r.Body.
 func ReadHTTPBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := readAll(w, r, max)
+	if n := r.ContentLength; n >= 0 && n < heldBodyInline {
+		held := &heldSmallBody{}
+		body, err := readAll(w, r, max, held.inline[:])
+		if err != nil {
+			return nil, err
+		}
+		held.Reset(body)
+		r.Body = held
+		return body, nil
+	}
+	body, err := readAll(w, r, max, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -444,18 +455,25 @@ func ReadHTTPBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, er
 // client that declares a large body and sends nothing holds little.
 const exactRead = 32 << 10
 
-func readAll(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+// readAll reads r's body, up to max bytes. A declared length of less than
+// len(inline) is read into inline.
+func readAll(w http.ResponseWriter, r *http.Request, max int64, inline []byte) ([]byte, error) {
 	n := r.ContentLength
 	if n < 0 || n > exactRead {
 		return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	}
-	buf := make([]byte, n+1)
+	var buf []byte
+	if n < int64(len(inline)) {
+		buf = inline[:n+1]
+	} else {
+		buf = make([]byte, n+1)
+	}
 	k := 0
 	for k < len(buf) {
 		c, err := r.Body.Read(buf[k:])
 		k += c
 		if err == io.EOF && k < len(buf) {
-			return buf[:k], nil
+			return buf[:k:k], nil
 		}
 		if err != nil && err != io.EOF {
 			return nil, err
@@ -478,8 +496,18 @@ func (m *Engine) tooLarge(w http.ResponseWriter, id string) {
 }
 
 // heldBody is the request body the handler reads: the bytes the
-// middleware read, in one allocation.
+// middleware read.
 type heldBody struct{ bytes.Reader }
+
+// heldSmallBody is a heldBody in one allocation with its bytes, for a
+// body declared shorter than heldBodyInline (one byte more is read, to
+// see it end): most API requests.
+type heldSmallBody struct {
+	heldBody
+	inline [heldBodyInline]byte
+}
+
+const heldBodyInline = 256
 
 // Close does nothing: the body was read already.
 func (*heldBody) Close() error { return nil }
@@ -594,6 +622,11 @@ type Result struct {
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
 	Release        bool   // CommitResponse answered without committing: release, store nothing
+
+	// fields is Header as a list, when the binding kept it so (a Capture
+	// snapshots the header at WriteHeader without a map); Header is then
+	// nil.
+	fields []snapField
 }
 
 // Response is a binding's hold on a guarded handler's response: the
@@ -733,7 +766,12 @@ func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease gu
 	case res.TooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	default:
-		result = m.encodeHandlerResponse(status, res.Before, res.Header, res.Body)
+		fields := res.fields
+		if fields == nil {
+			var scratch [16]snapField
+			fields = fieldsOf(res.Header, scratch[:])
+		}
+		result = m.encodeHandlerResponse(status, res.Before, fields, res.Body)
 	}
 	m.complete(r, dctx, lease, result)
 	if !res.Hijacked {

@@ -39,17 +39,23 @@ var private = map[string]bool{
 // replay carries their values of the moment.
 func DefaultReplayHeader(name string) bool { return !private[name] }
 
-// connectionFields returns the fields h's Connection header names
-// (canonical), which are hop-by-hop for this response; nil when none.
-func connectionFields(h http.Header) map[string]bool {
+// connectionFields returns the fields the Connection header of a
+// response with fields h names (canonical), which are hop-by-hop for this
+// response; nil when none.
+func connectionFields(h []snapField) map[string]bool {
 	var conn map[string]bool
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				if conn == nil {
-					conn = map[string]bool{}
+	for _, f := range h {
+		if f.name != "Connection" {
+			continue
+		}
+		for _, v := range f.vals {
+			for name := range strings.SplitSeq(v, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					if conn == nil {
+						conn = map[string]bool{}
+					}
+					conn[textproto.CanonicalMIMEHeaderKey(name)] = true
 				}
-				conn[textproto.CanonicalMIMEHeaderKey(f)] = true
 			}
 		}
 	}
@@ -78,4 +84,68 @@ func resetHeader(h, before http.Header) {
 	for k, vs := range before {
 		h[k] = vs
 	}
+}
+
+// headerSnapshot is a response header as it was at one moment, as
+// http.Header.Clone would keep it (each field's values copied, nil kept
+// nil), held in the capture's own storage: a header of up to snapFields
+// fields and snapValues values costs no allocation.
+type headerSnapshot struct {
+	fields       []snapField
+	fieldsInline [snapFields]snapField
+	valsInline   [snapValues]string
+}
+
+// snapField is one field of a headerSnapshot or of a header seen as a
+// list (fieldsOf).
+type snapField struct {
+	name string
+	vals []string
+}
+
+const (
+	snapFields = 8
+	snapValues = 8
+)
+
+// take makes s a copy of h.
+func (s *headerSnapshot) take(h http.Header) {
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	vals := s.valsInline[:0]
+	if n > cap(vals) {
+		vals = make([]string, 0, n)
+	}
+	s.fields = s.fieldsInline[:0]
+	if len(h) > cap(s.fields) {
+		s.fields = make([]snapField, 0, len(h))
+	}
+	for k, vs := range h {
+		if vs == nil {
+			s.fields = append(s.fields, snapField{name: k})
+			continue
+		}
+		at := len(vals)
+		vals = append(vals, vs...) // within its capacity: the slices taken stay put
+		s.fields = append(s.fields, snapField{name: k, vals: vals[at:len(vals):len(vals)]})
+	}
+}
+
+// restore makes h the snapshot's fields (as resetHeader does with a map).
+func (s *headerSnapshot) restore(h http.Header) {
+	clear(h)
+	for _, f := range s.fields {
+		h[f.name] = f.vals
+	}
+}
+
+// fieldsOf lists h's fields into scratch (grown if too small).
+func fieldsOf(h http.Header, scratch []snapField) []snapField {
+	out := scratch[:0]
+	for k, vs := range h {
+		out = append(out, snapField{name: k, vals: vs})
+	}
+	return out
 }

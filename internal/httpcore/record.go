@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // errCorruptResponse: a stored result that decodeResponse cannot read.
@@ -74,30 +75,30 @@ func appendBytes(b []byte, s string) []byte {
 // status, the fields of h (the header when the handler wrote its status)
 // that keepField keeps, and body. It writes the same bytes as encoding a
 // storedResponse of those fields would, straight from h.
-func (m *Engine) encodeHandlerResponse(status int, before, h http.Header, body []byte) []byte {
+func (m *Engine) encodeHandlerResponse(status int, before http.Header, h []snapField, body []byte) []byte {
 	conn := connectionFields(h)
-	var inline [16]string
-	names := inline[:0]
+	var inline [16]snapField
+	kept := inline[:0]
 	size := 2 + 3*binary.MaxVarintLen64 + len(body)
 	n := 0
-	for k, vs := range h {
-		if !m.keepField(k, vs, before, conn) {
+	for _, f := range h {
+		if !m.keepField(f.name, f.vals, before, conn) {
 			continue
 		}
-		names = append(names, k)
-		for _, v := range vs {
-			size += len(k) + len(v) + 2*binary.MaxVarintLen64
+		kept = append(kept, f)
+		for _, v := range f.vals {
+			size += len(f.name) + len(v) + 2*binary.MaxVarintLen64
 			n++
 		}
 	}
-	slices.Sort(names)
+	slices.SortFunc(kept, func(a, b snapField) int { return strings.Compare(a.name, b.name) })
 	b := make([]byte, 0, size)
 	b = append(b, responseVersion, 0)
 	b = binary.AppendUvarint(b, uint64(status))
 	b = binary.AppendUvarint(b, uint64(n))
-	for _, k := range names {
-		for _, v := range h[k] {
-			b = appendBytes(b, k)
+	for _, f := range kept {
+		for _, v := range f.vals {
+			b = appendBytes(b, f.name)
 			b = appendBytes(b, v)
 		}
 	}
