@@ -40,7 +40,7 @@ type RedisOptions struct {
 	// pipelines: under heavy concurrency that saves most round trips and
 	// the CPU they cost, and lifts throughput well past one connection per
 	// call (README, Performance). Fewer calls at once go straight out,
-	// which is as quick or quicker. Scripts and their answers are the same
+	// which is quicker for one to a few callers. Scripts and their answers are the same
 	// either way. A pipelined call waits no longer than its context
 	// allows, even though the script may still run after that, as after
 	// any lost reply. Other clients are always unpipelined. go-redis
@@ -58,8 +58,11 @@ type RedisOptions struct {
 // DefaultDirectCalls is RedisOptions.DirectCalls when unset. Up to it, a
 // connection per call was as quick or quicker; past it, the round trips
 // that pipelines save were worth the hand-over to the autopipeliner
-// (idemguard bench against Redis on the same 2 cores, 1 to 64 workers).
-const DefaultDirectCalls = 16
+// (idemguard bench against Redis on the same 2 cores, 1 to 64 workers,
+// thresholds 2, 4, 8 and 16: at 16 workers, 4 gave a third of the latency
+// of 16 and twice the throughput; at 1 to 4 workers, and at 64, the same;
+// 2 cost a third of the throughput at 4 workers).
+const DefaultDirectCalls = 4
 
 // RedisStore is a Store on Redis: standalone, Sentinel or Cluster, through
 // any go-redis UniversalClient. It needs Redis 7.0 or later (SET … NX GET)
