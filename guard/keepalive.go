@@ -42,7 +42,10 @@ func LeaseMargin(lease time.Duration) time.Duration {
 type keepalive struct {
 	g      *Guard
 	parent context.Context // the caller's context
-	ctx    context.Context // the effect's context, a child of parent, from start on
+	// ctx is the effect's context, a child of parent: made by claimContext
+	// when parent can be cancelled (the claim's context ends with it),
+	// else by start.
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu    sync.Mutex
@@ -76,7 +79,8 @@ type keepalive struct {
 	steps stepLog
 
 	// tok holds the claim's owner token (token): the Lease's Token is
-	// a view of it, so the token costs no allocation of its own.
+	// a view of it, so the token costs no allocation of its own (a Lease
+	// kept after Do returns keeps this struct with it).
 	tok [tokenChars]byte
 }
 
@@ -368,7 +372,7 @@ func (k *keepalive) detach() context.Context {
 	k.quiesce()
 	now := time.Now()
 	k.phase, k.bound = writing, now.Add(max(k.g.opts.Lease, time.Second))
-	if k.callErr != nil { // the caller's cancellation ended the claim's context
+	if k.callErr != nil { // an ended call context does not end the write's
 		k.done, k.callErr = nil, nil
 	}
 	k.arm(now)
