@@ -40,10 +40,10 @@ type RedisOptions struct {
 	// pipelines: under heavy concurrency that saves most round trips and
 	// the CPU they cost, and lifts throughput well past one connection per
 	// call (README, Performance). Fewer calls at once go straight out,
-	// which is quicker for one to a few callers. Scripts and their answers are the same
-	// either way. A pipelined call waits no longer than its context
-	// allows, even though the script may still run after that, as after
-	// any lost reply. Other clients are always unpipelined. go-redis
+	// which is quicker for one to a few callers. Scripts and their
+	// answers are the same either way. A pipelined call waits no longer
+	// than its context allows, even though the script may still run after
+	// that, as after any lost reply. Other clients are always unpipelined. go-redis
 	// (v9.23) marks its autopipeliner experimental: set Unpipelined when
 	// building against another go-redis version than go.mod names.
 	Unpipelined bool
@@ -486,7 +486,7 @@ type writeCall struct {
 	result                     bytesArg
 	ms, body                   int64
 	args                       [9]any
-	cmd                        redis.Cmd // the script's command, made in place (script)
+	cmd                        redis.Cmd // the script's command, made in place (scriptIn)
 }
 
 // bytesArg is a []byte argument passed by pointer (go-redis writes an
