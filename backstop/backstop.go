@@ -226,12 +226,18 @@ func (b *Backstop) Lookup(ctx context.Context, key guard.Key) (result []byte, fe
 	if err := key.Validate(); err != nil {
 		return nil, 0, false, err
 	}
-	err = b.db.QueryRowContext(ctx, b.q.lookup, key.Scope, key.ID).Scan(&result, &fence)
+	return committedRow(ctx, "lookup", b.db.QueryRowContext(ctx, b.q.lookup, key.Scope, key.ID))
+}
+
+// committedRow reads a row of (result, fence), the query what's: found
+// is false when there is none, and a found result is never nil.
+func committedRow(ctx context.Context, what string, row *sql.Row) (result []byte, fence int64, found bool, err error) {
+	err = row.Scan(&result, &fence)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, dbErr(ctx, "lookup", err)
+		return nil, 0, false, dbErr(ctx, what, err)
 	}
 	if result == nil {
 		result = []byte{}

@@ -144,16 +144,6 @@ func (b *Backstop) LookupStep(ctx context.Context, key guard.Key, name string) (
 	if err := key.Validate(); err != nil {
 		return nil, 0, false, err
 	}
-	err = b.db.QueryRowContext(ctx, `SELECT result, fence FROM `+b.t.Steps+`
-		WHERE scope = $1 AND id = $2 AND name = $3 AND expires_at > `+clockNow, key.Scope, key.ID, name).Scan(&result, &fence)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, 0, false, nil
-	}
-	if err != nil {
-		return nil, 0, false, dbErr(ctx, "lookup step", err)
-	}
-	if result == nil {
-		result = []byte{}
-	}
-	return result, fence, true, nil
+	return committedRow(ctx, "lookup step", b.db.QueryRowContext(ctx, `SELECT result, fence FROM `+b.t.Steps+`
+		WHERE scope = $1 AND id = $2 AND name = $3 AND expires_at > `+clockNow, key.Scope, key.ID, name))
 }

@@ -259,11 +259,7 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 		return Outcome{}, err
 	}
 	c := new(claimCall)
-	mem := c.mem[:s.nameLen():len(c.mem)]
-	if s.nameLen()+n > len(c.mem) {
-		mem = make([]byte, s.nameLen(), s.nameLen()+n)
-	}
-	p, buf := appendPending(mem, req)
+	p, buf := appendPending(room(c.mem[:], s.nameLen()+n)[:s.nameLen()], req)
 	s.appendName(buf[:0], req.Key)
 	all := unsafeString(buf)
 	name, value := all[:s.nameLen()], all[s.nameLen():]
@@ -535,19 +531,20 @@ func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, t
 	}
 	w.ms, w.pending = ms(ttl), n.pending
 	if n.pending != "" {
-		w.result.b = appendCompleted(c.buffer(len(n.pending)+len(result)), n.pending, n.body, result)
+		w.result.b = appendCompleted(room(c.mem[:], len(n.pending)+len(result)), n.pending, n.body, result)
 		w.body = int64(n.body)
 	} else {
-		w.result.b = append(appendUvarint(c.buffer(maxUvarintLen+len(result)), int64(len(result))), result...)
+		w.result.b = append(appendUvarint(room(c.mem[:], maxUvarintLen+len(result)), int64(len(result))), result...)
 	}
 	w.args[5], w.args[6], w.args[7], w.args[8] = &w.ms, &w.pending, &w.result, &w.body
 	return s.write(ctx, scripts.Complete, lease.Key, w, 9)
 }
 
-// buffer returns an empty buffer for at least n bytes: c's own when they fit.
-func (c *completeCall) buffer(n int) []byte {
-	if n <= len(c.mem) {
-		return c.mem[:0:len(c.mem)]
+// room returns an empty buffer for at least n bytes: mem when they fit
+// (a call's own storage), else a new one.
+func room(mem []byte, n int) []byte {
+	if n <= len(mem) {
+		return mem[:0:len(mem)]
 	}
 	return make([]byte, 0, n)
 }
