@@ -226,7 +226,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	case !b.Run:
 		return handler(ctx, req)
 	}
-	return s.run(ctx, req, info, handler, b.Lease, b.Fingerprint)
+	return s.run(ctx, req, info, handler, b.Held, b.Fingerprint)
 }
 
 // replay answers with a stored call: its header (with the marker) and
@@ -247,10 +247,10 @@ func replay(ctx context.Context, r *core.Replay) (any, error) {
 	return msg, nil
 }
 
-// run calls the handler under lease and stores or releases the outcome.
+// run calls the handler under held and stores or releases the outcome.
 func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
-	lease guard.Lease, fingerprint string) (resp any, err error) {
-	hctx, stop := s.core.HandlerContext(ctx, lease, fingerprint)
+	held *guard.Held, fingerprint string) (resp any, err error) {
+	hctx, stop := s.core.HandlerContext(held, fingerprint)
 	c := &capture{inner: grpc.ServerTransportStreamFromContext(ctx), method: info.FullMethod}
 	hctx = grpc.NewContextWithServerTransportStream(hctx, c)
 	returned := false
@@ -259,7 +259,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 			// The handler panicked (the panic goes on, with its own stack)
 			// or called runtime.Goexit: no response exists.
 			stop()
-			s.core.Abandon(ctx, info.FullMethod, lease)
+			s.core.Abandon(info.FullMethod, held)
 		}
 	}()
 	start := time.Now()
@@ -276,7 +276,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		}
 		r.Status = st.Proto()
 	}
-	s.core.Finish(ctx, info.FullMethod, lease, took, r)
+	s.core.Finish(info.FullMethod, held, took, r)
 	return resp, err
 }
 

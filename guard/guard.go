@@ -4,8 +4,9 @@
 // A Guard claims a key in a Store, runs the effect while it holds the
 // claim's lease, and stores the result; a later call with the same key gets
 // the stored result without running the effect again. Guard.Do does all of
-// it; Claim, Complete, Fail, Release, Extend and KeepAlive are the steps
-// for callers that need them apart.
+// it; Hold (a Held claim) does it for callers that run the effect
+// themselves; Claim, Complete, Fail, Release, Extend and KeepAlive are the
+// steps for callers that need them apart.
 //
 // # The lease, and what a holder may assume
 //
@@ -20,13 +21,13 @@
 // sent (the store ran it at sent or later, so its lease ends no sooner
 // than sent + Lease by the store's clock), and LeaseMargin (Lease/100 +
 // 2ms, Redlock's drift allowance) covers the two clocks running at
-// different rates. While the effect runs, Do (and KeepAlive) extend the
+// different rates. While the effect runs, Do, Hold and KeepAlive extend the
 // lease every Lease/3 and cancel the effect's context, with a cause
 // matching ErrLeaseLost, at the deadline in force: on a timer of their
 // own, whatever an extension under way is doing. An extension whose answer
 // comes after the deadline, or that fails, never revives the context.
-// A claim answered after its own deadline is not handed out: Claim and Do
-// release it and return ErrUnavailable.
+// A claim answered after its own deadline is not handed out: Claim, Hold
+// and Do release it and return ErrUnavailable.
 //
 // So a holder may assume: its context is done before any other claim of
 // the key can succeed, provided the client's clock runs at the server's
@@ -209,36 +210,48 @@ func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (R
 }
 
 func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, opts CallOptions) (Result, error) {
-	if err := key.Validate(); err != nil {
-		return Result{}, err
-	}
-	// One keepalive bounds the claim and then runs the heartbeat: the
-	// claim's deadline is the lease's first one.
-	valid := time.Now().Add(g.validity)
-	k := g.newKeepalive(ctx, valid)
-	req := g.request(key, fingerprint, k.token(), opts)
-	out, err := g.store.Claim(k.claimContext(), req)
-	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
-		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
-	}
-	var late bool
-	if err == nil && out.Status == Acquired {
-		out.Lease.Deadline = valid
-		late = !k.start(out.Lease)
-	}
-	if err != nil || out.Status != Acquired || late {
-		k.stop()
-	}
-	out, err = g.claimed(ctx, req, out, err, valid, late)
+	k, out, err := g.keptClaim(ctx, key, fingerprint, opts, false)
 	if err != nil {
 		return Result{}, err
 	}
 	if out.Status == Replay {
 		return Result{Value: out.Result, Replayed: true}, nil
 	}
-	k.steps = stepLog{g: g, known: out.Steps}
-	out.Lease.steps = &k.steps
 	return g.run(ctx, k, out.Lease, fn)
+}
+
+// keptClaim claims key under one keepalive, which bounds the claim (the
+// lease's first deadline) and, when the claim is Acquired, runs the
+// heartbeat: k is nil otherwise. The claim's context ends with ctx unless
+// detachedClaim; the effect's context is a child of ctx either way. The
+// outcome and error are Claim's.
+func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts CallOptions, detachedClaim bool) (k *keepalive, out Outcome, err error) {
+	if err := key.Validate(); err != nil {
+		return nil, Outcome{}, err
+	}
+	valid := time.Now().Add(g.validity)
+	k = g.newKeepalive(ctx, valid)
+	k.detachedClaim = detachedClaim
+	req := g.request(key, fingerprint, k.token(), opts)
+	out, err = g.store.Claim(k.claimContext(), req)
+	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
+	}
+	var late bool
+	if err == nil && out.Status == Acquired {
+		out.Lease.Deadline = valid
+		k.steps = stepLog{g: g, known: out.Steps}
+		out.Lease.steps = &k.steps
+		late = !k.start(out.Lease)
+	}
+	if err != nil || out.Status != Acquired || late {
+		k.stop()
+	}
+	out, err = g.claimed(ctx, req, out, err, valid, late)
+	if err != nil || out.Status != Acquired {
+		return nil, out, err
+	}
+	return k, out, nil
 }
 
 // Claim takes key for the caller. On Acquired the caller must end the
@@ -379,13 +392,19 @@ func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Re
 // be running. stop ends the heartbeat, waits for an extension under way,
 // cancels the context, and may be called more than once.
 func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
+	k := g.keep(ctx, lease)
+	return k.ctx, k.stop
+}
+
+// keep starts a keepalive for lease (KeepAlive, Keep).
+func (g *Guard) keep(ctx context.Context, lease Lease) *keepalive {
 	valid := lease.Deadline
 	if valid.IsZero() {
 		valid = time.Now().Add(g.validity)
 	}
 	k := g.newKeepalive(ctx, valid)
 	k.start(lease)
-	return k.ctx, k.stop
+	return k
 }
 
 // Complete stores result for the holder of lease. It writes even if ctx

@@ -47,6 +47,9 @@ type keepalive struct {
 	// else by start.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// detachedClaim: the claim does not end with parent (Hold); the
+	// effect's context is parent's child all the same.
+	detachedClaim bool
 
 	mu    sync.Mutex
 	idle  sync.Cond   // broadcast when an extension ends
@@ -113,11 +116,12 @@ func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive
 }
 
 // claimContext returns the context of the claim: parent's values, ended
-// by parent's cancellation and at the lease's first deadline, which it
+// by parent's cancellation (unless detachedClaim) and at the lease's
+// first deadline, which it
 // reports as its deadline (a client that sets socket deadlines from the
 // context, go-redis with ContextTimeoutEnabled, gives up then as well).
 func (k *keepalive) claimContext() context.Context {
-	if k.parent.Done() != nil {
+	if k.parent.Done() != nil && !k.detachedClaim {
 		// The effect's context is made now, and the claim's context
 		// ends with it (see watching): cheaper than a watch of parent's
 		// of its own.
@@ -385,7 +389,7 @@ type callCtx keepalive
 
 func (c *callCtx) Deadline() (time.Time, bool) {
 	c.mu.Lock()
-	d, claim := c.bound, c.phase == claiming || c.late
+	d, claim := c.bound, (c.phase == claiming || c.late) && !c.detachedClaim
 	c.mu.Unlock()
 	if claim {
 		if pd, ok := c.parent.Deadline(); ok && pd.Before(d) {

@@ -198,14 +198,14 @@ func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 		case !b.Run:
 			return next(ctx, req)
 		}
-		return s.run(ctx, req, next, b.Lease, b.Fingerprint)
+		return s.run(ctx, req, next, b.Held, b.Fingerprint)
 	}
 }
 
-// run calls the handler under lease and stores or releases the outcome.
-func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, lease guard.Lease, fingerprint string) (connect.AnyResponse, error) {
+// run calls the handler under held and stores or releases the outcome.
+func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, held *guard.Held, fingerprint string) (connect.AnyResponse, error) {
 	method := req.Spec().Procedure
-	hctx, stop := s.core.HandlerContext(ctx, lease, fingerprint)
+	hctx, stop := s.core.HandlerContext(held, fingerprint)
 	// A handler with the "simple" signature sets its header and trailer
 	// through the call info; what outer interceptors set there before is
 	// not the handler's.
@@ -218,7 +218,7 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	defer func() {
 		if !returned {
 			stop()
-			s.core.Abandon(ctx, method, lease)
+			s.core.Abandon(method, held)
 		}
 	}()
 	start := time.Now()
@@ -242,7 +242,7 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 		addChanged(r.Header, nil, res.Header())
 		addChanged(r.Trailer, nil, res.Trailer())
 	}
-	s.core.Finish(ctx, method, lease, took, r)
+	s.core.Finish(method, held, took, r)
 	return res, err
 }
 

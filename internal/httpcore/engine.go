@@ -257,16 +257,14 @@ type Begin struct {
 	// Pass: run the handler unguarded (a method not guarded, or an
 	// optional key left out).
 	Pass bool
-	// Run: the key is this request's; run the handler under Lease
-	// (Engine.Run) and the run ends it. When neither Pass nor Run is set
-	// the request was answered.
+	// Run: the key is this request's; run the handler under Held, kept
+	// alive from the claim on (Engine.RunCaptured, RunBuffered), and the
+	// run ends it. When neither Pass nor Run is set the request was
+	// answered.
 	Run         bool
-	Lease       guard.Lease
+	Held        *guard.Held
 	Fingerprint string
 	Route       string
-	// DCtx is the request's context without its cancellation, for the
-	// writes that end the claim.
-	DCtx context.Context
 }
 
 // Begin makes the request-side decisions: whether the method is guarded,
@@ -300,17 +298,19 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
 
-	// Claim even if the client hangs up meanwhile: a claim cut off after
-	// the store took it would lock the key for a whole lease. Guard.Claim
-	// bounds the call itself (half a lease). The writes that end the
-	// claim (complete, release) outlive a hang-up too, on the same
-	// context.
-	dctx := context.WithoutCancel(r.Context())
-	out, err := m.g.Claim(dctx, key, fingerprint)
+	// Hold claims even if the client hangs up meanwhile: a claim cut off
+	// after the store took it would lock the key for a whole lease. It
+	// bounds the call itself (the lease's first deadline), keeps the
+	// lease alive from then on, and the writes that end the claim
+	// (complete, release) outlive a hang-up too.
+	out, held, err := m.g.Hold(r.Context(), key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
 		out, err, ok = m.wait(r, key, fingerprint)
 		if !ok {
 			return Begin{} // the client left while waiting; nothing was claimed
+		}
+		if err == nil && out.Status == guard.Acquired {
+			held = m.g.Keep(r.Context(), out.Lease)
 		}
 	}
 	if err != nil {
@@ -323,10 +323,10 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	if r.Context().Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
-		m.release(dctx, out.Lease)
+		m.release(held)
 		return Begin{}
 	}
-	return Begin{Run: true, Lease: out.Lease, Fingerprint: fingerprint, Route: route, DCtx: dctx}
+	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
 }
 
 // requestKey finds the request's key where Options.Key says. It answers
@@ -655,7 +655,7 @@ func (m *Engine) RunCaptured(w http.ResponseWriter, r Request, b Begin, call fun
 	run := &capturedRun{}
 	c := &run.c
 	c.init(w, m.opts.MaxStoredResponse)
-	run.info = claimInfo{lease: b.Lease, fingerprint: b.Fingerprint, route: b.Route, c: c, m: m}
+	run.info = claimInfo{lease: b.Held.Lease(), fingerprint: b.Fingerprint, route: b.Route, c: c, m: m}
 	run.ctx.info = &run.info
 	m.execute(r, b, c, &run.ctx, func() { call(&run.ctx, c) })
 }
@@ -665,7 +665,7 @@ func (m *Engine) RunCaptured(w http.ResponseWriter, r Request, b Begin, call fun
 // context; resp reads the response it built.
 func (m *Engine) RunBuffered(r Request, b Begin, resp Response, call func(ctx context.Context)) {
 	run := &bufferedRun{}
-	run.info = claimInfo{lease: b.Lease, fingerprint: b.Fingerprint, route: b.Route, m: m}
+	run.info = claimInfo{lease: b.Held.Lease(), fingerprint: b.Fingerprint, route: b.Route, m: m}
 	run.ctx.info = &run.info
 	m.execute(r, b, resp, &run.ctx, func() { call(&run.ctx) })
 }
@@ -684,21 +684,21 @@ type bufferedRun struct {
 	ctx  runContext
 }
 
-// execute calls the handler (invoke) under the lease, kept alive, and
-// stores or releases the outcome. A panic releases the key and answers
-// 500 (or cuts the response off when part of it is out).
+// execute calls the handler (invoke) under the held lease, kept alive,
+// and stores or releases the outcome; the handler's context ends when
+// that write returns. A panic releases the key and answers 500 (or cuts
+// the response off when part of it is out).
 func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invoke func()) {
-	lease, dctx := b.Lease, b.DCtx
-	ctx, stop := m.g.KeepAlive(r.Context(), lease)
-	rc.Context = ctx
+	held := b.Held
+	lease := held.Lease()
+	rc.Context = held.Context()
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
 		p := recover()
-		stop()
-		m.release(dctx, lease)
+		m.release(held)
 		if p == nil {
 			return // runtime.Goexit: let it go on
 		}
@@ -719,8 +719,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	invoke()
 	returned = true
 	m.runs.Observe(b.Route, time.Since(start))
-	stop()
-	m.finish(r, dctx, resp, lease)
+	m.finish(r, held, resp)
 }
 
 // runContext is the guarded handler's context: the lease's (KeepAlive),
@@ -742,14 +741,14 @@ func (c *runContext) Value(key any) any {
 
 // finish stores the handler's response (or a marker, or releases the key
 // for a 5xx) and then lets the held response go to the client.
-func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease guard.Lease) {
+func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	res := resp.Result()
 	status := res.Status
 	var result []byte
 	switch {
 	case res.Release:
 		// CommitResponse answered without committing: nothing is final.
-		m.release(dctx, lease)
+		m.release(held)
 		resp.Send()
 		return
 	case res.Stored != nil:
@@ -760,7 +759,7 @@ func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease gu
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
 	case status >= 500 && !m.opts.Store5xx:
-		m.release(dctx, lease)
+		m.release(held)
 		resp.Send()
 		return
 	case res.TooLarge:
@@ -773,7 +772,7 @@ func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease gu
 		}
 		result = m.encodeHandlerResponse(status, res.Before, fields, res.Body)
 	}
-	m.complete(r, dctx, lease, result)
+	m.complete(r, held, result)
 	if !res.Hijacked {
 		resp.Send()
 	}
@@ -785,12 +784,13 @@ func (m *Engine) finish(r Request, dctx context.Context, resp Response, lease gu
 // SQL backstop under the guard, that request then finds the committed
 // response; without one, it runs the handler again, as it would have once
 // the lease ran out.
-func (m *Engine) complete(r Request, dctx context.Context, lease guard.Lease, result []byte) {
-	err := adapter.Settle(dctx, adapter.SettleBudget, func(ctx context.Context) error { return m.g.Complete(ctx, lease, result) })
+func (m *Engine) complete(r Request, held *guard.Held, result []byte) {
+	err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Complete(result) })
 	if err == nil {
 		return
 	}
-	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(dctx, lease) == nil {
+	lease := held.Lease()
+	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(held) == nil {
 		m.opts.Logger.Warn(m.log+"response not stored (store unreachable); idempotency key released",
 			append(m.logKey(lease.Key), "path", r.Path(), "err", m.logErr(lease.Key, err))...)
 		return
@@ -802,19 +802,19 @@ func (m *Engine) complete(r Request, dctx context.Context, lease guard.Lease, re
 
 // lastRelease tries once more, briefly, to free a key whose completion
 // could not be stored.
-func (m *Engine) lastRelease(ctx context.Context, lease guard.Lease) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+func (m *Engine) lastRelease(held *guard.Held) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(held.Context()), time.Second)
 	defer cancel()
-	return m.g.Release(ctx, lease)
+	return m.g.Release(ctx, held.Lease())
 }
 
 // release undoes the claim, retrying while the store cannot be reached
-// (settle). dctx is the request's context without its cancellation: the
-// key is released even if the client is gone.
-func (m *Engine) release(dctx context.Context, lease guard.Lease) {
-	if err := adapter.Settle(dctx, adapter.SettleBudget, func(ctx context.Context) error { return m.g.Release(ctx, lease) }); err != nil {
+// (settle); the key is released even if the client is gone.
+func (m *Engine) release(held *guard.Held) {
+	if err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Release() }); err != nil {
+		key := held.Lease().Key
 		m.opts.Logger.Warn(m.log+"idempotency key not released; it frees when its lease ends",
-			append(m.logKey(lease.Key), "err", m.logErr(lease.Key, err))...)
+			append(m.logKey(key), "err", m.logErr(key, err))...)
 	}
 }
 

@@ -149,9 +149,11 @@ func New(g *guard.Guard, cfg Config) *Server {
 
 // Begun is what Begin decided.
 type Begun struct {
-	// Run: the call holds the key; run the handler under Lease.
+	// Run: the call holds the key; run the handler under Held, kept
+	// alive from the claim on (HandlerContext), and end it with Finish or
+	// Abandon.
 	Run         bool
-	Lease       guard.Lease
+	Held        *guard.Held
 	Fingerprint string
 	// Error: answer with this status; nothing ran, nothing was stored.
 	Error *spb.Status
@@ -202,14 +204,17 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 	}
 	key := guard.Key{Scope: scope, ID: id}
 
-	// Claim even if the client hangs up meanwhile: a claim cut off after
-	// the store took it would lock the key for a whole lease. Guard.Claim
-	// bounds the call itself.
-	out, err := s.g.Claim(context.WithoutCancel(ctx), key, fingerprint)
+	// Hold claims even if the client hangs up meanwhile: a claim cut off
+	// after the store took it would lock the key for a whole lease. It
+	// bounds the call itself and keeps the lease alive from then on.
+	out, held, err := s.g.Hold(ctx, key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && s.cfg.Wait > 0 {
 		out, err, ok = s.wait(ctx, key, fingerprint)
 		if !ok {
 			return Begun{Gone: true} // nothing was claimed
+		}
+		if err == nil && out.Status == guard.Acquired {
+			held = s.g.Keep(ctx, out.Lease)
 		}
 	}
 	if err != nil {
@@ -220,10 +225,10 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 	}
 	if ctx.Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
-		s.release(ctx, out.Lease)
+		s.release(held)
 		return Begun{Gone: true}
 	}
-	return Begun{Run: true, Lease: out.Lease, Fingerprint: fingerprint}
+	return Begun{Run: true, Held: held, Fingerprint: fingerprint}
 }
 
 func (s *Server) requestKey(ctx context.Context, req any, incoming func(string) []string) (string, *spb.Status) {
@@ -375,12 +380,10 @@ type claimInfo struct {
 	fingerprint string
 }
 
-// HandlerContext returns the handler's context: a child of ctx kept alive
-// with the lease (Guard.KeepAlive), whose ClaimFrom gives the lease. stop
-// ends the heartbeat.
-func (s *Server) HandlerContext(ctx context.Context, lease guard.Lease, fingerprint string) (hctx context.Context, stop func()) {
-	hctx, stop = s.g.KeepAlive(ctx, lease)
-	return context.WithValue(hctx, claimKey{}, claimInfo{lease: lease, fingerprint: fingerprint}), stop
+// HandlerContext returns the handler's context: held's, whose ClaimFrom
+// gives the lease. stop ends the heartbeat.
+func (s *Server) HandlerContext(held *guard.Held, fingerprint string) (hctx context.Context, stop func()) {
+	return context.WithValue(held.Context(), claimKey{}, claimInfo{lease: held.Lease(), fingerprint: fingerprint}), held.Stop
 }
 
 // ClaimFrom returns the lease and fingerprint HandlerContext put in ctx.
@@ -399,14 +402,13 @@ type Result struct {
 }
 
 // Finish stores the handler's outcome, or releases the key for a code
-// Config.Release names. took is how long the handler ran. The heartbeat
-// must have been stopped.
-func (s *Server) Finish(ctx context.Context, method string, lease guard.Lease, took time.Duration, r Result) {
+// Config.Release names, and ends held. took is how long the handler ran.
+func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r Result) {
 	s.runs.Observe(method, took)
 	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
 	if r.Status != nil && r.Status.GetCode() != int32(OK) {
 		if s.cfg.Release(Code(r.Status.GetCode())) {
-			s.release(ctx, lease)
+			s.release(held)
 			return
 		}
 		b, err := proto.Marshal(r.Status)
@@ -426,27 +428,27 @@ func (s *Server) Finish(ctx context.Context, method string, lease guard.Lease, t
 			rec.message = b
 		}
 	}
-	s.complete(ctx, lease, method, encodeRecord(rec))
+	s.complete(held, method, encodeRecord(rec))
 }
 
 // Abandon releases the key of a handler that did not return (a panic,
 // which goes on, or runtime.Goexit).
-func (s *Server) Abandon(ctx context.Context, method string, lease guard.Lease) {
-	s.release(ctx, lease)
+func (s *Server) Abandon(method string, held *guard.Held) {
+	s.release(held)
 	s.cfg.Logger.Error(s.cfg.Pkg+": handler did not return (panic); idempotency key released",
-		append(s.logKey(lease.Key), "method", method)...)
+		append(s.logKey(held.Lease().Key), "method", method)...)
 }
 
 // complete stores result for lease, retrying while the store cannot be
 // reached (settle). If it still cannot, it releases the key if it can, so
 // the next call with it is not told Aborted until the lease ends.
-func (s *Server) complete(ctx context.Context, lease guard.Lease, method string, result []byte) {
-	ctx = context.WithoutCancel(ctx)
-	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.g.Complete(ctx, lease, result) })
+func (s *Server) complete(held *guard.Held, method string, result []byte) {
+	err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Complete(result) })
 	if err == nil {
 		return
 	}
-	if errors.Is(err, guard.ErrUnavailable) && s.lastRelease(ctx, lease) == nil {
+	lease := held.Lease()
+	if errors.Is(err, guard.ErrUnavailable) && s.lastRelease(held) == nil {
 		s.cfg.Logger.Warn(s.cfg.Pkg+": response not stored (store unreachable); idempotency key released",
 			append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
 		return
@@ -456,19 +458,21 @@ func (s *Server) complete(ctx context.Context, lease guard.Lease, method string,
 		append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
 }
 
-func (s *Server) lastRelease(ctx context.Context, lease guard.Lease) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+// lastRelease tries once more, briefly, to free a key whose completion
+// could not be stored.
+func (s *Server) lastRelease(held *guard.Held) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(held.Context()), time.Second)
 	defer cancel()
-	return s.g.Release(ctx, lease)
+	return s.g.Release(ctx, held.Lease())
 }
 
 // release undoes the claim, even if the client is gone, retrying while the
 // store cannot be reached (settle).
-func (s *Server) release(ctx context.Context, lease guard.Lease) {
-	ctx = context.WithoutCancel(ctx)
-	if err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.g.Release(ctx, lease) }); err != nil {
+func (s *Server) release(held *guard.Held) {
+	if err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Release() }); err != nil {
+		key := held.Lease().Key
 		s.cfg.Logger.Warn(s.cfg.Pkg+": idempotency key not released; it frees when its lease ends",
-			append(s.logKey(lease.Key), "err", s.logErr(lease.Key, err))...)
+			append(s.logKey(key), "err", s.logErr(key, err))...)
 	}
 }
 

@@ -1,0 +1,52 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// An adapter that answers replays itself before it runs a handler: Hold
+// claims the key and keeps the lease alive while the handler runs under
+// its Context, and Complete stores what the handler answered.
+func ExampleGuard_Hold() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	g := guard.New(guard.NewRedisStore(client, guard.RedisOptions{}), guard.Options{})
+
+	serve := func(ctx context.Context, id string) string {
+		out, held, err := g.Hold(ctx, guard.Key{Scope: "tenant-42/POST /orders", ID: id}, "fp")
+		var busy *guard.InProgressError
+		switch {
+		case errors.As(err, &busy):
+			return "409 still running"
+		case err != nil:
+			return "503 " + err.Error()
+		case out.Status == guard.Replay:
+			return "replayed " + string(out.Result)
+		}
+		defer held.Stop() // a handler that panics: the lease runs out
+		// The handler runs under held.Context(), fenced by held.Lease().Fence.
+		answer := fmt.Sprintf("201 order %d", held.Lease().Fence)
+		if err := held.Complete([]byte(answer)); err != nil {
+			return "500 " + err.Error()
+		}
+		return answer
+	}
+	fmt.Println(serve(context.Background(), "order-1"))
+	fmt.Println(serve(context.Background(), "order-1"))
+	// Output:
+	// 201 order 1
+	// replayed 201 order 1
+}

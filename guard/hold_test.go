@@ -1,0 +1,146 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// Hold's claim, run and completion: Acquired with a holder whose context
+// lives until Complete, then a replay with no holder.
+func TestHoldCompletes(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	key := guard.Key{Scope: "s", ID: "held"}
+	out, h, err := g.Hold(bg, key, "fp")
+	if err != nil || out.Status != guard.Acquired || h == nil {
+		t.Fatalf("Hold = %+v, %v, %v; want Acquired with a holder", out, h, err)
+	}
+	if h.Lease() != out.Lease || h.Lease().Token == "" || h.Lease().Deadline.IsZero() {
+		t.Fatalf("holder's lease %+v, want the outcome's %+v", h.Lease(), out.Lease)
+	}
+	ctx := h.Context()
+	if ctx.Err() != nil {
+		t.Fatalf("the effect's context ended before the claim did: %v", context.Cause(ctx))
+	}
+	if err := h.Complete([]byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the effect's context outlived Complete")
+	}
+	out, h2, err := g.Hold(bg, key, "fp")
+	if err != nil || out.Status != guard.Replay || string(out.Result) != "v" || h2 != nil {
+		t.Fatalf("second Hold = %+v, %v, %v; want the replay and no holder", out, h2, err)
+	}
+	if _, h3, err := g.Hold(bg, key, "other"); !errors.Is(err, guard.ErrMismatch) || h3 != nil {
+		t.Fatalf("Hold with another fingerprint = %v, %v; want ErrMismatch and no holder", h3, err)
+	}
+}
+
+// A claim made through Hold is not cut short by its caller's
+// cancellation (the context only bounds the effect), where Claim's is.
+func TestHoldClaimOutlivesCaller(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	gone, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := g.Claim(gone, guard.Key{Scope: "s", ID: "claim-gone"}, "fp"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with a cancelled context = %v, want context.Canceled", err)
+	}
+	key := guard.Key{Scope: "s", ID: "hold-gone"}
+	out, h, err := g.Hold(gone, key, "fp")
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatalf("Hold with a cancelled context = %+v, %v; want Acquired", out, err)
+	}
+	if !errors.Is(h.Context().Err(), context.Canceled) {
+		t.Fatalf("the effect's context = %v, want its parent's cancellation", h.Context().Err())
+	}
+	if err := h.Release(); err != nil { // the write outlives the caller too
+		t.Fatal(err)
+	}
+	if _, err := g.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("after Release: %v, want ErrNotFound", err)
+	}
+}
+
+// The holder's heartbeat keeps the key for longer than a lease, and Fail
+// ends the claim: the key runs again, as a second attempt.
+func TestHoldKeepsLeaseThenFails(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	g := realGuard(t, guard.Options{Lease: lease})
+	key := guard.Key{Scope: "s", ID: "held-long"}
+	_, h, err := g.Hold(bg, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Context().Done():
+		t.Fatalf("lease lost while heartbeating: %v", context.Cause(h.Context()))
+	case <-time.After(3 * lease): // three leases pass; only heartbeats keep the key
+	}
+	if _, _, err := g.Hold(bg, key, "fp"); !errors.Is(err, guard.ErrInProgress) {
+		t.Fatalf("second Hold while the first holds = %v, want ErrInProgress", err)
+	}
+	if err := h.Fail(errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	out, h2, err := g.Hold(bg, key, "fp")
+	if err != nil || out.Lease.Attempt != 2 {
+		t.Fatalf("Hold after Fail = %+v, %v; want attempt 2", out, err)
+	}
+	if err := h2.Complete([]byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Keep holds what Claim acquired; a write may follow Stop (a retry after
+// an error), and a Stop after the write changes nothing.
+func TestKeepThenWriteAfterStop(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	key := guard.Key{Scope: "s", ID: "kept"}
+	out, err := g.Claim(bg, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Keep(bg, out.Lease)
+	if h.Lease() != out.Lease || h.Context().Err() != nil {
+		t.Fatalf("Keep: lease %+v, context %v", h.Lease(), h.Context().Err())
+	}
+	h.Stop()
+	if h.Context().Err() == nil {
+		t.Fatal("Stop left the effect's context running")
+	}
+	if err := h.Complete([]byte("v")); err != nil {
+		t.Fatalf("Complete after Stop = %v", err)
+	}
+	h.Stop()
+	if rec, err := g.Get(bg, key); err != nil || rec.State != guard.StateCompleted {
+		t.Fatalf("record %+v, %v; want completed", rec, err)
+	}
+}
+
+// A holder whose lease another holder recovered: its context ends with
+// ErrLeaseLost, and its completion is refused.
+func TestHoldLeaseLost(t *testing.T) {
+	s, mr := miniStore(t)
+	const lease = 400 * time.Millisecond
+	g := guard.New(s, guard.Options{Lease: lease})
+	key := guard.Key{Scope: "s", ID: "held-stolen"}
+	_, h, err := g.Hold(bg, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr.FastForward(lease + time.Millisecond)
+	if other, err := g.Claim(bg, key, "fp"); err != nil || !other.Lease.Recovered {
+		t.Fatalf("recovery = %+v, %v", other, err)
+	}
+	<-h.Context().Done()
+	if cause := context.Cause(h.Context()); !errors.Is(cause, guard.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+	}
+	if err := h.Complete([]byte("late")); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("late Complete = %v, want ErrLeaseLost", err)
+	}
+}
