@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -99,5 +100,35 @@ func claimContextChildCancelledLater(t *testing.T) {
 	<-derived.Done() // by Do's return at the latest
 	if derived.Err() == nil {
 		t.Error("a context derived from the claim's ended without an error")
+	}
+}
+
+// A claim that gets no answer ends at the lease's first deadline also
+// when the caller's context can be cancelled (the claim's context is then
+// the effect's): its context reports context.DeadlineExceeded, and Do
+// gives ErrUnavailable, not the caller's context.Canceled, which the
+// caller did not ask for.
+func TestClaimContextBoundWithCancellableCaller(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	var claimErr error
+	g := guard.New(storeFunc{realStore(t), func(c context.Context) {
+		<-c.Done() // no answer
+		claimErr = c.Err()
+	}}, guard.Options{Lease: lease})
+	start := time.Now()
+	_, err := g.Do(ctx, guard.Key{Scope: "s", ID: "claim-bound"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("the effect ran on a claim answered after its deadline")
+		return nil, nil
+	})
+	if took := time.Since(start); took < lease-guard.LeaseMargin(lease) {
+		t.Errorf("the claim's context ended after %s, before the lease's first deadline", took)
+	}
+	if !errors.Is(claimErr, context.DeadlineExceeded) {
+		t.Errorf("the claim's context ended with %v, want context.DeadlineExceeded", claimErr)
+	}
+	if !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("Do = %v, want ErrUnavailable and not context.Canceled", err)
 	}
 }
