@@ -123,19 +123,14 @@ func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive
 func (k *keepalive) claimContext() context.Context {
 	if k.parent.Done() != nil && !k.detachedClaim {
 		// The effect's context is made now, and the claim's context
-		// ends with it (see watching): cheaper than a watch of parent's
-		// of its own.
+		// ends with it (claimCtx): cheaper than a watch of parent's of
+		// its own.
 		k.mu.Lock()
 		k.ctx, k.cancel = context.WithCancelCause(k.parent)
 		k.mu.Unlock()
+		return (*claimCtx)(k)
 	}
 	return (*callCtx)(k)
-}
-
-// watching reports whether the claim's context ends with k.ctx: while
-// claiming, when parent can be cancelled. k.mu is held.
-func (k *keepalive) watching() bool {
-	return k.phase == claiming && k.ctx != nil && k.callErr == nil
 }
 
 // token returns a fresh owner token for the claim, as rand.Text makes one
@@ -402,9 +397,6 @@ func (c *callCtx) Deadline() (time.Time, bool) {
 func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (*keepalive)(c).watching() {
-		return c.ctx.Done()
-	}
 	if c.done == nil {
 		c.done = make(chan struct{})
 	}
@@ -414,9 +406,6 @@ func (c *callCtx) Done() <-chan struct{} {
 func (c *callCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (*keepalive)(c).watching() {
-		return c.ctx.Err()
-	}
 	return c.callErr
 }
 
@@ -428,9 +417,6 @@ func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
 func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (*keepalive)(c).watching() {
-		return context.AfterFunc(c.ctx, f)
-	}
 	if c.callErr != nil {
 		go f()
 		return func() bool { return false }
@@ -451,3 +437,35 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 }
 
 func (c *callCtx) String() string { return "idemguard store call" }
+
+// claimCtx is Do's claim context when the caller's context can be
+// cancelled: the effect's context, k.ctx (made by claimContext), with the
+// claim's deadline; the timer cancels k.ctx at the claim's bound. It stays
+// a view of k.ctx after the claim: a context derived from it during the
+// claim may be cancelled through it later (the context package's
+// goroutine that does so reads Err then), so once Done has closed, Err
+// never goes back to nil, as it would if the claim's context were the
+// write's (detach) by then.
+type claimCtx keepalive
+
+func (c *claimCtx) Deadline() (time.Time, bool) { return (*callCtx)(c).Deadline() }
+
+func (c *claimCtx) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err is k.ctx's, or context.DeadlineExceeded when the claim's bound
+// ended it.
+func (c *claimCtx) Err() error {
+	err := c.ctx.Err()
+	if err != nil && (*keepalive)(c).timedOut() {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func (c *claimCtx) Value(key any) any { return c.parent.Value(key) }
+
+// AfterFunc arranges for f to run, in a goroutine of its own, when k.ctx
+// ends (see callCtx.AfterFunc).
+func (c *claimCtx) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ctx, f) }
+
+func (c *claimCtx) String() string { return "idemguard store call" }
