@@ -250,7 +250,7 @@ func replay(ctx context.Context, r *core.Replay) (any, error) {
 // run calls the handler under held and stores or releases the outcome.
 func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
 	held *guard.Held, fingerprint string) (resp any, err error) {
-	hctx, stop := s.core.HandlerContext(held, fingerprint)
+	hctx := s.core.HandlerContext(held, fingerprint)
 	c := &capture{inner: grpc.ServerTransportStreamFromContext(ctx), method: info.FullMethod}
 	hctx = grpc.NewContextWithServerTransportStream(hctx, c)
 	returned := false
@@ -258,7 +258,6 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !returned {
 			// The handler panicked (the panic goes on, with its own stack)
 			// or called runtime.Goexit: no response exists.
-			stop()
 			s.core.Abandon(info.FullMethod, held)
 		}
 	}()
@@ -266,7 +265,6 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	resp, err = handler(hctx, req)
 	returned = true
 	took := time.Since(start)
-	stop()
 	r := core.Result{Msg: resp}
 	r.Header, r.Trailer = c.metadata()
 	if err != nil {

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -142,5 +143,57 @@ func TestHoldLeaseLost(t *testing.T) {
 	}
 	if err := h.Complete([]byte("late")); !errors.Is(err, guard.ErrLeaseLost) {
 		t.Fatalf("late Complete = %v, want ErrLeaseLost", err)
+	}
+}
+
+// firstWriteFails is a real store whose first Complete fails as if the
+// connection dropped; the second checks that the first one's context,
+// which the retry's must not be, stayed ended.
+type firstWriteFails struct {
+	guard.Store
+	t     *testing.T
+	first context.Context
+	done  <-chan struct{}
+}
+
+func (s *firstWriteFails) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	if s.first == nil {
+		s.first, s.done = ctx, ctx.Done()
+		return fmt.Errorf("%w: connection reset", guard.ErrUnavailable)
+	}
+	select {
+	case <-s.done:
+	default:
+		s.t.Error("the failed write's context did not end with it")
+	}
+	if s.first.Err() == nil {
+		s.t.Error("the failed write's context: Done is closed, but Err is nil again once the retry runs")
+	}
+	if ctx == s.first {
+		s.t.Error("the retry runs on the failed write's context")
+	}
+	return s.Store.Complete(ctx, lease, result, ttl)
+}
+
+// A write tried again after an error (Complete is retried by httpx and
+// grpcx while the store is unreachable) runs on a context of its own: the
+// failed write's, which contexts derived from it may still read, stays
+// ended.
+func TestHoldCompleteRetry(t *testing.T) {
+	s := &firstWriteFails{Store: realStore(t), t: t}
+	g := guard.New(s, guard.Options{})
+	key := guard.Key{Scope: "s", ID: "held-retry"}
+	_, h, err := g.Hold(bg, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Complete([]byte("v")); !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("first Complete = %v, want ErrUnavailable", err)
+	}
+	if err := h.Complete([]byte("v")); err != nil {
+		t.Fatalf("retried Complete = %v", err)
+	}
+	if rec, err := g.Get(bg, key); err != nil || rec.State != guard.StateCompleted {
+		t.Fatalf("record %+v, %v; want completed", rec, err)
 	}
 }

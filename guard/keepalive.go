@@ -77,6 +77,9 @@ type keepalive struct {
 	late    bool          // the claim's bound passed before its answer
 	// afters run when the call's context ends (contexts derived from it).
 	afters []*func()
+	// writeCancel ends the context of a write made after the call's
+	// context ended (detach), if any.
+	writeCancel context.CancelFunc
 
 	// steps is the run's step log (Step); Lease.steps points here.
 	steps stepLog
@@ -117,9 +120,9 @@ func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive
 
 // claimContext returns the context of the claim: parent's values, ended
 // by parent's cancellation (unless detachedClaim) and at the lease's
-// first deadline, which it
-// reports as its deadline (a client that sets socket deadlines from the
-// context, go-redis with ContextTimeoutEnabled, gives up then as well).
+// first deadline, which it reports as its deadline (a client that sets
+// socket deadlines from the context, go-redis with ContextTimeoutEnabled,
+// gives up then as well).
 func (k *keepalive) claimContext() context.Context {
 	if k.parent.Done() != nil && !k.detachedClaim {
 		// The effect's context is made now, and the claim's context
@@ -332,7 +335,12 @@ func (k *keepalive) stop() {
 	k.halt()
 	k.mu.Lock()
 	k.endCall(context.Canceled)
+	writeCancel := k.writeCancel
+	k.writeCancel = nil
 	k.mu.Unlock()
+	if writeCancel != nil {
+		writeCancel()
+	}
 	if k.cancel != nil {
 		k.cancel(nil)
 	}
@@ -371,8 +379,17 @@ func (k *keepalive) detach() context.Context {
 	k.quiesce()
 	now := time.Now()
 	k.phase, k.bound = writing, now.Add(max(k.g.opts.Lease, time.Second))
-	if k.callErr != nil { // an ended call context does not end the write's
-		k.done, k.callErr = nil, nil
+	if k.callErr != nil {
+		// The call context has ended (at a bound, or by stop, before a
+		// write that is tried again): it is not revived, since a context
+		// derived from it may read its Err after it ended. This write
+		// gets a context of its own, which stop cancels.
+		if k.writeCancel != nil {
+			k.writeCancel()
+		}
+		var ctx context.Context
+		ctx, k.writeCancel = context.WithDeadline(context.WithoutCancel(k.parent), k.bound)
+		return ctx
 	}
 	k.arm(now)
 	return (*callCtx)(k)

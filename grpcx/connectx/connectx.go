@@ -205,7 +205,7 @@ func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 // run calls the handler under held and stores or releases the outcome.
 func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, held *guard.Held, fingerprint string) (connect.AnyResponse, error) {
 	method := req.Spec().Procedure
-	hctx, stop := s.core.HandlerContext(held, fingerprint)
+	hctx := s.core.HandlerContext(held, fingerprint)
 	// A handler with the "simple" signature sets its header and trailer
 	// through the call info; what outer interceptors set there before is
 	// not the handler's.
@@ -217,7 +217,6 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	returned := false
 	defer func() {
 		if !returned {
-			stop()
 			s.core.Abandon(method, held)
 		}
 	}()
@@ -225,7 +224,6 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	res, err := next(hctx, req)
 	returned = true
 	took := time.Since(start)
-	stop()
 
 	r := core.Result{Header: core.MD{}, Trailer: core.MD{}}
 	if hasInfo {

@@ -381,9 +381,9 @@ type claimInfo struct {
 }
 
 // HandlerContext returns the handler's context: held's, whose ClaimFrom
-// gives the lease. stop ends the heartbeat.
-func (s *Server) HandlerContext(held *guard.Held, fingerprint string) (hctx context.Context, stop func()) {
-	return context.WithValue(held.Context(), claimKey{}, claimInfo{lease: held.Lease(), fingerprint: fingerprint}), held.Stop
+// gives the lease. It ends when Finish or Abandon has ended the claim.
+func (s *Server) HandlerContext(held *guard.Held, fingerprint string) context.Context {
+	return context.WithValue(held.Context(), claimKey{}, claimInfo{lease: held.Lease(), fingerprint: fingerprint})
 }
 
 // ClaimFrom returns the lease and fingerprint HandlerContext put in ctx.

@@ -67,13 +67,13 @@ func TestClaimContextErrAfterDone(t *testing.T) {
 // cancel error") is in a goroutine of the context package, so the test
 // runs the scenario in a child process.
 func TestClaimContextChildCancelledLater(t *testing.T) {
-	if os.Getenv("IDEMGUARD_REVIEW_CHILD") == "1" {
+	if os.Getenv("IDEMGUARD_TEST_CHILD") == "1" {
 		claimContextChildCancelledLater(t)
 		return
 	}
 	realStore(t) // skips here, not in the child, without services
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClaimContextChildCancelledLater$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "IDEMGUARD_REVIEW_CHILD=1")
+	cmd.Env = append(os.Environ(), "IDEMGUARD_TEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.Contains(string(out), "panic") {
 		t.Fatalf("the scenario crashed (%v):\n%s", err, out)
