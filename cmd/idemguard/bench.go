@@ -135,7 +135,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	results := bench.Median(all)
 	fmt.Fprintf(stdout, "%s, workers %s, %d round(s) (median); load average (1, 5, 15 min) %s before, %s after.\n"+
-		"× baseline: the median over the rounds of each guard row's throughput over its baseline's, run right before it in the same transport mode.\n\n",
+		"× baseline: the median over the rounds of each guard row's throughput over its baseline's, run right before it in the same transport mode (in brackets, with several rounds: the lowest and the highest round's).\n\n",
 		t.Name(), *concurrency, *rounds, loadBefore, bench.LoadAverage())
 	if *format == "text" {
 		err = bench.WriteText(stdout, results)

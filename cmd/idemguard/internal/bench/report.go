@@ -129,7 +129,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	for _, r := range results {
 		ratio := "—"
 		if x := Ratio(r, results); !math.IsNaN(x) {
-			ratio = fmt.Sprintf("%.2f× %s", x, Baseline(r.Scenario))
+			ratio = fmt.Sprintf("%.2f× %s%s", x, Baseline(r.Scenario), ratioRange(r))
 		} else if r.Partner != "" {
 			ratio = "(baseline of " + r.Partner + ")"
 		}
@@ -161,13 +161,22 @@ func WriteText(w io.Writer, results []Result) error {
 	for _, r := range results {
 		ratio := "-"
 		if x := Ratio(r, results); !math.IsNaN(x) {
-			ratio = fmt.Sprintf("%.2f", x)
+			ratio = fmt.Sprintf("%.2f%s", x, ratioRange(r))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%d\t%d\t\n", r.Scenario, r.Concurrency, r.OpsPerSec(), ratio,
 			dur(r.Latency.Quantile(0.5)), dur(r.Latency.Quantile(0.99)), dur(r.Latency.Quantile(0.999)),
 			r.RoundTripsPerOp, r.AllocsPerOp, r.Effects, r.DuplicateEffects)
 	}
 	return tw.Flush()
+}
+
+// ratioRange formats the lowest and highest round's ratio of r, when it
+// is the median of several rounds.
+func ratioRange(r Result) string {
+	if r.RatioHigh == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.2f–%.2f)", r.RatioLow, r.RatioHigh)
 }
 
 // dur formats a latency with three significant digits.
@@ -305,9 +314,12 @@ func Median(rounds [][]Result) []Result {
 			return 0
 		})
 		m := rows[(len(rows)-1)/2]
-		m.Ratio = 0
+		m.Ratio, m.RatioLow, m.RatioHigh = 0, 0, 0
 		if len(ratios) > 0 {
 			m.Ratio = ratios[(len(ratios)-1)/2]
+		}
+		if len(ratios) > 1 {
+			m.RatioLow, m.RatioHigh = ratios[0], ratios[len(ratios)-1]
 		}
 		out = append(out, m)
 	}

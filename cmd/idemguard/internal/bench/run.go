@@ -116,6 +116,10 @@ type Result struct {
 	// baseline run right before it; after Median, the median of the
 	// rounds' ratios. 0 when the row has no baseline.
 	Ratio float64
+	// RatioLow and RatioHigh are, after Median of two rounds or more,
+	// the lowest and highest of the rounds' ratios: how far one round
+	// can stray from the median on this machine. 0 otherwise.
+	RatioLow, RatioHigh float64
 }
 
 // OpsPerSec is the row's throughput.

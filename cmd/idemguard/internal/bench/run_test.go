@@ -237,6 +237,16 @@ func TestMedian(t *testing.T) {
 	if r := Ratio(m[1], m); r != 0.7 {
 		t.Fatalf("Ratio = %v, want the rounds' median 0.7 (not 60/100)", r)
 	}
+	if m[1].RatioLow != 0.6 || m[1].RatioHigh != 0.8 || m[0].RatioHigh != 0 {
+		t.Fatalf("ratio range %v–%v (baseline %v), want 0.6–0.8 (none)", m[1].RatioLow, m[1].RatioHigh, m[0].RatioHigh)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, m); err != nil || !strings.Contains(b.String(), "| 0.70× get-auto (0.60–0.80) |") {
+		t.Fatalf("table %v:\n%s", err, b.String())
+	}
+	if one := Median(rounds[:1]); one[1].RatioHigh != 0 {
+		t.Fatalf("one round: range %v–%v, want none", one[1].RatioLow, one[1].RatioHigh)
+	}
 }
 
 func TestPlan(t *testing.T) {
