@@ -722,9 +722,9 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	m.finish(r, held, resp)
 }
 
-// runContext is the guarded handler's context: the lease's (KeepAlive),
-// carrying the claim (ClaimFrom, CommitResponse) as context.WithValue
-// would, without its two allocations.
+// runContext is the guarded handler's context: the held lease's
+// (guard.Held.Context), carrying the claim (ClaimFrom, CommitResponse) as
+// context.WithValue would, without its two allocations.
 type runContext struct {
 	context.Context
 	info *claimInfo
