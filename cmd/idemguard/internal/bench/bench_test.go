@@ -49,7 +49,12 @@ func benchTarget(b *testing.B, t *Target) {
 			defer cancel()
 			opts := Options{Concurrency: benchWorkers}.withDefaults()
 			e := &env{t: t, opts: opts, prefix: t.rowPrefix()}
-			defer func() { _ = t.cleanup(ctx, e.prefix) }()
+			defer func() {
+				_ = t.cleanup(ctx, e.prefix)
+				if e.close != nil {
+					e.close() // the http rows' server and client, as RunAll does
+				}
+			}()
 			fn, err := sc.prepare(ctx, e)
 			if err != nil {
 				b.Fatal(err)
