@@ -50,3 +50,37 @@ func ExampleGuard_Hold() {
 	// 201 order 1
 	// replayed 201 order 1
 }
+
+// A lease that Claim or Wait acquired, held as Hold holds its own: kept
+// alive while the effect runs under the Held's Context, and ended by
+// Complete, which ends the Context too.
+func ExampleGuard_Keep() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	g := guard.New(guard.NewRedisStore(client, guard.RedisOptions{}), guard.Options{})
+	ctx := context.Background()
+	key := guard.Key{Scope: "emails", ID: "welcome/user-7"}
+
+	out, err := g.Claim(ctx, key, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	held := g.Keep(ctx, out.Lease)
+	defer held.Stop()
+	fmt.Println("sending, context", held.Context().Err())
+	if err := held.Complete([]byte("sent")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after Complete, context", held.Context().Err())
+	out, _ = g.Claim(ctx, key, "")
+	fmt.Println(out.Status, string(out.Result))
+	// Output:
+	// sending, context <nil>
+	// after Complete, context context canceled
+	// replay sent
+}
