@@ -177,6 +177,9 @@ func (k *keepalive) timedOut() bool {
 func (k *keepalive) start(lease Lease) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// The lease is kept whatever follows: the writes that end the claim
+	// (Held's) use it even when the run cannot start.
+	k.lease = lease
 	if k.ctx == nil {
 		k.ctx, k.cancel = context.WithCancelCause(k.parent)
 	}
@@ -190,7 +193,7 @@ func (k *keepalive) start(lease Lease) bool {
 			ErrLeaseLost, k.valid.Format(time.RFC3339Nano)))
 		return false
 	}
-	k.phase, k.lease = running, lease
+	k.phase = running
 	// Extend a third of a lease after the claim was sent.
 	k.beat = k.valid.Add(-k.g.validity + k.g.opts.Lease/3)
 	if k.g.opts.MaxRun > 0 {
