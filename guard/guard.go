@@ -247,7 +247,16 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	if err != nil || out.Status != Acquired || late {
 		k.stop()
 	}
+	// claimed calls the Observer: if it panics, nobody holds the claim,
+	// and the heartbeat must not keep its lease alive.
+	handed := false
+	defer func() {
+		if !handed {
+			k.stop()
+		}
+	}()
 	out, err = g.claimed(ctx, req, out, err, valid, late)
+	handed = true
 	if err != nil || out.Status != Acquired {
 		return nil, out, err
 	}

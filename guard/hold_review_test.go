@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // Keep with a lease whose deadline has passed (a Wait answered late, a
@@ -35,4 +36,37 @@ func TestReviewKeepPastDeadlineKeepsLease(t *testing.T) {
 	if _, err := g.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("after Release: %v, want ErrNotFound (the key left claimed)", err)
 	}
+}
+
+// An Observer that panics on the Acquired event (a metrics call with the
+// wrong labels panics) unwinds Hold after the heartbeat started: nobody
+// holds the claim, so its lease must run out as an abandoned one's does,
+// not be extended for as long as the process lives.
+func TestReviewHoldObserverPanicStopsHeartbeat(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	s := realStore(t)
+	panicky := guard.ObserverFunc(func(_ context.Context, e guard.Event) {
+		if e.Kind == guard.EventAcquired {
+			panic("observer")
+		}
+	})
+	g := guard.New(s, guard.Options{Lease: lease, Observer: panicky})
+	key := guard.Key{Scope: "s", ID: "held-observer-panic"}
+	func() {
+		defer func() {
+			if p := recover(); p != "observer" {
+				t.Fatalf("recovered %v, want the observer's panic", p)
+			}
+		}()
+		_, _, _ = g.Hold(bg, key, "fp")
+	}()
+	other := guard.New(s, guard.Options{Lease: lease})
+	testenv.WaitFor(t, 20*lease, "the abandoned claim's lease to run out", func() bool {
+		out, err := other.Claim(bg, key, "fp")
+		if err != nil {
+			return false
+		}
+		_ = other.Release(bg, out.Lease)
+		return true
+	})
 }
