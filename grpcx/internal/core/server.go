@@ -404,6 +404,10 @@ type Result struct {
 // Finish stores the handler's outcome, or releases the key for a code
 // Config.Release names, and ends held. took is how long the handler ran.
 func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r Result) {
+	// The heartbeat ends even if what runs before the write panics (the
+	// user's Config.Release): the lease then runs out instead of being
+	// kept for a claim nobody holds. After the write, Stop does nothing.
+	defer held.Stop()
 	s.runs.Observe(method, took)
 	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
 	if r.Status != nil && r.Status.GetCode() != int32(OK) {
