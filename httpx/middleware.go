@@ -160,8 +160,8 @@ type Options struct {
 // Guard that silently shared keys across callers would replay one caller's
 // response to another.
 //
-// Guard uses g's Claim, Extend, Complete and Release directly rather than
-// Do, because a 5xx must release the key (Do would record a failure) and a
+// Guard holds the claim with g's Hold (and Wait and Keep), ending it with
+// the Held's Complete or Release, rather than Do, because a 5xx must release the key (Do would record a failure) and a
 // panic must become a 500 after the release.
 func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	m := httpcore.New(g, opts.config("httpx.Guard"))
