@@ -6,8 +6,11 @@ import "context"
 // Keep) until Complete, Fail or Release ends it: Claim, KeepAlive and the
 // write that ends the claim in one piece, kept by one timer where those
 // three calls take three. Adapters that answer replays and conflicts
-// before they run a handler use it (httpx, grpcx). Its methods are safe
-// for concurrent use; get one from Hold or Keep.
+// before they run a handler use it (httpx, grpcx). Get one from Hold or
+// Keep. Its methods are safe for concurrent use, but one caller should
+// end the claim: a Stop, or another write, that ends while a write is
+// under way cuts that write off, which then reports ErrUnavailable
+// whether or not it reached the store.
 type Held keepalive
 
 // Hold claims key as Claim does and, when the claim is Acquired, keeps

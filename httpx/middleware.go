@@ -161,8 +161,9 @@ type Options struct {
 // response to another.
 //
 // Guard holds the claim with g's Hold (and Wait and Keep), ending it with
-// the Held's Complete or Release, rather than Do, because a 5xx must release the key (Do would record a failure) and a
-// panic must become a 500 after the release.
+// the Held's Complete or Release, rather than Do, because a 5xx must
+// release the key (Do would record a failure) and a panic must become a
+// 500 after the release.
 func Guard(g *guard.Guard, opts Options) func(http.Handler) http.Handler {
 	m := httpcore.New(g, opts.config("httpx.Guard"))
 	return func(next http.Handler) http.Handler {

@@ -692,9 +692,15 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	held := b.Held
 	lease := held.Lease()
 	rc.Context = held.Context()
-	returned := false
+	returned, finished := false, false
 	defer func() {
+		if finished {
+			return
+		}
 		if returned {
+			// finish panicked before its write (a Logger, an encoder):
+			// the lease runs out rather than being kept alive for ever.
+			held.Stop()
 			return
 		}
 		p := recover()
@@ -720,6 +726,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	returned = true
 	m.runs.Observe(b.Route, time.Since(start))
 	m.finish(r, held, resp)
+	finished = true
 }
 
 // runContext is the guarded handler's context: the held lease's

@@ -19,7 +19,7 @@ import (
 // interceptor outside turns into an error: nobody holds the claim any
 // more, so its lease must run out, as an abandoned claim's does, not be
 // extended by a heartbeat that nothing stops.
-func TestReviewPanicAfterHandlerStopsHeartbeat(t *testing.T) {
+func TestPanicAfterHandlerStopsHeartbeat(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	e := newEnv(t, guard.Options{Lease: lease})
 	p := &payments{fn: func(ctx context.Context, req *structpb.Struct, n int64) (*structpb.ListValue, error) {
