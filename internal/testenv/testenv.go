@@ -65,16 +65,7 @@ func RedisAddr(t testing.TB) string {
 // StartRedis for that).
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: RedisAddr(t), PoolSize: 64}
-	switch os.Getenv("IGAP") {
-	case "fd":
-		o.AutoPipelineOptions = &redis.AutoPipelineOptions{FullDuplex: true}
-	case "u2":
-		o.AutoPipelineOptions = &redis.AutoPipelineOptions{Unordered: true, MaxConcurrentBatches: 2}
-	case "u4":
-		o.AutoPipelineOptions = &redis.AutoPipelineOptions{Unordered: true, MaxConcurrentBatches: 4}
-	}
-	c := redis.NewClient(o)
+	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t), PoolSize: 64})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
