@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,4 +259,62 @@ func TestHoldObserverPanicStopsHeartbeat(t *testing.T) {
 		_ = other.Release(bg, out.Lease)
 		return true
 	})
+}
+
+// HoldWith's call options are in force for its claim: with MaxAttempts
+// 1, a key whose first attempt failed is exhausted for this caller,
+// while the guard's own limit (none here) lets Hold take it again.
+func TestHoldWithCallOptions(t *testing.T) {
+	g := realGuard(t, guard.Options{MaxAttempts: -1})
+	key := guard.Key{Scope: "s", ID: "held-with"}
+	_, h, err := g.Hold(bg, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Fail(errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	var ex *guard.ExhaustedError
+	if _, h2, err := g.HoldWith(bg, key, "fp", guard.CallOptions{MaxAttempts: 1}); !errors.As(err, &ex) || h2 != nil {
+		t.Fatalf("HoldWith(MaxAttempts 1) after a failure: holder %t, %v; want ErrExhausted and no holder", h2 != nil, err)
+	}
+	out, h3, err := g.Hold(bg, key, "fp")
+	if err != nil || out.Lease.Attempt != 2 {
+		t.Fatalf("Hold after the failure = %+v, %v; want attempt 2", out, err)
+	}
+	if err := h3.Complete([]byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Held's methods may be called from several goroutines at once (run with
+// -race): readers of its lease and context beside two Completes. The
+// first to finish ends the claim (and may cut the other off, as the doc
+// says); the key ends completed and the context ended.
+func TestHeldConcurrentUse(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	for i := range 50 {
+		key := guard.Key{Scope: "s", ID: fmt.Sprint("held-concurrent-", i)}
+		_, h, err := g.Hold(bg, key, "fp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for j := range errs {
+			wg.Go(func() { errs[j] = h.Complete([]byte("v")) })
+		}
+		wg.Go(func() { _ = h.Lease().Fence; _ = h.Context().Err() })
+		wg.Wait()
+		h.Stop() // after the writes: changes nothing
+		if h.Context().Err() == nil {
+			t.Fatal("the context outlived the Completes")
+		}
+		if errs[0] != nil && errs[1] != nil {
+			t.Fatalf("both Completes failed: %v; %v", errs[0], errs[1])
+		}
+		if rec, err := g.Get(bg, key); err != nil || rec.State != guard.StateCompleted {
+			t.Fatalf("record %+v, %v; want completed", rec, err)
+		}
+	}
 }
