@@ -277,14 +277,21 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 				return k, nil
 			}
 			if k.fence, err = l.fence(context.WithoutCancel(ctx), name); err != nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opTimeout())
-				_ = k.Release(rctx)
-				cancel()
+				k.releaseNow(ctx)
 				return nil, err
 			}
-			return k, nil
+			// The fence is above every earlier holder's only if it was
+			// raised while this holder still had the lock: a holder that
+			// stalled after reading the counters, past its validity, may
+			// raise them to the number the next holder already took.
+			if time.Now().Before(k.Until()) {
+				return k, nil
+			}
+			k.releaseNow(ctx)
+			last = fmt.Errorf("%w: lock %q: its validity ran out while the fence was taken", ErrNotObtained, name)
+		} else {
+			last = l.acquireErr(name, err)
 		}
-		last = l.acquireErr(name, err)
 		if errors.Is(last, ErrUnavailable) {
 			unavailable++
 			if unavailable >= unavailableTries {
@@ -393,6 +400,13 @@ func (k *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	return k.locker.releaseErr(k.name, err)
+}
+
+// releaseNow releases k within one round, even if ctx has ended.
+func (k *Lock) releaseNow(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.locker.opTimeout())
+	_ = k.Release(rctx)
+	cancel()
 }
 
 // run runs fn under k with a watchdog, then releases k.

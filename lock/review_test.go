@@ -1,0 +1,113 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/lock"
+)
+
+// pauseAfterFenceRead is a go-redis hook that, once armed, holds every
+// reply to a GET of a fence counter until gate is closed, as if the
+// process stalled (a GC pause, a stopped VM) after reading the counters
+// and before raising them. arrived gets one value per held reply.
+type pauseAfterFenceRead struct {
+	gate    chan struct{}
+	arrived chan struct{}
+}
+
+func (h *pauseAfterFenceRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pauseAfterFenceRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *pauseAfterFenceRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(args[1].(string), ":fence") {
+			h.arrived <- struct{}{}
+			<-h.gate // the stall: nothing runs in this process meanwhile
+		}
+		return err
+	}
+}
+
+// TestFenceOfHolderStalledBeforeRaise: holder A takes the lock, reads the
+// fence counters, and stalls past its lock's validity before raising
+// them. Holder B takes the lock meanwhile and its fence. When A wakes up,
+// its Obtain must not hand out a lock whose fence is not below B's: a
+// store that keeps the highest fence would accept both holders' writes.
+// (The fence was taken from counters read while A held the lock, but
+// raised after A had lost it, to the same number B took.)
+func TestFenceOfHolderStalledBeforeRaise(t *testing.T) {
+	const expiry = 300 * time.Millisecond
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() {
+		for _, c := range redlockNodes(t) {
+			_ = c.Del(bg, prefix+"stall:fence").Err()
+		}
+	})
+	addrs := testenv.List(t, testenv.EnvRedlock)
+	hook := &pauseAfterFenceRead{gate: make(chan struct{}), arrived: make(chan struct{}, len(addrs))}
+	nodesA := closing(t, lock.NewNodes(addrs...))
+	for _, c := range nodesA {
+		c.AddHook(hook)
+	}
+	opts := lock.Options{Prefix: prefix, Expiry: expiry, Fencing: true, RetryDelay: 10 * time.Millisecond}
+	a := newLocker(t, nodesA, opts)
+	b := newLocker(t, redlockNodes(t), opts)
+
+	type obtained struct {
+		k   *lock.Lock
+		err error
+	}
+	resA := make(chan obtained, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, "stall")
+		resA <- obtained{k, err}
+	})
+	for range addrs { // A holds the lock and has read every counter
+		select {
+		case <-hook.arrived:
+		case r := <-resA:
+			close(hook.gate)
+			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
+		}
+	}
+
+	// B waits for A's lock to expire, then takes it and its fence.
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	kb, err := b.Obtain(ctx, "stall")
+	if err != nil {
+		close(hook.gate)
+		t.Fatalf("B's Obtain: %v", err)
+	}
+	defer func() { _ = kb.Release(bg) }()
+	close(hook.gate) // A wakes up and raises the counters
+
+	r := <-resA
+	if r.err != nil {
+		t.Logf("A's Obtain after its stall: %v", r.err)
+		if !errors.Is(r.err, lock.ErrNotObtained) && !errors.Is(r.err, lock.ErrUnavailable) {
+			t.Fatalf("A's Obtain = %v, want ErrNotObtained or ErrUnavailable", r.err)
+		}
+		return
+	}
+	defer func() { _ = r.k.Release(bg) }()
+	if r.k.Fence() >= kb.Fence() {
+		t.Fatalf("A (stalled, lock expired) got fence %d, B (took the lock after A's expired) fence %d: "+
+			"A's fence must be below B's, or A must not get the lock", r.k.Fence(), kb.Fence())
+	}
+}
