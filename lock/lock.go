@@ -55,8 +55,10 @@ type Options struct {
 	Prefix string
 	// Expiry is how long a lock lives on a node without being extended. A
 	// holder that dies frees the lock after at most Expiry; while Do's
-	// function runs, the lock is extended every Expiry/3. Default
-	// DefaultExpiry (8s).
+	// function runs, the lock is extended every Expiry/3. It is rounded
+	// down to whole milliseconds, the resolution of Redis's expiry (the
+	// nodes are told whole milliseconds, and the validity is reckoned
+	// from what they are told). Default DefaultExpiry (8s).
 	Expiry time.Duration
 	// Tries bounds the attempts Obtain and Do make while the lock is held
 	// by others; they then return ErrNotObtained. Zero means no bound:
@@ -101,6 +103,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Expiry == 0 {
 		o.Expiry = DefaultExpiry
 	}
+	// The nodes keep whole milliseconds (redsync sends PX Expiry/1ms); a
+	// validity reckoned from a longer Expiry would outlast the keys.
+	o.Expiry = o.Expiry.Truncate(time.Millisecond)
 	if o.Expiry < 3*time.Millisecond {
 		return o, fmt.Errorf("lock: Expiry %s is too short (3ms at least)", o.Expiry)
 	}

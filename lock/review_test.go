@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +110,57 @@ func TestFenceOfHolderStalledBeforeRaise(t *testing.T) {
 	if r.k.Fence() >= kb.Fence() {
 		t.Fatalf("A (stalled, lock expired) got fence %d, B (took the lock after A's expired) fence %d: "+
 			"A's fence must be below B's, or A must not get the lock", r.k.Fence(), kb.Fence())
+	}
+}
+
+// TestUntilWithinServerExpiry: a lock's validity (Until) must end before
+// a quorum of nodes can let the key go, by the servers' own expiry
+// times. Redis keeps expiries in whole milliseconds (PX): an Expiry with
+// a fraction of a millisecond is cut to the millisecond on the nodes, and
+// the validity must be reckoned from what the nodes were told, or it ends
+// after the key does (by up to the fraction, more than the 1% drift
+// allowance for a short Expiry) and another holder can take the lock
+// while this one believes it holds it.
+func TestUntilWithinServerExpiry(t *testing.T) {
+	const expiry = 30*time.Millisecond + 999*time.Microsecond
+	nodes := redlockNodes(t)
+	l := newLocker(t, nodes, lock.Options{Expiry: expiry, RetryDelay: time.Millisecond})
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	for i := range 40 {
+		k, err := l.Obtain(ctx, "until")
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := k.Until()
+		var ends []int64 // each node's expiry, unix ms; the key lives through that millisecond
+		for _, c := range nodes {
+			v, err := c.Get(bg, k.Key()).Result()
+			if err != nil || v == "" {
+				continue // not held there (or already gone)
+			}
+			ms, err := c.Do(bg, "PEXPIRETIME", k.Key()).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms > 0 {
+				ends = append(ends, ms)
+			}
+		}
+		if err := k.Release(bg); err != nil && !errors.Is(err, lock.ErrLost) {
+			t.Fatal(err)
+		}
+		if len(ends) < l.Quorum() {
+			continue // expired before we looked: nothing to compare
+		}
+		// Another holder can take the lock once a quorum of all nodes is
+		// free: those that never held this one's key, and the earliest of
+		// those that did to let it go.
+		slices.Sort(ends)
+		free := time.UnixMilli(ends[l.Quorum()-(len(nodes)-len(ends))-1] + 1)
+		if until.After(free) {
+			t.Fatalf("attempt %d: Until %s is %s after the nodes can let the key go (%s); expiries %v",
+				i, until.Format("15:04:05.000000"), until.Sub(free), free.Format("15:04:05.000000"), ends)
+		}
 	}
 }
