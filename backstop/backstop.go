@@ -83,7 +83,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, lock, lookup, mark, read string
+	commit, lock, lookup, mark, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -123,6 +123,12 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			RETURNING fence`,
 		read: `SELECT fingerprint, status, result, fence FROM ` + k + `
 			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
+		// $1 scope, $2 id, $3 token. The mark of a first attempt its holder
+		// released counts as absent from now on; its fence stays, so the
+		// next holder's is above it.
+		unmark: `UPDATE ` + k + ` SET expires_at = ` + clockNow + `, leased_until = NULL
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1
+				AND expires_at > ` + clockNow,
 	}
 }
 
@@ -292,6 +298,14 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 		return nil, commitErr(err)
 	}
 	return result, nil
+}
+
+// unmark undoes the mark of lease's holder when it released a first
+// attempt: the key is then as if it had never been claimed (a request
+// with another payload may take it), as it is in the primary store.
+func (b *Backstop) unmark(ctx context.Context, lease guard.Lease) error {
+	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token)
+	return dbErr(ctx, "unmark", err)
 }
 
 // markResult is what the backstop knows of a key a primary store has just

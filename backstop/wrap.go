@@ -130,8 +130,17 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
 }
 
+// Release also undoes the holder's mark when it released a first attempt,
+// which the primary then forgets: a key released before any effect is as
+// if never claimed, and a request with another payload may take it. (If
+// PostgreSQL cannot be reached then, the mark stays until it expires and
+// refuses other payloads as a mismatch meanwhile; the release stands.)
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
-	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
+	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
+	if err == nil {
+		_ = g.b.unmark(ctx, lease)
+	}
+	return err
 }
 
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
