@@ -29,7 +29,8 @@ import (
 //
 // If the backstop cannot be reached the claim is released and the error
 // (wrapping guard.ErrUnavailable) returned: fail closed. Complete, Fail,
-// Release and Extend go to primary. Get reads primary and, when it has no
+// Release and Extend go to primary; a Release of a first attempt also
+// undoes the holder's mark, so the key is as if never claimed. Get reads primary and, when it has no
 // record, the committed row in PostgreSQL.
 //
 // A write to primary that ends a claim is never given up at the first
