@@ -230,3 +230,72 @@ func TestProcessBatchOrdered(t *testing.T) {
 		}
 	}
 }
+
+// A message whose handler returned keeps its claim while the rest of its
+// batch runs, however long that takes: MaxRun bounds a handler's run, not
+// the wait for the batch's writes. (The heartbeat used to drop the lease of
+// a handler that had returned once MaxRun had passed since it started: the
+// lease ran out while the batch still ran, and another consumer took the
+// message over and ran its effect a second time.)
+func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
+	const (
+		lease  = 500 * time.Millisecond
+		maxRun = 3 * lease
+	)
+	g, _, _ := consumertest.Guard(t, guard.Options{Lease: lease, MaxRun: maxRun})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	other := newProcessor(t, g, "billing", consumerx.Options{}) // another consumer of the group
+	msgs := batchOf(3)
+	var effects [3]atomic.Int32
+	var again consumerx.Outcome // the other consumer's last answer for m0
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		var i int
+		fmt.Sscanf(msg.ID, "m%d", &i)
+		switch i {
+		case 1:
+			// Longer than a lease, shorter than MaxRun.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(3 * lease):
+			}
+		case 2:
+			// Runs until its own MaxRun ends it, which is past m0's
+			// MaxRun and a lease more: meanwhile m0 is delivered to
+			// another consumer again and again.
+			tick := time.NewTicker(lease / 10)
+			defer tick.Stop()
+			for effects[0].Load() < 2 {
+				again, _ = other.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
+					effects[0].Add(1)
+					return nil
+				})
+				select {
+				case <-ctx.Done():
+					effects[i].Add(1)
+					return nil
+				case <-tick.C:
+				}
+			}
+			return errors.New("m0 ran again")
+		}
+		effects[i].Add(1)
+		return nil
+	}
+	res := p.ProcessBatch(context.Background(), msgs, h, consumerx.BatchOptions{})
+	if n := effects[0].Load(); n != 1 {
+		t.Fatalf("m0's effect ran %d times (the other consumer's last delivery: %s); batch: %+v", n, again, res)
+	}
+	if res[0].Outcome != consumerx.Processed || res[1].Outcome != consumerx.Processed {
+		t.Errorf("results %+v", res)
+	}
+	if again != consumerx.InProgress {
+		t.Errorf("the other consumer's delivery of m0 during the batch: %s, want in_progress", again)
+	}
+	if o, err := other.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
+		t.Error("m0 ran again after the batch")
+		return nil
+	}); o != consumerx.Duplicate {
+		t.Errorf("m0 after the batch: %s, %v; want duplicate", o, err)
+	}
+}
