@@ -299,3 +299,59 @@ func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
 		t.Errorf("m0 after the batch: %s, %v; want duplicate", o, err)
 	}
 }
+
+// In an ordered batch, a message without a usable id keeps its place: it
+// is dead-lettered only once every message before it is acknowledged, and
+// the batch stops there, as it stops at any other dead letter. (It used to
+// be dead-lettered before the batch ran, whatever became of the messages
+// before it: a Kafka partition retrying a failing record before it
+// produced the bad record to the dead-letter topic once per retry.)
+func TestProcessBatchOrderedBadKeyKeepsItsPlace(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead []string
+	p := newProcessor(t, g, "billing", consumerx.Options{
+		Key: func(msg consumerx.Message) (string, error) {
+			if msg.ID == "m2" {
+				return "", errors.New("no order id in the payload")
+			}
+			return msg.ID, nil
+		},
+		DeadLetter: func(_ context.Context, msg consumerx.Message, _ error) error { dead = append(dead, msg.ID); return nil }})
+	msgs := batchOf(4)
+	var ran []string
+	fail := true
+	h := func(_ context.Context, msg consumerx.Message) error {
+		ran = append(ran, msg.ID)
+		if msg.ID == "m1" && fail {
+			return errors.New("declined")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	P, D, F, S, L := consumerx.Processed, consumerx.Duplicate, consumerx.Failed, consumerx.Skipped, consumerx.DeadLettered
+	want := func(round int, res []consumerx.BatchResult, outs ...consumerx.Outcome) {
+		t.Helper()
+		for i, r := range res {
+			if r.Outcome != outs[i] {
+				t.Errorf("round %d, %s: %s, %v; want %s", round, msgs[len(msgs)-len(res)+i].ID, r.Outcome, r.Err, outs[i])
+			}
+		}
+	}
+	// The partition is retried from m1 until it succeeds.
+	want(1, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), P, F, S, S)
+	want(2, p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{Ordered: true}), F, S, S)
+	if len(dead) != 0 {
+		t.Errorf("dead-lettered %v while the message before it was not acknowledged", dead)
+	}
+	fail = false
+	res := p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{Ordered: true})
+	want(3, res, P, L, S)
+	if !errors.Is(res[1].Err, consumerx.ErrNoKey) || !errors.Is(res[2].Err, guard.ErrSkipped) {
+		t.Errorf("round 3 errors: %v, %v", res[1].Err, res[2].Err)
+	}
+	want(4, p.ProcessBatch(ctx, msgs[3:], h, consumerx.BatchOptions{Ordered: true}), P)
+	want(5, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S)
+	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2 m2]" {
+		t.Errorf("ran %v, dead-lettered %v", ran, dead)
+	}
+}
