@@ -342,8 +342,10 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// Released (or, if the release was not recorded, left to run out
 		// and be recovered).
 		return Interrupted, nil, err
-	case !ran && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		// Stopped before the handler ran: nothing happened.
+	case !ran && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Cause(ctx))):
+		// Stopped before the handler ran (a batch names the context's
+		// cause, which may be the consumer's own): nothing happened.
 		return Interrupted, nil, err
 	case errors.Is(err, guard.ErrSkipped):
 		return Skipped, nil, err
