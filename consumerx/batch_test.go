@@ -239,8 +239,8 @@ func TestProcessBatchOrdered(t *testing.T) {
 // message over and ran its effect a second time.)
 func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
 	const (
-		lease  = 500 * time.Millisecond
-		maxRun = 3 * lease
+		lease  = 800 * time.Millisecond // extended every 266ms: a loaded machine keeps it
+		maxRun = 4 * lease
 	)
 	g, _, _ := consumertest.Guard(t, guard.Options{Lease: lease, MaxRun: maxRun})
 	p := newProcessor(t, g, "billing", consumerx.Options{})
@@ -253,11 +253,11 @@ func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
 		fmt.Sscanf(msg.ID, "m%d", &i)
 		switch i {
 		case 1:
-			// Longer than a lease, shorter than MaxRun.
+			// Longer than a lease, well short of MaxRun.
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(3 * lease):
+			case <-time.After(5 * lease / 2):
 			}
 		case 2:
 			// Runs until its own MaxRun ends it, which is past m0's
