@@ -2,6 +2,8 @@ package consumerx
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -16,9 +18,11 @@ type BatchOptions struct {
 	// messages and stops at the first message that neither is processed
 	// nor is a duplicate (Failed, InProgress, Interrupted, DeadLettered):
 	// no later message's handler runs, and each later message whose key
-	// was claimed is released and Skipped. Go on from the first message
-	// not acknowledged. For a Kafka partition, whose records must run in
-	// order.
+	// was claimed is released and Skipped. A message without a usable id
+	// keeps its place: it is dead-lettered only once every message before
+	// it was processed or was a duplicate, and the batch stops there too.
+	// Go on from the first message not acknowledged. For a Kafka
+	// partition, whose records must run in order.
 	Ordered bool
 }
 
@@ -53,8 +57,16 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 	items := make([]guard.BatchItem, 0, len(msgs))
 	var idx []int // the message of each item, once a message was left out
 	p.fingerprintsInto(msgs, runs)
+	bad, badErr := len(msgs), error(nil) // Ordered: the first message without a usable key
 	for i := range msgs {
 		key, err := p.Key(msgs[i])
+		if err != nil && opts.Ordered {
+			// It keeps its place: the batch runs up to it, and it is
+			// dead-lettered only if every message before it is
+			// acknowledged (below).
+			bad, badErr = i, err
+			break
+		}
 		if err != nil {
 			if idx == nil {
 				idx = make([]int, len(items), len(msgs))
@@ -78,15 +90,39 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
+	retryUntil := time.Now().Add(CompleteRetry) // the batch's completions tried again share it
 	for j := range res {
 		i := j
 		if idx != nil {
 			i = idx[j]
 		}
+		runs[i].retryUntil = retryUntil
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
+	}
+	if bad < len(msgs) {
+		// The batch stops at the bad message, as at any dead letter.
+		i := bad
+		if allDone(out[:bad]) {
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, "", badErr)
+			i++
+		}
+		for ; i < len(msgs); i++ {
+			out[i] = BatchResult{Outcome: Skipped, Err: fmt.Errorf("%w: message %s", guard.ErrSkipped, msgs[i].ID)}
+		}
 	}
 	for i := range msgs {
 		p.report(ctx, msgs[i], out[i].Outcome, out[i].Err)
 	}
 	return out
+}
+
+// allDone reports whether every one of out was processed or a duplicate:
+// an Ordered batch that got that far goes on.
+func allDone(out []BatchResult) bool {
+	for _, r := range out {
+		if r.Outcome != Processed && r.Outcome != Duplicate {
+			return false
+		}
+	}
+	return true
 }

@@ -230,3 +230,128 @@ func TestProcessBatchOrdered(t *testing.T) {
 		}
 	}
 }
+
+// A message whose handler returned keeps its claim while the rest of its
+// batch runs, however long that takes: MaxRun bounds a handler's run, not
+// the wait for the batch's writes. (The heartbeat used to drop the lease of
+// a handler that had returned once MaxRun had passed since it started: the
+// lease ran out while the batch still ran, and another consumer took the
+// message over and ran its effect a second time.)
+func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
+	const (
+		lease  = 800 * time.Millisecond // extended every 266ms: a loaded machine keeps it
+		maxRun = 4 * lease
+	)
+	g, _, _ := consumertest.Guard(t, guard.Options{Lease: lease, MaxRun: maxRun})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	other := newProcessor(t, g, "billing", consumerx.Options{}) // another consumer of the group
+	msgs := batchOf(3)
+	var effects [3]atomic.Int32
+	var again consumerx.Outcome // the other consumer's last answer for m0
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		var i int
+		fmt.Sscanf(msg.ID, "m%d", &i)
+		switch i {
+		case 1:
+			// Longer than a lease, well short of MaxRun.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * lease / 2):
+			}
+		case 2:
+			// Runs until its own MaxRun ends it, which is past m0's
+			// MaxRun and a lease more: meanwhile m0 is delivered to
+			// another consumer again and again.
+			tick := time.NewTicker(lease / 10)
+			defer tick.Stop()
+			for effects[0].Load() < 2 {
+				again, _ = other.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
+					effects[0].Add(1)
+					return nil
+				})
+				select {
+				case <-ctx.Done():
+					effects[i].Add(1)
+					return nil
+				case <-tick.C:
+				}
+			}
+			return errors.New("m0 ran again")
+		}
+		effects[i].Add(1)
+		return nil
+	}
+	res := p.ProcessBatch(context.Background(), msgs, h, consumerx.BatchOptions{})
+	if n := effects[0].Load(); n != 1 {
+		t.Fatalf("m0's effect ran %d times (the other consumer's last delivery: %s); batch: %+v", n, again, res)
+	}
+	if res[0].Outcome != consumerx.Processed || res[1].Outcome != consumerx.Processed {
+		t.Errorf("results %+v", res)
+	}
+	if again != consumerx.InProgress {
+		t.Errorf("the other consumer's delivery of m0 during the batch: %s, want in_progress", again)
+	}
+	if o, err := other.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
+		t.Error("m0 ran again after the batch")
+		return nil
+	}); o != consumerx.Duplicate {
+		t.Errorf("m0 after the batch: %s, %v; want duplicate", o, err)
+	}
+}
+
+// In an ordered batch, a message without a usable id keeps its place: it
+// is dead-lettered only once every message before it is acknowledged, and
+// the batch stops there, as it stops at any other dead letter. (It used to
+// be dead-lettered before the batch ran, whatever became of the messages
+// before it: a Kafka partition retrying a failing record before it
+// produced the bad record to the dead-letter topic once per retry.)
+func TestProcessBatchOrderedBadKeyKeepsItsPlace(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead []string
+	p := newProcessor(t, g, "billing", consumerx.Options{
+		Key: func(msg consumerx.Message) (string, error) {
+			if msg.ID == "m2" {
+				return "", errors.New("no order id in the payload")
+			}
+			return msg.ID, nil
+		},
+		DeadLetter: func(_ context.Context, msg consumerx.Message, _ error) error { dead = append(dead, msg.ID); return nil }})
+	msgs := batchOf(4)
+	var ran []string
+	fail := true
+	h := func(_ context.Context, msg consumerx.Message) error {
+		ran = append(ran, msg.ID)
+		if msg.ID == "m1" && fail {
+			return errors.New("declined")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	P, D, F, S, L := consumerx.Processed, consumerx.Duplicate, consumerx.Failed, consumerx.Skipped, consumerx.DeadLettered
+	want := func(round int, res []consumerx.BatchResult, outs ...consumerx.Outcome) {
+		t.Helper()
+		for i, r := range res {
+			if r.Outcome != outs[i] {
+				t.Errorf("round %d, %s: %s, %v; want %s", round, msgs[len(msgs)-len(res)+i].ID, r.Outcome, r.Err, outs[i])
+			}
+		}
+	}
+	// The partition is retried from m1 until it succeeds.
+	want(1, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), P, F, S, S)
+	want(2, p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{Ordered: true}), F, S, S)
+	if len(dead) != 0 {
+		t.Errorf("dead-lettered %v while the message before it was not acknowledged", dead)
+	}
+	fail = false
+	res := p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{Ordered: true})
+	want(3, res, P, L, S)
+	if !errors.Is(res[1].Err, consumerx.ErrNoKey) || !errors.Is(res[2].Err, guard.ErrSkipped) {
+		t.Errorf("round 3 errors: %v, %v", res[1].Err, res[2].Err)
+	}
+	want(4, p.ProcessBatch(ctx, msgs[3:], h, consumerx.BatchOptions{Ordered: true}), P)
+	want(5, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S)
+	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2 m2]" {
+		t.Errorf("ran %v, dead-lettered %v", ran, dead)
+	}
+}

@@ -20,8 +20,10 @@
 // run cut short by the guard's lease or MaxRun.
 //
 // The guard makes the effect happen once as long as each run's completion
-// is recorded; a consumer that dies between its effect and the recording
-// leaves a pending claim that is taken over after the guard's lease.
+// is recorded; a completion the store refuses is tried again for up to
+// CompleteRetry. A consumer that dies between its effect and the
+// recording, or a store down for longer, leaves a pending claim that is
+// taken over after the guard's lease.
 // Effects that must be exactly once even then write
 // LeaseFrom(ctx).Fence along with them (see the backstop package).
 package consumerx
@@ -35,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 	"unsafe"
 
 	"github.com/idemguard/idemguard/guard"
@@ -299,8 +302,10 @@ type run struct {
 	lctx    leaseCtx    // the handler's context
 	ran     bool
 	attempt int
-	herr    *handlerError
-	stopped *interrupted
+	// retryUntil bounds recomplete: one deadline for a whole batch.
+	retryUntil time.Time
+	herr       *handlerError
+	stopped    *interrupted
 }
 
 // handle runs fn (or h, when fn is nil) for msg under lease, with the
@@ -342,8 +347,10 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// Released (or, if the release was not recorded, left to run out
 		// and be recovered).
 		return Interrupted, nil, err
-	case !ran && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		// Stopped before the handler ran: nothing happened.
+	case !ran && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Cause(ctx))):
+		// Stopped before the handler ran (a batch names the context's
+		// cause, which may be the consumer's own): nothing happened.
 		return Interrupted, nil, err
 	case errors.Is(err, guard.ErrSkipped):
 		return Skipped, nil, err
@@ -351,9 +358,16 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// Released: nothing is known of its effect but that it did not
 		// finish.
 		return Failed, nil, err
+	case ran && herr == nil && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) &&
+		p.recomplete(ctx, r, res) == nil:
+		// The store refused the completion for a moment; tried again, it
+		// took it.
+		return Processed, res.Value, nil
 	case ran && herr == nil:
 		// The effect happened but was not recorded (lease lost or store
-		// down): leave the message to a redelivery, which finds the record.
+		// down): leave the message to a redelivery, which finds the record
+		// (or, if the store is still down when the lease has run out, runs
+		// it again: see the package doc).
 		return Failed, nil, fmt.Errorf("consumerx: %s ran but its completion was not recorded: %w", key, err)
 	case ran && err != error(herr):
 		// The failure could not be recorded either.
@@ -373,6 +387,45 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		return p.deadLetter(ctx, msg, key, r.fp, err)
 	default:
 		return Failed, nil, err
+	}
+}
+
+// CompleteRetry is how long a Processor keeps trying to record a handler's
+// success that the store refused (unreachable, out of memory, failing
+// over), for one message or for a whole batch, before it leaves the
+// message Failed with its claim pending. A restarted or failed-over Redis
+// answers within a second; the message's effect would otherwise run again
+// once its lease ran out.
+const CompleteRetry = 2 * time.Second
+
+// recomplete tries again, with backing-off pauses until r.retryUntil (set
+// for a whole batch, or CompleteRetry from now), to record the success of
+// r's handler, whose completion the store refused. Completing is a
+// compare-and-set on the run's token that is safe to repeat: it fails with
+// guard.ErrLeaseLost if another consumer took the message over meanwhile.
+func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) error {
+	if r.retryUntil.IsZero() {
+		r.retryUntil = time.Now().Add(CompleteRetry)
+	}
+	ttl := p.g.Options().TTL
+	wait := 20 * time.Millisecond
+	for {
+		left := time.Until(r.retryUntil)
+		if left <= 0 {
+			return context.DeadlineExceeded
+		}
+		t := time.NewTimer(min(wait, left))
+		<-t.C
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.retryUntil)
+		err := p.g.Store().Complete(cctx, res.Lease, res.Value, ttl)
+		cancel()
+		if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+			if err == nil {
+				p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
+			}
+			return err
+		}
+		wait = min(2*wait, 500*time.Millisecond)
 	}
 }
 

@@ -76,3 +76,38 @@ func TestShutdownIsNotFailure(t *testing.T) {
 		t.Fatalf("stopped consumer, handler succeeded: %s, %v; want processed", o, err)
 	}
 }
+
+// A consumer's context cancelled with a cause of its own
+// (context.WithCancelCause, as errgroup and signal handlers do) stops it
+// as plainly cancelled ones do: the messages whose turn had not come are
+// Interrupted, not Failed (which a JetStream consumer Naks with
+// RetryDelay, and logs as a failure).
+func TestShutdownWithCauseInterrupts(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	shutdown := errors.New("SIGTERM")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	msgs := []consumerx.Message{{ID: "m0", Payload: []byte("a")}, {ID: "m1", Payload: []byte("b")}}
+	res := p.ProcessBatch(ctx, msgs, func(context.Context, consumerx.Message) error {
+		cancel(shutdown)
+		return nil
+	}, consumerx.BatchOptions{})
+	if res[0].Outcome != consumerx.Processed || res[1].Outcome != consumerx.Interrupted || !errors.Is(res[1].Err, shutdown) {
+		t.Errorf("batch stopped with a cause: %+v; want processed, interrupted (with the cause)", res)
+	}
+	for i, r := range p.ProcessBatch(ctx, msgs[1:], func(context.Context, consumerx.Message) error {
+		t.Error("a handler ran after shutdown")
+		return nil
+	}, consumerx.BatchOptions{}) {
+		if r.Outcome != consumerx.Interrupted {
+			t.Errorf("after shutdown with a cause, %s: %s, %v; want interrupted", msgs[i+1].ID, r.Outcome, r.Err)
+		}
+	}
+	if o, err := p.Process(ctx, msgs[1], func(context.Context, consumerx.Message) error {
+		t.Error("a handler ran after shutdown")
+		return nil
+	}); o != consumerx.Interrupted {
+		t.Errorf("Process after shutdown with a cause: %s, %v; want interrupted", o, err)
+	}
+}

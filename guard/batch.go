@@ -506,6 +506,7 @@ func (r *batchRun) runOne(b *beat, j int, x *ran, goexit func()) {
 		return
 	}
 	defer func() {
+		b.finish(j) // ended (returned or not): held until the writes
 		if x.returned {
 			return
 		}

@@ -20,10 +20,11 @@ import (
 // cancelled with a cause matching ErrLeaseLost at that deadline, whatever
 // an extension under way is doing; as soon as an extension finds that
 // lease alone lost; and at MaxRun, counted from when its effect started
-// (the cause then matches ErrMaxRun too). Another lease of the batch is
-// not touched by any of it. A failed or late extension never revives a
-// lease. A lease whose effect has returned stays held, and extended, until
-// the batch's writes end the claims.
+// (the cause then matches ErrMaxRun too) if the effect still runs then.
+// Another lease of the batch is not touched by any of it. A failed or late
+// extension never revives a lease. A lease whose effect has returned stays
+// held, and extended, until the batch's writes end the claims: MaxRun no
+// longer counts for it.
 type beat struct {
 	g      *Guard
 	bs     BatchStore
@@ -101,6 +102,15 @@ func (b *beat) begin(i int) (context.Context, error) {
 		b.arm(now)
 	}
 	return h.ctx, nil
+}
+
+// finish marks the end of lease i's effect: MaxRun no longer counts for
+// it, and the lease is held, and extended, until the batch's writes end
+// the claim (however long the batch's other effects take).
+func (b *beat) finish(i int) {
+	b.mu.Lock()
+	b.held[i].maxRun = time.Time{}
+	b.mu.Unlock()
 }
 
 // lose ends lease h: no more extensions, its context cancelled with

@@ -129,13 +129,19 @@ func ID(r *kgo.Record) string {
 // next member and found done (Duplicate) or not. A handler running when
 // ctx ends sees its context cancelled; if it then returns an error, the
 // record is Interrupted: its claim is released, no attempt is counted and
-// nothing is dead-lettered, and the next member runs it again.
+// nothing is dead-lettered, and the next member runs it again. Run
+// allows rebalances again before it returns, so the client can be closed
+// with Close or CloseAllowingRebalance.
 func (c *Consumer) Run(ctx context.Context) error {
 	return c.loop(ctx, c.guarded)
 }
 
 // loop is Run with each partition's records run by batch.
 func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
+	// A poll blocks rebalances (kgo.BlockRebalanceOnPoll) until allowed:
+	// the last one must not keep them blocked once Run has returned, or the
+	// client's Close hangs.
+	defer c.client.AllowRebalance()
 	for ctx.Err() == nil {
 		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)
 		if fetches.IsClientClosed() {
