@@ -683,3 +683,47 @@ func TestNewRefusesBadInput(t *testing.T) {
 	panics("Wrap(nil, b)", func() { backstop.Wrap(nil, good) })
 	panics("Wrap(store, nil)", func() { backstop.Wrap(memstore.New(memstore.Options{}), nil) })
 }
+
+// TestWrapExhaustedWithoutBackstop: primary calls a key exhausted and
+// PostgreSQL cannot be reached, so whether the last holder committed is
+// unknown. The wrapped store answers ErrUnavailable, not the final
+// ErrExhausted (a consumer dead-letters on it); once PostgreSQL answers,
+// the committed effect is replayed.
+func TestWrapExhaustedWithoutBackstop(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guardenv.Store(t, guard.RedisOptions{})
+	opts := guard.Options{Lease: lease, MaxAttempts: 1}
+	g := guard.New(backstop.Wrap(rs, b), opts)
+	key := newKey(t)
+	first, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pay(t, db, b, first.Lease, "receipt"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease + 50*time.Millisecond) // the holder dies after its commit
+
+	dsn := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/none?sslmode=disable&connect_timeout=2", testenv.FreePort(t))
+	down, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	cut := guard.New(backstop.Wrap(rs, mustBackstop(t, down, pgstore.Options{})), opts)
+	_, err = cut.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran for a committed key")
+		return nil, nil
+	})
+	if !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, guard.ErrExhausted) {
+		t.Fatalf("exhausted key without PostgreSQL = %v, want ErrUnavailable", err)
+	}
+	res, err := g.Do(ctx, key, "fp", nil)
+	if err != nil || !res.Replayed || string(res.Value) != "receipt" {
+		t.Fatalf("with PostgreSQL back = %q, replayed %v, %v; want the committed receipt", res.Value, res.Replayed, err)
+	}
+}

@@ -28,10 +28,12 @@ import (
 //     then fails Commit with ErrStaleFence instead of committing twice.
 //
 // If the backstop cannot be reached the claim is released and the error
-// (wrapping guard.ErrUnavailable) returned: fail closed. Complete, Fail,
-// Release and Extend go to primary; a Release of a first attempt also
-// undoes the holder's mark, so the key is as if never claimed. Get reads primary and, when it has no
-// record, the committed row in PostgreSQL.
+// (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
+// primary reports exhausted, whose effect may have been committed.
+// Complete, Fail, Release and Extend go to primary; a Release of a first
+// attempt also undoes the holder's mark, so the key is as if never
+// claimed. Get reads primary and, when it has no record, the committed row
+// in PostgreSQL.
 //
 // A write to primary that ends a claim is never given up at the first
 // failure: the store's own (teaching primary a committed result, releasing
@@ -77,8 +79,13 @@ func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 	case guard.Exhausted:
 		// The last holder may have committed and died before completing:
 		// then the effect happened, and its result is the answer.
+		// Without the backstop's answer that is unknown, and Exhausted is
+		// final (a consumer dead-letters the message): fail closed.
 		result, _, found, lerr := g.b.Lookup(ctx, req.Key)
-		if lerr == nil && found {
+		switch {
+		case lerr != nil:
+			return guard.Outcome{}, fmt.Errorf("backstop: %w", lerr)
+		case found:
 			return guard.Outcome{Status: guard.Replay, Result: result}, nil
 		}
 		return out, nil
