@@ -114,10 +114,16 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 				expires_at = ` + clockNow + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		checkDone: `SELECT status FROM ` + k + ` WHERE scope = $1 AND id = $2 AND token = $3 AND ` + live,
+		// A released first attempt reads as absent: its row is expired,
+		// not deleted, so its fence still grows on the next claim (a first
+		// attempt after retention passed has a fence above 1; deleting
+		// the row would start the next one at 1 again). Its expiry is set
+		// a second back so that a claim whose statement started just
+		// before this one, and waited for the row, finds it expired too.
 		// A claim whose steps happened is not undone: it returns to
 		// failed with them, its attempt uncounted unless it was the first.
-		releaseFirst: `DELETE FROM ` + k + `
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0`,
+		releaseFirst: `UPDATE ` + k + ` SET leased_until = NULL, expires_at = ` + clockNow + ` - interval '1 second'
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0 AND ` + live,
 		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
 		releaseCheck: `SELECT status, token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
@@ -354,9 +360,10 @@ func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.L
 	return guard.ErrLeaseLost
 }
 
-// Release implements guard.Store. A first attempt's record is deleted; a
-// later one returns to failed with the attempt uncounted, so the fence
-// still only grows.
+// Release implements guard.Store. A first attempt's record is expired
+// (absent to every call, its fence still growing on the next claim, until
+// Purge deletes it); a later one returns to failed with the attempt
+// uncounted, so the fence still only grows.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	key, token := lease.Key, lease.Token
 	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {
