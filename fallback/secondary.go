@@ -13,7 +13,9 @@ import (
 
 // ConsultUntil returns the time until which claims acquired in the primary
 // are checked against the secondary (zero if never). It moves forward with
-// every write this Store makes to the secondary, by that record's TTL.
+// every write this Store makes to the secondary, by as long as that record
+// may live: a claim's or an extension's lease and the TTL after it, a
+// completion's or failure's TTL.
 func (s *Store) ConsultUntil() time.Time {
 	ns := s.consultUntil.Load()
 	if ns == 0 {
