@@ -642,7 +642,7 @@ func TestStoreFenceGrowsPastRetention(t *testing.T) {
 	if err != nil || a.Status != guard.Acquired || a.Lease.Fence != 1 {
 		t.Fatalf("first claim = %+v, %v", a, err)
 	}
-	time.Sleep(ttl + 50*time.Millisecond) // waiting for the record's retention to pass
+	time.Sleep(2*ttl + 50*time.Millisecond) // waiting for the lease, then the record's retention, to pass
 	req.Token = "B"
 	bo, err := s.Claim(ctx, req)
 	if err != nil || bo.Status != guard.Acquired || bo.Lease.Attempt != 1 || bo.Lease.Recovered || bo.Lease.Fence != 2 {

@@ -22,8 +22,9 @@
 //     Complete, Fail, Release and Extend go there, whatever the breaker
 //     says later. A holder that claimed in the secondary and finishes after
 //     the switch-back completes in the secondary.
-//  2. For as long as a record written to the secondary may live (its TTL,
-//     counted from the last write this Store made there; see ConsultUntil),
+//  2. For as long as a record written to the secondary may live (its lease
+//     and TTL, counted from the last write this Store made there, an
+//     extension included; see ConsultUntil),
 //     every claim the primary answers with Acquired is checked against the
 //     secondary before it is returned. If the secondary has no record, the
 //     primary's lease stands. If it holds the key completed, the result is

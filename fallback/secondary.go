@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 
 // ConsultUntil returns the time until which claims acquired in the primary
 // are checked against the secondary (zero if never). It moves forward with
-// every write this Store makes to the secondary, by that record's TTL.
+// every write this Store makes to the secondary, by as long as that record
+// may live: a claim's or an extension's lease and the TTL after it, a
+// completion's or failure's TTL.
 func (s *Store) ConsultUntil() time.Time {
 	ns := s.consultUntil.Load()
 	if ns == 0 {
@@ -31,6 +34,9 @@ func (s *Store) ConsultSecondary(t time.Time) {
 		return
 	}
 	ns := t.UnixNano()
+	if t.After(maxUnixNano) {
+		ns = math.MaxInt64 // UnixNano would wrap: a window to the year 2262 is as good as for ever
+	}
 	for {
 		cur := s.consultUntil.Load()
 		if cur >= ns || s.consultUntil.CompareAndSwap(cur, ns) {
@@ -39,6 +45,9 @@ func (s *Store) ConsultSecondary(t time.Time) {
 	}
 }
 
+// maxUnixNano is the latest time UnixNano counts.
+var maxUnixNano = time.Unix(0, math.MaxInt64)
+
 func (s *Store) consulting() bool {
 	return s.secondary != nil && time.Now().UnixNano() < s.consultUntil.Load()
 }
@@ -46,12 +55,28 @@ func (s *Store) consulting() bool {
 // wroteSecondary keeps the switch-back check on for as long as a record
 // written now with ttl may live.
 func (s *Store) wroteSecondary(ttl time.Duration) {
-	s.ConsultSecondary(time.Now().Add(ttl + s.opts.SecondaryTimeout))
+	s.ConsultSecondary(time.Now().Add(satAdd(ttl, s.opts.SecondaryTimeout)))
+}
+
+// satAdd is a + b for durations that are not negative, at most the
+// longest one.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // claimSecondary claims in the secondary and remembers a lease it gets.
 func (s *Store) claimSecondary(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
-	s.wroteSecondary(max(req.TTL, req.Lease))
+	// A claimed record is kept for its lease and the TTL after it.
+	for {
+		cur := s.secondaryTTL.Load()
+		if int64(req.TTL) <= cur || s.secondaryTTL.CompareAndSwap(cur, int64(req.TTL)) {
+			break
+		}
+	}
+	s.wroteSecondary(satAdd(req.TTL, req.Lease))
 	out, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (guard.Outcome, error) {
 		return s.secondary.Claim(ctx, req)
 	})

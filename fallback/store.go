@@ -32,6 +32,10 @@ type Store struct {
 	consultUntil atomic.Int64
 	// owners remembers the leases held in the secondary.
 	owners owners
+	// secondaryTTL is the longest TTL a claim in the secondary asked for:
+	// an extension there keeps that record for it after the new lease's
+	// end, and the switch-back checks must last as long.
+	secondaryTTL atomic.Int64
 }
 
 var _ guard.StepStore = (*Store)(nil)
@@ -155,6 +159,12 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 // lease.
 func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+		if second {
+			// The record lives on for the lease and the TTL after it: a
+			// holder that runs past its claim's window keeps the key
+			// after a switch-back.
+			s.wroteSecondary(satAdd(d, time.Duration(s.secondaryTTL.Load())))
+		}
 		err := st.Extend(ctx, lease, d)
 		if second && err == nil {
 			s.owners.hold(lease.Key, lease.Token, d)

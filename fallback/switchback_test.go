@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -426,4 +427,74 @@ func TestContractPrimaryUpCheckingSecondary(t *testing.T) {
 		Advance: storetest.Wait,
 		Keys:    100,
 	})
+}
+
+// A holder that claimed in the secondary and keeps its lease alive there
+// keeps the key after the switch-back for as long as it holds it, not
+// only for the TTL after its claim: each extension in the secondary moves
+// the time until which primary claims are checked against it. Before,
+// a claim made after that window (guard TTL shorter than the holder's
+// run) acquired in the primary while the holder still ran: the effect
+// twice at once.
+func TestGoingBackHolderExtendingPastTheWindow(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	p := newPrimary(t)
+	pg, _ := pgStore(t)
+	s := newStore(t, p.store, fallback.Options{
+		Policy: fallback.Secondary, Secondary: pg,
+		FailuresToOpen: 1, OpenTimeout: openFor, Timeout: 3 * time.Second, SecondaryTimeout: 100 * time.Millisecond, Logger: quiet,
+	})
+	g := guard.New(s, guard.Options{Lease: lease, TTL: 100 * time.Millisecond})
+	o := &outage{p: p, pg: pg, s: s, g: g, ran: newEffects()}
+	o.down(t)
+	out, err := g.Claim(bg, key("x"), "fp")
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim during outage = %+v, %v", out, err)
+	}
+	window := s.ConsultUntil()
+
+	// The holder's heartbeat, as Do's: its lease in the secondary never runs out.
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(lease / 5)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+				if err := g.Extend(bg, out.Lease); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	o.up(t)
+	waitFor(t, 30*time.Second, "the claim's own window passes", func() bool { return time.Now().After(window.Add(10 * time.Millisecond)) })
+	_, cerr := g.Claim(bg, key("x"), "fp")
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("holder's heartbeat: %v", err)
+	}
+	var ip *guard.InProgressError
+	if !errors.As(cerr, &ip) {
+		t.Fatalf("claim after switch-back while the holder still extends its lease in the secondary = %v, want ErrInProgress", cerr)
+	}
+	if err := g.Complete(bg, out.Lease, []byte("done")); err != nil {
+		t.Fatalf("holder's complete: %v", err)
+	}
+}
+
+// A huge TTL (a key kept "for ever") keeps the switch-back checks on: the
+// window's end past what UnixNano can count (the year 2262) is clamped,
+// not wrapped into the past, which turned the checks off at once.
+func TestConsultWindowHugeTTL(t *testing.T) {
+	s := newStore(t, memstore.New(memstore.Options{}), fallback.Options{Policy: fallback.Secondary, Secondary: memstore.New(memstore.Options{})})
+	s.ConsultSecondary(time.Now().Add(250 * 365 * 24 * time.Hour))
+	if until := s.ConsultUntil(); !until.After(time.Now().Add(200 * 365 * 24 * time.Hour)) {
+		t.Fatalf("ConsultUntil after a window of 250 years = %s", until)
+	}
 }

@@ -8,9 +8,10 @@
 // Fail or Release still answers OK after another claim took the key over),
 // lease recovery with fence+1 and attempt+1, MaxAttempts, Release,
 // retention. Leases and retention are judged by Options.Now. A claimed key
-// is kept for the claim's TTL or its lease, whichever is longer (and at
-// least to the end of an extended lease); a completed or failed one for
-// the TTL its Complete or Fail gave.
+// is kept until its lease ends (an extended lease's end) and for the
+// claim's TTL after that, as the Redis store keeps it, so a holder that
+// died is recovered even when the TTL is shorter than the lease; a
+// completed or failed one for the TTL its Complete or Fail gave.
 //
 // What it does not give:
 //
@@ -220,7 +221,10 @@ func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
 	}
 
 	leaseUntil := now.Add(req.Lease)
-	expires := now.Add(max(req.TTL, req.Lease))
+	// Kept for the TTL after the lease ends, not from the claim: a TTL
+	// shorter than the lease must not forget an abandoned claim before
+	// the next one can recover it (its fence, attempts and steps).
+	expires := leaseUntil.Add(req.TTL)
 	if e == nil || e.state == released {
 		return s.claimNew(req, e, now, leaseUntil, expires)
 	}
@@ -471,8 +475,10 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 	if e == nil || e.state != guard.StatePending || e.token != lease.Token {
 		return guard.ErrLeaseLost
 	}
+	// The record outlives the lease by the claim's TTL, as it did before.
+	keep := e.expires.Sub(e.leaseUntil)
 	e.leaseUntil = now.Add(d)
-	s.expireAt(e, later(e.expires, e.leaseUntil))
+	s.expireAt(e, later(e.expires, e.leaseUntil.Add(keep)))
 	return nil
 }
 

@@ -28,8 +28,8 @@ func TestDefaultClock(t *testing.T) {
 	if rec.LeaseLeft <= 50*time.Minute || rec.LeaseLeft > time.Hour {
 		t.Fatalf("lease left = %s, want just under 1h", rec.LeaseLeft)
 	}
-	if rec.TTL <= 110*time.Minute || rec.TTL > 2*time.Hour {
-		t.Fatalf("ttl = %s, want just under 2h", rec.TTL)
+	if rec.TTL <= 170*time.Minute || rec.TTL > 3*time.Hour { // the lease, then the TTL
+		t.Fatalf("ttl = %s, want just under 3h", rec.TTL)
 	}
 	checkInvariants(t, s)
 }
@@ -301,7 +301,7 @@ func TestPendingRetention(t *testing.T) {
 	s, clk := newStore(t, memstore.Options{})
 	key := guard.Key{Scope: "s", ID: "pending-retention"}
 	r := req(key, "A")
-	r.Lease, r.TTL = 5*time.Second, time.Second // the record is kept for the longer: 5s
+	r.Lease, r.TTL = 5*time.Second, time.Second // the record is kept for the lease, then the TTL: 6s
 	mustClaim(t, s, r, guard.Acquired)
 	clk.Advance(4 * time.Second)
 	if out := mustClaim(t, s, req(key, "B"), guard.InProgress); out.LeaseLeft != time.Second {
@@ -312,8 +312,14 @@ func TestPendingRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(9 * time.Second)
-	if rec, err := s.Get(ctx, key); err != nil || rec.TTL != time.Second || rec.LeaseLeft != time.Second {
-		t.Fatalf("record 9s after a 10s extend = %+v, %v; want 1s of lease and of ttl", rec, err)
+	if rec, err := s.Get(ctx, key); err != nil || rec.TTL != 2*time.Second || rec.LeaseLeft != time.Second {
+		t.Fatalf("record 9s after a 10s extend = %+v, %v; want 1s of lease and 2s of ttl", rec, err)
+	}
+	// The lease is over; the record stays for its TTL, so a claim then
+	// would recover it.
+	clk.Advance(time.Second)
+	if rec, err := s.Get(ctx, key); err != nil || rec.TTL != time.Second || rec.LeaseLeft != 0 || rec.State != guard.StatePending {
+		t.Fatalf("record at the lease's end = %+v, %v; want pending with 1s of ttl", rec, err)
 	}
 	clk.Advance(time.Second)
 	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
@@ -93,7 +94,12 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 				leased_until = ` + clockNow + ` + ` + dur("$5") + `,
 				created_at = ` + clockNow + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
 			WHERE scope = $1 AND id = $2`,
-		reclaim: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$3") + ` WHERE scope = $1 AND id = $2`,
+		// The row is kept for the TTL after its lease ends (claimNew and
+		// retake write expires_at = lease's end + TTL): renewing or
+		// extending the lease moves its end by as much.
+		reclaim: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$3") + `,
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$3") + ` + (expires_at - leased_until))
+			WHERE scope = $1 AND id = $2`,
 		exhaust: `UPDATE ` + k + ` SET status = 'failed', last_error = $3, leased_until = NULL WHERE scope = $1 AND id = $2`,
 		// $1 scope, $2 id, $3 token, $4 recovered, $5 lease µs, $6 keep µs
 		retake: `UPDATE ` + k + ` SET status = 'pending', token = $3, fence = fence + 1, attempt = attempt + 1,
@@ -108,16 +114,22 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 				expires_at = ` + clockNow + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		checkDone: `SELECT status FROM ` + k + ` WHERE scope = $1 AND id = $2 AND token = $3 AND ` + live,
+		// A released first attempt reads as absent: its row is expired,
+		// not deleted, so its fence still grows on the next claim (a first
+		// attempt after retention passed has a fence above 1; deleting
+		// the row would start the next one at 1 again). Its expiry is set
+		// a second back so that a claim whose statement started just
+		// before this one, and waited for the row, finds it expired too.
 		// A claim whose steps happened is not undone: it returns to
 		// failed with them, its attempt uncounted unless it was the first.
-		releaseFirst: `DELETE FROM ` + k + `
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0`,
+		releaseFirst: `UPDATE ` + k + ` SET leased_until = NULL, expires_at = ` + clockNow + ` - interval '1 second'
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0 AND ` + live,
 		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
 		releaseCheck: `SELECT status, token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 lease µs
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
-				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + `)
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + (expires_at - leased_until))
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		get: `SELECT fingerprint, status, token, fence, attempt, recovered, result, last_error,
 				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `, steps
@@ -154,7 +166,15 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	if err := checkClaim(req); err != nil {
 		return guard.Outcome{}, err
 	}
-	leaseUS, keepUS := req.Lease.Microseconds(), max(req.TTL, req.Lease).Microseconds()
+	// A claimed row is kept until its lease ends and for the TTL after
+	// that, as the Redis store keeps a pending record (retention + lease):
+	// a TTL shorter than the lease must not forget an abandoned claim
+	// before the next one can recover it (its attempts and steps).
+	keep := req.TTL + req.Lease
+	if keep < req.TTL {
+		keep = math.MaxInt64
+	}
+	leaseUS, keepUS := req.Lease.Microseconds(), keep.Microseconds()
 	for range 8 {
 		var inserted int
 		var r claimRow
@@ -340,9 +360,10 @@ func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.L
 	return guard.ErrLeaseLost
 }
 
-// Release implements guard.Store. A first attempt's record is deleted; a
-// later one returns to failed with the attempt uncounted, so the fence
-// still only grows.
+// Release implements guard.Store. A first attempt's record is expired
+// (absent to every call, its fence still growing on the next claim, until
+// Purge deletes it); a later one returns to failed with the attempt
+// uncounted, so the fence still only grows.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	key, token := lease.Key, lease.Token
 	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {

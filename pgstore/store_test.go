@@ -76,3 +76,46 @@ func TestStoreUnavailable(t *testing.T) {
 		t.Fatalf("Claim on a closed database = %v, want ErrUnavailable", err)
 	}
 }
+
+// TestReleaseKeepsFenceGrowing: a row whose retention passed starts a
+// first attempt with its fence still growing (decide, actReset), so a
+// holder from before never passes for a later one. Releasing that first
+// attempt must not undo this: deleting the row handed the next claim
+// fence 1 again, below the fence of the claim it released and of every
+// holder before it.
+func TestReleaseKeepsFenceGrowing(t *testing.T) {
+	t.Parallel()
+	s := pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
+	key := guard.Key{Scope: "s", ID: "release-fence"}
+	r := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+	claimed := func(tok string) guard.Lease {
+		t.Helper()
+		r.Token = tok
+		out, err := s.Claim(ctx, r)
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("Claim(%s) = %+v, %v; want acquired", tok, out, err)
+		}
+		return out.Lease
+	}
+	a := claimed("A")
+	if err := s.Complete(ctx, a, []byte("a"), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Wait(t, time.Millisecond) // the completed record's retention passes on the database's clock
+	b := claimed("B")
+	if b.Fence <= a.Fence || b.Attempt != 1 {
+		t.Fatalf("claim after retention = %+v, want a first attempt with a fence above %d", b, a.Fence)
+	}
+	if err := s.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, b); err != nil {
+		t.Fatalf("release again = %v", err)
+	}
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("Get after release = %v, want ErrNotFound", err)
+	}
+	if c := claimed("C"); c.Fence <= b.Fence || c.Attempt != 1 || c.Recovered {
+		t.Fatalf("claim after the release = %+v, want a first attempt with a fence above %d", c, b.Fence)
+	}
+}

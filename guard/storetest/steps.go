@@ -33,6 +33,7 @@ func (c contract) steps(t *testing.T) {
 		{"SameClaimAgain", c.stepsSameClaim},
 		{"KeptThroughFailure", c.stepsThroughFailure},
 		{"KeptThroughRecovery", c.stepsThroughRecovery},
+		{"KeptThroughRecoveryShortTTL", c.stepsThroughRecoveryShortTTL},
 		{"StaleHolderStoresNothing", c.stepsStaleHolder},
 		{"CompletionDropsThem", c.stepsCompletion},
 		{"ReleaseKeepsThem", c.stepsRelease},
@@ -208,6 +209,24 @@ func (c contract) stepsThroughRecovery(t *testing.T) {
 	wantSteps(t, "recovering claim", out.Steps, step("a", "1"))
 	save(t, s, out.Lease, 1, step("b", "B"))
 	wantSteps(t, "Get", get(t, s, key).Steps, step("a", "1"), step("b", "B"))
+}
+
+// stepsThroughRecoveryShortTTL: with a retention shorter than the lease,
+// a holder that died after a step leaves it to the claim that recovers
+// its key: the step's effect (a charge) is not made again.
+func (c contract) stepsThroughRecoveryShortTTL(t *testing.T) {
+	s, key := stepStore(t, c), newKey(t)
+	r := c.req(key, "A")
+	r.TTL = c.h.Lease * 9 / 10
+	a := acquire(t, s, r)
+	save(t, s, a, 0, step("charge", "ch_1"))
+	c.h.Advance(t, c.h.Lease) // A dies
+	r.Token = "B"
+	out := claim(t, s, r)
+	if out.Status != guard.Acquired || !out.Lease.Recovered || out.Lease.Attempt != 2 {
+		t.Fatalf("recovery = %+v, want acquired, recovered, attempt 2", out)
+	}
+	wantSteps(t, "recovering claim", out.Steps, step("charge", "ch_1"))
 }
 
 // stepsStaleHolder: a holder whose lease another took over stores

@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseFirstAttempt", c.releaseFirst},
 		{"ReleaseLaterAttempt", c.releaseLater},
 		{"LeaseExpiryRecovery", c.leaseRecovery},
+		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
 		{"Retention", c.retention},
 		{"ScopesNeverMeet", c.scopes},
@@ -402,6 +403,33 @@ func (c contract) leaseRecovery(t *testing.T) {
 	mustOK(t, "new holder's complete", s.Complete(ctx, guard.Lease{Key: key, Token: "B"}, []byte("b"), time.Hour))
 	if out := claim(t, s, c.req(key, "C")); out.Status != guard.Replay || string(out.Result) != "b" {
 		t.Fatalf("after recovery = %+v, want replay of b", out)
+	}
+}
+
+// leaseRecoveryShortTTL: a retention shorter than the lease does not
+// cut the recovery of an abandoned claim short. A pending record is kept
+// for the retention after its lease ends (the Redis store's key lives for
+// retention + lease), so the next claim recovers it with fence+1 and
+// attempt 2, and a store never forgets it at the lease's end, which would
+// hand the next claim a first attempt again: the dead holder's fence
+// repeated or its attempts (MaxAttempts) and steps lost.
+func (c contract) leaseRecoveryShortTTL(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	r := c.req(key, "A")
+	r.TTL = c.h.Lease * 9 / 10
+	a := acquire(t, s, r)
+	c.h.Advance(t, c.h.Lease/2)
+	mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
+	c.h.Advance(t, c.h.Lease) // A stops heartbeating: it crashed
+	r.Token = "B"
+	b := acquire(t, s, r)
+	if b.Fence != a.Fence+1 || b.Attempt != 2 || !b.Recovered {
+		t.Fatalf("recovered lease with a TTL shorter than the lease = %+v, want fence %d, attempt 2, recovered", b, a.Fence+1)
+	}
+	c.h.Advance(t, c.h.Lease)
+	r.Token, r.MaxAttempts = "C", 2
+	if out := claim(t, s, r); out.Status != guard.Exhausted || out.Attempts != 2 {
+		t.Fatalf("claim after the last attempt's holder died = %+v, want exhausted after 2", out)
 	}
 }
 
