@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/textproto"
+	"strings"
 )
 
 // Capture is the ResponseWriter the guarded handler writes to. It holds the
@@ -125,8 +127,16 @@ func (c *Capture) commit() {
 	}
 	c.committed = true
 	// The header goes out as it was when the handler wrote its status, as
-	// net/http would send it: later changes are not part of the response.
-	c.header.restore(c.w.Header())
+	// net/http would send it: later changes are not part of the response,
+	// except its trailers, which net/http sends from the header as it is
+	// when the handler returns.
+	h := c.w.Header()
+	var inline [4]snapField
+	trailers := c.trailers(h, inline[:0])
+	c.header.restore(h)
+	for _, f := range trailers {
+		h[f.name] = f.vals
+	}
 	c.w.WriteHeader(c.status)
 	if !c.tooLarge && c.buf.Len() > 0 {
 		c.send(c.buf.Bytes())
@@ -177,6 +187,32 @@ func (c *Capture) init(w http.ResponseWriter, max int) {
 		c.before = h.Clone()
 	}
 	c.buf = *bytes.NewBuffer(c.small[:0])
+}
+
+// trailers appends to out the trailer fields in h, the response header
+// as the handler leaves it: the fields the header it wrote its status
+// with declared in Trailer, and those named with http.TrailerPrefix. Each
+// keeps its name in h. A response without trailers costs nothing.
+func (c *Capture) trailers(h http.Header, out []snapField) []snapField {
+	for _, f := range c.header.fields {
+		if f.name != "Trailer" {
+			continue
+		}
+		for _, v := range f.vals {
+			for name := range strings.SplitSeq(v, ",") {
+				name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
+				if vs, ok := h[name]; ok && name != "" {
+					out = append(out, snapField{name: name, vals: vs})
+				}
+			}
+		}
+	}
+	for k, vs := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			out = append(out, snapField{name: k, vals: vs})
+		}
+	}
+	return out
 }
 
 // Status is the status the handler wrote, 0 before it wrote one.
