@@ -12,9 +12,10 @@ import (
 
 // TestTrailersReachClient: a handler that declares a trailer and sets it
 // after its body (net/http's way), or names one with http.TrailerPrefix,
-// sends it through the Guard as it would without it. The capture restored
-// the header of the status line when it let the response go, and dropped
-// the trailers set after it.
+// sends it through the Guard as it would without it, and a replay sends
+// the same trailers. The capture restored the header of the status line
+// when it let the response go, and dropped the trailers set after it; the
+// stored response kept none.
 func TestTrailersReachClient(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -25,7 +26,7 @@ func TestTrailersReachClient(t *testing.T) {
 		w.Header().Set(http.TrailerPrefix+"X-Late", "undeclared")
 	})
 	srv, c := serve(t, guarded(e, h, httpx.Options{}))
-	for i, want := range []bool{false} {
+	for i, want := range []bool{false, true} {
 		req, _ := http.NewRequest("POST", srv.URL+"/o", strings.NewReader("a"))
 		req.Header.Set("Idempotency-Key", "t-1")
 		resp, err := c.Do(req)

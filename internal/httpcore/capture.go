@@ -228,7 +228,8 @@ func (c *Capture) Result() Result {
 		c.WriteHeader(http.StatusOK)
 	}
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
-		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release}
+		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
+		trailers: c.trailers(c.w.Header(), nil)}
 }
 
 // Send implements Response: the held response goes out.
