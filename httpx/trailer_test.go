@@ -38,6 +38,9 @@ func TestTrailersReachClient(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated || string(b) != "body" || (resp.Header.Get(httpx.ReplayedHeader) == "true") != want {
 			t.Fatalf("response %d: %d %q replayed %q", i, resp.StatusCode, b, resp.Header.Get(httpx.ReplayedHeader))
 		}
+		if got := resp.Header.Get("X-Sum"); got != "" {
+			t.Errorf("response %d: trailer X-Sum sent in the header too (%q)", i, got)
+		}
 		if got := resp.Trailer.Get("X-Sum"); got != "declared" {
 			t.Errorf("response %d: trailer X-Sum %q, want %q (trailers %v)", i, got, "declared", resp.Trailer)
 		}

@@ -129,15 +129,16 @@ func (c *Capture) commit() {
 	// The header goes out as it was when the handler wrote its status, as
 	// net/http would send it: later changes are not part of the response,
 	// except its trailers, which net/http sends from the header as it is
-	// when the handler returns.
+	// when the handler returns. They are put back after the status, so
+	// that they go out as trailers only, as they would have.
 	h := c.w.Header()
 	var inline [4]snapField
 	trailers := c.trailers(h, inline[:0])
 	c.header.restore(h)
+	c.w.WriteHeader(c.status)
 	for _, f := range trailers {
 		h[f.name] = f.vals
 	}
-	c.w.WriteHeader(c.status)
 	if !c.tooLarge && c.buf.Len() > 0 {
 		c.send(c.buf.Bytes())
 	}
