@@ -44,7 +44,7 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	}
 
 	h := c.w.Header()
-	if _, typed := h["Content-Type"]; !typed && len(body) > 0 && h.Get("Transfer-Encoding") == "" {
+	if _, typed := h["Content-Type"]; !typed && len(body) > 0 && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" {
 		// What net/http would send (capture.Write does the same), so that
 		// the committed response has it too.
 		h.Set("Content-Type", http.DetectContentType(body))
