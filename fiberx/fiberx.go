@@ -212,7 +212,9 @@ func setHeader(c fiber.Ctx, h http.Header) {
 	rh.Reset()
 	rh.SetStatusCode(status)
 	for k, vs := range h {
-		if k == "Content-Length" {
+		if k == "Content-Length" || strings.HasPrefix(k, http.TrailerPrefix) {
+			// A stored trailer (from a net/http handler under the same
+			// key): fasthttp would send it as a malformed header field.
 			continue
 		}
 		for _, v := range vs {

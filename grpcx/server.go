@@ -47,7 +47,9 @@ type Options struct {
 	// as info.FullMethod and the generated *_FullMethodName constants spell
 	// them). Calls to other methods pass through untouched and never reach
 	// the store. Required: a method that only reads needs no key, and a
-	// guard cannot tell which methods do.
+	// guard cannot tell which methods do. Unary methods only: gRPC calls
+	// no unary interceptor for a streaming method, so one listed here is
+	// not guarded (its calls run however often they are sent).
 	Methods []string
 
 	// Caller names the caller a call comes from: the account, user or

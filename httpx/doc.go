@@ -47,9 +47,10 @@
 //
 // # What a replay carries
 //
-// The stored status and body, and the header fields the handler set or
-// changed; fields that middleware outside the Guard set keep their values
-// of the moment (a request id stays the new request's). Hop-by-hop fields
+// The stored status and body, the header fields the handler set or
+// changed, and its trailers; fields that middleware outside the Guard set
+// keep their values of the moment (a request id stays the new request's).
+// Hop-by-hop fields
 // are never stored; DefaultReplayHeader leaves out Set-Cookie,
 // Authentication-Info and Proxy-Authentication-Info too, and
 // Options.ReplayHeader can change that choice.

@@ -11,8 +11,10 @@ import "github.com/idemguard/idemguard/internal/httpcore"
 // Whatever ReplayHeader says, these are never stored: the hop-by-hop
 // fields (Connection, Keep-Alive, Proxy-Connection, Proxy-Authenticate,
 // Proxy-Authorization, TE, Trailer, Transfer-Encoding, Upgrade), fields
-// named in the response's Connection header, trailers
-// (http.TrailerPrefix) and Idempotent-Replayed. Fields the handler did not
-// set (those of middleware outside the Guard) are not stored either: a
-// replay carries their values of the moment.
+// named in the response's Connection header, and Idempotent-Replayed.
+// Fields the handler did not set (those of middleware outside the Guard)
+// are not stored either: a replay carries their values of the moment.
+// Trailers the handler set (declared in Trailer and set after the status,
+// or named with http.TrailerPrefix) are stored by the same rules, under
+// their names, and a replay sends them as trailers.
 func DefaultReplayHeader(name string) bool { return httpcore.DefaultReplayHeader(name) }

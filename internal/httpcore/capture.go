@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/textproto"
+	"strings"
 )
 
 // Capture is the ResponseWriter the guarded handler writes to. It holds the
@@ -28,6 +30,7 @@ type Capture struct {
 	buf         bytes.Buffer   // the body held back, and kept for the store; starts in small
 	small       [heldInline]byte
 	tooLarge    bool // more than max body bytes: buf is dropped
+	sniff       bool // the body was written without a Content-Type: sniffType gives it one
 	committed   bool // the status line has gone to the real writer
 	hijacked    bool
 	writeErr    error // the first error writing to the client
@@ -74,18 +77,22 @@ func (c *Capture) Write(p []byte) (int, error) {
 		return 0, errSealed
 	}
 	if !c.wroteHeader {
+		// net/http sniffs the type of a body written without one (and
+		// without a Content-Encoding) from the first bytes it sends; the
+		// capture does the same when the body goes out (sniffType), so
+		// the stored response has the type the client got.
 		h := c.w.Header()
-		if _, typed := h["Content-Type"]; !typed && h.Get("Transfer-Encoding") == "" && len(p) > 0 {
-			// net/http sniffs the type from the first write; keep what it
-			// will send, so the replay has it too.
-			h.Set("Content-Type", http.DetectContentType(p))
-		}
+		_, typed := h["Content-Type"]
+		c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == ""
 		c.WriteHeader(http.StatusOK)
 	}
 	if !c.tooLarge {
 		if c.buf.Len()+len(p) > c.max {
 			held := c.buf.Bytes()
 			wasCommitted := c.committed
+			if !wasCommitted {
+				c.sniffType(held, p) // held and then p go out now
+			}
 			c.tooLarge = true
 			c.commit()
 			c.buf = bytes.Buffer{}
@@ -123,11 +130,23 @@ func (c *Capture) commit() {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
+	if !c.tooLarge {
+		c.sniffType(c.buf.Bytes(), nil)
+	}
 	c.committed = true
 	// The header goes out as it was when the handler wrote its status, as
-	// net/http would send it: later changes are not part of the response.
-	c.header.restore(c.w.Header())
+	// net/http would send it: later changes are not part of the response,
+	// except its trailers, which net/http sends from the header as it is
+	// when the handler returns. They are put back after the status, so
+	// that they go out as trailers only, as they would have.
+	h := c.w.Header()
+	var inline [4]snapField
+	trailers := c.trailers(h, inline[:0])
+	c.header.restore(h)
 	c.w.WriteHeader(c.status)
+	for _, f := range trailers {
+		h[f.name] = f.vals
+	}
 	if !c.tooLarge && c.buf.Len() > 0 {
 		c.send(c.buf.Bytes())
 	}
@@ -179,6 +198,59 @@ func (c *Capture) init(w http.ResponseWriter, max int) {
 	c.buf = *bytes.NewBuffer(c.small[:0])
 }
 
+// sniffType adds to the header of the status line the Content-Type
+// net/http would sniff from the first bytes of the body, held and then
+// more, when the handler wrote its body without one (sniff). It runs once,
+// when the body starts to go out or is stored: net/http sniffs from what
+// it buffered before its first write, so the type of a body written in
+// pieces is read from them together, not from the first.
+func (c *Capture) sniffType(held, more []byte) {
+	if !c.sniff {
+		return
+	}
+	first := held
+	if len(held) < sniffLen && len(more) > 0 {
+		var b [sniffLen]byte
+		n := copy(b[:], held)
+		n += copy(b[n:], more)
+		first = b[:n]
+	}
+	if len(first) == 0 {
+		return // nothing yet: a later write decides, as in net/http
+	}
+	c.sniff = false
+	c.header.fields = append(c.header.fields, snapField{name: "Content-Type", vals: []string{http.DetectContentType(first)}})
+}
+
+// sniffLen is how much of a body http.DetectContentType reads.
+const sniffLen = 512
+
+// trailers appends to out the trailer fields in h, the response header
+// as the handler leaves it: the fields the header it wrote its status
+// with declared in Trailer, and those named with http.TrailerPrefix. Each
+// keeps its name in h. A response without trailers costs nothing.
+func (c *Capture) trailers(h http.Header, out []snapField) []snapField {
+	for _, f := range c.header.fields {
+		if f.name != "Trailer" {
+			continue
+		}
+		for _, v := range f.vals {
+			for name := range strings.SplitSeq(v, ",") {
+				name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
+				if vs, ok := h[name]; ok && name != "" {
+					out = append(out, snapField{name: name, vals: vs})
+				}
+			}
+		}
+	}
+	for k, vs := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			out = append(out, snapField{name: k, vals: vs})
+		}
+	}
+	return out
+}
+
 // Status is the status the handler wrote, 0 before it wrote one.
 func (c *Capture) Status() int { return c.status }
 
@@ -191,8 +263,12 @@ func (c *Capture) Result() Result {
 	if !c.wroteHeader && !c.hijacked {
 		c.WriteHeader(http.StatusOK)
 	}
+	if !c.committed {
+		c.sniffType(c.buf.Bytes(), nil)
+	}
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
-		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release}
+		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
+		trailers: c.trailers(c.w.Header(), nil)}
 }
 
 // Send implements Response: the held response goes out.

@@ -44,7 +44,7 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	}
 
 	h := c.w.Header()
-	if _, typed := h["Content-Type"]; !typed && len(body) > 0 && h.Get("Transfer-Encoding") == "" {
+	if _, typed := h["Content-Type"]; !typed && len(body) > 0 && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" {
 		// What net/http would send (capture.Write does the same), so that
 		// the committed response has it too.
 		h.Set("Content-Type", http.DetectContentType(body))
@@ -60,7 +60,7 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	} else {
 		var scratch [16]snapField
-		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), body)
+		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), nil, body)
 	}
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)

@@ -627,6 +627,10 @@ type Result struct {
 	// snapshots the header at WriteHeader without a map); Header is then
 	// nil.
 	fields []snapField
+	// trailers are the trailer fields the handler set (Capture.trailers:
+	// a declared name, or one with http.TrailerPrefix), stored for replays
+	// under http.TrailerPrefix.
+	trailers []snapField
 }
 
 // Response is a binding's hold on a guarded handler's response: the
@@ -777,7 +781,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 			var scratch [16]snapField
 			fields = fieldsOf(res.Header, scratch[:])
 		}
-		result = m.encodeHandlerResponse(status, res.Before, fields, res.Body)
+		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body)
 	}
 	m.complete(r, held, result)
 	if !res.Hijacked {

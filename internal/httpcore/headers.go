@@ -33,10 +33,12 @@ var private = map[string]bool{
 // Whatever ReplayHeader says, these are never stored: the hop-by-hop
 // fields (Connection, Keep-Alive, Proxy-Connection, Proxy-Authenticate,
 // Proxy-Authorization, TE, Trailer, Transfer-Encoding, Upgrade), fields
-// named in the response's Connection header, trailers
-// (http.TrailerPrefix) and Idempotent-Replayed. Fields the handler did not
-// set (those of middleware outside the Guard) are not stored either: a
-// replay carries their values of the moment.
+// named in the response's Connection header, and Idempotent-Replayed.
+// Fields the handler did not set (those of middleware outside the Guard)
+// are not stored either: a replay carries their values of the moment.
+// Trailers the handler set (declared in Trailer and set after the status,
+// or named with http.TrailerPrefix) are stored by the same rules, under
+// their names, and a replay sends them as trailers.
 func DefaultReplayHeader(name string) bool { return !private[name] }
 
 // connectionFields returns the fields the Connection header of a
@@ -72,6 +74,17 @@ func (m *Engine) keepField(k string, vs []string, before http.Header, conn map[s
 		return false // absent, or as the outer middleware left it
 	}
 	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
+		return false
+	}
+	return m.opts.ReplayHeader(k)
+}
+
+// keepTrailer reports whether trailer field k (its name without
+// http.TrailerPrefix), with values vs, is stored for replays: by the rules
+// of keepField, but a trailer is the handler's whatever outer middleware
+// set (it is sent after the handler returned).
+func (m *Engine) keepTrailer(k string, vs []string, conn map[string]bool) bool {
+	if len(vs) == 0 || k == "" || hopByHop[k] || conn[k] || k == ReplayedHeader {
 		return false
 	}
 	return m.opts.ReplayHeader(k)

@@ -73,23 +73,37 @@ func appendBytes(b []byte, s string) []byte {
 
 // encodeHandlerResponse is encodeResponse of the handler's response:
 // status, the fields of h (the header when the handler wrote its status)
-// that keepField keeps, and body. It writes the same bytes as encoding a
-// storedResponse of those fields would, straight from h.
-func (m *Engine) encodeHandlerResponse(status int, before http.Header, h []snapField, body []byte) []byte {
+// that keepField keeps, the trailers that keepTrailer keeps (named with
+// http.TrailerPrefix, which a replay sends as trailers), and body. It
+// writes the same bytes as encoding a storedResponse of those fields
+// would, straight from h.
+func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, trailers []snapField, body []byte) []byte {
 	conn := connectionFields(h)
 	var inline [16]snapField
 	kept := inline[:0]
 	size := 2 + 3*binary.MaxVarintLen64 + len(body)
 	n := 0
-	for _, f := range h {
-		if !m.keepField(f.name, f.vals, before, conn) {
-			continue
-		}
+	keep := func(f snapField) {
 		kept = append(kept, f)
 		for _, v := range f.vals {
 			size += len(f.name) + len(v) + 2*binary.MaxVarintLen64
 			n++
 		}
+	}
+	for _, f := range h {
+		if m.keepField(f.name, f.vals, before, conn) {
+			keep(f)
+		}
+	}
+	for _, f := range trailers {
+		name, prefixed := strings.CutPrefix(f.name, http.TrailerPrefix)
+		if !m.keepTrailer(name, f.vals, conn) {
+			continue
+		}
+		if !prefixed {
+			f.name = http.TrailerPrefix + name
+		}
+		keep(f)
 	}
 	slices.SortFunc(kept, func(a, b snapField) int { return strings.Compare(a.name, b.name) })
 	b := make([]byte, 0, size)

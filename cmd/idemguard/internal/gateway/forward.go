@@ -456,6 +456,22 @@ func (rt *route) holdAnswer(res *http.Response) error {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		res.ContentLength = int64(len(body))
 		res.TransferEncoding = nil
+		if len(res.Trailer) > 0 {
+			// The body was read whole, so the trailers are in: pass them
+			// as fields named with http.TrailerPrefix, which net/http
+			// sends as trailers (and httpx stores), without a
+			// Content-Length, which would leave no room for them. Left in
+			// res.Trailer, the proxy would flush the response before it
+			// was stored, with a Content-Length that drops them.
+			for k, vs := range res.Trailer {
+				if len(vs) > 0 {
+					res.Header[http.TrailerPrefix+k] = vs
+				}
+			}
+			res.Trailer = nil
+			res.Header.Del("Content-Length")
+			return nil
+		}
 		if !bodyless(res) {
 			res.Header.Set("Content-Length", strconv.Itoa(len(body)))
 		}
