@@ -127,8 +127,12 @@ func TestUntilWithinServerExpiry(t *testing.T) {
 	l := newLocker(t, nodes, lock.Options{Expiry: expiry, RetryDelay: time.Millisecond})
 	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
-	for i := range 40 {
+	compared := 0
+	for i := 0; i < 400 && compared < 40; i++ {
 		k, err := l.Obtain(ctx, "until")
+		if errors.Is(err, lock.ErrUnavailable) {
+			continue // a loaded machine missed the nodes' per-call timeout, a fraction of 31ms
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,5 +166,9 @@ func TestUntilWithinServerExpiry(t *testing.T) {
 			t.Fatalf("attempt %d: Until %s is %s after the nodes can let the key go (%s); expiries %v",
 				i, until.Format("15:04:05.000000"), until.Sub(free), free.Format("15:04:05.000000"), ends)
 		}
+		compared++
+	}
+	if compared < 5 {
+		t.Fatalf("only %d locks were compared with the nodes' expiries: the test tested nothing", compared)
 	}
 }
