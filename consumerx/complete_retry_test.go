@@ -13,13 +13,13 @@ import (
 )
 
 // A handler that succeeded is recorded done even when the store refuses
-// the completion for a moment (here: out of memory, until an operator
-// raises maxmemory): the completion is tried again with the lease the run
+// the completion for a moment (here: a primary that lost the replicas
+// min-replicas-to-write asks for, until an operator lowers it): the completion is tried again with the lease the run
 // holds, so the message is Processed and a redelivery is a Duplicate. (The
 // message used to be Failed with its claim left pending; once the lease ran
 // out the next delivery ran the effect a second time.)
 func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
-	srv := testenv.StartRedis(t, "--maxmemory-policy", "noeviction")
+	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
 	admin := srv.Client()
 	var (
@@ -29,7 +29,7 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
 		if e.Kind == guard.EventUnavailable && ran.Load() && blip.Add(1) == 1 {
 			// The operator's fix, heard as the refusal is reported.
-			if err := admin.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
 				t.Error(err)
 			}
 		}
@@ -41,8 +41,8 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 	h := func(ctx context.Context, msg consumerx.Message) error {
 		effects.Add(1)
 		ran.Store(true)
-		// Redis runs out of memory after the claim, before the completion.
-		return admin.ConfigSet(ctx, "maxmemory", "1").Err()
+		// Redis refuses writes after the claim, before the completion.
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
 	}
 	ctx := context.Background()
 	for _, batch := range []bool{false, true} {

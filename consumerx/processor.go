@@ -391,7 +391,7 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 }
 
 // CompleteRetry is how long a Processor keeps trying to record a handler's
-// success that the store refused (unreachable, out of memory, failing
+// success that the store refused (unreachable, restarting, failing
 // over), for one message or for a whole batch, before it leaves the
 // message Failed with its claim pending. A restarted or failed-over Redis
 // answers within a second; the message's effect would otherwise run again

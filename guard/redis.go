@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,6 +52,14 @@ type RedisOptions struct {
 	// pipelines. 0 means DefaultDirectCalls; a negative value pipelines
 	// every call.
 	DirectCalls int
+
+	// PlainScripts sends the scripts without their flag line
+	// (scripts.AllowOOM), for a server whose Lua cannot read it:
+	// miniredis. A store that meets the refusal switches by itself, at
+	// the cost of two more round trips for its first script; this saves
+	// them. A store on Redis 7 must not set it: the writes that end a
+	// claim would then be refused while the server is out of memory.
+	PlainScripts bool
 }
 
 // DefaultDirectCalls is RedisOptions.DirectCalls when unset. Up to it, a
@@ -87,6 +94,9 @@ type RedisStore struct {
 	prefix string
 	pipe   autopipeliner // nil: unpipelined
 	raw    bool          // a *redis.Client: claims read their reply raw
+	// plain: the server refused to compile a script's flag line
+	// (miniredis): scripts go plain (scripts.Plain).
+	plain atomic.Bool
 
 	direct   int64        // RedisOptions.DirectCalls
 	inflight atomic.Int64 // calls under way, when pipelined
@@ -118,6 +128,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 	}
 	s := &RedisStore{client: client, prefix: opts.Prefix, direct: max(int64(opts.DirectCalls), 0)}
 	_, s.raw = client.(*redis.Client)
+	s.plain.Store(opts.PlainScripts)
 	if !opts.Unpipelined {
 		switch c := client.(type) {
 		case *redis.Client:
@@ -155,7 +166,12 @@ func (s *RedisStore) Prefix() string { return s.prefix }
 func (s *RedisStore) LoadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
 		for _, sc := range scripts.All() {
-			if err := sc.Load(ctx, c).Err(); err != nil {
+			sc = s.variant(sc)
+			err := sc.Load(ctx, c).Err()
+			if s.flagsRefused(sc, err) {
+				err = scripts.Plain(sc).Load(ctx, c).Err()
+			}
+			if err != nil {
 				return storeErr(ctx, err)
 			}
 		}
@@ -657,16 +673,18 @@ func (s *RedisStore) script(ctx context.Context, sc *redis.Script, all []any) *r
 // redis.Cmd is a plain struct), so a caller that keeps one beside the
 // arguments allocates it with them.
 func (s *RedisStore) scriptIn(ctx context.Context, sc *redis.Script, all []any, cmd *redis.Cmd) *redis.Cmd {
+	sc = s.variant(sc)
 	all[0], all[1], all[2] = evalsha, scriptHash(sc), 1
 	*cmd = *redis.NewCmd(ctx, all...)
 	cmd.SetFirstKeyPos(3)
 	abandoned, err := s.send(ctx, cmd)
-	if !abandoned && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		all = slices.Clone(all) // the first command may still hold all
-		all[0], all[1] = "eval", scripts.Source(sc)
-		cmd = redis.NewCmd(ctx, all...)
-		cmd.SetFirstKeyPos(3)
+	if !abandoned && isNoScript(err) {
+		cmd = evalCmd(ctx, sc, all) // the first command may still hold all
 		abandoned, err = s.send(ctx, cmd)
+		if !abandoned && s.flagsRefused(sc, err) {
+			cmd = evalCmd(ctx, scripts.Plain(sc), all)
+			abandoned, err = s.send(ctx, cmd)
+		}
 	}
 	if abandoned {
 		return failed(ctx, err) // the autopipeliner may still fill cmd in
@@ -674,12 +692,54 @@ func (s *RedisStore) scriptIn(ctx context.Context, sc *redis.Script, all []any, 
 	return cmd
 }
 
+// evalCmd is the EVAL of sc with the arguments of all = {evalsha, hash,
+// 1, the record's name, ARGV...}, in a slice of its own.
+func evalCmd(ctx context.Context, sc *redis.Script, all []any) *redis.Cmd {
+	args := append([]any{"eval", scripts.Source(sc)}, all[2:]...)
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// variant is sc as this store sends it: plain (scripts.Plain) once the
+// server has refused to compile a flag line.
+func (s *RedisStore) variant(sc *redis.Script) *redis.Script {
+	if s.plain.Load() {
+		return scripts.Plain(sc)
+	}
+	return sc
+}
+
+// flagsRefused reports whether err is the server's refusal to compile sc
+// for its flag line (scripts.AllowOOM): miniredis, or Redis before 7.0.
+// The store then sends every script plain, and a holder's writes are
+// refused while the server is out of memory, as other writes are.
+func (s *RedisStore) flagsRefused(sc *redis.Script, err error) bool {
+	if err == nil || scripts.Plain(sc) == sc || !strings.Contains(err.Error(), "Error compiling script") {
+		return false
+	}
+	s.plain.Store(true)
+	return true
+}
+
+// Scripts returns the scripts the store sends: scripts.All(), or
+// scripts.AllPlain() once the server has refused to compile a flag line.
+// A health check asks the server for these.
+func (s *RedisStore) Scripts() []*redis.Script {
+	if s.plain.Load() {
+		return scripts.AllPlain()
+	}
+	return scripts.All()
+}
+
 const evalsha = "evalsha"
 
 // hashes are the scripts' SHA1 digests, as arguments that need no boxing.
 var hashes = func() map[*redis.Script]*string {
 	m := map[*redis.Script]*string{}
-	for _, sc := range scripts.All() {
+	for _, sc := range append(scripts.All(), scripts.AllPlain()...) {
 		h := sc.Hash()
 		m[sc] = &h
 	}
@@ -772,7 +832,7 @@ func isOOM(err error) bool {
 }
 
 func isTryLater(msg string) bool {
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "OOM"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK", "OOM"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -271,7 +270,7 @@ func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*re
 	mem := make([]redis.Cmd, n) // the commands, made in place: one allocation
 	for j := range n {
 		sc, args := script(j)
-		args[0], args[1] = evalsha, scriptHash(sc)
+		args[0], args[1] = evalsha, scriptHash(s.variant(sc))
 		mem[j] = *redis.NewCmd(ctx, args...)
 		mem[j].SetFirstKeyPos(3)
 		cmds[j] = &mem[j]
@@ -279,19 +278,28 @@ func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*re
 	if err := s.exec(ctx, cmds); err != nil {
 		return nil, err
 	}
-	var again []redis.Cmder
-	for j, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	// Scripts the server does not have go by EVAL; then, on a server that
+	// refused a flag line (miniredis), those scripts once more, plain.
+	for _, retry := range []func(sc *redis.Script, err error) (*redis.Script, bool){
+		func(sc *redis.Script, err error) (*redis.Script, bool) { return s.variant(sc), isNoScript(err) },
+		func(sc *redis.Script, err error) (*redis.Script, bool) {
+			return scripts.Plain(sc), s.flagsRefused(sc, err)
+		},
+	} {
+		var again []redis.Cmder
+		for j, cmd := range cmds {
+			if cmd.Err() == nil {
+				continue
+			}
 			sc, args := script(j)
-			args = append([]any{"eval", scripts.Source(sc)}, args[2:]...)
-			c := redis.NewCmd(ctx, args...)
-			c.SetFirstKeyPos(3)
-			cmds[j] = c
-			again = append(again, c)
+			if sc, ok := retry(sc, cmd.Err()); ok {
+				cmds[j] = evalCmd(ctx, sc, args)
+				again = append(again, cmds[j])
+			}
 		}
-	}
-	if err := s.exec(ctx, again); err != nil {
-		return nil, err
+		if err := s.exec(ctx, again); err != nil {
+			return nil, err
+		}
 	}
 	return cmds, nil
 }

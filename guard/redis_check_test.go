@@ -214,6 +214,131 @@ func TestOOMIsUnavailable(t *testing.T) {
 	}
 }
 
+// A holder whose effect ran while the server filled up still ends its
+// claim: completes, failures, releases and steps are written on a server
+// out of memory (their scripts carry allow-oom), where new claims are
+// refused. Without that the key stayed pending and its effect ran again
+// once the lease ran out. Through Do, Hold and DoBatch (a pipeline of
+// scripts).
+func TestOOMHolderStillEnds(t *testing.T) {
+	srv := testenv.StartRedis(t, "--maxmemory-policy", "noeviction")
+	admin := srv.Client()
+	s := guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{})
+	g := guard.New(s, guard.Options{})
+	fill := func() {
+		t.Helper()
+		used, err := usedMemory(admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.ConfigSet(bg, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+			t.Fatalf("a write on the full server = %v, want OOM", err)
+		}
+	}
+	free := func() {
+		t.Helper()
+		if err := admin.ConfigSet(bg, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) guard.Key { return guard.Key{Scope: "oom", ID: id} }
+	state := func(id string) guard.State {
+		t.Helper()
+		rec, err := g.Get(bg, key(id))
+		if errors.Is(err, guard.ErrNotFound) {
+			return 0
+		}
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		return rec.State
+	}
+
+	// Do: a step, then the result, both recorded on the full server.
+	res, err := g.Do(bg, key("do"), "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		fill()
+		if _, err := guard.Step(ctx, l, "charge", func(context.Context) ([]byte, error) { return []byte("ch_1"), nil }); err != nil {
+			return nil, err
+		}
+		return []byte("done"), nil
+	})
+	if err != nil || string(res.Value) != "done" {
+		t.Fatalf("Do whose effect ran while memory filled = %q, %v; want its result stored", res.Value, err)
+	}
+	if st := state("do"); st != guard.StateCompleted {
+		t.Fatalf("record after Do = %v, want completed", st)
+	}
+	if _, err := g.Do(bg, key("new"), "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("an effect ran on a full server")
+		return nil, nil
+	}); !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("a new claim on the full server = %v, want ErrUnavailable", err)
+	}
+	free()
+
+	// Held: a failure and a release.
+	_, failed, err := g.Hold(bg, key("fail"), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, released, err := g.Hold(bg, key("release"), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill()
+	if err := failed.Fail(errors.New("declined")); err != nil {
+		t.Fatalf("Fail on the full server: %v", err)
+	}
+	if err := released.Release(); err != nil {
+		t.Fatalf("Release on the full server: %v", err)
+	}
+	if st := state("fail"); st != guard.StateFailed {
+		t.Fatalf("record after Fail = %v, want failed", st)
+	}
+	if st := state("release"); st != 0 {
+		t.Fatalf("record after Release = %v, want none", st)
+	}
+	free()
+
+	// DoBatch: the completions go in one pipeline of scripts.
+	items := []guard.BatchItem{{Key: key("b0"), Fingerprint: "fp"}, {Key: key("b1"), Fingerprint: "fp"}}
+	out := g.DoBatch(bg, items, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
+		if i == 0 {
+			fill()
+		}
+		return []byte("ok"), nil
+	}, guard.BatchOptions{})
+	for i, r := range out {
+		if r.Err != nil {
+			t.Fatalf("batch item %d whose effect ran while memory filled: %v", i, r.Err)
+		}
+	}
+	for _, id := range []string{"b0", "b1"} {
+		if st := state(id); st != guard.StateCompleted {
+			t.Fatalf("record %s after DoBatch = %v, want completed", id, st)
+		}
+	}
+	free()
+}
+
+// A primary that has lost the replicas min-replicas-to-write asks for
+// refuses writes with NOREPLICAS: a passing state, reported as
+// ErrUnavailable (retry later) like OOM, with nothing run.
+func TestNoReplicasIsUnavailable(t *testing.T) {
+	srv := testenv.StartRedis(t, "--min-replicas-to-write", "1")
+	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{})
+	_, err := g.Do(bg, guard.Key{Scope: "s", ID: "k"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("the effect ran on a server refusing writes")
+		return nil, nil
+	})
+	if !errors.Is(err, guard.ErrUnavailable) || !strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Fatalf("Do on a server without its replicas = %v, want ErrUnavailable wrapping NOREPLICAS", err)
+	}
+}
+
 func usedMemory(c *redis.Client) (int64, error) {
 	info, err := c.Info(bg, "memory").Result()
 	if err != nil {

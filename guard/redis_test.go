@@ -2,7 +2,9 @@ package guard_test
 
 import (
 	"context"
+	"crypto/rand"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/scripts"
 )
 
 // miniStore returns a RedisStore on a fresh miniredis and the server, so a
@@ -271,4 +274,69 @@ func TestCompleteFastPath(t *testing.T) {
 			t.Errorf("%s: %+v, %v; lease %+v", shape, rec, err, known)
 		}
 	}
+}
+
+// The scripts that must run on a server out of memory carry a flag line
+// (allow-oom) that Redis 7 reads and miniredis cannot compile: on
+// miniredis the store sends them plain from the first refusal on, whether
+// LoadScripts or a call met it, and Scripts names what it sends, so a
+// health check finds them all loaded.
+func TestScriptsPlainWhereFlagsRefused(t *testing.T) {
+	loaded := func(t *testing.T, c *redis.Client, s *guard.RedisStore) {
+		t.Helper()
+		var hashes []string
+		for _, sc := range s.Scripts() {
+			hashes = append(hashes, sc.Hash())
+		}
+		found, err := c.ScriptExists(context.Background(), hashes...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range found {
+			if !f {
+				t.Errorf("script %d of Scripts() is not in the server's cache", i)
+			}
+		}
+	}
+	t.Run("miniredis/LoadScripts", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		s := guard.NewRedisStore(c, guard.RedisOptions{})
+		if err := s.LoadScripts(context.Background()); err != nil {
+			t.Fatalf("LoadScripts on miniredis: %v", err)
+		}
+		if slices.Equal(s.Scripts(), scripts.All()) {
+			t.Fatal("Scripts() names the flagged scripts miniredis refused")
+		}
+		loaded(t, c, s)
+	})
+	t.Run("miniredis/call", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		g := guard.New(guard.NewRedisStore(c, guard.RedisOptions{}), guard.Options{})
+		for range 2 { // the first Complete meets the refusal, the second goes plain at once
+			key := guard.Key{Scope: "s", ID: rand.Text()}
+			if _, err := g.Do(context.Background(), key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+				return []byte("v"), nil
+			}); err != nil {
+				t.Fatalf("Do on miniredis without LoadScripts: %v", err)
+			}
+			if rec, err := g.Get(context.Background(), key); err != nil || rec.State != guard.StateCompleted {
+				t.Fatalf("record = %+v, %v; want completed", rec, err)
+			}
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		c := testenv.Redis(t)
+		s := guardenv.StoreOn(t, c, guard.RedisOptions{})
+		if err := s.LoadScripts(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(s.Scripts(), scripts.All()) {
+			t.Fatal("Scripts() on Redis 7 is not the flagged scripts")
+		}
+		loaded(t, c, s)
+	})
 }

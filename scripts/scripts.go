@@ -40,46 +40,90 @@ var (
 const CorruptPrefix = "IDEMGUARD_CORRUPT"
 
 // The scripts. Each takes KEYS[1] = the record of one logical key.
+//
+// The writes that end a claim or record a step (Complete, Fail, Release,
+// Step) run even when Redis is out of memory (maxmemory with noeviction):
+// they start with the flag line AllowOOM, so a holder whose effect has
+// happened can still record it, and a key is not left pending to be run
+// again once its lease runs out. Claims are still refused then, so memory
+// grows by no more than the claims under way. Extend needs no flag: its
+// PEXPIRE is not refused.
 var (
 	// Claim creates or recovers a pending record, or reports why it cannot.
-	Claim = newScript(claimSrc)
+	Claim = newScript(claimSrc, "")
 	// Complete moves the owner's pending record to completed.
-	Complete = newScript(completeSrc)
+	Complete = newScript(completeSrc, AllowOOM)
 	// Fail moves the owner's pending record to failed.
-	Fail = newScript(failSrc)
+	Fail = newScript(failSrc, AllowOOM)
 	// Release undoes the owner's claim.
-	Release = newScript(releaseSrc)
+	Release = newScript(releaseSrc, AllowOOM)
 	// Extend pushes the owner's lease out.
-	Extend = newScript(extendSrc)
+	Extend = newScript(extendSrc, "")
 	// Get reads a record and its time to live together; the client
 	// decodes the record.
 	Get = redis.NewScript(getSrc)
 	// Step records a recovery point (a step's result) for the owner of a
 	// pending record.
-	Step = newScript(stepSrc)
+	Step = newScript(stepSrc, AllowOOM)
 )
 
-var sources = map[*redis.Script]string{Get: getSrc}
+// AllowOOM is the first line of the scripts that must run when Redis is
+// out of memory: a shebang with the allow-oom flag (Redis 7.0 and later).
+// A server that cannot read it (miniredis, Redis before 7.0) refuses to
+// compile the script; Plain gives the script without it.
+const AllowOOM = "#!lua flags=allow-oom\n"
+
+var (
+	sources = map[*redis.Script]string{Get: getSrc}
+	plain   = map[*redis.Script]*redis.Script{}
+)
 
 // newScript puts record.lua in body: where body marks its place with a
 // line "--[[record.lua]]", else in front. Code above the mark runs before
 // record.lua makes its functions (each closure costs Redis time on every
-// call), for a fast path that needs none of them.
-func newScript(body string) *redis.Script {
+// call), for a fast path that needs none of them. A non-empty flags line
+// goes first, and the script without it is kept for Plain.
+func newScript(body, flags string) *redis.Script {
 	src := recordSrc + "\n" + body
 	if before, after, ok := strings.Cut(body, recordMark); ok {
 		src = before + recordSrc + after
 	}
-	sc := redis.NewScript(src)
-	sources[sc] = src
+	sc := redis.NewScript(flags + src)
+	sources[sc] = flags + src
+	if flags != "" {
+		p := redis.NewScript(src)
+		sources[p] = src
+		plain[sc] = p
+	}
 	return sc
 }
 
 const recordMark = "--[[record.lua]]\n"
 
+// Plain returns sc without its flag line (AllowOOM), for a server that
+// cannot compile it; a script without one is returned as it is. The plain
+// script behaves the same but on a server out of memory, whose refusal of
+// its write it reports as an error.
+func Plain(sc *redis.Script) *redis.Script {
+	if p, ok := plain[sc]; ok {
+		return p
+	}
+	return sc
+}
+
 // All lists every script, for loading them at start-up.
 func All() []*redis.Script {
 	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get, Step}
+}
+
+// AllPlain lists every script as Plain gives it, for a server that cannot
+// read flag lines.
+func AllPlain() []*redis.Script {
+	all := All()
+	for i, sc := range all {
+		all[i] = Plain(sc)
+	}
+	return all
 }
 
 // Source returns the Lua text of one of the scripts above, for sending it

@@ -87,7 +87,7 @@ func (t *Target) Memory(ctx context.Context, opts MemoryOptions) (MemoryResult, 
 		defer cancel()
 		_ = t.cleanup(cctx, prefix+"{") // the records' names only
 	}()
-	g := guard.New(guard.NewRedisStore(t.client, guard.RedisOptions{Prefix: prefix}), guard.Options{TTL: time.Hour})
+	g := guard.New(t.newStore(guard.RedisOptions{Prefix: prefix}), guard.Options{TTL: time.Hour})
 	res := make([]byte, opts.ResultSize)
 	for i := range res {
 		res[i] = 'a' + byte(i%26)
@@ -106,7 +106,7 @@ func (t *Target) Memory(ctx context.Context, opts MemoryOptions) (MemoryResult, 
 	// The connections and the scripts' first runs happen before the first
 	// reading: what they cost Redis once is not the records'.
 	warm := prefix + "warm:"
-	wg := guard.New(guard.NewRedisStore(t.client, guard.RedisOptions{Prefix: warm}), guard.Options{TTL: time.Hour})
+	wg := guard.New(t.newStore(guard.RedisOptions{Prefix: warm}), guard.Options{TTL: time.Hour})
 	_, _, _, err := drive(ctx, opts.Concurrency, int64(4*opts.Concurrency), 0, func(ctx context.Context, i int64) error {
 		_, err := wg.Do(ctx, guard.Key{Scope: opts.Scope, ID: strconv.FormatInt(i, 10)}, "fp", fn)
 		return err
@@ -139,7 +139,7 @@ func (t *Target) Memory(ctx context.Context, opts MemoryOptions) (MemoryResult, 
 	out.BytesPerRecord = float64(after-before) / float64(opts.Records)
 
 	// The values' own size, from a sample.
-	store := guard.NewRedisStore(t.client, guard.RedisOptions{Prefix: prefix})
+	store := t.newStore(guard.RedisOptions{Prefix: prefix})
 	var sum, n int64
 	for i := 0; i < len(ids) && n < 200; i += max(1, len(ids)/200) {
 		l, err := t.client.StrLen(ctx, store.Name(guard.Key{Scope: opts.Scope, ID: ids[i]})).Result()

@@ -71,7 +71,7 @@ func (e *env) guard() *guard.Guard { return e.guardWith(guard.RedisOptions{}) }
 // guardWith is guard with the store options o (its Prefix is the row's).
 func (e *env) guardWith(o guard.RedisOptions) *guard.Guard {
 	o.Prefix = e.prefix
-	return guard.New(guard.NewRedisStore(e.t.client, o), guard.Options{TTL: e.opts.TTL})
+	return guard.New(e.t.newStore(o), guard.Options{TTL: e.opts.TTL})
 }
 
 var unpipelined = guard.RedisOptions{Unpipelined: true}
@@ -201,7 +201,7 @@ func prepareClaimComplete(_ context.Context, e *env) (op, error) {
 }
 
 func (e *env) store() *guard.RedisStore {
-	return guard.NewRedisStore(e.t.client, guard.RedisOptions{Prefix: e.prefix})
+	return e.t.newStore(guard.RedisOptions{Prefix: e.prefix})
 }
 
 func (e *env) claimRequest(i int64) guard.ClaimRequest {

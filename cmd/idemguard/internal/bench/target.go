@@ -104,12 +104,19 @@ func Open(ctx context.Context, opts TargetOptions) (*Target, error) {
 		t.Close()
 		return nil, fmt.Errorf("bench: redis at %s does not answer: %w", addr, err)
 	}
-	t.store = guard.NewRedisStore(t.client, guard.RedisOptions{Prefix: opts.Prefix})
+	t.store = t.newStore(guard.RedisOptions{Prefix: opts.Prefix})
 	if err := t.store.LoadScripts(pctx); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("bench: load scripts into %s: %w", addr, err)
 	}
 	return t, nil
+}
+
+// newStore returns a guard store on the target with options o; on
+// miniredis its scripts go without their flag line (PlainScripts).
+func (t *Target) newStore(o guard.RedisOptions) *guard.RedisStore {
+	o.PlainScripts = t.mr != nil
+	return guard.NewRedisStore(t.client, o)
 }
 
 // Name says which server the target is: "miniredis" or "redis ADDR".

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/scripts"
 )
 
 // healthz answers 200 while the process serves: liveness, nothing else.
@@ -107,7 +106,7 @@ func (gw *Gateway) ping(ctx context.Context) error {
 // every master of a Cluster).
 func (gw *Gateway) scriptsLoaded(ctx context.Context) (bool, error) {
 	var hashes []string
-	for _, s := range scripts.All() {
+	for _, s := range gw.rstore.Scripts() {
 		hashes = append(hashes, s.Hash())
 	}
 	all := true
