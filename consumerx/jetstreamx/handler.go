@@ -249,12 +249,29 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // cancelled; if it then returns an error the message is Interrupted
 // (released and Nak'ed, no attempt counted), and the messages of the batch
 // whose turn had not come are Interrupted without running.
+//
+// Consume refuses, before it fetches anything, a consumer whose
+// MaxDeliver would stop redelivering a failing message before its
+// attempts (Process.MaxAttempts) ran out: the message would be dropped by
+// the server instead of dead-lettered. MaxDeliver counts every delivery,
+// including the Naks of a message in progress in another consumer: leave
+// it unlimited (-1, JetStream's default), or well above MaxAttempts.
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
 	return h.consume(ctx, cons, h.guarded)
 }
 
 // consume is Consume with each batch run by run.
 func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batchFunc) error {
+	if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
+		if limit := h.proc.MaxAttempts(); limit == 0 || info.Config.MaxDeliver <= limit {
+			attempts := "no limit on attempts"
+			if limit > 0 {
+				attempts = fmt.Sprintf("%d attempts", limit)
+			}
+			return fmt.Errorf("jetstreamx: consumer %q has MaxDeliver %d, at most %s: a failing message would be dropped by the server, not dead-lettered; set MaxDeliver to -1 or above the attempts",
+				info.Name, info.Config.MaxDeliver, attempts)
+		}
+	}
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,6 +267,41 @@ func TestConsumeStopsAndDefaultKey(t *testing.T) {
 	})
 	if n != 1 {
 		t.Errorf("%d message ids, want 1", n)
+	}
+}
+
+// A consumer whose MaxDeliver would give up on a failing message before
+// its attempts ran out is refused: the server would drop the message, and
+// it would never be dead-lettered. One above the attempts is accepted.
+func TestConsumeRefusesMaxDeliverBelowAttempts(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	js, stopNATS := startNATS(t)
+	defer stopNATS()
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(g, func(context.Context, consumerx.Message) error { return nil },
+		Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t), MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		maxDeliver int
+		refused    bool
+	}{{2, true}, {3, true}, {4, false}, {-1, false}} {
+		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: fmt.Sprintf("billing%d", tc.maxDeliver+1), AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: tc.maxDeliver})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = h.Consume(runCtx, cons)
+		cancel()
+		if refused := err != nil && strings.Contains(err.Error(), "MaxDeliver"); refused != tc.refused {
+			t.Errorf("MaxDeliver %d with 3 attempts: Consume = %v, want refused %v", tc.maxDeliver, err, tc.refused)
+		}
 	}
 }
 
