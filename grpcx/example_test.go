@@ -176,3 +176,17 @@ func ExampleWithIdempotencyKey() {
 	// Output:
 	// true 36
 }
+
+// CheckMethods at start-up, after the services are registered: a method
+// name with a typo would otherwise run unguarded.
+func ExampleCheckMethods() {
+	srv := grpc.NewServer()
+	registerPayments(srv, func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return req, nil
+	})
+	fmt.Println(grpcx.CheckMethods(srv, []string{exampleCharge}))
+	fmt.Println(grpcx.CheckMethods(srv, []string{"/shop.v1.Payments/Charges"}))
+	// Output:
+	// <nil>
+	// grpcx: 1 of Options.Methods would run unguarded: "/shop.v1.Payments/Charges" is not served (a full name is "/package.Service/Method")
+}

@@ -49,7 +49,8 @@ type Options struct {
 	// the store. Required: a method that only reads needs no key, and a
 	// guard cannot tell which methods do. Unary methods only: gRPC calls
 	// no unary interceptor for a streaming method, so one listed here is
-	// not guarded (its calls run however often they are sent).
+	// not guarded (its calls run however often they are sent). CheckMethods
+	// finds those, and misspelled names, at start-up.
 	Methods []string
 
 	// Caller names the caller a call comes from: the account, user or

@@ -522,3 +522,31 @@ func TestRetentionExpires(t *testing.T) {
 		t.Fatalf("after the TTL: %v replayed %v runs %d", c.err, c.replayed(), p.runs.Load())
 	}
 }
+
+// CheckMethods names every listed method the server would not guard: a
+// misspelled one, one of a service not registered, and a streaming one
+// (gRPC calls no unary interceptor for it); the served unary methods pass.
+func TestCheckMethods(t *testing.T) {
+	srv := grpc.NewServer()
+	desc := (&payments{}).desc()
+	desc.Streams = []grpc.StreamDesc{{StreamName: "Watch", ServerStreams: true,
+		Handler: func(any, grpc.ServerStream) error { return nil }}}
+	srv.RegisterService(desc, &payments{})
+	ok := []string{"/" + service + "/Charge", "/" + service + "/Get"}
+	if err := grpcx.CheckMethods(srv, ok); err != nil {
+		t.Fatalf("served unary methods: %v", err)
+	}
+	bad := []string{"/" + service + "/charge", "/other.Service/Charge", "/" + service + "/Watch"}
+	err := grpcx.CheckMethods(srv, append(ok, bad...))
+	if err == nil {
+		t.Fatal("CheckMethods accepted methods that run unguarded")
+	}
+	for _, m := range bad {
+		if !strings.Contains(err.Error(), m) {
+			t.Errorf("the error does not name %s: %v", m, err)
+		}
+	}
+	if strings.Contains(err.Error(), ok[0]+`"`) {
+		t.Errorf("the error names a guarded method: %v", err)
+	}
+}
