@@ -172,12 +172,17 @@ func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn f
 	ctx, span := t.start(ctx, name, lease.Key, append(leaseAttrs(lease), more...)...)
 	defer span.End()
 	err := fn(ctx)
+	wrote(span, lease.Key, err)
+	return err
+}
+
+// wrote records a write's answer on its span.
+func wrote(span trace.Span, key guard.Key, err error) {
 	if err != nil {
-		failed(span, lease.Key, err)
-		return err
+		failed(span, key, err)
+		return
 	}
 	span.SetAttributes(Outcome.String("ok"))
-	return nil
 }
 
 // Store returns s with a span around each Claim, Complete, Fail, Release,
@@ -185,6 +190,11 @@ func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn f
 // call's context; Get is passed through untraced (Options.Wait polls it).
 // The returned store is a guard.StepStore exactly when s is one, so steps
 // keep working.
+//
+// It is a guard.BatchStore exactly when s is one, so DoBatch and the
+// consumers keep claiming and completing a batch in one round trip: each
+// key of a batch gets its own span, as its own call would, all of them
+// as long as the batch's call.
 //
 // The returned store is also a guard.DeadlineStore that answers as s does
 // (false when s is not one), so a fallback.Store over it keeps running
@@ -199,8 +209,15 @@ func (t *Tracer) Store(s guard.Store) guard.Store {
 		panic("otelx: nil guard.Store")
 	}
 	w := &store{t: t, s: s}
-	if ss, ok := s.(guard.StepStore); ok {
-		return &stepStore{store: w, ss: ss}
+	ss, steps := s.(guard.StepStore)
+	bs, batches := s.(guard.BatchStore)
+	switch {
+	case steps && batches:
+		return &stepBatchStore{w, stepsOf{w, ss}, batchesOf{w, bs}}
+	case steps:
+		return &stepStore{w, stepsOf{w, ss}}
+	case batches:
+		return &batchStore{w, batchesOf{w, bs}}
 	}
 	return w
 }
@@ -224,9 +241,15 @@ func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	ctx, span := w.t.start(ctx, SpanClaim, req.Key)
 	defer span.End()
 	out, err := w.s.Claim(ctx, req)
+	claimed(span, req.Key, out, err)
+	return out, err
+}
+
+// claimed records a claim's answer on its span.
+func claimed(span trace.Span, key guard.Key, out guard.Outcome, err error) {
 	if err != nil {
-		failed(span, req.Key, err)
-		return out, err
+		failed(span, key, err)
+		return
 	}
 	attrs := []attribute.KeyValue{Outcome.String(out.Status.String()), Replayed.Bool(out.Status == guard.Replay)}
 	switch out.Status {
@@ -240,7 +263,6 @@ func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 		attrs = append(attrs, ResultSize.Int(len(out.Result)))
 	}
 	span.SetAttributes(attrs...)
-	return out, nil
 }
 
 func (w *store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
@@ -271,15 +293,90 @@ func (w *store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	return w.s.Get(ctx, key)
 }
 
-type stepStore struct {
-	*store
+// The traced stores of a guard.StepStore, a guard.BatchStore, and a store
+// that is both: each is exactly what the store is.
+type (
+	stepStore struct {
+		*store
+		stepsOf
+	}
+	batchStore struct {
+		*store
+		batchesOf
+	}
+	stepBatchStore struct {
+		*store
+		stepsOf
+		batchesOf
+	}
+)
+
+var (
+	_ guard.StepStore  = (*stepStore)(nil)
+	_ guard.BatchStore = (*batchStore)(nil)
+	_ guard.StepStore  = (*stepBatchStore)(nil)
+	_ guard.BatchStore = (*stepBatchStore)(nil)
+)
+
+// stepsOf traces a StepStore's steps.
+type stepsOf struct {
+	w  *store
 	ss guard.StepStore
 }
 
-func (w *stepStore) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return w.t.write(ctx, SpanStep, lease, func(ctx context.Context) error {
-		return w.ss.SaveStep(ctx, lease, index, step)
+// SaveStep implements guard.StepStore in a span.
+func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return s.w.t.write(ctx, SpanStep, lease, func(ctx context.Context) error {
+		return s.ss.SaveStep(ctx, lease, index, step)
 	}, StepName.String(step.Name), StepIndex.Int(index), ResultSize.Int(len(step.Result)))
+}
+
+// batchesOf traces a BatchStore's batches: a span per key.
+type batchesOf struct {
+	w  *store
+	bs guard.BatchStore
+}
+
+// ClaimBatch implements guard.BatchStore: a SpanClaim per request.
+func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	spans := make([]trace.Span, len(reqs))
+	for i := range reqs {
+		_, spans[i] = b.w.t.start(ctx, SpanClaim, reqs[i].Key)
+	}
+	out, errs := b.bs.ClaimBatch(ctx, reqs)
+	for i, span := range spans {
+		claimed(span, reqs[i].Key, out[i], errs[i])
+		span.End()
+	}
+	return out, errs
+}
+
+// writeSpans names the span of each kind of write.
+var writeSpans = map[guard.WriteKind]string{
+	guard.WriteComplete: SpanComplete, guard.WriteFail: SpanFail, guard.WriteRelease: SpanRelease, guard.WriteExtend: SpanExtend,
+}
+
+// WriteBatch implements guard.BatchStore: a span per write, named for its
+// kind.
+func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
+	spans := make([]trace.Span, len(ws))
+	for i := range ws {
+		attrs := leaseAttrs(ws[i].Lease)
+		if ws[i].Kind == guard.WriteComplete {
+			attrs = append(attrs, ResultSize.Int(len(ws[i].Result)))
+		}
+		name, ok := writeSpans[ws[i].Kind]
+		if !ok {
+			name = "idemguard." + ws[i].Kind.String()
+		}
+		_, spans[i] = b.w.t.start(ctx, name, ws[i].Lease.Key, attrs...)
+	}
+	errs := b.bs.WriteBatch(ctx, ws)
+	for i, span := range spans {
+		wrote(span, ws[i].Lease.Key, errs[i])
+		span.End()
+	}
+	return errs
 }
 
 // Func returns fn with a span around each run (SpanEffect, an internal

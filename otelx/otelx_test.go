@@ -432,3 +432,55 @@ func TestDigestIsMetrics(t *testing.T) {
 	}
 	want(t, tt.one(t, otelx.SpanClaim), otelx.KeyDigest.String(metrics.KeyDigest(key)))
 }
+
+// TestBatchSpans: the traced store is a guard.BatchStore (and a
+// StepStore) exactly when the store it traces is, so DoBatch through it
+// keeps a batch's round trips; each key gets its claim and complete span,
+// children of the caller's span, with the claim's outcome, and no span
+// carries the raw key.
+func TestBatchSpans(t *testing.T) {
+	tt := newTraced(t, otelx.Options{})
+	rs := redisStore(t)
+	for name, tc := range map[string]struct {
+		s            guard.Store
+		steps, batch bool
+	}{
+		"redis":        {rs, true, true},
+		"steps only":   {struct{ guard.StepStore }{rs}, true, false},
+		"batches only": {struct{ guard.BatchStore }{rs}, false, true},
+		"neither":      {onlyStore{rs}, false, false},
+	} {
+		traced := tt.tr.Store(tc.s)
+		_, steps := traced.(guard.StepStore)
+		_, batch := traced.(guard.BatchStore)
+		if steps != tc.steps || batch != tc.batch {
+			t.Errorf("%s: a StepStore %v, a BatchStore %v; want %v, %v", name, steps, batch, tc.steps, tc.batch)
+		}
+	}
+
+	g := guard.New(tt.tr.Store(rs), guard.Options{})
+	ctx, parent := tt.tp.Tracer("test").Start(context.Background(), "consume")
+	items := []guard.BatchItem{
+		{Key: guard.Key{Scope: "batch", ID: secretID}, Fingerprint: "fp"},
+		{Key: guard.Key{Scope: "batch", ID: secretID + "-2"}, Fingerprint: "fp"},
+	}
+	for i, r := range g.DoBatch(ctx, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		return []byte("done"), nil
+	}, guard.BatchOptions{}) {
+		if r.Err != nil {
+			t.Fatalf("item %d: %v", i, r.Err)
+		}
+	}
+	parent.End()
+	for _, name := range []string{otelx.SpanClaim, otelx.SpanComplete} {
+		spans := tt.spans(name)
+		if len(spans) != len(items) {
+			t.Fatalf("%d %s spans, want %d (all: %v)", len(spans), name, len(items), tt.names())
+		}
+		for _, s := range spans {
+			childOf(t, s, parent.SpanContext())
+			want(t, s, otelx.Outcome.String(map[string]string{otelx.SpanClaim: "acquired", otelx.SpanComplete: "ok"}[name]))
+		}
+	}
+	tt.noRawKey(t)
+}

@@ -142,9 +142,11 @@ func (m *Metrics) Count(k guard.EventKind) uint64 {
 //
 // It forwards the optional interfaces fallback and guard look for: the
 // returned store is a guard.StepStore exactly when s is one (SaveStep is
-// passed through, untimed), and a guard.DeadlineStore whose
-// HonoursDeadline answers as s does (false when s is not one), so a
-// fallback.Store over it keeps its inline path.
+// passed through, untimed), a guard.BatchStore exactly when s is one (so
+// DoBatch and the consumers keep claiming and completing a batch in one
+// round trip; each key's call is timed with the batch's latency), and a
+// guard.DeadlineStore whose HonoursDeadline answers as s does (false when
+// s is not one), so a fallback.Store over it keeps its inline path.
 func (m *Metrics) Store(s guard.Store) guard.Store {
 	if s == nil {
 		panic("metrics.Store: nil Store")
@@ -155,8 +157,15 @@ func (m *Metrics) Store(s guard.Store) guard.Store {
 			t.obs[i][j] = m.latency.WithLabelValues(op, r)
 		}
 	}
-	if ss, ok := s.(guard.StepStore); ok {
-		return &timedStepStore{timedStore: t, steps: ss}
+	ss, steps := s.(guard.StepStore)
+	bs, batches := s.(guard.BatchStore)
+	switch {
+	case steps && batches:
+		return &timedStepBatchStore{t, stepsOf{ss}, batchesOf{t, bs}}
+	case steps:
+		return &timedStepStore{t, stepsOf{ss}}
+	case batches:
+		return &timedBatchStore{t, batchesOf{t, bs}}
 	}
 	return t
 }
@@ -246,18 +255,70 @@ func (t *timedStore) HonoursDeadline() bool {
 	return ok && ds.HonoursDeadline()
 }
 
-// timedStepStore is the decorator of a guard.StepStore.
-type timedStepStore struct {
-	*timedStore
-	steps guard.StepStore
-}
+// The decorators of a guard.StepStore, a guard.BatchStore, and a store
+// that is both: the decorator is each exactly when the store is.
+type (
+	timedStepStore struct {
+		*timedStore
+		stepsOf
+	}
+	timedBatchStore struct {
+		*timedStore
+		batchesOf
+	}
+	timedStepBatchStore struct {
+		*timedStore
+		stepsOf
+		batchesOf
+	}
+)
 
 var (
 	_ guard.DeadlineStore = (*timedStore)(nil)
 	_ guard.StepStore     = (*timedStepStore)(nil)
+	_ guard.BatchStore    = (*timedBatchStore)(nil)
+	_ guard.StepStore     = (*timedStepBatchStore)(nil)
+	_ guard.BatchStore    = (*timedStepBatchStore)(nil)
 )
 
+// stepsOf passes a StepStore's SaveStep through, untimed.
+type stepsOf struct{ steps guard.StepStore }
+
+// batchesOf passes a BatchStore's batches through and times each key's
+// call under its operation, with the batch's latency.
+type batchesOf struct {
+	t     *timedStore
+	batch guard.BatchStore
+}
+
+// ClaimBatch implements guard.BatchStore: one claim observed per request.
+func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	start := time.Now()
+	out, errs := b.batch.ClaimBatch(ctx, reqs)
+	for _, err := range errs {
+		b.t.done(opClaim, start, err)
+	}
+	return out, errs
+}
+
+// WriteBatch implements guard.BatchStore: one write observed per write,
+// under its kind's operation.
+func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
+	start := time.Now()
+	errs := b.batch.WriteBatch(ctx, ws)
+	for i, err := range errs {
+		if op, ok := writeOps[ws[i].Kind]; ok {
+			b.t.done(op, start, err)
+		}
+	}
+	return errs
+}
+
+var writeOps = map[guard.WriteKind]int{
+	guard.WriteComplete: opComplete, guard.WriteFail: opFail, guard.WriteRelease: opRelease, guard.WriteExtend: opExtend,
+}
+
 // SaveStep implements guard.StepStore by passing the call through.
-func (t *timedStepStore) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return t.steps.SaveStep(ctx, lease, index, step)
+func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return s.steps.SaveStep(ctx, lease, index, step)
 }

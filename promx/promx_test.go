@@ -292,3 +292,74 @@ func TestMetricLabelsCarryNoKeys(t *testing.T) {
 		t.Fatal("no series gathered")
 	}
 }
+
+// The timed store is a guard.BatchStore (and a StepStore) exactly when
+// the store it times is, so DoBatch through it keeps its two round trips
+// for a whole batch (it went key by key); each key's claim and completion
+// is timed.
+func TestBatchesPassThrough(t *testing.T) {
+	m, err := promx.New(prometheus.NewRegistry(), promx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := guardenv.Store(t, guard.RedisOptions{})
+	for _, tc := range []struct {
+		name         string
+		s            guard.Store
+		steps, batch bool
+	}{
+		{"redis", rs, true, true},
+		{"steps only", struct{ guard.StepStore }{rs}, true, false},
+		{"batches only", struct{ guard.BatchStore }{rs}, false, true},
+		{"neither", struct{ guard.Store }{rs}, false, false},
+	} {
+		timed := m.Store(tc.s)
+		_, steps := timed.(guard.StepStore)
+		_, batch := timed.(guard.BatchStore)
+		if steps != tc.steps || batch != tc.batch {
+			t.Errorf("%s: timed store is a StepStore %v, a BatchStore %v; want %v, %v", tc.name, steps, batch, tc.steps, tc.batch)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	m, err = promx.New(reg, promx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trips atomic.Int64
+	rdb := testenv.Redis(t)
+	rdb.AddHook(countTrips{&trips})
+	g := guard.New(m.Store(guardenv.StoreOn(t, rdb, guard.RedisOptions{})), guard.Options{})
+	items := make([]guard.BatchItem, 16)
+	for i := range items {
+		items[i] = guard.BatchItem{Key: guard.Key{Scope: "metrics-batch", ID: strconv.Itoa(i)}, Fingerprint: "fp"}
+	}
+	before := trips.Load()
+	for i, r := range g.DoBatch(context.Background(), items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		return []byte("done"), nil
+	}, guard.BatchOptions{}) {
+		if r.Err != nil {
+			t.Fatalf("item %d: %v", i, r.Err)
+		}
+	}
+	if n := trips.Load() - before; n > 4 {
+		t.Errorf("a batch of 16 through the timed store took %d round trips, want at most 4 (claims, completions, and a script load each)", n)
+	}
+	got := gathered(t, reg)
+	for _, op := range []string{"claim", "complete"} {
+		if c := got["idemguard_store_duration_seconds{op="+op+",result=ok}"]; c != 16 {
+			t.Errorf("%s samples %v, want 16", op, c)
+		}
+	}
+}
+
+// countTrips counts the commands and pipelines a client sends.
+type countTrips struct{ n *atomic.Int64 }
+
+func (c countTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c countTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
