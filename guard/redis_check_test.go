@@ -183,19 +183,8 @@ func TestOOMIsUnavailable(t *testing.T) {
 	if _, err := g.Do(bg, guard.Key{Scope: "s", ID: "before"}, "fp", fn); err != nil {
 		t.Fatal(err)
 	}
-	// A maxmemory below what the server already uses: every write that
-	// needs memory is refused.
-	used, err := usedMemory(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.ConfigSet(bg, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("a write on the full server = %v, want OOM", err)
-	}
-	_, err = g.Do(bg, guard.Key{Scope: "s", ID: "oom"}, "fp", fn)
+	fillMemory(t, admin)
+	_, err := g.Do(bg, guard.Key{Scope: "s", ID: "oom"}, "fp", fn)
 	if !errors.Is(err, guard.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("Do on an OOM server = %v, want ErrUnavailable wrapping the OOM reply", err)
 	}
@@ -225,19 +214,7 @@ func TestOOMHolderStillEnds(t *testing.T) {
 	admin := srv.Client()
 	s := guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{})
 	g := guard.New(s, guard.Options{})
-	fill := func() {
-		t.Helper()
-		used, err := usedMemory(admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.ConfigSet(bg, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-			t.Fatalf("a write on the full server = %v, want OOM", err)
-		}
-	}
+	fill := func() { t.Helper(); fillMemory(t, admin) }
 	free := func() {
 		t.Helper()
 		if err := admin.ConfigSet(bg, "maxmemory", "0").Err(); err != nil {
@@ -336,6 +313,22 @@ func TestNoReplicasIsUnavailable(t *testing.T) {
 	})
 	if !errors.Is(err, guard.ErrUnavailable) || !strings.Contains(err.Error(), "NOREPLICAS") {
 		t.Fatalf("Do on a server without its replicas = %v, want ErrUnavailable wrapping NOREPLICAS", err)
+	}
+}
+
+// fillMemory sets maxmemory below what the server already uses: every
+// write that needs memory is then refused with OOM (noeviction).
+func fillMemory(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	used, err := usedMemory(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(bg, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a write on the full server = %v, want OOM", err)
 	}
 }
 
