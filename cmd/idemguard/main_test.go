@@ -237,6 +237,7 @@ func TestDemoBadInput(t *testing.T) {
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--redis", deadAddr(t)}, 1, "does not answer"},
 		{[]string{"--postgres", "postgres://nobody@" + deadAddr(t) + "/db?sslmode=disable"}, 1, "postgres does not answer"},
+		{[]string{"--postgres", "bogus"}, 2, "--postgres: "},
 	} {
 		code, _, stderr := cli(t, append([]string{"demo"}, c.args...)...)
 		wantError(t, code, stderr, c.code, c.text)
@@ -456,6 +457,7 @@ func TestKeyCommandsBadInput(t *testing.T) {
 		{[]string{"inspect", "--redis", "nohost", "s", "i"}, 2, `--redis "nohost"`},
 		{[]string{"inspect", "--redis", dead, "s", "i"}, 1, "redis at " + dead + " does not answer"},
 		{[]string{"inspect", "--redis", dead, "--postgres", "postgres://x@" + dead + "/db", "s", "i"}, 1, "does not answer"},
+		{[]string{"inspect", "--redis", dead, "--postgres", "bogus", "s", "i"}, 2, "--postgres: "},
 		{[]string{"list", "--state", "bogus"}, 2, `--state "bogus"`},
 		{[]string{"list", "--limit", "-1"}, 2, "--limit -1"},
 		{[]string{"list", "--redis", dead}, 1, "does not answer"},
@@ -542,9 +544,17 @@ func TestMigratePurgeBadInput(t *testing.T) {
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},
+		// A DSN that cannot be read is a mistake in the command line, not
+		// a server that does not answer.
+		{[]string{"migrate", "--postgres", "bogus", "up"}, 2, `--postgres: `},
+		{[]string{"purge", "--postgres", "host=h port=notaport", "--before", "0s"}, 2, `--postgres: `},
+		{[]string{"migrate", "--postgres", "postgres://u:hunter2@h:badport/db", "up"}, 2, `--postgres: `},
 	} {
 		code, _, stderr := cli(t, c.args...)
 		wantError(t, code, stderr, c.code, c.text)
+		if strings.Contains(stderr, "hunter2") {
+			t.Errorf("%v: the password is in the error: %s", c.args, stderr)
+		}
 	}
 	// Lock nodes that do not answer: one line, non-zero, nothing purged.
 	_, dsn := testenv.Postgres(t)
