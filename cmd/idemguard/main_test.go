@@ -556,11 +556,16 @@ func TestMigratePurgeBadInput(t *testing.T) {
 			t.Errorf("%v: the password is in the error: %s", c.args, stderr)
 		}
 	}
-	// Lock nodes that do not answer: one line, non-zero, nothing purged.
+	// A database without the tables: the error says how to make them.
 	_, dsn := testenv.Postgres(t)
+	code, _, stderr := cli(t, "purge", "--postgres", dsn)
+	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	code, _, stderr = cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--postgres", dsn, "s", "i")
+	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	// Lock nodes that do not answer: one line, non-zero, nothing purged.
 	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
 		t.Fatal(stderr)
 	}
-	code, _, stderr := cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
+	code, _, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
 	wantError(t, code, stderr, 1, "no quorum answers")
 }
