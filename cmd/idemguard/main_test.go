@@ -66,6 +66,12 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "demo") || !strings.Contains(stderr, "purge") {
 		t.Errorf("help: exit %d, %q", code, stderr)
 	}
+	// Optional flags are shown in brackets: --before and --state have defaults.
+	for _, want := range []string{"purge --postgres DSN [--before DURATION]", "list [--redis ADDR] [--state "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("help does not show %q:\n%s", want, stderr)
+		}
+	}
 	code, _, stderr = cli(t, "frobnicate")
 	wantError(t, code, stderr, 2, `unknown command "frobnicate"`)
 	code, _, stderr = cli(t, "bench", "-h")
