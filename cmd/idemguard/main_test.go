@@ -575,3 +575,39 @@ func TestMigratePurgeBadInput(t *testing.T) {
 	code, _, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
 	wantError(t, code, stderr, 1, "no quorum answers")
 }
+
+func TestServeBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("upstream: http://127.0.0.1:9\nredis: {addrs: [\"127.0.0.1:6379\"]}\n"+
+		"defaults: {caller: {single: true}}\nroutes:\n  - pattern: POST /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{}, 2, "--config FILE is required"},
+		{[]string{"--config", good, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--config", good, "--print-inventory", "--format", "xml"}, 2, `--format "xml"`},
+		// Without --print-inventory, --format would start the gateway.
+		{[]string{"--config", good, "--format", "json"}, 2, "--format goes with --print-inventory"},
+		{[]string{"--config", filepath.Join(dir, "absent.yaml")}, 1, "no such file"},
+	} {
+		code, _, stderr := cli(t, append([]string{"serve"}, c.args...)...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+	// Every mistake of a configuration on a line of its own, with its
+	// place, then one line saying nothing started.
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("listen: nowhere\nupstream: ftp://x\nroutes:\n  - pattern: POST /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "serve", "--config", bad)
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if code != 1 || len(lines) < 3 || !strings.Contains(stderr, "bad.yaml:1:") || !strings.Contains(stderr, "bad.yaml:2:") ||
+		!strings.HasSuffix(lines[len(lines)-1], "mistake(s) in the configuration; nothing was started") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
