@@ -20,8 +20,8 @@
 // where sent is when the claim, or the last extension that succeeded, was
 // sent (the store ran it at sent or later, so its lease ends no sooner
 // than sent + Lease by the store's clock), and LeaseMargin (Lease/100 +
-// 2ms, Redlock's drift allowance) covers the two clocks running at
-// different rates. While the effect runs, Do, Hold and KeepAlive extend the
+// 2ms, at most Lease/4: Redlock's drift allowance) covers the two clocks
+// running at different rates. While the effect runs, Do, Hold and KeepAlive extend the
 // lease every Lease/3 and cancel the effect's context, with a cause
 // matching ErrLeaseLost, at the deadline in force: on a timer of their
 // own, whatever an extension under way is doing. An extension whose answer

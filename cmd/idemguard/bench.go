@@ -34,7 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keys := fs.Int("keys", 1000, "storm: distinct keys; replay/get: completed keys cycled over")
 	dups := fs.Int("duplicates", 8, "storm: concurrent copies of each key")
 	work := fs.Duration("work", 0, "storm: how long each business effect takes")
-	size := fs.Int("result-size", 64, "bytes of each stored result (memory: default 200)")
+	size := fs.Int("result-size", 64, "bytes of each stored result; 200 with --scenario memory unless given")
 	chart := fs.String("chart", "", "also draw throughput and p99 by concurrency into this .svg or .png file")
 	format := fs.String("format", "markdown", "table format: markdown or text")
 	rounds := fs.Int("rounds", 1, "run the whole matrix this many times, interleaved, and report each row's median-throughput round")

@@ -98,6 +98,11 @@ func parseDemo(args []string, stderr io.Writer) (demoConfig, error) {
 			return c, usagef("--metrics %q: want host:port", c.metricsAddr)
 		}
 	}
+	if c.pgDSN != "" {
+		if _, err := postgresConnector(c.pgDSN); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	_ "github.com/lib/pq" // PostgreSQL driver for --postgres
+	"github.com/lib/pq" // PostgreSQL driver for --postgres
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
@@ -53,12 +53,24 @@ func (f redisFlags) open(ctx context.Context) (*redis.Client, *guard.RedisStore,
 	return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
 }
 
+// postgresConnector reads dsn (a postgres:// URL or key=value settings)
+// without connecting: one that cannot be read is a mistake in the command
+// line, reported before any service is touched.
+func postgresConnector(dsn string) (*pq.Connector, error) {
+	c, err := pq.NewConnector(dsn)
+	if err != nil {
+		return nil, usagef("--postgres: %v", redactDSN(err, dsn))
+	}
+	return c, nil
+}
+
 // openPostgres opens dsn and checks the database answers.
 func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
-	db, err := sql.Open("postgres", dsn)
+	conn, err := postgresConnector(dsn)
 	if err != nil {
-		return nil, usagef("--postgres: %v", err)
+		return nil, err
 	}
+	db := sql.OpenDB(conn)
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
@@ -107,6 +119,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if *pg != "" {
+		if _, err := postgresConnector(*pg); err != nil {
+			return err
+		}
+	}
 	c, store, err := rf.open(ctx)
 	if err != nil {
 		return err
@@ -142,7 +159,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case errors.Is(err, guard.ErrNotFound):
 			fmt.Fprintf(stdout, "postgres: no row for %s\n", key)
 		case err != nil:
-			return fmt.Errorf("read %s from postgres: %w", key, err)
+			return fmt.Errorf("read %s from postgres: %w", key, migrateHint(err))
 		default:
 			found = true
 			fmt.Fprintln(stdout, "postgres")

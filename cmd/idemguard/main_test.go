@@ -66,6 +66,12 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "demo") || !strings.Contains(stderr, "purge") {
 		t.Errorf("help: exit %d, %q", code, stderr)
 	}
+	// Optional flags are shown in brackets: --before and --state have defaults.
+	for _, want := range []string{"purge --postgres DSN [--before DURATION]", "list [--redis ADDR] [--state "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("help does not show %q:\n%s", want, stderr)
+		}
+	}
 	code, _, stderr = cli(t, "frobnicate")
 	wantError(t, code, stderr, 2, `unknown command "frobnicate"`)
 	code, _, stderr = cli(t, "bench", "-h")
@@ -237,6 +243,7 @@ func TestDemoBadInput(t *testing.T) {
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--redis", deadAddr(t)}, 1, "does not answer"},
 		{[]string{"--postgres", "postgres://nobody@" + deadAddr(t) + "/db?sslmode=disable"}, 1, "postgres does not answer"},
+		{[]string{"--postgres", "bogus"}, 2, "--postgres: "},
 	} {
 		code, _, stderr := cli(t, append([]string{"demo"}, c.args...)...)
 		wantError(t, code, stderr, c.code, c.text)
@@ -456,6 +463,7 @@ func TestKeyCommandsBadInput(t *testing.T) {
 		{[]string{"inspect", "--redis", "nohost", "s", "i"}, 2, `--redis "nohost"`},
 		{[]string{"inspect", "--redis", dead, "s", "i"}, 1, "redis at " + dead + " does not answer"},
 		{[]string{"inspect", "--redis", dead, "--postgres", "postgres://x@" + dead + "/db", "s", "i"}, 1, "does not answer"},
+		{[]string{"inspect", "--redis", dead, "--postgres", "bogus", "s", "i"}, 2, "--postgres: "},
 		{[]string{"list", "--state", "bogus"}, 2, `--state "bogus"`},
 		{[]string{"list", "--limit", "-1"}, 2, "--limit -1"},
 		{[]string{"list", "--redis", dead}, 1, "does not answer"},
@@ -542,15 +550,64 @@ func TestMigratePurgeBadInput(t *testing.T) {
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},
+		// A DSN that cannot be read is a mistake in the command line, not
+		// a server that does not answer.
+		{[]string{"migrate", "--postgres", "bogus", "up"}, 2, `--postgres: `},
+		{[]string{"purge", "--postgres", "host=h port=notaport", "--before", "0s"}, 2, `--postgres: `},
+		{[]string{"migrate", "--postgres", "postgres://u:hunter2@h:badport/db", "up"}, 2, `--postgres: `},
 	} {
 		code, _, stderr := cli(t, c.args...)
 		wantError(t, code, stderr, c.code, c.text)
+		if strings.Contains(stderr, "hunter2") {
+			t.Errorf("%v: the password is in the error: %s", c.args, stderr)
+		}
 	}
-	// Lock nodes that do not answer: one line, non-zero, nothing purged.
+	// A database without the tables: the error says how to make them.
 	_, dsn := testenv.Postgres(t)
+	code, _, stderr := cli(t, "purge", "--postgres", dsn)
+	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	code, _, stderr = cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--postgres", dsn, "s", "i")
+	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	// Lock nodes that do not answer: one line, non-zero, nothing purged.
 	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
 		t.Fatal(stderr)
 	}
-	code, _, stderr := cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
+	code, _, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
 	wantError(t, code, stderr, 1, "no quorum answers")
+}
+
+func TestServeBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("upstream: http://127.0.0.1:9\nredis: {addrs: [\"127.0.0.1:6379\"]}\n"+
+		"defaults: {caller: {single: true}}\nroutes:\n  - pattern: POST /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{}, 2, "--config FILE is required"},
+		{[]string{"--config", good, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--config", good, "--print-inventory", "--format", "xml"}, 2, `--format "xml"`},
+		// Without --print-inventory, --format would start the gateway.
+		{[]string{"--config", good, "--format", "json"}, 2, "--format goes with --print-inventory"},
+		{[]string{"--config", filepath.Join(dir, "absent.yaml")}, 1, "no such file"},
+	} {
+		code, _, stderr := cli(t, append([]string{"serve"}, c.args...)...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+	// Every mistake of a configuration on a line of its own, with its
+	// place, then one line saying nothing started.
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("listen: nowhere\nupstream: ftp://x\nroutes:\n  - pattern: POST /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "serve", "--config", bad)
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if code != 1 || len(lines) < 3 || !strings.Contains(stderr, "bad.yaml:1:") || !strings.Contains(stderr, "bad.yaml:2:") ||
+		!strings.HasSuffix(lines[len(lines)-1], "mistake(s) in the configuration; nothing was started") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
 }

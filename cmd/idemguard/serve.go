@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -29,6 +30,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *format != "markdown" && *format != "json" {
 		return usagef("--format %q: want markdown or json", *format)
+	}
+	if !*printInv {
+		// --format alone would start the gateway, which an operator who
+		// meant to print the inventory did not ask for.
+		formatSet := false
+		fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "format" })
+		if formatSet {
+			return usagef("--format goes with --print-inventory")
+		}
 	}
 	cfg, err := gateway.Load(*config)
 	if ce, ok := errors.AsType[*gateway.ConfigError](err); ok {
