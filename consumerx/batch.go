@@ -90,13 +90,13 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
-	retryUntil := time.Now().Add(CompleteRetry) // the batch's completions tried again share it
+	retry := &completeBudget{until: time.Now().Add(CompleteRetry)} // the batch's completions tried again share it
 	for j := range res {
 		i := j
 		if idx != nil {
 			i = idx[j]
 		}
-		runs[i].retryUntil = retryUntil
+		runs[i].retry = retry
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
 	}
 	if bad < len(msgs) {

@@ -2,9 +2,12 @@ package consumerx_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/guard"
@@ -79,6 +82,77 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 		}
 		if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID}); err != nil || rec.State != guard.StateCompleted {
 			t.Errorf("batch %v: record %+v, %v", batch, rec, err)
+		}
+	}
+}
+
+// lateStore is the Redis store whose Complete of key, called with less
+// than 150ms of its caller's deadline left, lifts the refusal of writes
+// and answers just after that deadline: a store back at the very end of
+// the time a completion is retried for, answering late.
+type lateStore struct {
+	*guard.RedisStore
+	key   guard.Key
+	admin *redis.Client
+	late  atomic.Bool
+}
+
+func (s *lateStore) Complete(ctx context.Context, l guard.Lease, result []byte, ttl time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && l.Key == s.key && time.Until(dl) < 150*time.Millisecond && !s.late.Swap(true) {
+		if err := s.admin.ConfigSet(context.WithoutCancel(ctx), "min-replicas-to-write", "0").Err(); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return s.RedisStore.Complete(context.WithoutCancel(ctx), l, result, ttl)
+	}
+	return s.RedisStore.Complete(ctx, l, result, ttl)
+}
+
+// The completions of a batch share CompleteRetry; one that used it up but
+// was taken by the store at its end does not leave the next message of the
+// batch without a try: the store is back, and that message's success is
+// recorded too. (The next message got no try at all: it was left Failed
+// with its claim pending, and its next delivery after the lease ran its
+// effect a second time.)
+func TestCompletionRetrySharedByBatchTriesEachOnce(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	admin := srv.Client()
+	msgs := batchOf(2)
+	const lease = 500 * time.Millisecond
+	s := &lateStore{RedisStore: guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), admin: admin,
+		key: guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msgs[0].ID}}
+	g := guard.New(s, guard.Options{Lease: lease})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	var effects [2]atomic.Int32
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		var i int
+		fmt.Sscanf(msg.ID, "m%d", &i)
+		effects[i].Add(1)
+		// Redis refuses writes from now on: the batch's completions.
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+	}
+	ctx := context.Background()
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	if !s.late.Load() {
+		t.Fatalf("the store did not come back at the end of the retries: the test tests nothing; %+v", res)
+	}
+	for i, r := range res {
+		if r.Outcome != consumerx.Processed || r.Err != nil {
+			t.Errorf("message %d: %s, %v; want processed", i, r.Outcome, r.Err)
+		}
+	}
+	for i, msg := range msgs {
+		var o consumerx.Outcome
+		var err error
+		testenv.WaitFor(t, 10*time.Second, "the message no longer in progress", func() bool {
+			o, err = p.Process(ctx, msg, func(context.Context, consumerx.Message) error {
+				effects[i].Add(1)
+				return nil
+			})
+			return o != consumerx.InProgress
+		})
+		if o != consumerx.Duplicate || effects[i].Load() != 1 {
+			t.Errorf("message %d: redelivery %s, %v, effects %d; want duplicate, 1 effect", i, o, err, effects[i].Load())
 		}
 	}
 }

@@ -302,10 +302,10 @@ type run struct {
 	lctx    leaseCtx    // the handler's context
 	ran     bool
 	attempt int
-	// retryUntil bounds recomplete: one deadline for a whole batch.
-	retryUntil time.Time
-	herr       *handlerError
-	stopped    *interrupted
+	// retry bounds recomplete: one budget for a whole batch.
+	retry   *completeBudget
+	herr    *handlerError
+	stopped *interrupted
 }
 
 // handle runs fn (or h, when fn is nil) for msg under lease, with the
@@ -393,37 +393,69 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 // CompleteRetry is how long a Processor keeps trying to record a handler's
 // success that the store refused (unreachable, restarting, failing
 // over), for one message or for a whole batch, before it leaves the
-// message Failed with its claim pending. A restarted or failed-over Redis
-// answers within a second; the message's effect would otherwise run again
-// once its lease ran out.
+// message Failed with its claim pending (a message of a batch whose time
+// went on the messages before it still gets one try if the store took the
+// last of theirs). A restarted or failed-over Redis answers within a
+// second; the message's effect would otherwise run again once its lease
+// ran out.
 const CompleteRetry = 2 * time.Second
 
-// recomplete tries again, with backing-off pauses until r.retryUntil (set
+// completeBudget is how long the completions of one run, or of a whole
+// batch, are tried again (until: CompleteRetry after the first refusal),
+// and whether the store took the last one tried (took). A batch's runs are
+// settled one after another, on one goroutine, sharing it.
+type completeBudget struct {
+	until time.Time
+	took  bool
+}
+
+// lastCompleteTry bounds the one try a completion gets once its batch's
+// budget was spent on the messages before it, when the store took the
+// last of theirs.
+const lastCompleteTry = 500 * time.Millisecond
+
+// recomplete tries again, with backing-off pauses until r.retry's end (set
 // for a whole batch, or CompleteRetry from now), to record the success of
-// r's handler, whose completion the store refused. Completing is a
-// compare-and-set on the run's token that is safe to repeat: it fails with
-// guard.ErrLeaseLost if another consumer took the message over meanwhile.
+// r's handler, whose completion the store refused. A message whose batch
+// spent the time on the messages before it still gets one try if the store
+// took the last of theirs: it is back, and without the try the message
+// would be left pending, its effect run again after the lease. Completing
+// is a compare-and-set on the run's token that is safe to repeat: it fails
+// with guard.ErrLeaseLost if another consumer took the message over
+// meanwhile.
 func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) error {
-	if r.retryUntil.IsZero() {
-		r.retryUntil = time.Now().Add(CompleteRetry)
+	b := r.retry
+	if b == nil {
+		b = &completeBudget{until: time.Now().Add(CompleteRetry)}
+		r.retry = b
 	}
 	ttl := p.g.Options().TTL
 	wait := 20 * time.Millisecond
 	for {
-		left := time.Until(r.retryUntil)
-		if left <= 0 {
+		left := time.Until(b.until)
+		var cctx context.Context
+		var cancel context.CancelFunc
+		switch {
+		case left > 0:
+			t := time.NewTimer(min(wait, left))
+			<-t.C
+			cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
+		case b.took:
+			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
+		default:
 			return context.DeadlineExceeded
 		}
-		t := time.NewTimer(min(wait, left))
-		<-t.C
-		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.retryUntil)
 		err := p.g.Store().Complete(cctx, res.Lease, res.Value, ttl)
 		cancel()
+		b.took = err == nil || errors.Is(err, guard.ErrLeaseLost) // the store answered
 		if err == nil || errors.Is(err, guard.ErrLeaseLost) {
 			if err == nil {
 				p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
 			}
 			return err
+		}
+		if left <= 0 {
+			return err // the one try past the budget
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}

@@ -282,10 +282,12 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 	tok := value[p.tok[0]:p.tok[1]]
 	v, found, owned, err := s.setNXGet(ctx, c, name, value, p.ttl)
 	switch {
-	case isOOM(err):
-		// A server out of memory refuses every SET, even one that would
-		// write nothing; the script reads first and writes only where
-		// the claim must, so replays and in-progress answers still work.
+	case refusesWrites(err):
+		// A server out of memory, or a primary without the replicas
+		// min-replicas-to-write asks for, refuses every SET, even one
+		// that would write nothing; the script reads first and writes
+		// only where the claim must, so replays and in-progress answers
+		// still work.
 	case err != nil:
 		return Outcome{}, s.callErr(ctx, req.Key, name, err)
 	case !found:
@@ -821,14 +823,20 @@ func storeErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// isOOM reports whether err is Redis's refusal of a write command while
-// used memory is over maxmemory (with the noeviction policy).
-func isOOM(err error) bool {
+// refusesWrites reports whether err is Redis's refusal of a write command
+// whatever it would write: used memory over maxmemory (with the
+// noeviction policy), or fewer replicas than min-replicas-to-write. The
+// claim script, which reads first, still runs there.
+func refusesWrites(err error) bool {
 	if err == nil {
 		return false // before rerr, which escapes: a claim's usual path allocates nothing here
 	}
 	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM ")
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOREPLICAS ")
 }
 
 func isTryLater(msg string) bool {

@@ -81,7 +81,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		}
 		v, found, owned, err := setReply(c.cmd)
 		switch {
-		case isOOM(err):
+		case refusesWrites(err):
 			again = append(again, i) // the script reads first: see Claim
 			continue
 		case err != nil:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,21 +302,6 @@ func TestOOMHolderStillEnds(t *testing.T) {
 	free()
 }
 
-// A primary that has lost the replicas min-replicas-to-write asks for
-// refuses writes with NOREPLICAS: a passing state, reported as
-// ErrUnavailable (retry later) like OOM, with nothing run.
-func TestNoReplicasIsUnavailable(t *testing.T) {
-	srv := testenv.StartRedis(t, "--min-replicas-to-write", "1")
-	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{})
-	_, err := g.Do(bg, guard.Key{Scope: "s", ID: "k"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
-		t.Error("the effect ran on a server refusing writes")
-		return nil, nil
-	})
-	if !errors.Is(err, guard.ErrUnavailable) || !strings.Contains(err.Error(), "NOREPLICAS") {
-		t.Fatalf("Do on a server without its replicas = %v, want ErrUnavailable wrapping NOREPLICAS", err)
-	}
-}
-
 // fillMemory sets maxmemory below what the server already uses: every
 // write that needs memory is then refused with OOM (noeviction).
 func fillMemory(t *testing.T, admin *redis.Client) {
@@ -329,6 +315,44 @@ func fillMemory(t *testing.T, admin *redis.Client) {
 	}
 	if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
 		t.Fatalf("a write on the full server = %v, want OOM", err)
+	}
+}
+
+// A primary without the replicas min-replicas-to-write asks for refuses
+// every SET, even one that would write nothing, as a server out of memory
+// does: a key already done is still replayed (the claim script reads
+// first), through Do and DoBatch, and a new key is ErrUnavailable. (Its
+// replay was refused too, a 503 for a request whose response was stored.)
+func TestNoReplicasStillReplays(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	admin := srv.Client()
+	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{})
+	done := guard.Key{Scope: "s", ID: "done"}
+	var ran atomic.Int32
+	fn := func(context.Context, guard.Lease) ([]byte, error) { ran.Add(1); return []byte("v"), nil }
+	if _, err := g.Do(bg, done, "fp", fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(bg, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := g.Do(bg, done, "fp", fn); err != nil || !res.Replayed || string(res.Value) != "v" {
+		t.Errorf("replay on a primary without its replicas = %+v, %v; want the stored result", res, err)
+	}
+	if _, err := g.Do(bg, guard.Key{Scope: "s", ID: "new-single"}, "fp", fn); !errors.Is(err, guard.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Errorf("Do of a new key on a primary without its replicas = %v, want ErrUnavailable wrapping NOREPLICAS", err)
+	}
+	out := g.DoBatch(bg, []guard.BatchItem{{Key: done, Fingerprint: "fp"}, {Key: guard.Key{Scope: "s", ID: "new"}, Fingerprint: "fp"}},
+		func(ctx context.Context, _ int, l guard.Lease) ([]byte, error) { return fn(ctx, l) }, guard.BatchOptions{})
+	if r := out[0]; r.Err != nil || !r.Replayed || string(r.Value) != "v" {
+		t.Errorf("batch replay on a primary without its replicas = %+v; want the stored result", r)
+	}
+	if r := out[1]; !errors.Is(r.Err, guard.ErrUnavailable) {
+		t.Errorf("batch claim of a new key on a primary without its replicas = %+v; want ErrUnavailable", r)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the effect ran %d times, want 1", n)
 	}
 }
 
