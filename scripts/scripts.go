@@ -46,7 +46,8 @@ const CorruptPrefix = "IDEMGUARD_CORRUPT"
 // they start with the flag line AllowOOM, so a holder whose effect has
 // happened can still record it, and a key is not left pending to be run
 // again once its lease runs out. Claims are still refused then, so memory
-// grows by no more than the claims under way. Extend needs no flag: its
+// grows only by the records of the claims under way (their results and
+// the steps they record). Extend needs no flag: its
 // PEXPIRE is not refused.
 var (
 	// Claim creates or recovers a pending record, or reports why it cannot.
