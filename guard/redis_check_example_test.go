@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -42,4 +43,34 @@ func ExampleRedisStore_Check() {
 		fmt.Println("noeviction")
 	}
 	// Output: policy unknown: false
+}
+
+// A readiness check that asks the server for the scripts the store sends:
+// on Redis 7 those that end a claim carry the allow-oom flag line, and on
+// miniredis, which cannot compile it, the store sends them plain once it
+// met the refusal (here, in LoadScripts).
+func ExampleRedisStore_Scripts() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	store := guard.NewRedisStore(client, guard.RedisOptions{})
+	ctx := context.Background()
+	if err := store.LoadScripts(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	var hashes []string
+	for _, sc := range store.Scripts() {
+		hashes = append(hashes, sc.Hash())
+	}
+	loaded, err := client.ScriptExists(ctx, hashes...).Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(loaded), "scripts, all loaded:", !slices.Contains(loaded, false))
+	// Output: 7 scripts, all loaded: true
 }
