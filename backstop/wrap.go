@@ -46,7 +46,10 @@ import (
 //
 // The store Wrap returns is a guard.StepStore when primary is one:
 // steps are kept in primary, and a step that writes to the database
-// commits its own row with Backstop.Step (or CommitStep).
+// commits its own row with Backstop.Step (or CommitStep). It is a
+// guard.BatchStore when primary is one: a batch's claims and writes go to
+// primary in its round trips, and each key gets the checks above as its
+// own call would (up to 16 keys at once).
 //
 // Effects run under a wrapped store must Commit their row with b (see
 // Backstop.Func, and httpx.CommitResponse for HTTP handlers, which commits
@@ -58,10 +61,18 @@ func Wrap(primary guard.Store, b *Backstop) guard.Store {
 	if primary == nil || b == nil {
 		panic("backstop.Wrap: nil primary store or backstop")
 	}
-	if ps, ok := primary.(guard.StepStore); ok {
-		return &wrappedSteps{wrappedStore{primary: primary, b: b}, ps} // wrap_steps.go
+	w := &wrappedStore{primary: primary, b: b}
+	ss, steps := primary.(guard.StepStore)
+	bs, batches := primary.(guard.BatchStore)
+	switch {
+	case steps && batches:
+		return &wrappedStepsBatches{w, stepsOf{ss}, batchesOf{w, bs}} // wrap_steps.go, wrap_batch.go
+	case steps:
+		return &wrappedSteps{w, stepsOf{ss}}
+	case batches:
+		return &wrappedBatches{w, batchesOf{w, bs}}
 	}
-	return &wrappedStore{primary: primary, b: b}
+	return w
 }
 
 type wrappedStore struct {
@@ -74,6 +85,12 @@ func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 	if err != nil {
 		return out, err
 	}
+	return g.claimed(ctx, req, out)
+}
+
+// claimed is the answer to req once primary answered out: the backstop's
+// checks of the claim (Wrap's doc).
+func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out guard.Outcome) (guard.Outcome, error) {
 	switch out.Status {
 	case guard.Acquired:
 	case guard.Exhausted:

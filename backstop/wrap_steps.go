@@ -7,17 +7,21 @@ import (
 	"github.com/idemguard/idemguard/internal/adapter"
 )
 
-// wrappedSteps is the store Wrap returns over a primary that keeps steps.
+// wrappedSteps is the store Wrap returns over a primary that keeps steps
+// (and wrappedStepsBatches over one that also serves batches).
 type wrappedSteps struct {
-	wrappedStore
-	steps guard.StepStore
+	*wrappedStore
+	stepsOf
 }
 
 var _ guard.StepStore = (*wrappedSteps)(nil)
 
+// stepsOf is the steps half of a wrapped store: primary's StepStore.
+type stepsOf struct{ steps guard.StepStore }
+
 // SaveStep records the step in primary, retried while primary cannot be
 // reached as the writes that end a claim are (a step is safe to send
 // again: the same step answers OK).
-func (g *wrappedSteps) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.steps.SaveStep(ctx, lease, index, step) })
+func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
+	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.steps.SaveStep(ctx, lease, index, step) })
 }

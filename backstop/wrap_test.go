@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
@@ -123,4 +125,104 @@ func TestWrapContract(t *testing.T) {
 		Keys:       100,
 		Duplicates: 4,
 	})
+}
+
+// TestWrapBatches: over a primary that serves batches, the wrapped store
+// serves them too (it went key by key): a DoBatch of 16 takes Redis's
+// round trips for the whole batch, each key is marked in PostgreSQL
+// (its fence is the backstop's), a key committed in PostgreSQL that Redis
+// forgot is replayed from there, and the next batch replays every key.
+func TestWrapBatches(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	var trips atomic.Int64
+	rdb := testenv.Redis(t)
+	rdb.AddHook(tripHook{&trips})
+	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
+	if err := rs.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wrapped := backstop.Wrap(rs, b)
+	if _, ok := wrapped.(guard.BatchStore); !ok {
+		t.Fatal("the wrapped RedisStore is not a guard.BatchStore")
+	}
+	if _, ok := wrapped.(guard.StepStore); !ok {
+		t.Fatal("the wrapped RedisStore is not a guard.StepStore")
+	}
+	g := guard.New(wrapped, guard.Options{})
+
+	// One key committed in PostgreSQL whose record Redis lost.
+	forgotten := newKey(t)
+	first, err := g.Claim(ctx, forgotten, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pay(t, db, b, first.Lease, "receipt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, rs.Name(forgotten)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	items := []guard.BatchItem{{Key: forgotten, Fingerprint: "fp"}}
+	for range 15 {
+		items = append(items, guard.BatchItem{Key: newKey(t), Fingerprint: "fp"})
+	}
+	var ran atomic.Int32
+	fn := func(_ context.Context, i int, l guard.Lease) ([]byte, error) {
+		ran.Add(1)
+		if l.Fence < 1 {
+			t.Errorf("item %d ran with fence %d", i, l.Fence)
+		}
+		return []byte("done"), nil
+	}
+	before := trips.Load()
+	out := g.DoBatch(ctx, items, fn, guard.BatchOptions{})
+	// The claims, the completion of the key Redis forgot, the writes.
+	if n := trips.Load() - before; n != 3 {
+		t.Errorf("a batch of 16 through the wrapped store took %d Redis round trips, want 3", n)
+	}
+	if r := out[0]; r.Err != nil || !r.Replayed || string(r.Value) != "receipt" {
+		t.Errorf("the key Redis forgot = %+v; want the receipt committed in PostgreSQL", r)
+	}
+	for i, r := range out[1:] {
+		if r.Err != nil || r.Replayed {
+			t.Errorf("item %d = %+v; want it run", i+1, r)
+		}
+	}
+	if n := ran.Load(); n != 15 {
+		t.Errorf("%d effects ran, want 15", n)
+	}
+	for i, r := range g.DoBatch(ctx, items, fn, guard.BatchOptions{}) {
+		if r.Err != nil || !r.Replayed {
+			t.Errorf("second batch, item %d = %+v; want a replay", i, r)
+		}
+	}
+	if n := ran.Load(); n != 15 {
+		t.Errorf("%d effects ran after the second batch, want 15", n)
+	}
+}
+
+// tripHook counts the commands and pipelines a client sends, but for a
+// new connection's handshake (HELLO, CLIENT SETINFO).
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" && cmd.Name() != "client" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }

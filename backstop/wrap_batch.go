@@ -1,0 +1,100 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// The stores Wrap returns over a primary that serves batches
+// (guard.BatchStore), with steps or without: a batch's claims and writes
+// go to primary in its round trips, and each key gets the backstop's
+// checks as its own call would.
+type (
+	wrappedBatches struct {
+		*wrappedStore
+		batchesOf
+	}
+	wrappedStepsBatches struct {
+		*wrappedStore
+		stepsOf
+		batchesOf
+	}
+)
+
+var (
+	_ guard.BatchStore = (*wrappedBatches)(nil)
+	_ guard.BatchStore = (*wrappedStepsBatches)(nil)
+	_ guard.StepStore  = (*wrappedStepsBatches)(nil)
+)
+
+// batchesOf is the batch half of a wrapped store.
+type batchesOf struct {
+	g  *wrappedStore
+	bs guard.BatchStore
+}
+
+// batchWorkers bounds the keys of a batch whose backstop checks (a
+// PostgreSQL statement each) run at once, as guard bounds the calls of a
+// store without batches.
+const batchWorkers = 16
+
+// ClaimBatch claims every request in primary's batch, then checks each
+// claim primary answered as Claim does: a mark in PostgreSQL for each key
+// acquired, the committed result for a key exhausted.
+func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
+	out, errs := b.bs.ClaimBatch(ctx, reqs)
+	each(len(reqs), func(i int) {
+		if errs[i] == nil {
+			out[i], errs[i] = b.g.claimed(ctx, reqs[i], out[i])
+		}
+	})
+	return out, errs
+}
+
+// WriteBatch makes every write in primary's batch. A write that primary
+// could not be reached for is made again on its own, retried as Complete,
+// Fail and Release retry (Extend is not); a first attempt released has
+// its mark undone, as Release does.
+func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
+	errs := b.bs.WriteBatch(ctx, ws)
+	each(len(ws), func(i int) {
+		w := &ws[i]
+		if errors.Is(errs[i], guard.ErrUnavailable) {
+			switch w.Kind {
+			case guard.WriteComplete:
+				errs[i] = b.g.Complete(ctx, w.Lease, w.Result, w.TTL)
+			case guard.WriteFail:
+				errs[i] = b.g.Fail(ctx, w.Lease, w.Reason, w.TTL)
+			case guard.WriteRelease:
+				errs[i] = b.g.Release(ctx, w.Lease) // unmarks too
+				return
+			}
+		}
+		if w.Kind == guard.WriteRelease && errs[i] == nil {
+			_ = b.g.b.unmark(ctx, w.Lease)
+		}
+	})
+	return errs
+}
+
+// each calls f(i) for every i < n, batchWorkers at a time, and returns
+// when all have returned.
+func each(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	sem := make(chan struct{}, batchWorkers)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
