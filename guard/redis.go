@@ -283,9 +283,10 @@ func (s *RedisStore) Claim(ctx context.Context, req ClaimRequest) (Outcome, erro
 	v, found, owned, err := s.setNXGet(ctx, c, name, value, p.ttl)
 	switch {
 	case refusesWrites(err):
-		// A server out of memory, or a primary without the replicas
-		// min-replicas-to-write asks for, refuses every SET, even one
-		// that would write nothing; the script reads first and writes
+		// A server out of memory, a primary without the replicas
+		// min-replicas-to-write asks for, or one whose last background
+		// save failed refuses every SET, even one that would write
+		// nothing (refusesWrites); the script reads first and writes
 		// only where the claim must, so replays and in-progress answers
 		// still work.
 	case err != nil:
@@ -825,8 +826,9 @@ func storeErr(ctx context.Context, err error) error {
 
 // refusesWrites reports whether err is Redis's refusal of a write command
 // whatever it would write: used memory over maxmemory (with the
-// noeviction policy), or fewer replicas than min-replicas-to-write. The
-// claim script, which reads first, still runs there.
+// noeviction policy), fewer replicas than min-replicas-to-write, or a
+// failed background save (stop-writes-on-bgsave-error). The claim
+// script, which reads first, still runs there.
 func refusesWrites(err error) bool {
 	if err == nil {
 		return false // before rerr, which escapes: a claim's usual path allocates nothing here
@@ -836,11 +838,11 @@ func refusesWrites(err error) bool {
 		return false
 	}
 	msg := rerr.Error()
-	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOREPLICAS ")
+	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOREPLICAS ") || strings.HasPrefix(msg, "MISCONF ")
 }
 
 func isTryLater(msg string) bool {
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK", "OOM"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MISCONF", "MOVED", "ASK", "OOM"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,6 +302,77 @@ func TestOOMHolderStillEnds(t *testing.T) {
 		}
 	}
 	free()
+}
+
+// A server whose last background save failed refuses writes with
+// MISCONF (stop-writes-on-bgsave-error) until a save succeeds: a passing
+// state, as NOREPLICAS is. A key already done is still replayed, and a new
+// key is ErrUnavailable (a 503), not a plain error (a 500).
+func TestMisconfStillReplays(t *testing.T) {
+	// Saves are on, and each key takes a second to save: the background
+	// save is still running when it is killed.
+	srv := testenv.StartRedis(t, "--save", "3600 1", "--rdb-key-save-delay", "1000000")
+	admin := srv.Client()
+	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{})
+	done := guard.Key{Scope: "s", ID: "done"}
+	var ran atomic.Int32
+	fn := func(context.Context, guard.Lease) ([]byte, error) { ran.Add(1); return []byte("v"), nil }
+	if _, err := g.Do(bg, done, "fp", fn); err != nil {
+		t.Fatal(err)
+	}
+	failBackgroundSave(t, admin)
+	if err := admin.Set(bg, "small", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "MISCONF") {
+		t.Fatalf("a write after the failed save = %v, want MISCONF", err)
+	}
+	if res, err := g.Do(bg, done, "fp", fn); err != nil || !res.Replayed || string(res.Value) != "v" {
+		t.Errorf("replay on a server refusing writes = %+v, %v; want the stored result", res, err)
+	}
+	if _, err := g.Do(bg, guard.Key{Scope: "s", ID: "new"}, "fp", fn); !errors.Is(err, guard.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "MISCONF") {
+		t.Errorf("Do of a new key on a server refusing writes = %v, want ErrUnavailable wrapping MISCONF", err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the effect ran %d times, want 1", n)
+	}
+}
+
+// failBackgroundSave starts a background save and kills the process that
+// makes it, as the OOM killer or a full disk would end it.
+func failBackgroundSave(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	info := func(section, field string) string {
+		t.Helper()
+		text, err := admin.Info(bg, section).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(text) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+				return v
+			}
+		}
+		t.Fatalf("no %s in INFO %s", field, section)
+		return ""
+	}
+	if err := admin.BgSave(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pid := info("server", "process_id")
+	var child int
+	testenv.WaitFor(t, 10*time.Second, "the background save's process", func() bool {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+		if err != nil {
+			t.Fatal(err)
+		}
+		child, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && child > 0
+	})
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the save to be reported failed", func() bool {
+		return info("persistence", "rdb_last_bgsave_status") == "err"
+	})
 }
 
 // fillMemory sets maxmemory below what the server already uses: every
