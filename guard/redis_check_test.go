@@ -309,9 +309,9 @@ func TestOOMHolderStillEnds(t *testing.T) {
 // state, as NOREPLICAS is. A key already done is still replayed, and a new
 // key is ErrUnavailable (a 503), not a plain error (a 500).
 func TestMisconfStillReplays(t *testing.T) {
-	// Saves are on, and each key takes a second to save: the background
+	// Saves are on, and each key takes ten seconds to save: the background
 	// save is still running when it is killed.
-	srv := testenv.StartRedis(t, "--save", "3600 1", "--rdb-key-save-delay", "1000000")
+	srv := testenv.StartRedis(t, "--save", "3600 1", "--rdb-key-save-delay", "10000000")
 	admin := srv.Client()
 	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{})
 	done := guard.Key{Scope: "s", ID: "done"}
