@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
@@ -137,9 +135,8 @@ func TestWrapBatches(t *testing.T) {
 	db := pgenv.Migrated(t, pgstore.Options{})
 	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
-	var trips atomic.Int64
 	rdb := testenv.Redis(t)
-	rdb.AddHook(tripHook{&trips})
+	trips := testenv.CountTrips(rdb)
 	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
 	if err := rs.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
@@ -202,27 +199,5 @@ func TestWrapBatches(t *testing.T) {
 	}
 	if n := ran.Load(); n != 15 {
 		t.Errorf("%d effects ran after the second batch, want 15", n)
-	}
-}
-
-// tripHook counts the commands and pipelines a client sends, but for a
-// new connection's handshake (HELLO, CLIENT SETINFO).
-type tripHook struct{ n *atomic.Int64 }
-
-func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "hello" && cmd.Name() != "client" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmds)
 	}
 }

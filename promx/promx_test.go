@@ -326,9 +326,8 @@ func TestBatchesPassThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var trips atomic.Int64
 	rdb := testenv.Redis(t)
-	rdb.AddHook(countTrips{&trips})
+	trips := testenv.CountTrips(rdb)
 	g := guard.New(m.Store(guardenv.StoreOn(t, rdb, guard.RedisOptions{})), guard.Options{})
 	items := make([]guard.BatchItem, 16)
 	for i := range items {
@@ -351,15 +350,4 @@ func TestBatchesPassThrough(t *testing.T) {
 			t.Errorf("%s samples %v, want 16", op, c)
 		}
 	}
-}
-
-// countTrips counts the commands and pipelines a client sends.
-type countTrips struct{ n *atomic.Int64 }
-
-func (c countTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c countTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
 }
