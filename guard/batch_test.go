@@ -18,43 +18,14 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
-// tripCounter counts a client's round trips: a command or a pipeline is
-// one; a new connection's handshake (HELLO, CLIENT SETINFO) is not.
-type tripCounter struct {
-	cmds, pipes atomic.Int64
-}
-
-func handshake(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
-
-func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
-			c.cmds.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && !handshake(cmds[0]) {
-			c.pipes.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (c *tripCounter) trips() int64 { return c.cmds.Load() + c.pipes.Load() }
-
 // countedStore is a RedisStore on its own client of the shared Redis,
-// whose round trips are counted.
-func countedStore(t *testing.T) (*guard.RedisStore, *tripCounter) {
+// whose round trips are counted (testenv.CountTrips).
+func countedStore(t *testing.T) (*guard.RedisStore, *atomic.Int64) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
 	s := guardenv.StoreOn(t, c, guard.RedisOptions{})
-	tc := &tripCounter{}
-	c.AddHook(tc)
-	return s, tc
+	return s, testenv.CountTrips(c)
 }
 
 func batchItems(scope string, n int) []guard.BatchItem {
@@ -80,9 +51,9 @@ func TestDoBatchRunsOnceThenReplays(t *testing.T) {
 		}
 		return []byte(fmt.Sprint("result ", i)), nil
 	}
-	before := trips.trips()
+	before := trips.Load()
 	res := g.DoBatch(bg, items, fn, guard.BatchOptions{Concurrency: 4})
-	if got := trips.trips() - before; got != 2 {
+	if got := trips.Load() - before; got != 2 {
 		t.Errorf("a batch of 16 fresh keys took %d round trips, want 2", got)
 	}
 	for i, r := range res {
@@ -96,9 +67,9 @@ func TestDoBatchRunsOnceThenReplays(t *testing.T) {
 			t.Errorf("item %d: record %+v, %v", i, rec, err)
 		}
 	}
-	before = trips.trips()
+	before = trips.Load()
 	res = g.DoBatch(bg, items, fn, guard.BatchOptions{})
-	if got := trips.trips() - before; got != 1 {
+	if got := trips.Load() - before; got != 1 {
 		t.Errorf("a batch of 16 completed keys took %d round trips, want 1", got)
 	}
 	for i, r := range res {
@@ -228,7 +199,7 @@ func TestDoBatchSameKeyTwice(t *testing.T) {
 	b := guard.BatchItem{Key: guard.Key{Scope: "s", ID: "b"}, Fingerprint: "fp"}
 	other := guard.BatchItem{Key: a.Key, Fingerprint: "other"}
 	var runs atomic.Int32
-	before := trips.trips()
+	before := trips.Load()
 	res := g.DoBatch(bg, []guard.BatchItem{a, b, a, other}, func(_ context.Context, i int, _ guard.Lease) ([]byte, error) {
 		runs.Add(1)
 		return []byte(fmt.Sprint(i)), nil
@@ -237,7 +208,7 @@ func TestDoBatchSameKeyTwice(t *testing.T) {
 		res[2].Err != nil || !res[2].Replayed || string(res[2].Value) != "0" || !errors.Is(res[3].Err, guard.ErrMismatch) {
 		t.Errorf("runs %d, results %+v", runs.Load(), res)
 	}
-	if got := trips.trips() - before; got != 4 {
+	if got := trips.Load() - before; got != 4 {
 		t.Errorf("%d round trips, want 4 (claims and completions of a and b, then a claim round for each repeat of a)", got)
 	}
 }
