@@ -3,9 +3,9 @@ package backstop
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/parallel"
 )
 
 // The stores Wrap returns over a primary that serves batches
@@ -46,7 +46,7 @@ const batchWorkers = 16
 // acquired, the committed result for a key exhausted.
 func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
 	out, errs := b.bs.ClaimBatch(ctx, reqs)
-	each(len(reqs), func(i int) {
+	parallel.Each(len(reqs), batchWorkers, func(i int) {
 		if errs[i] == nil {
 			out[i], errs[i] = b.g.claimed(ctx, reqs[i], out[i])
 		}
@@ -60,7 +60,7 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 // its mark undone, as Release does.
 func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	errs := b.bs.WriteBatch(ctx, ws)
-	each(len(ws), func(i int) {
+	parallel.Each(len(ws), batchWorkers, func(i int) {
 		w := &ws[i]
 		if errors.Is(errs[i], guard.ErrUnavailable) {
 			switch w.Kind {
@@ -78,23 +78,4 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		}
 	})
 	return errs
-}
-
-// each calls f(i) for every i < n, batchWorkers at a time, and returns
-// when all have returned.
-func each(n int, f func(i int)) {
-	if n == 1 {
-		f(0)
-		return
-	}
-	sem := make(chan struct{}, batchWorkers)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			f(i)
-		})
-	}
-	wg.Wait()
 }

@@ -3,8 +3,9 @@ package guard
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/parallel"
 )
 
 // BatchStore is a Store that claims many keys, and writes for many
@@ -77,13 +78,13 @@ type perKey struct{ Store }
 
 func (p perKey) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Outcome, []error) {
 	out, errs := make([]Outcome, len(reqs)), make([]error, len(reqs))
-	each(len(reqs), func(i int) { out[i], errs[i] = p.Claim(ctx, reqs[i]) })
+	parallel.Each(len(reqs), perKeyWorkers, func(i int) { out[i], errs[i] = p.Claim(ctx, reqs[i]) })
 	return out, errs
 }
 
 func (p perKey) WriteBatch(ctx context.Context, ws []Write) []error {
 	errs := make([]error, len(ws))
-	each(len(ws), func(i int) { errs[i] = write(ctx, p.Store, &ws[i]) })
+	parallel.Each(len(ws), perKeyWorkers, func(i int) { errs[i] = write(ctx, p.Store, &ws[i]) })
 	return errs
 }
 
@@ -100,33 +101,4 @@ func write(ctx context.Context, s Store, w *Write) error {
 		return s.Extend(ctx, w.Lease, w.TTL)
 	}
 	return fmt.Errorf("idemguard: unknown write kind %d", w.Kind)
-}
-
-// each calls f(0) … f(n-1), up to perKeyWorkers at once, and returns when
-// every call has.
-func each(n int, f func(i int)) {
-	if n == 1 {
-		f(0)
-		return
-	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		next int
-	)
-	for range min(n, perKeyWorkers) {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
 }
