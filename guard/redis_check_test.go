@@ -207,7 +207,8 @@ func TestOOMIsUnavailable(t *testing.T) {
 
 // A holder whose effect ran while the server filled up still ends its
 // claim: completes, failures, releases and steps are written on a server
-// out of memory (their scripts carry allow-oom), where new claims are
+// out of memory (their scripts carry allow-oom), and its lease extended
+// (PEXPIRE is not refused), where new claims are
 // refused. Without that the key stayed pending and its effect ran again
 // once the lease ran out. Through Do, Hold and DoBatch (a pipeline of
 // scripts).
@@ -268,6 +269,10 @@ func TestOOMHolderStillEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill()
+	// Extend's PEXPIRE is taken as it is (it needs no flag line).
+	if err := g.Extend(bg, failed.Lease()); err != nil {
+		t.Fatalf("Extend on the full server: %v", err)
+	}
 	if err := failed.Fail(errors.New("declined")); err != nil {
 		t.Fatalf("Fail on the full server: %v", err)
 	}
