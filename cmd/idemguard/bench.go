@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +40,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	chart := fs.String("chart", "", "also draw throughput and p99 by concurrency into this .svg or .png file")
 	format := fs.String("format", "markdown", "table format: markdown or text")
 	rounds := fs.Int("rounds", 1, "run the whole matrix this many times, interleaved, and report each row's median-throughput round")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the client side (the guard, the HTTP server and client, the baselines) to this file, for go tool pprof")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -115,6 +118,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer t.Close()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rows := bench.Plan(list)
 	fmt.Fprintf(stderr, "idemguard bench: %s, pool %d, GOMAXPROCS %d, %d rows (%s), load average %s\n",
 		t.Name(), *pool, gomaxprocs(), len(rows)*len(conc), strings.Join(rows, ", "), bench.LoadAverage())

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -57,5 +59,26 @@ func TestBenchMemoryBadInput(t *testing.T) {
 	} {
 		code, _, stderr := cli(t, append([]string{"bench"}, c.args...)...)
 		wantError(t, code, stderr, 2, c.text)
+	}
+}
+
+// --cpuprofile writes a profile pprof reads (gzipped protobuf) and
+// refuses a file it cannot create.
+func TestBenchCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	code, out, stderr := cli(t, "bench", "--scenario", "replay", "--concurrency", "2", "--ops", "20", "--keys", "5", "--cpuprofile", path)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("%s is not a gzipped profile: % x", path, b[:min(len(b), 8)])
+	}
+	code, _, stderr = cli(t, "bench", "--scenario", "replay", "--ops", "20", "--cpuprofile", filepath.Join(t.TempDir(), "missing", "cpu.prof"))
+	if code == 0 || !strings.Contains(stderr, "cpu.prof") {
+		t.Errorf("an uncreatable profile file: exit %d, stderr %q", code, stderr)
 	}
 }
