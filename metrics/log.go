@@ -130,16 +130,22 @@ func (t tee) Observe(ctx context.Context, e guard.Event) {
 	}
 }
 
-// redactIn replaces key k in s (errors name keys as "scope/id") by its
-// digest, and its bare id too when that is long enough not to match
-// ordinary words.
+// Redact returns s with key k hidden behind its digest (KeyDigest): its
+// "scope/id" form (guard errors name keys so) becomes "scope/<key digest>",
+// and its bare id "<key digest>". An id shorter than 4 bytes is hidden in
+// the first form only: alone it would match parts of ordinary words. The
+// Logger and otelx hide keys in error texts so.
+func Redact(s string, k guard.Key) string {
+	return redactIn(s, k, KeyDigest(k))
+}
+
 func redactIn(s string, k guard.Key, digest string) string {
 	if k.ID == "" {
 		return s
 	}
 	hidden := "<key " + digest + ">"
 	s = strings.ReplaceAll(s, k.String(), k.Scope+"/"+hidden)
-	if len(k.ID) >= 8 {
+	if len(k.ID) >= 4 {
 		s = strings.ReplaceAll(s, k.ID, hidden)
 	}
 	return s

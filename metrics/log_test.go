@@ -116,3 +116,22 @@ func TestLoggerRedactsKeys(t *testing.T) {
 		}
 	}
 }
+
+// Redact hides ids from 4 bytes (order numbers are often that short), in
+// both the "scope/id" form and bare; a shorter id only in the first form.
+func TestRedactShortIDs(t *testing.T) {
+	for _, c := range []struct {
+		id, text, want string
+	}{
+		{"40213", "claim orders/40213: charge 40213 declined", "claim orders/<key D>: charge <key D> declined"},
+		{"4021", "order 4021 failed", "order <key D> failed"},
+		{"42", "claim orders/42: 42 items, 142 left", "claim orders/<key D>: 42 items, 142 left"},
+		{"", "nothing to hide", "nothing to hide"},
+	} {
+		key := guard.Key{Scope: "orders", ID: c.id}
+		want := strings.ReplaceAll(c.want, "D", metrics.KeyDigest(key))
+		if got := metrics.Redact(c.text, key); got != want {
+			t.Errorf("Redact(%q, id %q) = %q, want %q", c.text, c.id, got, want)
+		}
+	}
+}

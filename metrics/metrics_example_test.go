@@ -52,3 +52,12 @@ func ExampleTee() {
 	// Output:
 	// replayed: 1
 }
+
+// Error texts name keys; Redact hides them behind their digest, as the
+// Logger does unless LogKeys.
+func ExampleRedact() {
+	key := guard.Key{Scope: "POST /charges", ID: "ch_1842"}
+	err := fmt.Errorf("claim %s: card ch_1842 declined", key)
+	fmt.Println(metrics.Redact(err.Error(), key))
+	// Output: claim POST /charges/<key 236c8ad0c7ec>: card <key 236c8ad0c7ec> declined
+}

@@ -38,7 +38,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -158,7 +157,7 @@ func failed(span trace.Span, key guard.Key, err error) {
 	case errors.Is(err, guard.ErrUnavailable):
 		outcome = "unavailable"
 	}
-	msg := redact(err.Error(), key)
+	msg := metrics.Redact(err.Error(), key)
 	span.SetAttributes(Outcome.String(outcome))
 	// span.RecordError would record err.Error() as it is, key included.
 	span.AddEvent("exception", trace.WithAttributes(
@@ -435,7 +434,7 @@ func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 		attrs = append(attrs, Attempt.Int(e.Attempt))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, attribute.String("idemguard.error", redact(e.Err.Error(), e.Key)))
+		attrs = append(attrs, attribute.String("idemguard.error", metrics.Redact(e.Err.Error(), e.Key)))
 	}
 	span.AddEvent("idemguard."+kind, trace.WithAttributes(attrs...))
 	switch e.Kind {
@@ -448,20 +447,4 @@ func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 	default:
 		span.SetAttributes(Outcome.String(kind))
 	}
-}
-
-// redact replaces k in s by its digest: its "scope/id" form (guard errors
-// name keys so), scope included, and then its bare id. An id shorter than
-// 4 bytes is replaced in the first form only: alone it would match parts
-// of ordinary words.
-func redact(s string, k guard.Key) string {
-	if k.ID == "" {
-		return s
-	}
-	hidden := "<key " + metrics.KeyDigest(k) + ">"
-	s = strings.ReplaceAll(s, k.String(), hidden)
-	if len(k.ID) >= 4 {
-		s = strings.ReplaceAll(s, k.ID, hidden)
-	}
-	return s
 }
