@@ -2,7 +2,7 @@
 //
 //	idemguard demo [--redis ADDR] [--postgres DSN] [--metrics ADDR]
 //	idemguard bench [--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]
-//	idemguard inspect [--redis ADDR] [--postgres DSN] SCOPE ID
+//	idemguard inspect [--redis ADDR] [--postgres DSN] SCOPE ID | REDIS-KEY
 //	idemguard list [--redis ADDR] [--state pending|completed|failed]
 //	idemguard release [--redis ADDR] SCOPE ID
 //	idemguard migrate --postgres DSN up|down
@@ -47,7 +47,7 @@ func commands() []command {
 	return []command{
 		{"demo", "[--redis ADDR] [--postgres DSN] [--metrics ADDR]", "run duplicate storms through the HTTP and consumer adapters and count the effects", runDemo},
 		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
-		{"inspect", "[--redis ADDR] [--postgres DSN] SCOPE ID", "show the record of a key", runInspect},
+		{"inspect", "[--redis ADDR] [--postgres DSN] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
 		{"list", "[--redis ADDR] [--state pending|completed|failed]", "list keys in a state (SCAN)", runList},
 		{"release", "[--redis ADDR] SCOPE ID", "free a stuck pending key (never a completed one)", runRelease},
 		{"migrate", "--postgres DSN up|down", "apply or roll back the SQL backstop's schema", runMigrate},

@@ -391,6 +391,20 @@ func TestInspectListRelease(t *testing.T) {
 	if !regexp.MustCompile(`-\s+-\s+completed\s+1\s+1\s+-\s+`+regexp.QuoteMeta(doneName)).MatchString(out) || strings.Contains(out, "running") {
 		t.Errorf("list completed:\n%s", out)
 	}
+	// ... and inspect takes that Redis key, the only name such a record has.
+	code, out, stderr = cli(t, append(append([]string{"inspect"}, flags...), doneName)...)
+	if code != 0 {
+		t.Fatalf("inspect %s: exit %d: %s", doneName, code, stderr)
+	}
+	for _, want := range []string{doneName, "state        completed", "result size  10 bytes", "not kept"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect by Redis key: no %q in\n%s", want, out)
+		}
+	}
+	code, _, stderr = cli(t, append(append([]string{"inspect"}, flags...), prefix+"{AAAAAAAAAAAAAAAAAAAAAA}")...)
+	wantError(t, code, stderr, 1, "no record under "+prefix+"{AAAAAAAAAAAAAAAAAAAAAA}")
+	code, _, stderr = cli(t, append(append([]string{"inspect", "--postgres", "postgres://x@127.0.0.1:1/db"}, flags...), doneName)...)
+	wantError(t, code, stderr, 2, "--postgres finds a row by SCOPE ID")
 	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "failed")...)
 	if !regexp.MustCompile(`POST /orders\s+broken\s+failed\s+1\s+1\s+-`).MatchString(out) {
 		t.Errorf("list failed:\n%s", out)
@@ -458,7 +472,7 @@ func TestKeyCommandsBadInput(t *testing.T) {
 		code int
 		text string
 	}{
-		{[]string{"inspect", "only-scope"}, 2, "want SCOPE and ID, got 1 arguments"},
+		{[]string{"inspect", "only-scope"}, 2, "want SCOPE and ID, or a Redis key as idemguard list shows it (idem:{…}), got 1 arguments"},
 		{[]string{"inspect", "s", strings.Repeat("x", 300)}, 2, "invalid key"},
 		{[]string{"inspect", "--redis", "nohost", "s", "i"}, 2, `--redis "nohost"`},
 		{[]string{"inspect", "--redis", dead, "s", "i"}, 1, "redis at " + dead + " does not answer"},
