@@ -542,9 +542,15 @@ func TestMigrateAndPurge(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "purged 0 expired rows") {
 		t.Errorf("second purge without a lock: exit %d: %s", code, out)
 	}
-	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "down")
+	// down drops the tables and their rows: not without --force.
+	code, _, stderr = cli(t, "migrate", "--postgres", dsn, "down")
+	wantError(t, code, stderr, 2, "add --force")
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys`).Scan(&left); err != nil || left != 1 {
+		t.Errorf("after a refused down: %d rows (%v), want the live one kept", left, err)
+	}
+	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "--force", "down")
 	if code != 0 || !strings.Contains(out, "-> 0") {
-		t.Fatalf("migrate down: exit %d: %s %s", code, out, stderr)
+		t.Fatalf("migrate --force down: exit %d: %s %s", code, out, stderr)
 	}
 }
 
@@ -557,7 +563,9 @@ func TestMigratePurgeBadInput(t *testing.T) {
 	}{
 		{[]string{"migrate", "up"}, 2, "--postgres is required"},
 		{[]string{"migrate", "--postgres", dead}, 2, "want one direction"},
-		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, "want one direction"},
+		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, `"sideways": want one direction`},
+		{[]string{"migrate", "--postgres", dead, "up", "now"}, 2, `got "up now"`},
+		{[]string{"migrate", "--postgres", dead, "down"}, 2, "add --force"},
 		{[]string{"migrate", "--postgres", dead, "up"}, 1, "postgres does not answer"},
 		{[]string{"purge", "--before", "0s"}, 2, "--postgres is required"},
 		{[]string{"purge", "--postgres", dead, "--before", "-1s"}, 2, "--before -1s must not be negative"},
