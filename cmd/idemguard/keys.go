@@ -301,6 +301,10 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	if scanned == 0 {
+		// Most often a guard given another RedisOptions.Prefix.
+		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.addr)
+	}
 	if unreadable > 0 {
 		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
 	}

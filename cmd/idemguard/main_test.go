@@ -490,7 +490,12 @@ func TestKeyCommandsBadInput(t *testing.T) {
 	}
 	// A key that does not exist cannot be released.
 	addr, prefix, _ := keysFixture(t)
-	code, _, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, "s", "absent")
+	// A prefix under which nothing is kept (often not the guard's) is named.
+	code, _, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix+"typo:")
+	if code != 0 || !strings.Contains(stderr, "no idemguard records under "+prefix+"typo:* on "+addr) || !strings.Contains(stderr, "--prefix") {
+		t.Errorf("list under an empty prefix: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = cli(t, "release", "--redis", addr, "--prefix", prefix, "s", "absent")
 	wantError(t, code, stderr, 1, "no record for s/absent")
 }
 
