@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,47 @@ func TestReadmeGatewayInventory(t *testing.T) {
 	}
 	if guarded != 6 {
 		t.Errorf("%d guarded entries, want 6 (five routes, one of them POST and PATCH): %s", guarded, out)
+	}
+}
+
+// Every `serve` command of the README's gateway section sets the variables
+// the section's configuration names (secret_env, password_env, ...): the
+// whole configuration is checked before anything, --print-inventory
+// included, so a command without them fails as the README shows it.
+func TestReadmeGatewayCommandsSetTheirVariables(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Run it in front of any service\n")
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	_, sh, ok := strings.Cut(section, "\n```sh\n")
+	if !ok {
+		t.Fatal("the README's gateway section has no ```sh block")
+	}
+	sh, _, _ = strings.Cut(sh, "\n```\n")
+	_, yaml, _ := strings.Cut(section, "\n```yaml\n")
+	yaml, _, _ = strings.Cut(yaml, "\n```\n")
+	vars := regexp.MustCompile(`\b[a-z_]*_env: ([A-Z_][A-Z0-9_]*)`).FindAllStringSubmatch(yaml, -1)
+	if len(vars) == 0 {
+		t.Fatal("the README's configuration names no variable: this test checks nothing")
+	}
+	commands := 0
+	for _, line := range strings.Split(sh, "\n") {
+		if !strings.Contains(line, " serve ") {
+			continue
+		}
+		commands++
+		cmd, _, _ := strings.Cut(line, "#")
+		for _, v := range vars {
+			if !strings.Contains(cmd, v[1]+"=") {
+				t.Errorf("the README's command %q does not set %s, which its configuration needs", strings.TrimSpace(cmd), v[1])
+			}
+		}
+	}
+	if commands == 0 {
+		t.Fatal("the README's gateway section has no serve command")
 	}
 }
