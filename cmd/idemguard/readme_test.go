@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/cmd/idemguard/internal/gateway"
+	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -194,5 +198,35 @@ func TestReadmeGatewayCommandsSetTheirVariables(t *testing.T) {
 	}
 	if commands == 0 {
 		t.Fatal("the README's gateway section has no serve command")
+	}
+}
+
+// The README's "Looking at a key": a key httpx stored is found by
+// `inspect` under the scope the README spells ("caller" METHOD /pattern),
+// and so is one stored with SingleCaller (METHOD /pattern).
+func TestReadmeInspectScopes(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	type accountKey struct{}
+	mux := http.NewServeMux()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	tenant := httpx.Guard(g, httpx.Options{Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})
+	mux.Handle("POST /charges/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant(ok).ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accountKey{}, "acct_42")))
+	}))
+	mux.Handle("POST /refunds", httpx.Guard(g, httpx.Options{SingleCaller: true})(ok))
+	for _, path := range []string{"/charges/7", "/refunds"} {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "key-1")
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	for _, scope := range []string{`"acct_42" POST /charges/{id}`, "POST /refunds"} {
+		code, out, stderr := cli(t, "inspect", "--redis", addr, "--prefix", prefix, scope, "key-1")
+		if code != 0 || !strings.Contains(out, "state        completed") {
+			t.Errorf("inspect %q key-1: exit %d: %s %s", scope, code, out, stderr)
+		}
 	}
 }
