@@ -115,6 +115,17 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	if fs.NArg() == 1 && strings.HasPrefix(fs.Arg(0), *rf.prefix+"{") {
+		// The Redis key `list` shows: a completed record keeps no scope
+		// and ID, so its name is all an operator has.
+		if *pg != "" {
+			return usagef("--postgres finds a row by SCOPE ID, not by the Redis key %s (a digest of them)", fs.Arg(0))
+		}
+		return inspectByName(ctx, rf, fs.Arg(0), stdout)
+	}
+	if fs.NArg() != 2 {
+		return usagef("want SCOPE and ID, or a Redis key as idemguard list shows it (%s{…}), got %d arguments", *rf.prefix, fs.NArg())
+	}
 	key, err := keyArgs(fs)
 	if err != nil {
 		return err
@@ -172,6 +183,27 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
+// inspectByName shows the record under the Redis key name, as `list`
+// prints it.
+func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Writer) error {
+	c, store, err := rf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rec, err := store.GetByName(ctx, name)
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.addr, name)
+		return fmt.Errorf("no record under %s", name)
+	case err != nil:
+		return fmt.Errorf("read %s from redis: %w", name, err)
+	}
+	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+	printRecord(stdout, rec)
+	return nil
+}
+
 func printRecord(w io.Writer, r guard.Record) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	lease := "none"
@@ -185,8 +217,12 @@ func printRecord(w io.Writer, r guard.Record) {
 	if r.TTL > 0 {
 		ttl = r.TTL.Round(time.Second).String()
 	}
-	fmt.Fprintf(tw, "  scope\t%s\n", r.Key.Scope)
-	fmt.Fprintf(tw, "  id\t%s\n", r.Key.ID)
+	if r.Key == (guard.Key{}) {
+		fmt.Fprintf(tw, "  scope, id\tnot kept (a completed record keeps neither)\n")
+	} else {
+		fmt.Fprintf(tw, "  scope\t%s\n", r.Key.Scope)
+		fmt.Fprintf(tw, "  id\t%s\n", r.Key.ID)
+	}
 	fmt.Fprintf(tw, "  state\t%s\n", r.State)
 	fmt.Fprintf(tw, "  fence\t%d\n", r.Fence)
 	fmt.Fprintf(tw, "  attempts\t%d\n", r.Attempt)
@@ -265,6 +301,10 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	if scanned == 0 {
+		// Most often a guard given another RedisOptions.Prefix.
+		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.addr)
+	}
 	if unreadable > 0 {
 		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
 	}

@@ -391,6 +391,20 @@ func TestInspectListRelease(t *testing.T) {
 	if !regexp.MustCompile(`-\s+-\s+completed\s+1\s+1\s+-\s+`+regexp.QuoteMeta(doneName)).MatchString(out) || strings.Contains(out, "running") {
 		t.Errorf("list completed:\n%s", out)
 	}
+	// ... and inspect takes that Redis key, the only name such a record has.
+	code, out, stderr = cli(t, append(append([]string{"inspect"}, flags...), doneName)...)
+	if code != 0 {
+		t.Fatalf("inspect %s: exit %d: %s", doneName, code, stderr)
+	}
+	for _, want := range []string{doneName, "state        completed", "result size  10 bytes", "not kept"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect by Redis key: no %q in\n%s", want, out)
+		}
+	}
+	code, _, stderr = cli(t, append(append([]string{"inspect"}, flags...), prefix+"{AAAAAAAAAAAAAAAAAAAAAA}")...)
+	wantError(t, code, stderr, 1, "no record under "+prefix+"{AAAAAAAAAAAAAAAAAAAAAA}")
+	code, _, stderr = cli(t, append(append([]string{"inspect", "--postgres", "postgres://x@127.0.0.1:1/db"}, flags...), doneName)...)
+	wantError(t, code, stderr, 2, "--postgres finds a row by SCOPE ID")
 	_, out, _ = cli(t, append(append([]string{"list"}, flags...), "--state", "failed")...)
 	if !regexp.MustCompile(`POST /orders\s+broken\s+failed\s+1\s+1\s+-`).MatchString(out) {
 		t.Errorf("list failed:\n%s", out)
@@ -458,7 +472,7 @@ func TestKeyCommandsBadInput(t *testing.T) {
 		code int
 		text string
 	}{
-		{[]string{"inspect", "only-scope"}, 2, "want SCOPE and ID, got 1 arguments"},
+		{[]string{"inspect", "only-scope"}, 2, "want SCOPE and ID, or a Redis key as idemguard list shows it (idem:{…}), got 1 arguments"},
 		{[]string{"inspect", "s", strings.Repeat("x", 300)}, 2, "invalid key"},
 		{[]string{"inspect", "--redis", "nohost", "s", "i"}, 2, `--redis "nohost"`},
 		{[]string{"inspect", "--redis", dead, "s", "i"}, 1, "redis at " + dead + " does not answer"},
@@ -476,7 +490,12 @@ func TestKeyCommandsBadInput(t *testing.T) {
 	}
 	// A key that does not exist cannot be released.
 	addr, prefix, _ := keysFixture(t)
-	code, _, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, "s", "absent")
+	// A prefix under which nothing is kept (often not the guard's) is named.
+	code, _, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix+"typo:")
+	if code != 0 || !strings.Contains(stderr, "no idemguard records under "+prefix+"typo:* on "+addr) || !strings.Contains(stderr, "--prefix") {
+		t.Errorf("list under an empty prefix: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = cli(t, "release", "--redis", addr, "--prefix", prefix, "s", "absent")
 	wantError(t, code, stderr, 1, "no record for s/absent")
 }
 
@@ -528,9 +547,15 @@ func TestMigrateAndPurge(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "purged 0 expired rows") {
 		t.Errorf("second purge without a lock: exit %d: %s", code, out)
 	}
-	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "down")
+	// down drops the tables and their rows: not without --force.
+	code, _, stderr = cli(t, "migrate", "--postgres", dsn, "down")
+	wantError(t, code, stderr, 2, "add --force")
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys`).Scan(&left); err != nil || left != 1 {
+		t.Errorf("after a refused down: %d rows (%v), want the live one kept", left, err)
+	}
+	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "--force", "down")
 	if code != 0 || !strings.Contains(out, "-> 0") {
-		t.Fatalf("migrate down: exit %d: %s %s", code, out, stderr)
+		t.Fatalf("migrate --force down: exit %d: %s %s", code, out, stderr)
 	}
 }
 
@@ -543,7 +568,9 @@ func TestMigratePurgeBadInput(t *testing.T) {
 	}{
 		{[]string{"migrate", "up"}, 2, "--postgres is required"},
 		{[]string{"migrate", "--postgres", dead}, 2, "want one direction"},
-		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, "want one direction"},
+		{[]string{"migrate", "--postgres", dead, "sideways"}, 2, `"sideways": want one direction`},
+		{[]string{"migrate", "--postgres", dead, "up", "now"}, 2, `got "up now"`},
+		{[]string{"migrate", "--postgres", dead, "down"}, 2, "add --force"},
 		{[]string{"migrate", "--postgres", dead, "up"}, 1, "postgres does not answer"},
 		{[]string{"purge", "--before", "0s"}, 2, "--postgres is required"},
 		{[]string{"purge", "--postgres", dead, "--before", "-1s"}, 2, "--before -1s must not be negative"},

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemguard/idemguard/cmd/idemguard/internal/gateway"
+	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -151,5 +156,77 @@ func TestReadmeGatewayInventory(t *testing.T) {
 	}
 	if guarded != 6 {
 		t.Errorf("%d guarded entries, want 6 (five routes, one of them POST and PATCH): %s", guarded, out)
+	}
+}
+
+// Every `serve` command of the README's gateway section sets the variables
+// the section's configuration names (secret_env, password_env, ...): the
+// whole configuration is checked before anything, --print-inventory
+// included, so a command without them fails as the README shows it.
+func TestReadmeGatewayCommandsSetTheirVariables(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Run it in front of any service\n")
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	_, sh, ok := strings.Cut(section, "\n```sh\n")
+	if !ok {
+		t.Fatal("the README's gateway section has no ```sh block")
+	}
+	sh, _, _ = strings.Cut(sh, "\n```\n")
+	_, yaml, _ := strings.Cut(section, "\n```yaml\n")
+	yaml, _, _ = strings.Cut(yaml, "\n```\n")
+	vars := regexp.MustCompile(`\b[a-z_]*_env: ([A-Z_][A-Z0-9_]*)`).FindAllStringSubmatch(yaml, -1)
+	if len(vars) == 0 {
+		t.Fatal("the README's configuration names no variable: this test checks nothing")
+	}
+	commands := 0
+	for _, line := range strings.Split(sh, "\n") {
+		if !strings.Contains(line, " serve ") {
+			continue
+		}
+		commands++
+		cmd, _, _ := strings.Cut(line, "#")
+		for _, v := range vars {
+			if !strings.Contains(cmd, v[1]+"=") {
+				t.Errorf("the README's command %q does not set %s, which its configuration needs", strings.TrimSpace(cmd), v[1])
+			}
+		}
+	}
+	if commands == 0 {
+		t.Fatal("the README's gateway section has no serve command")
+	}
+}
+
+// The README's "Looking at a key": a key httpx stored is found by
+// `inspect` under the scope the README spells ("caller" METHOD /pattern),
+// and so is one stored with SingleCaller (METHOD /pattern).
+func TestReadmeInspectScopes(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	type accountKey struct{}
+	mux := http.NewServeMux()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	tenant := httpx.Guard(g, httpx.Options{Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})
+	mux.Handle("POST /charges/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant(ok).ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accountKey{}, "acct_42")))
+	}))
+	mux.Handle("POST /refunds", httpx.Guard(g, httpx.Options{SingleCaller: true})(ok))
+	for _, path := range []string{"/charges/7", "/refunds"} {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "key-1")
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	for _, scope := range []string{`"acct_42" POST /charges/{id}`, "POST /refunds"} {
+		code, out, stderr := cli(t, "inspect", "--redis", addr, "--prefix", prefix, scope, "key-1")
+		if code != 0 || !strings.Contains(out, "state        completed") {
+			t.Errorf("inspect %q key-1: exit %d: %s %s", scope, code, out, stderr)
+		}
 	}
 }

@@ -26,14 +26,30 @@ func addPostgresFlags(fs *flag.FlagSet) (dsn, schema *string) {
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate")
 	dsn, schema := addPostgresFlags(fs)
+	force := fs.Bool("force", false, "down: drop the tables although their rows are lost with them")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || (fs.Arg(0) != "up" && fs.Arg(0) != "down") {
+	switch {
+	case fs.NArg() == 0:
 		return usagef("want one direction, up or down, after the flags")
+	case fs.NArg() > 1:
+		return usagef("want one direction, up or down, after the flags, got %q", strings.Join(fs.Args(), " "))
+	case fs.Arg(0) != "up" && fs.Arg(0) != "down":
+		return usagef("%q: want one direction, up or down, after the flags", fs.Arg(0))
 	}
 	if *dsn == "" {
 		return usagef("--postgres is required")
+	}
+	if fs.Arg(0) == "down" && !*force {
+		// Down undoes every migration: the tables go, and with them every
+		// committed key the backstop would replay after Redis forgot it.
+		where := "the connection's search_path"
+		if *schema != "" {
+			where = "schema " + *schema
+		}
+		return usagef("down drops every idemguard table in %s with its rows: the backstop forgets every committed key, "+
+			"and a retry Redis has forgotten runs its effect again; add --force to do it", where)
 	}
 	opts := pgstore.Options{Schema: *schema}
 	if err := opts.Validate(); err != nil {
