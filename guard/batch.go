@@ -101,9 +101,12 @@ func (e *PanicError) Unwrap() error {
 // and releases go out together once every effect has returned. A store
 // without batches gets its own per-key calls, up to 16 at once.
 //
-// Claims already sent when ctx ends are waited for (up to the lease's
-// first deadline), and the keys they took released: a cancelled batch
-// leaves no key pending. Each acquired item's effect runs under its own
+// No claim is sent once ctx has ended, as in Do: each item whose claim
+// was not sent (all of them, if ctx ended before the call; those of the
+// later rounds of a repeated key, below, if it ended during an earlier
+// round) reports ctx's cause. Claims already sent when ctx ends are
+// waited for (up to the lease's first deadline), and the keys they took
+// released: a cancelled batch leaves no key pending. Each acquired item's effect runs under its own
 // lease and context (see BatchFunc); up to opts.Concurrency at once. The leases of items waiting
 // for their turn, and of items whose effect has returned, are extended
 // with the others until the batch's writes end them; an item whose lease
@@ -149,6 +152,16 @@ func (g *Guard) DoBatch(ctx context.Context, items []BatchItem, fn BatchFunc, op
 		}
 	}
 	for start := 0; start < n; {
+		if r.ctx.Err() != nil {
+			// As Do's claim, none is sent once ctx has ended: nothing to
+			// wait for, release or observe.
+			for i := start; i < n; i++ {
+				if res[i].Err == nil {
+					res[i].Err = fmt.Errorf("claim %s: not sent: %w", items[i].Key, context.Cause(r.ctx))
+				}
+			}
+			break
+		}
 		end := distinctRun(items, start, n)
 		if !r.segment(start, end) {
 			for i := end; i < n; i++ {
