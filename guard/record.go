@@ -418,6 +418,15 @@ func pendingLen(req ClaimRequest) (int, error) {
 	if tl == 0 {
 		return 0, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
 	}
+	if err := positive("claim", req.Key, "lease", req.Lease); err != nil {
+		return 0, err
+	}
+	if err := positive("claim", req.Key, "ttl", req.TTL); err != nil {
+		return 0, err
+	}
+	if req.MaxAttempts < 0 {
+		return 0, fmt.Errorf("idemguard: claim of %s: max attempts %d is negative", req.Key, req.MaxAttempts)
+	}
 	ret := ms(req.TTL)
 	if ret > RedisMaxFence/2 || ms(req.Lease) > RedisMaxFence/2 {
 		return 0, fmt.Errorf("idemguard: retention %s or lease %s too long", req.TTL, req.Lease)
