@@ -24,7 +24,9 @@ type BatchItem struct {
 // that lease alone is found lost, and at MaxRun counted from when this
 // effect started (the cause then matches ErrMaxRun too); it also ends
 // with DoBatch's ctx. Effects of one batch may run at once (see
-// BatchOptions.Concurrency): fn must be safe for that.
+// BatchOptions.Concurrency): fn must be safe for that. lease records
+// steps (Step) as Do's does, and a later attempt of the key resumes after
+// them.
 type BatchFunc func(ctx context.Context, i int, lease Lease) ([]byte, error)
 
 // BatchOptions configure one DoBatch. The zero value runs the effects one
@@ -315,6 +317,10 @@ func (r *batchRun) segment(start, end int) bool {
 		writes = make([]Write, 0, len(reqs))
 		lateAt []int // items whose Acquired came too late, released below
 		stop   = len(pos)
+		// logs are the step logs of the acquired leases (Step), as Do's
+		// keepalive holds its lease's: made with room for every claim, so
+		// the leases' pointers into it stay put.
+		logs []stepLog
 	)
 	for j := range reqs {
 		i, out, err := pos[j], outs[j], errs[j]
@@ -342,6 +348,11 @@ func (r *batchRun) segment(start, end int) bool {
 			writes = append(writes, Write{Kind: WriteRelease, Lease: out.Lease})
 			r.res[i].Err = skipped(out.Lease.Key)
 		default:
+			if logs == nil {
+				logs = make([]stepLog, 0, len(reqs))
+			}
+			logs = append(logs, stepLog{g: g, known: out.Steps})
+			out.Lease.steps = &logs[len(logs)-1]
 			outs[j] = out // ran points at its lease
 			runs = append(runs, ran{item: i, lease: &outs[j].Lease})
 		}

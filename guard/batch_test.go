@@ -503,3 +503,41 @@ func TestDoBatchAlreadyCancelled(t *testing.T) {
 		}
 	}
 }
+
+// An effect of DoBatch records steps as one of Do does: its lease carries
+// the step log, and a later attempt of the key, in a batch too, resumes
+// after the steps an earlier one stored instead of running them again.
+func TestDoBatchSteps(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("batch-steps", 2)
+	var charges, orders atomic.Int32
+	attempt := 0
+	fn := func(ctx context.Context, i int, l guard.Lease) ([]byte, error) {
+		charge, err := guard.Step(ctx, l, "charge", func(context.Context) (string, error) {
+			charges.Add(1)
+			return fmt.Sprint("ch_", i), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if attempt == 0 {
+			return nil, errors.New("order service down")
+		}
+		orders.Add(1)
+		return []byte(charge), nil
+	}
+	for attempt = range 2 {
+		res := g.DoBatch(bg, items, fn, guard.BatchOptions{})
+		for i, r := range res {
+			if attempt == 0 && (r.Err == nil || !strings.Contains(r.Err.Error(), "order service down")) {
+				t.Fatalf("attempt 1, item %d: %v, want the effect's error", i, r.Err)
+			}
+			if attempt == 1 && (r.Err != nil || string(r.Value) != fmt.Sprint("ch_", i)) {
+				t.Fatalf("attempt 2, item %d: %+v", i, r)
+			}
+		}
+	}
+	if charges.Load() != 2 || orders.Load() != 2 {
+		t.Errorf("%d charges and %d orders for 2 keys, want 2 and 2: the second attempt did not resume", charges.Load(), orders.Load())
+	}
+}
