@@ -414,6 +414,9 @@ func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err err
 // pendingLen is the length of req's first attempt, or why it cannot be
 // stored.
 func pendingLen(req ClaimRequest) (int, error) {
+	if err := req.Key.Validate(); err != nil {
+		return 0, fmt.Errorf("idemguard: claim: %w", err)
+	}
 	tl := tokenLen(req.Token)
 	if tl == 0 {
 		return 0, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)

@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
 		{"BadDurations", c.badDurations},
+		{"InvalidKeys", c.invalidKeys},
 		{"Retention", c.retention},
 		{"ScopesNeverMeet", c.scopes},
 		{"OddKeyBytes", c.oddKeys},
@@ -502,6 +503,39 @@ func (c contract) badDurations(t *testing.T) {
 	mustOK(t, "complete", s.Complete(ctx, l, []byte("a"), time.Hour))
 	if out := claim(t, s, c.req(key, "B")); out.Status != guard.Replay || string(out.Result) != "a" {
 		t.Fatalf("claim after completion = %+v, want replay of a", out)
+	}
+}
+
+// invalidKeys: a claim of a key Key.Validate refuses is refused with an
+// error wrapping guard.ErrInvalidKey, and stores nothing, in a batch too.
+func (c contract) invalidKeys(t *testing.T) {
+	s := c.h.New(t)
+	keys := map[string]guard.Key{
+		"empty scope":       {Scope: "", ID: "x"},
+		"empty id":          {Scope: "contract", ID: ""},
+		"long id":           {Scope: "contract", ID: strings.Repeat("x", guard.MaxIDLen+1)},
+		"control character": {Scope: "contract", ID: "a\nb"},
+		"invalid UTF-8":     {Scope: "contract", ID: "a\xffb"},
+	}
+	bs, batches := s.(guard.BatchStore)
+	for what, key := range keys {
+		r := c.req(key, "A")
+		if _, err := s.Claim(ctx, r); !errors.Is(err, guard.ErrInvalidKey) {
+			t.Errorf("claim of a key with %s: %v, want ErrInvalidKey", what, err)
+		}
+		if batches {
+			good := c.req(newKey(t), "B")
+			out, errs := bs.ClaimBatch(ctx, []guard.ClaimRequest{r, good})
+			if !errors.Is(errs[0], guard.ErrInvalidKey) {
+				t.Errorf("batch claim of a key with %s: %v, want ErrInvalidKey", what, errs[0])
+			}
+			if errs[1] != nil || out[1].Status != guard.Acquired {
+				t.Errorf("the good claim of the batch: %+v, %v", out[1], errs[1])
+			}
+		}
+		if rec, err := s.Get(ctx, key); err == nil {
+			t.Errorf("a claim of a key with %s stored %+v", what, rec)
+		}
 	}
 }
 
