@@ -108,12 +108,13 @@ func (e *PanicError) Unwrap() error {
 // later rounds of a repeated key, below, if it ended during an earlier
 // round) reports ctx's cause. Claims already sent when ctx ends are
 // waited for (up to the lease's first deadline), and the keys they took
-// released: a cancelled batch leaves no key pending. Each acquired item's effect runs under its own
-// lease and context (see BatchFunc); up to opts.Concurrency at once. The leases of items waiting
-// for their turn, and of items whose effect has returned, are extended
-// with the others until the batch's writes end them; an item whose lease
-// was lost, or whose turn came after ctx ended, does not run: its claim
-// is released and its error says why (the lease's cause, or ctx's).
+// released: a cancelled batch leaves no key pending. Each acquired item's
+// effect runs under its own lease and context (see BatchFunc); up to
+// opts.Concurrency at once. The leases of items waiting for their turn,
+// and of items whose effect has returned, are extended with the others
+// until the batch's writes end them; an item whose lease was lost, or
+// whose turn came after ctx ended, does not run: its claim is released
+// and its error says why (the lease's cause, or ctx's).
 //
 // An item's effect that panics has its claim released, as in Do, but the
 // panic does not go on: the item's error is a *PanicError (ErrPanicked)
