@@ -89,8 +89,8 @@ func TestGuardAllocations(t *testing.T) {
 // the bare batch store calls it makes (ClaimBatch, WriteBatch of the
 // completions). Per key the guard adds its effect's context (two
 // allocations: context.WithCancelCause's context and its cancel func);
-// per batch its token string, result and bookkeeping slices, one
-// keepalive and one heartbeat with a timer each.
+// per batch its token string, result and bookkeeping slices, the
+// leases' step logs, one keepalive and one heartbeat with a timer each.
 func TestBatchAllocations(t *testing.T) {
 	s := realStore(t)
 	g := guard.New(s, guard.Options{})
@@ -143,11 +143,13 @@ func TestBatchAllocations(t *testing.T) {
 	perKey, perKeyB := (fresh-store)/size, float64(freshB-storeB)/size
 	t.Logf("DoBatch of %d: %.1f allocs, %d B (store calls %.1f, %d B); the guard's per key: %.2f allocs, %.0f B",
 		size, fresh, freshB, store, storeB, perKey, perKeyB)
-	// Measured 2.9 allocations and 1,100 B per key (3.0 under -race); with
-	// a lease copied into each effect's bookkeeping it took 1,330 B, and a
-	// context.WithTimeout per key would add 2-3 allocations.
-	if perKey > 3.6 || perKeyB > 1250 {
-		t.Errorf("the guard adds %.2f allocations and %.0f B per key of a batch, want at most 3.6 and 1,250", perKey, perKeyB)
+	// Measured 3.0 allocations and 1,240 B per key, 112 B of them the
+	// leases' step logs (one allocation for the batch; 2.9 and 1,130 B
+	// without them, when a lease copied into each effect's bookkeeping
+	// took 1,330 B), and a context.WithTimeout per key would add 2-3
+	// allocations.
+	if perKey > 3.6 || perKeyB > 1400 {
+		t.Errorf("the guard adds %.2f allocations and %.0f B per key of a batch, want at most 3.6 and 1,400", perKey, perKeyB)
 	}
 	// The store's calls: measured 47 for 16 keys (the batch's commands
 	// are made in one allocation per pipeline; one each, 78).

@@ -24,7 +24,9 @@ type BatchItem struct {
 // that lease alone is found lost, and at MaxRun counted from when this
 // effect started (the cause then matches ErrMaxRun too); it also ends
 // with DoBatch's ctx. Effects of one batch may run at once (see
-// BatchOptions.Concurrency): fn must be safe for that.
+// BatchOptions.Concurrency): fn must be safe for that. lease records
+// steps (Step) as Do's does, and a later attempt of the key resumes after
+// them.
 type BatchFunc func(ctx context.Context, i int, lease Lease) ([]byte, error)
 
 // BatchOptions configure one DoBatch. The zero value runs the effects one
@@ -101,14 +103,18 @@ func (e *PanicError) Unwrap() error {
 // and releases go out together once every effect has returned. A store
 // without batches gets its own per-key calls, up to 16 at once.
 //
-// Claims already sent when ctx ends are waited for (up to the lease's
-// first deadline), and the keys they took released: a cancelled batch
-// leaves no key pending. Each acquired item's effect runs under its own
-// lease and context (see BatchFunc); up to opts.Concurrency at once. The leases of items waiting
-// for their turn, and of items whose effect has returned, are extended
-// with the others until the batch's writes end them; an item whose lease
-// was lost, or whose turn came after ctx ended, does not run: its claim
-// is released and its error says why (the lease's cause, or ctx's).
+// No claim is sent once ctx has ended, as in Do: each item whose claim
+// was not sent (all of them, if ctx ended before the call; those of the
+// later rounds of a repeated key, below, if it ended during an earlier
+// round) reports ctx's cause. Claims already sent when ctx ends are
+// waited for (up to the lease's first deadline), and the keys they took
+// released: a cancelled batch leaves no key pending. Each acquired item's
+// effect runs under its own lease and context (see BatchFunc); up to
+// opts.Concurrency at once. The leases of items waiting for their turn,
+// and of items whose effect has returned, are extended with the others
+// until the batch's writes end them; an item whose lease was lost, or
+// whose turn came after ctx ended, does not run: its claim is released
+// and its error says why (the lease's cause, or ctx's).
 //
 // An item's effect that panics has its claim released, as in Do, but the
 // panic does not go on: the item's error is a *PanicError (ErrPanicked)
@@ -149,6 +155,16 @@ func (g *Guard) DoBatch(ctx context.Context, items []BatchItem, fn BatchFunc, op
 		}
 	}
 	for start := 0; start < n; {
+		if r.ctx.Err() != nil {
+			// As Do's claim, none is sent once ctx has ended: nothing to
+			// wait for, release or observe.
+			for i := start; i < n; i++ {
+				if res[i].Err == nil {
+					res[i].Err = fmt.Errorf("claim %s: not sent: %w", items[i].Key, context.Cause(r.ctx))
+				}
+			}
+			break
+		}
 		end := distinctRun(items, start, n)
 		if !r.segment(start, end) {
 			for i := end; i < n; i++ {
@@ -302,6 +318,10 @@ func (r *batchRun) segment(start, end int) bool {
 		writes = make([]Write, 0, len(reqs))
 		lateAt []int // items whose Acquired came too late, released below
 		stop   = len(pos)
+		// logs are the step logs of the acquired leases (Step), as Do's
+		// keepalive holds its lease's: made with room for every claim, so
+		// the leases' pointers into it stay put.
+		logs []stepLog
 	)
 	for j := range reqs {
 		i, out, err := pos[j], outs[j], errs[j]
@@ -329,6 +349,11 @@ func (r *batchRun) segment(start, end int) bool {
 			writes = append(writes, Write{Kind: WriteRelease, Lease: out.Lease})
 			r.res[i].Err = skipped(out.Lease.Key)
 		default:
+			if logs == nil {
+				logs = make([]stepLog, 0, len(reqs))
+			}
+			logs = append(logs, stepLog{g: g, known: out.Steps})
+			out.Lease.steps = &logs[len(logs)-1]
 			outs[j] = out // ran points at its lease
 			runs = append(runs, ran{item: i, lease: &outs[j].Lease})
 		}

@@ -426,3 +426,118 @@ func TestDoBatchCancelledDuringClaims(t *testing.T) {
 		}
 	}
 }
+
+// perKeyOnly hides a store's batches: DoBatch then makes its per-key
+// calls, which count claims here.
+type perKeyOnly struct {
+	guard.Store
+	claims *atomic.Int32
+}
+
+func (s perKeyOnly) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	s.claims.Add(1)
+	return s.Store.Claim(ctx, req)
+}
+
+// A batch whose context has already ended sends no claims, as Do sends
+// none: each item reports the context's cause, no effect runs, nothing is
+// observed and no key is touched (not even left released). The same holds
+// for the round of a repeated key that would start after the context
+// ended during the round before it, on a store with batches or without.
+func TestDoBatchAlreadyCancelled(t *testing.T) {
+	s, trips := countedStore(t)
+	var perKeyClaims atomic.Int32
+	stores := map[string]guard.Store{"batch": s, "per-key": perKeyOnly{s, &perKeyClaims}}
+	for name, store := range stores {
+		for _, ordered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ordered=%v", name, ordered), func(t *testing.T) {
+				var events atomic.Int32
+				g := guard.New(store, guard.Options{Observer: guard.ObserverFunc(func(_ context.Context, e guard.Event) {
+					events.Add(1)
+				})})
+				items := batchItems(fmt.Sprintf("precancel-%s-%v", name, ordered), 4)
+				cause := errors.New("consumer shutting down")
+				ctx, cancel := context.WithCancelCause(bg)
+				cancel(cause)
+				before, beforeClaims := trips.Load(), perKeyClaims.Load()
+				res := g.DoBatch(ctx, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+					t.Error("an effect ran in a batch whose context had ended")
+					return nil, nil
+				}, guard.BatchOptions{Ordered: ordered})
+				if got := trips.Load() - before; got != 0 {
+					t.Errorf("%d round trips for a batch whose context had ended, want 0", got)
+				}
+				if got := perKeyClaims.Load() - beforeClaims; got != 0 {
+					t.Errorf("%d per-key claims for a batch whose context had ended, want 0", got)
+				}
+				if n := events.Load(); n != 0 {
+					t.Errorf("%d events observed, want 0", n)
+				}
+				for i, r := range res {
+					if !errors.Is(r.Err, cause) || r.Replayed || r.Value != nil {
+						t.Errorf("item %d: %+v, want the context's cause", i, r)
+					}
+					if n := s.Client().Exists(bg, s.Name(items[i].Key)).Val(); n != 0 {
+						t.Errorf("item %d: the key exists in Redis: it was claimed", i)
+					}
+				}
+
+				// A repeated key: its second round would start after the
+				// first round's effect ended the context.
+				key := guard.Key{Scope: items[0].Key.Scope, ID: "twice"}
+				twice := []guard.BatchItem{{Key: key, Fingerprint: "fp"}, {Key: key, Fingerprint: "fp"}}
+				ctx, cancel = context.WithCancelCause(bg)
+				var ran atomic.Int32
+				res = g.DoBatch(ctx, twice, func(context.Context, int, guard.Lease) ([]byte, error) {
+					ran.Add(1)
+					cancel(cause)
+					return []byte("done"), nil
+				}, guard.BatchOptions{Ordered: ordered})
+				if ran.Load() != 1 || res[0].Err != nil || string(res[0].Value) != "done" {
+					t.Errorf("first occurrence: ran %d, %+v", ran.Load(), res[0])
+				}
+				if !errors.Is(res[1].Err, cause) || res[1].Replayed {
+					t.Errorf("second occurrence, after the context ended: %+v, want the context's cause", res[1])
+				}
+			})
+		}
+	}
+}
+
+// An effect of DoBatch records steps as one of Do does: its lease carries
+// the step log, and a later attempt of the key, in a batch too, resumes
+// after the steps an earlier one stored instead of running them again.
+func TestDoBatchSteps(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	items := batchItems("batch-steps", 2)
+	var charges, orders atomic.Int32
+	attempt := 0
+	fn := func(ctx context.Context, i int, l guard.Lease) ([]byte, error) {
+		charge, err := guard.Step(ctx, l, "charge", func(context.Context) (string, error) {
+			charges.Add(1)
+			return fmt.Sprint("ch_", i), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if attempt == 0 {
+			return nil, errors.New("order service down")
+		}
+		orders.Add(1)
+		return []byte(charge), nil
+	}
+	for attempt = range 2 {
+		res := g.DoBatch(bg, items, fn, guard.BatchOptions{})
+		for i, r := range res {
+			if attempt == 0 && (r.Err == nil || !strings.Contains(r.Err.Error(), "order service down")) {
+				t.Fatalf("attempt 1, item %d: %v, want the effect's error", i, r.Err)
+			}
+			if attempt == 1 && (r.Err != nil || string(r.Value) != fmt.Sprint("ch_", i)) {
+				t.Fatalf("attempt 2, item %d: %+v", i, r)
+			}
+		}
+	}
+	if charges.Load() != 2 || orders.Load() != 2 {
+		t.Errorf("%d charges and %d orders for 2 keys, want 2 and 2: the second attempt did not resume", charges.Load(), orders.Load())
+	}
+}

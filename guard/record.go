@@ -414,9 +414,21 @@ func newPending(req ClaimRequest, head int) (p pendingValue, all []byte, err err
 // pendingLen is the length of req's first attempt, or why it cannot be
 // stored.
 func pendingLen(req ClaimRequest) (int, error) {
+	if err := req.Key.Validate(); err != nil {
+		return 0, fmt.Errorf("idemguard: claim: %w", err)
+	}
 	tl := tokenLen(req.Token)
 	if tl == 0 {
 		return 0, fmt.Errorf("idemguard: owner token of %d bytes: want 1 to %d", len(req.Token), maxRawToken)
+	}
+	if err := positive("claim", req.Key, "lease", req.Lease); err != nil {
+		return 0, err
+	}
+	if err := positive("claim", req.Key, "ttl", req.TTL); err != nil {
+		return 0, err
+	}
+	if req.MaxAttempts < 0 {
+		return 0, fmt.Errorf("idemguard: claim of %s: max attempts %d is negative", req.Key, req.MaxAttempts)
 	}
 	ret := ms(req.TTL)
 	if ret > RedisMaxFence/2 || ms(req.Lease) > RedisMaxFence/2 {

@@ -542,6 +542,9 @@ type completeCall struct {
 // claim left, the client builds the completed record and the script only
 // compares and sets it.
 func (s *RedisStore) Complete(ctx context.Context, lease Lease, result []byte, ttl time.Duration) error {
+	if err := positive("complete", lease.Key, "ttl", ttl); err != nil {
+		return err
+	}
 	c := new(completeCall)
 	w := &c.writeCall
 	n, err := s.startWrite(w, lease)
@@ -570,6 +573,9 @@ func room(mem []byte, n int) []byte {
 
 // Fail implements Store.
 func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl time.Duration) error {
+	if err := positive("fail", lease.Key, "ttl", ttl); err != nil {
+		return err
+	}
 	w, _, err := s.newWrite(lease)
 	if err != nil {
 		return err
@@ -590,6 +596,9 @@ func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
 
 // Extend implements Store.
 func (s *RedisStore) Extend(ctx context.Context, lease Lease, d time.Duration) error {
+	if err := positive("extend", lease.Key, "lease", d); err != nil {
+		return err
+	}
 	w, _, err := s.newWrite(lease)
 	if err != nil {
 		return err
@@ -789,8 +798,19 @@ func failed(ctx context.Context, err error) *redis.Cmd {
 	return cmd
 }
 
-// ms converts a duration for PX/PEXPIRE, which refuse zero: at least 1ms.
+// ms converts a positive duration for PX/PEXPIRE, which refuse zero: at
+// least 1ms.
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// positive refuses a lease or retention (what) of a call on key that is
+// not positive, as every store does: rounded up to 1ms instead, a
+// completion would be forgotten at once, and its effect run again.
+func positive(call string, key Key, what string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("idemguard: %s of %s: %s %s is not positive", call, key, what, d)
+	}
+	return nil
+}
 
 // callErr maps the error of a call on key's record: a value the scripts or
 // the server could not read as a record is a *CorruptError; anything else

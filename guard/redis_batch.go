@@ -178,6 +178,11 @@ func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 		}
 		c.name, c.tok = n.name, n.tok
 		c.args[2], c.args[3], c.args[4] = 1, &c.name, &c.tok
+		if k := w.Kind; k == WriteComplete || k == WriteFail || k == WriteExtend {
+			if errs[i] = positive(w.Kind.String(), w.Lease.Key, durationName(w.Kind), w.TTL); errs[i] != nil {
+				continue
+			}
+		}
 		switch w.Kind {
 		case WriteComplete:
 			c.ms, c.pending = ms(w.TTL), n.pending
@@ -230,6 +235,14 @@ func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 		errs[i] = s.wrote(ctx, &ws[i], &calls[i], replies[j])
 	}
 	return errs
+}
+
+// durationName names what a Write's TTL is for its kind.
+func durationName(k WriteKind) string {
+	if k == WriteExtend {
+		return "lease"
+	}
+	return "ttl"
 }
 
 // writeScript is the script and arguments of w, whose call c is set up.

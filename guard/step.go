@@ -149,8 +149,8 @@ func CheckStep(index int, name string) error {
 // claim what was stored. The result is written even if ctx ends while fn
 // runs, bounded like Guard.Complete.
 //
-// Step needs a Lease from Guard.Do or Guard.Claim, over a StepStore; with
-// another store it returns ErrStepsUnsupported. A step whose effect goes
+// Step needs a Lease from Guard.Do, DoBatch, Claim, Hold or Wait, over
+// a StepStore; with another store it returns ErrStepsUnsupported. A step whose effect goes
 // to a service that takes an idempotency key should pass it
 // lease.KeyFor(name): if the holder dies after the service acted and
 // before the result was stored, the next attempt runs the step again with

@@ -10,7 +10,10 @@ import (
 // not hold the key changes nothing and gets ErrLeaseLost. Every method is
 // safe to repeat with the same arguments (a retried request gets the same
 // answer). A store that cannot be reached returns an error wrapping
-// ErrUnavailable.
+// ErrUnavailable. A claim of a key Key.Validate refuses is refused with
+// its error (ErrInvalidKey); a lease or retention (ttl, d, ClaimRequest's
+// Lease and TTL) that is not positive, or a negative MaxAttempts, is
+// refused with an error; such a call changes nothing.
 //
 // The package storetest holds the contract suite every Store passes.
 type Store interface {

@@ -50,7 +50,8 @@ const (
 //
 // When opts.Timeout passes first, Wait returns the latest
 // *InProgressError (its RetryAfter is what was left of the holder's lease
-// at the last look). When ctx ends first, it returns an error matching
+// at the last look); a read of the record under way then is given up
+// (on a store whose calls end by their context's deadline). When ctx ends first, it returns an error matching
 // ctx.Err() (and context.Cause(ctx)), and nothing was claimed. The claim
 // itself is not cut off by ctx (it is bounded as Claim's is): a claim the
 // store took is reported, Acquired, even if ctx ended meanwhile, so the
@@ -88,9 +89,12 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 		case <-timer.C:
 		}
 		delay = min(delay*2, maxPoll)
-		rec, err := g.store.Get(ctx, key)
+		rec, err := g.read(ctx, key, deadline)
 		if ctx.Err() != nil {
 			return Outcome{}, waitEnded(ctx, key)
+		}
+		if err != nil && !deadline.IsZero() && !time.Now().Before(deadline) {
+			return Outcome{}, inFlight // the read did not answer within the timeout
 		}
 		if err == nil && rec.State == StatePending && rec.LeaseLeft > 0 {
 			// Still running.
@@ -104,6 +108,17 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 		}
 		return out, err
 	}
+}
+
+// read is Wait's look at the record of key, ended at deadline (if not
+// zero) as well as with ctx.
+func (g *Guard) read(ctx context.Context, key Key, deadline time.Time) (Record, error) {
+	if deadline.IsZero() {
+		return g.store.Get(ctx, key)
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return g.store.Get(rctx, key)
 }
 
 // waitEnded is Wait's error when ctx ended: it matches ctx.Err() and

@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 // waitResult is what a Wait started in the background answered.
@@ -258,5 +262,30 @@ func TestWaitContextEnds(t *testing.T) {
 	}
 	if _, err := g.Wait(bg, guard.Key{Scope: "wait"}, "fp", guard.WaitOptions{}); !errors.Is(err, guard.ErrInvalidKey) {
 		t.Fatalf("empty id: %v", err)
+	}
+}
+
+// Wait's Timeout bounds its reads of the record too: a server that stops
+// answering while the key is held (here paused with CLIENT PAUSE) does
+// not keep Wait past its Timeout, on a client that ends its calls by
+// their context's deadline.
+func TestWaitTimeoutBoundsReads(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	g := guard.New(guardenv.StoreOn(t, c, guard.RedisOptions{}), guard.Options{})
+	key := guard.Key{Scope: "wait", ID: "paused"}
+	holdKey(t, g, key)
+	if err := srv.Client().Do(bg, "client", "pause", 10000, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	start := time.Now()
+	_, err := g.Wait(bg, key, "fp", guard.WaitOptions{Timeout: timeout})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Wait with a Timeout of %s returned after %s: its read waited for a server that did not answer", timeout, d)
+	}
+	if _, busy := errors.AsType[*guard.InProgressError](err); !busy {
+		t.Errorf("Wait: %v, want *InProgressError", err)
 	}
 }

@@ -24,6 +24,7 @@ func (c contract) batch(t *testing.T) {
 	}{
 		{"ClaimBatchAnswersAsClaim", c.claimBatch},
 		{"WriteBatchAnswersAsWrites", c.writeBatch},
+		{"BatchBadDurations", c.batchBadDurations},
 		{"DoBatchRunsOnceThenReplays", c.doBatchOnce},
 		{"DoBatchMixedStates", c.doBatchMixed},
 		{"DoBatchEachKeyOnItsOwn", c.doBatchEach},
@@ -186,6 +187,52 @@ func (c contract) writeBatch(t *testing.T) {
 	}
 	if rec := get(t, s, byHand.Key); rec.State != guard.StateCompleted || len(rec.Result) != 0 {
 		t.Errorf("record completed through a hand-built lease = %+v", rec)
+	}
+}
+
+// batchBadDurations: in a batch, a claim or a write with a bad duration
+// is refused as the per-key call refuses it (see BadDurations), changing
+// nothing, and the others of the batch go on.
+func (c contract) batchBadDurations(t *testing.T) {
+	s := c.h.New(t)
+	bs := batchStore(t, s)
+	bad, good := newKey(t), newKey(t)
+	zero := c.req(bad, "bad")
+	zero.TTL = 0
+	negative := c.req(newKey(t), "bad")
+	negative.Lease = -time.Second
+	reqs := []guard.ClaimRequest{zero, c.req(good, "A"), negative}
+	out, errs := bs.ClaimBatch(ctx, reqs)
+	mustRefuse(t, "batch claim with a zero TTL", errs[0])
+	mustRefuse(t, "batch claim with a negative lease", errs[2])
+	if errs[1] != nil || out[1].Status != guard.Acquired {
+		t.Fatalf("the good claim of the batch: %+v, %v", out[1], errs[1])
+	}
+	for _, r := range []guard.ClaimRequest{zero, negative} {
+		if _, err := s.Get(ctx, r.Key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("a refused batch claim left a record: %v", err)
+		}
+	}
+
+	held := c.req(bad, "H")
+	held.Lease = time.Minute
+	l := acquire(t, s, held)
+	ws := []guard.Write{
+		{Kind: guard.WriteComplete, Lease: l, Result: []byte("x")},
+		{Kind: guard.WriteFail, Lease: l, Reason: "x", TTL: -time.Second},
+		{Kind: guard.WriteExtend, Lease: l},
+		{Kind: guard.WriteComplete, Lease: out[1].Lease, Result: []byte("a"), TTL: time.Hour},
+	}
+	werrs := bs.WriteBatch(ctx, ws)
+	for i := range 3 {
+		mustRefuse(t, fmt.Sprintf("batch %s with ttl %s", ws[i].Kind, ws[i].TTL), werrs[i])
+	}
+	mustOK(t, "the good write of the batch", werrs[3])
+	if rec := get(t, s, bad); rec.State != guard.StatePending || rec.Token != "H" || rec.LeaseLeft < held.Lease/2 {
+		t.Fatalf("record after refused batch writes = %+v, want pending for H with most of %s left", rec, held.Lease)
+	}
+	if rec := get(t, s, good); rec.State != guard.StateCompleted || string(rec.Result) != "a" {
+		t.Fatalf("record of the good write = %+v", rec)
 	}
 }
 

@@ -103,6 +103,8 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
+		{"BadDurations", c.badDurations},
+		{"InvalidKeys", c.invalidKeys},
 		{"Retention", c.retention},
 		{"ScopesNeverMeet", c.scopes},
 		{"OddKeyBytes", c.oddKeys},
@@ -448,6 +450,92 @@ func (c contract) extendKeeps(t *testing.T) {
 	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
 	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
 		t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
+	}
+}
+
+// mustRefuse: a call with a bad argument is refused with an error that
+// is neither ErrLeaseLost (the caller still holds its key) nor
+// ErrUnavailable (trying again cannot help).
+func mustRefuse(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil || errors.Is(err, guard.ErrLeaseLost) || errors.Is(err, guard.ErrUnavailable) {
+		t.Errorf("%s = %v, want it refused", what, err)
+	}
+}
+
+// badDurations: a claim whose lease or retention is not positive, or
+// whose MaxAttempts is negative, and a write whose retention or lease is
+// not positive, are refused and change nothing. (Rounded up to the
+// smallest unit instead, a completion would be forgotten at once and its
+// effect run again; an extension would end the lease.)
+func (c contract) badDurations(t *testing.T) {
+	s, key := c.h.New(t), newKey(t)
+	for what, r := range map[string]func(*guard.ClaimRequest){
+		"zero lease":            func(r *guard.ClaimRequest) { r.Lease = 0 },
+		"negative lease":        func(r *guard.ClaimRequest) { r.Lease = -time.Second },
+		"zero TTL":              func(r *guard.ClaimRequest) { r.TTL = 0 },
+		"negative TTL":          func(r *guard.ClaimRequest) { r.TTL = -time.Second },
+		"negative max attempts": func(r *guard.ClaimRequest) { r.MaxAttempts = -1 },
+	} {
+		req := c.req(key, "bad")
+		r(&req)
+		_, err := s.Claim(ctx, req)
+		mustRefuse(t, "claim with a "+what, err)
+		if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("claim with a %s left a record: %v", what, err)
+		}
+	}
+
+	req := c.req(key, "A")
+	req.Lease = time.Minute // it must still be alive at the end, however slow the machine
+	l := acquire(t, s, req)
+	for _, d := range []time.Duration{0, -time.Second} {
+		mustRefuse(t, fmt.Sprintf("complete with ttl %s", d), s.Complete(ctx, l, []byte("x"), d))
+		mustRefuse(t, fmt.Sprintf("fail with ttl %s", d), s.Fail(ctx, l, "x", d))
+		mustRefuse(t, fmt.Sprintf("extend by %s", d), s.Extend(ctx, l, d))
+	}
+	if rec := get(t, s, key); rec.State != guard.StatePending || rec.Token != "A" || rec.LeaseLeft < req.Lease/2 {
+		t.Fatalf("record after refused writes = %+v, want pending for A with most of %s left", rec, req.Lease)
+	}
+	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
+		t.Fatalf("claim after refused writes = %v, want in progress", out.Status)
+	}
+	mustOK(t, "complete", s.Complete(ctx, l, []byte("a"), time.Hour))
+	if out := claim(t, s, c.req(key, "B")); out.Status != guard.Replay || string(out.Result) != "a" {
+		t.Fatalf("claim after completion = %+v, want replay of a", out)
+	}
+}
+
+// invalidKeys: a claim of a key Key.Validate refuses is refused with an
+// error wrapping guard.ErrInvalidKey, and stores nothing, in a batch too.
+func (c contract) invalidKeys(t *testing.T) {
+	s := c.h.New(t)
+	keys := map[string]guard.Key{
+		"empty scope":       {Scope: "", ID: "x"},
+		"empty id":          {Scope: "contract", ID: ""},
+		"long id":           {Scope: "contract", ID: strings.Repeat("x", guard.MaxIDLen+1)},
+		"control character": {Scope: "contract", ID: "a\nb"},
+		"invalid UTF-8":     {Scope: "contract", ID: "a\xffb"},
+	}
+	bs, batches := s.(guard.BatchStore)
+	for what, key := range keys {
+		r := c.req(key, "A")
+		if _, err := s.Claim(ctx, r); !errors.Is(err, guard.ErrInvalidKey) {
+			t.Errorf("claim of a key with %s: %v, want ErrInvalidKey", what, err)
+		}
+		if batches {
+			good := c.req(newKey(t), "B")
+			out, errs := bs.ClaimBatch(ctx, []guard.ClaimRequest{r, good})
+			if !errors.Is(errs[0], guard.ErrInvalidKey) {
+				t.Errorf("batch claim of a key with %s: %v, want ErrInvalidKey", what, errs[0])
+			}
+			if errs[1] != nil || out[1].Status != guard.Acquired {
+				t.Errorf("the good claim of the batch: %+v, %v", out[1], errs[1])
+			}
+		}
+		if rec, err := s.Get(ctx, key); err == nil {
+			t.Errorf("a claim of a key with %s stored %+v", what, rec)
+		}
 	}
 }
 
