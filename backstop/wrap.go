@@ -111,12 +111,16 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 	}
 	m, err := g.b.mark(ctx, req, out.Lease)
 	if err != nil {
-		g.undo(ctx, out.Lease)
+		// The mark may have committed though its reply never came (the
+		// context ended, the connection died after the COMMIT): undo it
+		// too, or the orphaned mark would refuse other payloads as a
+		// mismatch for its whole retention.
+		g.undo(ctx, out.Lease, true)
 		return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
 	}
 	switch {
 	case m.mismatch:
-		g.undo(ctx, out.Lease)
+		g.undo(ctx, out.Lease, false)
 		return guard.Outcome{Status: guard.Mismatch}, nil
 	case m.committed:
 		// Primary forgot a key whose effect is committed: teach it again.
@@ -137,11 +141,24 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 }
 
 // undo releases a primary claim that must not stand, even if ctx ended.
-func (g *wrappedStore) undo(ctx context.Context, l guard.Lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
+// With unmark, it then also undoes the holder's mark, as Release does for
+// a first attempt, in one try bounded by unmarkTimeout (PostgreSQL may be
+// the reason the claim failed): a mark whose reply was lost is then gone,
+// and if it cannot be, it refuses other payloads until it expires.
+func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
+	bg := context.WithoutCancel(ctx)
+	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	err := adapter.Settle(rctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
+	cancel()
+	if err == nil && unmark {
+		uctx, cancel := context.WithTimeout(bg, unmarkTimeout)
+		_ = g.b.unmark(uctx, l)
+		cancel()
+	}
 }
+
+// unmarkTimeout bounds undo's try to undo a mark whose statement failed.
+const unmarkTimeout = 2 * time.Second
 
 // Complete, Fail and Release retry the primary while it cannot be reached
 // (adapter.Settle, within adapter.SettleBudget): a claim left pending
