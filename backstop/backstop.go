@@ -44,6 +44,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/pgsql"
@@ -62,7 +64,7 @@ type Backstop struct {
 
 // New returns a Backstop on db, in the tables opts names (create them with
 // pgstore.Migrate, given the same Options). opts.TTL is how long a
-// committed row and a holder's mark are kept. New returns an error for
+// committed row is kept, and a holder's mark after its lease ends. New returns an error for
 // options that make no usable table names; it panics when db is nil.
 func New(db *sql.DB, opts pgstore.Options) (*Backstop, error) {
 	if db == nil {
@@ -83,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, lock, lookup, mark, read, unmark string
+	commit, extend, lock, lookup, mark, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -103,6 +105,11 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
+		// mark lives as long as its lease, and the TTL after it.
+		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `)
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending'`,
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		lookup: `SELECT result, fence FROM ` + k + `
@@ -308,6 +315,16 @@ func (b *Backstop) unmark(ctx context.Context, lease guard.Lease) error {
 	return dbErr(ctx, "unmark", err)
 }
 
+// extendMark keeps the mark of lease's holder for d from now and the
+// backstop's TTL after that, as the holder's lease was just extended by d
+// in the primary store: a mark must not expire while its holder may still
+// commit.
+func (b *Backstop) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	_, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
+		d.Microseconds(), b.opts.TTL.Microseconds())
+	return dbErr(ctx, "extend mark", err)
+}
+
 // markResult is what the backstop knows of a key a primary store has just
 // let a holder acquire.
 type markResult struct {
@@ -323,7 +340,13 @@ type markResult struct {
 // key hands out fence 1 again, the holder still gets a fresh one.
 func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard.Lease) (markResult, error) {
 	leaseUS := req.Lease.Microseconds()
-	keepUS := max(b.opts.TTL, req.Lease).Microseconds()
+	// The mark is kept for the lease and the TTL after it (extendMark
+	// moves both), as the primary keeps a claimed record.
+	keep := req.Lease + b.opts.TTL
+	if keep < req.Lease {
+		keep = math.MaxInt64
+	}
+	keepUS := keep.Microseconds()
 	for range 4 {
 		var fence int64
 		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, req.Fingerprint, lease.Token,

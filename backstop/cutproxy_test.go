@@ -290,7 +290,7 @@ func TestWrapMarkReplyLost(t *testing.T) {
 			}
 			out, err = claim("B", "fp-b")
 			if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 1 {
-				t.Fatalf("claim with another payload after the failed claim = %s %+v, %v; want a first attempt acquired", out.Status, out.Lease, err)
+				t.Fatalf("claim with another payload after the failed claim = %s (attempt %d), %v; want a first attempt acquired", out.Status, out.Lease.Attempt, err)
 			}
 		})
 	}

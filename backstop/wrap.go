@@ -32,8 +32,10 @@ import (
 // primary reports exhausted, whose effect may have been committed.
 // Complete, Fail, Release and Extend go to primary; a Release of a first
 // attempt also undoes the holder's mark, so the key is as if never
-// claimed. Get reads primary and, when it has no record, the committed row
-// in PostgreSQL.
+// claimed, and an Extend also extends the holder's mark (best effort), so
+// the mark lasts for the holder's lease and the backstop's TTL after it.
+// Get reads primary and, when it has no record, the committed row in
+// PostgreSQL.
 //
 // A write to primary that ends a claim is never given up at the first
 // failure: the store's own (teaching primary a committed result, releasing
@@ -185,9 +187,38 @@ func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	return err
 }
 
+// Extend extends the lease in primary and then, once that succeeded, the
+// holder's mark in PostgreSQL, so the mark outlives the lease by the
+// backstop's TTL however long the holder keeps the key: otherwise, after
+// Redis forgot the key, another payload could take it from a holder still
+// running. The mark's extension is best effort, in one try bounded by
+// markExtendTimeout and half of what is left of ctx (a holder's keepalive
+// must have its answer before the old lease ends); if it fails, the mark
+// keeps the retention it had.
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	return g.primary.Extend(ctx, lease, d)
+	if err := g.primary.Extend(ctx, lease, d); err != nil {
+		return err
+	}
+	g.extendMark(ctx, lease, d)
+	return nil
 }
+
+// extendMark is Extend's best-effort extension of the holder's mark, once
+// primary extended its lease by d.
+func (g *wrappedStore) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) {
+	bound := markExtendTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)/2)
+	}
+	if bound > 0 {
+		mctx, cancel := context.WithTimeout(ctx, bound)
+		_ = g.b.extendMark(mctx, lease, d)
+		cancel()
+	}
+}
+
+// markExtendTimeout bounds Extend's try to extend the holder's mark.
+const markExtendTimeout = time.Second
 
 func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	rec, err := g.primary.Get(ctx, key)
