@@ -58,6 +58,12 @@ import (
 // the response the client receives); the lease's fence may differ from
 // primary's own record.
 //
+// The store is not a guard.DeadlineStore, whatever primary is: a claim
+// it must undo, and the result it teaches primary, are written past the
+// caller's deadline on purpose, and database/sql drivers differ in how
+// they honour one. A fallback.Store over it therefore bounds each call on
+// a goroutine of its own.
+//
 // Wrap panics when primary or b is nil (a programmer error).
 func Wrap(primary guard.Store, b *Backstop) guard.Store {
 	if primary == nil || b == nil {
