@@ -34,6 +34,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	marker []byte // armed: the SQL whose replies are lost; nil: forward all
+	once   bool   // disarm after the first statement armed
 	cut    atomic.Int64
 	wg     sync.WaitGroup
 	conns  map[net.Conn]struct{}
@@ -74,7 +75,16 @@ func New(t testing.TB, dsn string) (*Proxy, *sql.DB) {
 func (p *Proxy) LoseReplies(sql string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.marker = []byte(sql)
+	p.marker, p.once = []byte(sql), false
+}
+
+// LoseReply arms the proxy for one statement: the next statement whose SQL
+// contains sql runs and commits, and its client's connection dies before
+// the reply; later ones (database/sql's own retry among them) go through.
+func (p *Proxy) LoseReply(sql string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marker, p.once = []byte(sql), true
 }
 
 // KeepReplies disarms the proxy: replies reach the client again.
@@ -150,6 +160,9 @@ func (p *Proxy) up(client, server net.Conn, armed *atomic.Bool) {
 				window := append(tail, buf[:n]...)
 				if bytes.Contains(window, m) {
 					armed.Store(true)
+					if p.once {
+						p.marker = nil
+					}
 				}
 				tail = append([]byte(nil), window[max(0, len(window)-len(m)):]...)
 			}
@@ -165,8 +178,9 @@ func (p *Proxy) up(client, server net.Conn, armed *atomic.Bool) {
 }
 
 // down forwards the server's messages to the client, one protocol message
-// at a time. On an armed connection, from the first CommandComplete on,
-// nothing is passed on: the proxy reads up to ReadyForQuery (the
+// at a time. On an armed connection, from the first BindComplete (the
+// extended protocol's execution; a prepare's replies before it still pass)
+// or CommandComplete (the simple protocol's) on, nothing is passed on: the proxy reads up to ReadyForQuery (the
 // statement's implicit transaction has then committed) and closes both
 // sides.
 func (p *Proxy) down(server, client net.Conn, armed *atomic.Bool) {
@@ -186,7 +200,7 @@ func (p *Proxy) down(server, client net.Conn, armed *atomic.Bool) {
 		if _, err := io.ReadFull(server, body); err != nil {
 			return
 		}
-		if armed.Load() && head[0] == 'C' {
+		if armed.Load() && (head[0] == '2' || head[0] == 'C') {
 			dropping = true
 		}
 		if dropping {
