@@ -132,10 +132,15 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token. The mark of a first attempt its holder
 		// released counts as absent from now on; its fence stays, so the
-		// next holder's is above it.
+		// next holder's is above it. Not when a step of the key committed
+		// (Backstop.Step, CommitStep): its effect happened, and the mark
+		// keeps refusing other payloads, as the primary's failed record
+		// with the step does.
 		unmark: `UPDATE ` + k + ` SET expires_at = ` + clockNow + `, leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1
-				AND expires_at > ` + clockNow,
+				AND expires_at > ` + clockNow + `
+				AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
+					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)`,
 	}
 }
 
@@ -308,8 +313,9 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 }
 
 // unmark undoes the mark of lease's holder when it released a first
-// attempt: the key is then as if it had never been claimed (a request
-// with another payload may take it), as it is in the primary store.
+// attempt before any step of the key committed: the key is then as if it
+// had never been claimed (a request with another payload may take it), as
+// it is in the primary store.
 func (b *Backstop) unmark(ctx context.Context, lease guard.Lease) error {
 	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token)
 	return dbErr(ctx, "unmark", err)

@@ -32,7 +32,8 @@ import (
 // primary reports exhausted, whose effect may have been committed.
 // Complete, Fail, Release and Extend go to primary; a Release of a first
 // attempt also undoes the holder's mark, so the key is as if never
-// claimed, and an Extend also extends the holder's mark (best effort), so
+// claimed (unless a step of the key committed its row: its effect
+// happened, and the mark stays, as primary keeps the record), and an Extend also extends the holder's mark (best effort), so
 // the mark lasts for the holder's lease and the backstop's TTL after it.
 // Get reads primary and, when it has no record, the committed row in
 // PostgreSQL.
