@@ -44,6 +44,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/pgsql"
@@ -62,7 +64,7 @@ type Backstop struct {
 
 // New returns a Backstop on db, in the tables opts names (create them with
 // pgstore.Migrate, given the same Options). opts.TTL is how long a
-// committed row and a holder's mark are kept. New returns an error for
+// committed row is kept, and a holder's mark after its lease ends. New returns an error for
 // options that make no usable table names; it panics when db is nil.
 func New(db *sql.DB, opts pgstore.Options) (*Backstop, error) {
 	if db == nil {
@@ -83,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, lock, lookup, mark, read, unmark string
+	commit, extend, lock, lookup, mark, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -103,6 +105,11 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
+		// mark lives as long as its lease, and the TTL after it.
+		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `)
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending'`,
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		lookup: `SELECT result, fence FROM ` + k + `
@@ -125,10 +132,15 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token. The mark of a first attempt its holder
 		// released counts as absent from now on; its fence stays, so the
-		// next holder's is above it.
+		// next holder's is above it. Not when a step of the key committed
+		// (Backstop.Step, CommitStep): its effect happened, and the mark
+		// keeps refusing other payloads, as the primary's failed record
+		// with the step does.
 		unmark: `UPDATE ` + k + ` SET expires_at = ` + clockNow + `, leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1
-				AND expires_at > ` + clockNow,
+				AND expires_at > ` + clockNow + `
+				AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
+					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)`,
 	}
 }
 
@@ -301,11 +313,22 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 }
 
 // unmark undoes the mark of lease's holder when it released a first
-// attempt: the key is then as if it had never been claimed (a request
-// with another payload may take it), as it is in the primary store.
+// attempt before any step of the key committed: the key is then as if it
+// had never been claimed (a request with another payload may take it), as
+// it is in the primary store.
 func (b *Backstop) unmark(ctx context.Context, lease guard.Lease) error {
 	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token)
 	return dbErr(ctx, "unmark", err)
+}
+
+// extendMark keeps the mark of lease's holder for d from now and the
+// backstop's TTL after that, as the holder's lease was just extended by d
+// in the primary store: a mark must not expire while its holder may still
+// commit.
+func (b *Backstop) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
+	_, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
+		d.Microseconds(), b.opts.TTL.Microseconds())
+	return dbErr(ctx, "extend mark", err)
 }
 
 // markResult is what the backstop knows of a key a primary store has just
@@ -323,7 +346,13 @@ type markResult struct {
 // key hands out fence 1 again, the holder still gets a fresh one.
 func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard.Lease) (markResult, error) {
 	leaseUS := req.Lease.Microseconds()
-	keepUS := max(b.opts.TTL, req.Lease).Microseconds()
+	// The mark is kept for the lease and the TTL after it (extendMark
+	// moves both), as the primary keeps a claimed record.
+	keep := req.Lease + b.opts.TTL
+	if keep < req.Lease {
+		keep = math.MaxInt64
+	}
+	keepUS := keep.Microseconds()
 	for range 4 {
 		var fence int64
 		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, req.Fingerprint, lease.Token,

@@ -28,5 +28,6 @@ func TestKeyLookupUsesPrimaryKey(t *testing.T) {
 		"Backstop.Lookup":      b.q.lookup,
 		"Backstop.Commit lock": b.q.lock,
 		"Backstop mark read":   b.q.read,
+		"Backstop mark extend": b.q.extend,
 	})
 }

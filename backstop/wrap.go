@@ -32,8 +32,11 @@ import (
 // primary reports exhausted, whose effect may have been committed.
 // Complete, Fail, Release and Extend go to primary; a Release of a first
 // attempt also undoes the holder's mark, so the key is as if never
-// claimed. Get reads primary and, when it has no record, the committed row
-// in PostgreSQL.
+// claimed (unless a step of the key committed its row: its effect
+// happened, and the mark stays, as primary keeps the record), and an Extend also extends the holder's mark (best effort), so
+// the mark lasts for the holder's lease and the backstop's TTL after it.
+// Get reads primary and, when it has no record, the committed row in
+// PostgreSQL.
 //
 // A write to primary that ends a claim is never given up at the first
 // failure: the store's own (teaching primary a committed result, releasing
@@ -55,6 +58,12 @@ import (
 // Backstop.Func, and httpx.CommitResponse for HTTP handlers, which commits
 // the response the client receives); the lease's fence may differ from
 // primary's own record.
+//
+// The store is not a guard.DeadlineStore, whatever primary is: a claim
+// it must undo, and the result it teaches primary, are written past the
+// caller's deadline on purpose, and database/sql drivers differ in how
+// they honour one. A fallback.Store over it therefore bounds each call on
+// a goroutine of its own.
 //
 // Wrap panics when primary or b is nil (a programmer error).
 func Wrap(primary guard.Store, b *Backstop) guard.Store {
@@ -111,12 +120,16 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 	}
 	m, err := g.b.mark(ctx, req, out.Lease)
 	if err != nil {
-		g.undo(ctx, out.Lease)
+		// The mark may have committed though its reply never came (the
+		// context ended, the connection died after the COMMIT): undo it
+		// too, or the orphaned mark would refuse other payloads as a
+		// mismatch for its whole retention.
+		g.undo(ctx, out.Lease, true)
 		return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
 	}
 	switch {
 	case m.mismatch:
-		g.undo(ctx, out.Lease)
+		g.undo(ctx, out.Lease, false)
 		return guard.Outcome{Status: guard.Mismatch}, nil
 	case m.committed:
 		// Primary forgot a key whose effect is committed: teach it again.
@@ -137,11 +150,24 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 }
 
 // undo releases a primary claim that must not stand, even if ctx ended.
-func (g *wrappedStore) undo(ctx context.Context, l guard.Lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
+// With unmark, it then also undoes the holder's mark, as Release does for
+// a first attempt, in one try bounded by unmarkTimeout (PostgreSQL may be
+// the reason the claim failed): a mark whose reply was lost is then gone,
+// and if it cannot be, it refuses other payloads until it expires.
+func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
+	bg := context.WithoutCancel(ctx)
+	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	err := adapter.Settle(rctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
+	cancel()
+	if err == nil && unmark {
+		uctx, cancel := context.WithTimeout(bg, unmarkTimeout)
+		_ = g.b.unmark(uctx, l)
+		cancel()
+	}
 }
+
+// unmarkTimeout bounds undo's try to undo a mark whose statement failed.
+const unmarkTimeout = 2 * time.Second
 
 // Complete, Fail and Release retry the primary while it cannot be reached
 // (adapter.Settle, within adapter.SettleBudget): a claim left pending
@@ -168,9 +194,38 @@ func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	return err
 }
 
+// Extend extends the lease in primary and then, once that succeeded, the
+// holder's mark in PostgreSQL, so the mark outlives the lease by the
+// backstop's TTL however long the holder keeps the key: otherwise, after
+// Redis forgot the key, another payload could take it from a holder still
+// running. The mark's extension is best effort, in one try bounded by
+// markExtendTimeout and half of what is left of ctx (a holder's keepalive
+// must have its answer before the old lease ends); if it fails, the mark
+// keeps the retention it had.
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	return g.primary.Extend(ctx, lease, d)
+	if err := g.primary.Extend(ctx, lease, d); err != nil {
+		return err
+	}
+	g.extendMark(ctx, lease, d)
+	return nil
 }
+
+// extendMark is Extend's best-effort extension of the holder's mark, once
+// primary extended its lease by d.
+func (g *wrappedStore) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) {
+	bound := markExtendTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)/2)
+	}
+	if bound > 0 {
+		mctx, cancel := context.WithTimeout(ctx, bound)
+		_ = g.b.extendMark(mctx, lease, d)
+		cancel()
+	}
+}
+
+// markExtendTimeout bounds Extend's try to extend the holder's mark.
+const markExtendTimeout = time.Second
 
 func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	rec, err := g.primary.Get(ctx, key)

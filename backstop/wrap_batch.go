@@ -57,7 +57,8 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 // WriteBatch makes every write in primary's batch. A write that primary
 // could not be reached for is made again on its own, retried as Complete,
 // Fail and Release retry (Extend is not); a first attempt released has
-// its mark undone, as Release does.
+// its mark undone, as Release does, and an extended lease its mark
+// extended, as Extend does.
 func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	errs := b.bs.WriteBatch(ctx, ws)
 	parallel.Each(len(ws), batchWorkers, func(i int) {
@@ -73,8 +74,12 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 				return
 			}
 		}
-		if w.Kind == guard.WriteRelease && errs[i] == nil {
+		switch {
+		case errs[i] != nil:
+		case w.Kind == guard.WriteRelease:
 			_ = b.g.b.unmark(ctx, w.Lease)
+		case w.Kind == guard.WriteExtend:
+			b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
 	})
 	return errs

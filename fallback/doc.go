@@ -27,7 +27,9 @@
 //     extension included; see ConsultUntil),
 //     every claim the primary answers with Acquired is checked against the
 //     secondary before it is returned. If the secondary has no record, the
-//     primary's lease stands. If it holds the key completed, the result is
+//     primary's lease stands; so it does when the record is this claim's
+//     own (a primary wrapped by backstop.Wrap marks its holder in the keys
+//     table, which pgstore's Store shares). If it holds the key completed, the result is
 //     copied into the primary under the lease just taken (so later retries
 //     replay from Redis) and the claim answers Replay. If it holds the key
 //     with another fingerprint, the claim answers Mismatch. If it holds it

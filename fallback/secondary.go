@@ -107,6 +107,12 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 	case err != nil:
 		s.undo(ctx, req)
 		return guard.Outcome{}, fmt.Errorf("fallback: checking the secondary for %s: %w", req.Key, err)
+	case rec.State == guard.StatePending && rec.Token == req.Token:
+		// The record is this very claim's: a primary that writes the
+		// table the secondary reads (backstop.Wrap's mark, in the keys
+		// table it shares with pgstore's Store) holds it. The primary's
+		// lease stands.
+		return out, nil
 	case !rec.SameFingerprint(req.Fingerprint): // a RedisStore keeps long fingerprints as digests
 		s.undo(ctx, req)
 		return guard.Outcome{Status: guard.Mismatch}, nil

@@ -61,7 +61,10 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // the version on, or the row is gone) it returns an error matching
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
-// for a serialization failure, ErrUnavailable for a lost connection).
+// for a serialization failure, ErrUnavailable for a lost connection). An
+// update whose reply was lost is never sent again: it answers
+// ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
+// and whether it was applied is the caller's to find out.
 func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version int64, set map[string]any) (int64, error) {
 	table, idCol, verCol, err := v.names()
 	if err != nil {
@@ -82,6 +85,19 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 			return 0, fmt.Errorf("occ: Update may not set %q: it is the id or version column", c)
 		}
 		cols = append(cols, c)
+	}
+	if db, ok := q.(*sql.DB); ok {
+		// On a connection of its own, so that database/sql never sends
+		// the statement again: it does, on another connection, when the
+		// driver reports the first one bad after sending it (lib/pq
+		// does when the reply is lost), and the repeat, finding the
+		// version moved on by this very update, would read as a conflict.
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return 0, dbErr(ctx, "versioned update", err)
+		}
+		defer func() { _ = c.Close() }()
+		q = c
 	}
 	sort.Strings(cols) // one statement text per column set
 	var sb strings.Builder

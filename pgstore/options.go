@@ -25,9 +25,10 @@ type Options struct {
 	// idemguard_consumed_messages, idemguard_webhook_deliveries,
 	// idemguard_steps and idemguard_schema_migrations.
 	TablePrefix string
-	// TTL is how long a row written by backstop.Backstop's Commit and
-	// marks, and by Store.MarkConsumed, is kept before it counts as
-	// expired and Purge may delete it. Keep it at least as long as the
+	// TTL is how long a row written by backstop.Backstop's Commit, and
+	// by Store.MarkConsumed, is kept before it counts as expired and
+	// Purge may delete it; a holder's mark (backstop.Wrap) is kept for
+	// its lease and the TTL after it. Keep it at least as long as the
 	// guard's TTL. Default guard.DefaultTTL (24h). (The Store's own
 	// records are kept for the TTL each claim and completion names.)
 	TTL time.Duration

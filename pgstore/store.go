@@ -96,8 +96,9 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 			WHERE scope = $1 AND id = $2`,
 		// The row is kept for the TTL after its lease ends (claimNew and
 		// retake write expires_at = lease's end + TTL): renewing or
-		// extending the lease moves its end by as much.
-		reclaim: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$3") + `,
+		// extending the lease moves its end by as much. A renewal never
+		// shortens a lease its holder extended.
+		reclaim: `UPDATE ` + k + ` SET leased_until = GREATEST(leased_until, ` + clockNow + ` + ` + dur("$3") + `),
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$3") + ` + (expires_at - leased_until))
 			WHERE scope = $1 AND id = $2`,
 		exhaust: `UPDATE ` + k + ` SET status = 'failed', last_error = $3, leased_until = NULL WHERE scope = $1 AND id = $2`,
@@ -257,7 +258,8 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 		return guard.Outcome{Status: guard.Replay, Result: res}, actNone, nil
 	case "pending":
 		if r.token.String == req.Token {
-			// The same claim sent again: the same answer, lease renewed.
+			// The same claim sent again: the same answer, lease renewed
+			// (never shortened: the holder may have extended it).
 			return r.withSteps(acquired(req, r.fence.Int64, attempt, r.recovered.Bool), actReclaim)
 		}
 		if r.alive.Bool {

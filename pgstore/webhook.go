@@ -28,6 +28,8 @@ type Delivery struct {
 // InsertOrRetry queues a webhook delivery of eventType for refID. While a
 // delivery for the same (eventType, refID) is pending, it inserts nothing:
 // it counts one more attempt on the pending row and replaces its payload.
+// A call whose reply was lost answers an error matching
+// guard.ErrUnavailable; it is never sent again behind the caller's back.
 // Delivered and failed rows are history: a new event after them is a new
 // delivery.
 func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID string, payload []byte) (Delivery, error) {
@@ -37,8 +39,13 @@ func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID s
 	if eventType == "" || refID == "" {
 		return Delivery{}, fmt.Errorf("pgstore: event type %q and ref id %q must not be empty", eventType, refID)
 	}
+	q, done, err := single(ctx, q)
+	if err != nil {
+		return Delivery{}, dbErr(ctx, "insert or retry", err)
+	}
+	defer done()
 	d := Delivery{EventType: eventType, RefID: refID}
-	err := q.QueryRowContext(ctx, `INSERT INTO `+s.t.Webhooks+` AS w (event_type, ref_id, payload)
+	err = q.QueryRowContext(ctx, `INSERT INTO `+s.t.Webhooks+` AS w (event_type, ref_id, payload)
 		VALUES ($1, $2, $3)
 		ON CONFLICT (event_type, ref_id) WHERE status = 'pending'
 		DO UPDATE SET attempt_count = w.attempt_count + 1, payload = EXCLUDED.payload, updated_at = now()
@@ -52,7 +59,8 @@ func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID s
 }
 
 // MarkDelivered ends the pending delivery id as delivered. A delivery that
-// is not pending gives an error.
+// is not pending gives an error. One whose reply was lost answers an error matching
+// guard.ErrUnavailable (it may have been ended).
 func (s *Store) MarkDelivered(ctx context.Context, q Querier, id int64) error {
 	return s.endDelivery(ctx, q, id, DeliveryDelivered, "")
 }
@@ -67,11 +75,35 @@ func (s *Store) endDelivery(ctx context.Context, q Querier, id int64, status, re
 	if q == nil {
 		return errors.New("pgstore: nil Querier")
 	}
+	q, done, err := single(ctx, q)
+	if err != nil {
+		return dbErr(ctx, "end delivery", err)
+	}
+	defer done()
 	var got int64
-	err := q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
+	err = q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
 		WHERE id = $1 AND status = 'pending' RETURNING id`, id, status, reason).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("pgstore: webhook delivery %d is not pending", id)
 	}
 	return dbErr(ctx, "end delivery", err)
+}
+
+// single returns q, or when q is a *sql.DB one of its connections (call
+// done when finished with it). database/sql sends a statement made on a
+// *sql.DB again, on another connection, when the driver reports the first
+// one bad after sending it (lib/pq does when the reply is lost); a write
+// that is not idempotent is then made twice, or refused for what it did
+// itself. On a *sql.Conn a lost reply is an error (guard.ErrUnavailable):
+// the outcome is unknown, and nothing is sent again.
+func single(ctx context.Context, q Querier) (_ Querier, done func(), _ error) {
+	db, ok := q.(*sql.DB)
+	if !ok {
+		return q, func() {}, nil
+	}
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close() }, nil
 }
