@@ -350,8 +350,9 @@ func TestProcessBatchOrderedBadKeyKeepsItsPlace(t *testing.T) {
 		t.Errorf("round 3 errors: %v, %v", res[1].Err, res[2].Err)
 	}
 	want(4, p.ProcessBatch(ctx, msgs[3:], h, consumerx.BatchOptions{Ordered: true}), P)
+	// A redelivery finds m2's dead letter done: it is not sent again.
 	want(5, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S)
-	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2 m2]" {
+	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2]" {
 		t.Errorf("ran %v, dead-lettered %v", ran, dead)
 	}
 }

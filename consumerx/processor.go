@@ -85,7 +85,9 @@ type Options struct {
 	// attempt ran in this delivery the handler's own error is wrapped too),
 	// guard.ErrMismatch, guard.ErrInvalidKey or ErrNoKey. It is called once
 	// per (group, id, fingerprint) however often the message comes back (it
-	// runs under a guard key of its own); if it returns an error the
+	// runs under a guard key of its own; a message without a usable id,
+	// once per (group, Message.ID, fingerprint), or on every delivery if
+	// Message.ID is empty too); if it returns an error the
 	// message is not acknowledged and dead-lettering is retried on the next
 	// delivery. Nil: the message is logged at Error level and acknowledged.
 	DeadLetter func(ctx context.Context, msg Message, cause error) error
@@ -284,10 +286,11 @@ func (e *interrupted) Unwrap() []error { return []error{guard.ErrRejected, e.err
 
 func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
 	key, err := p.Key(msg)
+	fp := p.fingerprint(msg)
 	if err != nil {
-		return p.deadLetter(ctx, msg, guard.Key{}, "", err)
+		return p.deadLetter(ctx, msg, guard.Key{}, fp, err)
 	}
-	r := run{key: key, fp: p.fingerprint(msg)}
+	r := run{key: key, fp: fp}
 	res, err := p.g.DoWith(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
 		return r.handle(ctx, lctx, lease, msg, fn, nil)
 	}, p.call)
@@ -472,21 +475,31 @@ type exhaustedCause struct {
 func (e *exhaustedCause) Unwrap() []error { return []error{e.ExhaustedError, e.err} }
 
 // deadLetter hands msg to Options.DeadLetter, once per (group, id,
-// fingerprint). key is zero, and the call not deduplicated, when the
-// message has no usable id.
+// fingerprint). key is zero when the message has no usable id: its dead
+// letter is then kept once per (group, broker id, fingerprint), so that a
+// redelivery of a message already dead-lettered but not acknowledged (the
+// consumer stopped, the acknowledgement was lost) is not dead-lettered
+// again; a message without a broker id either is not deduplicated.
 func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error) (Outcome, []byte, error) {
 	if p.opts.DeadLetter == nil {
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered (no DeadLetter set: dropped)", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
-	if key.ID == "" {
+	var dk guard.Key
+	switch {
+	case key.ID != "":
+		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
+	case msg.ID != "":
+		// A control character no usable id holds keeps the broker's ids
+		// apart from the ids keys are made of.
+		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest("\x00"+msg.ID, fp)}
+	default:
 		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
 			return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
 		}
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
-	dk := guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
 	res, err := p.g.DoWith(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
 		return nil, p.opts.DeadLetter(ctx, msg, cause)
 	}, deadCall)
