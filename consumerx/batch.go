@@ -46,11 +46,15 @@ type BatchResult struct {
 // lease, extended together with the others'.
 //
 // Unlike Process, a handler that panics does not take the consumer down:
-// its claim is released, the message is Failed with an error matching
-// guard.ErrPanicked (a *guard.PanicError with the value and the stack),
-// logged at Error level, and redelivered. No attempt is counted for it,
-// so a message that always panics is never dead-lettered: watch for the
-// log.
+// the panic is a failed attempt of the message, counted as a handler's
+// error is, so that a message that always panics is dead-lettered after
+// MaxAttempts (with a cause matching guard.ErrExhausted) instead of coming
+// back for ever. Until then the message is Failed with an error matching
+// guard.ErrPanicked (errors.As gives a *guard.PanicError with the value
+// and the stack), logged at Error level, and redelivered. A handler that
+// panics after ctx ended is Interrupted, as one that returns an error
+// then is. A handler that calls runtime.Goexit has its claim released,
+// no attempt counted, and is Failed with a *guard.PanicError.
 func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 	"unsafe"
 
@@ -255,7 +256,7 @@ func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err erro
 		}
 	case Failed:
 		if errors.Is(err, guard.ErrPanicked) {
-			p.log.ErrorContext(ctx, "consumerx: handler panicked; claim released, left for redelivery", "id", msg.ID, "err", err)
+			p.log.ErrorContext(ctx, "consumerx: handler panicked, left for retry", "id", msg.ID, "err", err)
 			break
 		}
 		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
@@ -323,7 +324,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 	if fn != nil {
 		v, err = fn(&r.lctx, msg)
 	} else {
-		err = h(&r.lctx, msg)
+		err = r.call(msg, h)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -336,6 +337,31 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 	}
 	return v, nil
 }
+
+// call runs a batch's handler h for msg, with the run's context, and
+// turns a panic into a failure of the run (a *panicked): it is then
+// counted as an attempt like any handler error, so a message that always
+// panics is dead-lettered after MaxAttempts instead of coming back for
+// ever (holding back a Kafka partition). runtime.Goexit is not a panic:
+// it goes on, and the guard releases the claim.
+func (r *run) call(msg Message, h Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicked{&guard.PanicError{Key: r.key, Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return h(&r.lctx, msg)
+}
+
+// panicked is the failure of a batch's handler that panicked: it matches
+// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
+// value and the stack.
+type panicked struct{ p *guard.PanicError }
+
+func (e *panicked) Error() string {
+	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
+}
+func (e *panicked) Unwrap() error { return e.p }
 
 // settle turns the guard's answer for msg's run r into the delivery's
 // outcome; ctx is the consumer's own.
@@ -357,9 +383,9 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		return Interrupted, nil, err
 	case errors.Is(err, guard.ErrSkipped):
 		return Skipped, nil, err
-	case errors.Is(err, guard.ErrPanicked):
-		// Released: nothing is known of its effect but that it did not
-		// finish.
+	case herr == nil && errors.Is(err, guard.ErrPanicked):
+		// The guard's (runtime.Goexit in a batch's handler): released,
+		// nothing is known of its effect but that it did not finish.
 		return Failed, nil, err
 	case ran && herr == nil && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) &&
 		p.recomplete(ctx, r, res) == nil:
