@@ -521,7 +521,7 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest("\x00"+msg.ID, fp)}
 	default:
 		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
-			return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+			return deadLetterFailed(ctx, err)
 		}
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
@@ -538,8 +538,20 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 	case errors.Is(err, guard.ErrInProgress):
 		return InProgress, nil, err
 	default:
-		return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+		return deadLetterFailed(ctx, err)
 	}
+}
+
+// deadLetterFailed is the outcome of a dead letter that was not sent
+// (err): Interrupted if the consumer's context ctx has ended (shutdown is
+// not failure), Failed otherwise. Either way the message is not
+// acknowledged, and its next delivery dead-letters it.
+func deadLetterFailed(ctx context.Context, err error) (Outcome, []byte, error) {
+	err = fmt.Errorf("consumerx: dead letter: %w", err)
+	if ctx.Err() != nil {
+		return Interrupted, nil, err
+	}
+	return Failed, nil, err
 }
 
 func (p *Processor) fingerprint(msg Message) string {
