@@ -90,7 +90,11 @@ type Options struct {
 	// once per (group, Message.ID, fingerprint), or on every delivery if
 	// Message.ID is empty too); if it returns an error the
 	// message is not acknowledged and dead-lettering is retried on the next
-	// delivery. Nil: the message is logged at Error level and acknowledged.
+	// delivery. Its ctx carries the lease of that dead-letter record
+	// (LeaseFrom, when the call is deduplicated): a DeadLetter that does
+	// several things records each with guard.Step, so that a retry does not
+	// repeat the ones done. Nil: the message is logged at Error level and
+	// acknowledged.
 	DeadLetter func(ctx context.Context, msg Message, cause error) error
 	// OnOutcome, if set, hears the outcome of every delivery (for metrics
 	// and tests), after the work and before the adapter acknowledges. err
@@ -526,8 +530,8 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
-	res, err := p.g.DoWith(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
-		return nil, p.opts.DeadLetter(ctx, msg, cause)
+	res, err := p.g.DoWith(ctx, dk, "", func(lctx context.Context, lease guard.Lease) ([]byte, error) {
+		return nil, p.opts.DeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
 	}, deadCall)
 	switch {
 	case err == nil:
