@@ -46,11 +46,15 @@ type BatchResult struct {
 // lease, extended together with the others'.
 //
 // Unlike Process, a handler that panics does not take the consumer down:
-// its claim is released, the message is Failed with an error matching
-// guard.ErrPanicked (a *guard.PanicError with the value and the stack),
-// logged at Error level, and redelivered. No attempt is counted for it,
-// so a message that always panics is never dead-lettered: watch for the
-// log.
+// the panic is a failed attempt of the message, counted as a handler's
+// error is, so that a message that always panics is dead-lettered after
+// MaxAttempts (with a cause matching guard.ErrExhausted) instead of coming
+// back for ever. Until then the message is Failed with an error matching
+// guard.ErrPanicked (errors.As gives a *guard.PanicError with the value
+// and the stack), logged at Error level, and redelivered. A handler that
+// panics after ctx ended is Interrupted, as one that returns an error
+// then is. A handler that calls runtime.Goexit has its claim released,
+// no attempt counted, and is Failed with a *guard.PanicError.
 func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))
@@ -74,7 +78,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 					idx[j] = j
 				}
 			}
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, "", err)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, err)
 			continue
 		}
 		runs[i].key = key
@@ -103,7 +107,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		// The batch stops at the bad message, as at any dead letter.
 		i := bad
 		if allDone(out[:bad]) {
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, "", badErr)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, badErr)
 			i++
 		}
 		for ; i < len(msgs); i++ {

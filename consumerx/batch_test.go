@@ -27,8 +27,8 @@ func batchOf(n int) []consumerx.Message {
 // One batch: a handler fails, one panics, one's lease is taken over by
 // another consumer while it runs, one runs for three leases; the others
 // succeed. Every other message is processed exactly once; the failed one
-// is failed (attempt counted) and runs again on its next delivery; the
-// panicked one is released (no attempt counted); the one whose lease was
+// is failed (attempt counted) and runs again on its next delivery, and so
+// is the panicked one (a panic is a failed attempt); the one whose lease was
 // lost is left to its new holder. Each handler sees its own lease.
 func TestProcessBatchEachMessageOnItsOwn(t *testing.T) {
 	const lease = 300 * time.Millisecond
@@ -94,8 +94,9 @@ func TestProcessBatchEachMessageOnItsOwn(t *testing.T) {
 			t.Errorf("%s: %s, %v; want %s", msgs[i].ID, r.Outcome, r.Err, w)
 		}
 	}
-	if !errors.Is(res[panics].Err, guard.ErrPanicked) {
-		t.Errorf("panicked message's error = %v, want ErrPanicked", res[panics].Err)
+	var pe *guard.PanicError
+	if !errors.Is(res[panics].Err, guard.ErrPanicked) || !errors.As(res[panics].Err, &pe) || pe.Value != "nil map" || len(pe.Stack) == 0 {
+		t.Errorf("panicked message's error = %v, want ErrPanicked with the value and stack", res[panics].Err)
 	}
 	if all := outs.All(); all[consumerx.Processed] != 5 || all[consumerx.Failed] != 3 {
 		t.Errorf("OnOutcome heard %v", all)
@@ -104,15 +105,15 @@ func TestProcessBatchEachMessageOnItsOwn(t *testing.T) {
 	if rec, err := g.Get(ctx, key(fails)); err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 {
 		t.Errorf("failed message's record: %+v, %v", rec, err)
 	}
-	if _, err := g.Get(ctx, key(panics)); !errors.Is(err, guard.ErrNotFound) {
-		t.Errorf("panicked message's record: %v, want released", err)
+	if rec, err := g.Get(ctx, key(panics)); err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 {
+		t.Errorf("panicked message's record: %+v, %v; want failed, attempt 1", rec, err)
 	}
 	if rec, err := g.Get(ctx, key(stolen)); err != nil || rec.State != guard.StatePending || rec.Fence != 1 || rec.Attempt != 1 {
 		t.Errorf("stolen message's record: %+v, %v; want the other holder's", rec, err)
 	}
 
 	// The next delivery of the whole batch: the failed message runs again
-	// (attempt 2), the panicked one afresh (attempt 1), the others are
+	// (attempt 2), the panicked one too, the others are
 	// duplicates, the stolen one is in progress elsewhere.
 	first = false
 	res = p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
@@ -131,8 +132,8 @@ func TestProcessBatchEachMessageOnItsOwn(t *testing.T) {
 	if f, _ := fences.Load(msgs[fails].ID); f != int64(2) {
 		t.Errorf("failed message reran at fence %v, want 2", f)
 	}
-	if f, _ := fences.Load(msgs[panics].ID); f != int64(1) {
-		t.Errorf("panicked message reran at fence %v, want 1 (released)", f)
+	if f, _ := fences.Load(msgs[panics].ID); f != int64(2) {
+		t.Errorf("panicked message reran at fence %v, want 2", f)
 	}
 	for i := range msgs {
 		if n, want := effects[i].Load(), map[bool]int32{true: 0, false: 1}[i == stolen]; n != want {
@@ -350,8 +351,60 @@ func TestProcessBatchOrderedBadKeyKeepsItsPlace(t *testing.T) {
 		t.Errorf("round 3 errors: %v, %v", res[1].Err, res[2].Err)
 	}
 	want(4, p.ProcessBatch(ctx, msgs[3:], h, consumerx.BatchOptions{Ordered: true}), P)
+	// A redelivery finds m2's dead letter done: it is not sent again.
 	want(5, p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Ordered: true}), D, D, L, S)
-	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2 m2]" {
+	if fmt.Sprint(ran) != "[m0 m1 m1 m1 m3]" || fmt.Sprint(dead) != "[m2]" {
 		t.Errorf("ran %v, dead-lettered %v", ran, dead)
+	}
+}
+
+// A message whose handler always panics is not redelivered for ever: each
+// panic is a failed attempt (Failed, ErrPanicked), and the delivery of
+// the last one dead-letters it once, with a cause matching ErrExhausted
+// and holding the panic. A handler that panics once the consumer's
+// context has ended is Interrupted, its claim released, as one returning
+// an error then is.
+func TestProcessBatchPanicIsFailedAttempt(t *testing.T) {
+	const maxAttempts = 3
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var causes []error
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: maxAttempts,
+		DeadLetter: func(_ context.Context, _ consumerx.Message, c error) error { causes = append(causes, c); return nil }})
+	msgs := batchOf(2)
+	var runs int
+	h := func(_ context.Context, msg consumerx.Message) error {
+		if msg.ID == "m0" {
+			runs++
+			panic("nil map")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	for round := 1; round <= maxAttempts+1; round++ {
+		res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{Concurrency: 2})
+		want, wantErr := consumerx.Failed, guard.ErrPanicked
+		switch {
+		case round == maxAttempts:
+			want = consumerx.DeadLettered
+		case round > maxAttempts: // the record says why: the handler did not run
+			want, wantErr = consumerx.DeadLettered, guard.ErrExhausted
+		}
+		if res[0].Outcome != want || !errors.Is(res[0].Err, wantErr) || res[1].Outcome.Ack() != true {
+			t.Errorf("round %d: %s, %v (m1 %s); want %s, %v", round, res[0].Outcome, res[0].Err, res[1].Outcome, want, wantErr)
+		}
+	}
+	var pe *guard.PanicError
+	if runs != maxAttempts || len(causes) != 1 || !errors.Is(causes[0], guard.ErrExhausted) ||
+		!errors.As(causes[0], &pe) || pe.Value != "nil map" {
+		t.Errorf("ran %d times, dead letters %v; want %d runs, one dead letter, exhausted by the panic", runs, causes, maxAttempts)
+	}
+
+	// Panicking after the consumer's context ended: Interrupted, released.
+	stopped, stop := context.WithCancel(ctx)
+	one := []consumerx.Message{{ID: "late", Payload: []byte("x")}}
+	res := p.ProcessBatch(stopped, one, func(context.Context, consumerx.Message) error { stop(); panic("late") }, consumerx.BatchOptions{})
+	key, _ := p.Key(one[0])
+	if _, err := g.Get(ctx, key); res[0].Outcome != consumerx.Interrupted || !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("panic after shutdown: %s, %v, record %v; want interrupted, released", res[0].Outcome, res[0].Err, err)
 	}
 }

@@ -25,7 +25,9 @@ const (
 	// before the handler finished, and the handler returned an error; the
 	// claim was released, so no attempt is counted and nothing is
 	// dead-lettered for it. Do not acknowledge: the message runs again on
-	// its next delivery, to this consumer or another.
+	// its next delivery, to this consumer or another. A message whose
+	// dead letter could not be sent once the context ended is Interrupted
+	// too: its next delivery dead-letters it.
 	Interrupted
 	// Skipped: the message came after one that was not acknowledged in a
 	// batch processed in order (ProcessBatch with BatchOptions.Ordered),

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 	"unsafe"
 
@@ -85,9 +86,15 @@ type Options struct {
 	// attempt ran in this delivery the handler's own error is wrapped too),
 	// guard.ErrMismatch, guard.ErrInvalidKey or ErrNoKey. It is called once
 	// per (group, id, fingerprint) however often the message comes back (it
-	// runs under a guard key of its own); if it returns an error the
+	// runs under a guard key of its own; a message without a usable id,
+	// once per (group, Message.ID, fingerprint), or on every delivery if
+	// Message.ID is empty too); if it returns an error the
 	// message is not acknowledged and dead-lettering is retried on the next
-	// delivery. Nil: the message is logged at Error level and acknowledged.
+	// delivery. Its ctx carries the lease of that dead-letter record
+	// (LeaseFrom, when the call is deduplicated): a DeadLetter that does
+	// several things records each with guard.Step, so that a retry does not
+	// repeat the ones done. Nil: the message is logged at Error level and
+	// acknowledged.
 	DeadLetter func(ctx context.Context, msg Message, cause error) error
 	// OnOutcome, if set, hears the outcome of every delivery (for metrics
 	// and tests), after the work and before the adapter acknowledges. err
@@ -253,7 +260,7 @@ func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err erro
 		}
 	case Failed:
 		if errors.Is(err, guard.ErrPanicked) {
-			p.log.ErrorContext(ctx, "consumerx: handler panicked; claim released, left for redelivery", "id", msg.ID, "err", err)
+			p.log.ErrorContext(ctx, "consumerx: handler panicked, left for retry", "id", msg.ID, "err", err)
 			break
 		}
 		p.log.WarnContext(ctx, "consumerx: message failed, left for retry", "id", msg.ID, "err", err)
@@ -284,10 +291,11 @@ func (e *interrupted) Unwrap() []error { return []error{guard.ErrRejected, e.err
 
 func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
 	key, err := p.Key(msg)
+	fp := p.fingerprint(msg)
 	if err != nil {
-		return p.deadLetter(ctx, msg, guard.Key{}, "", err)
+		return p.deadLetter(ctx, msg, guard.Key{}, fp, err)
 	}
-	r := run{key: key, fp: p.fingerprint(msg)}
+	r := run{key: key, fp: fp}
 	res, err := p.g.DoWith(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
 		return r.handle(ctx, lctx, lease, msg, fn, nil)
 	}, p.call)
@@ -320,7 +328,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 	if fn != nil {
 		v, err = fn(&r.lctx, msg)
 	} else {
-		err = h(&r.lctx, msg)
+		err = r.call(msg, h)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -333,6 +341,31 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 	}
 	return v, nil
 }
+
+// call runs a batch's handler h for msg, with the run's context, and
+// turns a panic into a failure of the run (a *panicked): it is then
+// counted as an attempt like any handler error, so a message that always
+// panics is dead-lettered after MaxAttempts instead of coming back for
+// ever (holding back a Kafka partition). runtime.Goexit is not a panic:
+// it goes on, and the guard releases the claim.
+func (r *run) call(msg Message, h Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicked{&guard.PanicError{Key: r.key, Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return h(&r.lctx, msg)
+}
+
+// panicked is the failure of a batch's handler that panicked: it matches
+// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
+// value and the stack.
+type panicked struct{ p *guard.PanicError }
+
+func (e *panicked) Error() string {
+	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
+}
+func (e *panicked) Unwrap() error { return e.p }
 
 // settle turns the guard's answer for msg's run r into the delivery's
 // outcome; ctx is the consumer's own.
@@ -354,9 +387,9 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		return Interrupted, nil, err
 	case errors.Is(err, guard.ErrSkipped):
 		return Skipped, nil, err
-	case errors.Is(err, guard.ErrPanicked):
-		// Released: nothing is known of its effect but that it did not
-		// finish.
+	case herr == nil && errors.Is(err, guard.ErrPanicked):
+		// The guard's (runtime.Goexit in a batch's handler): released,
+		// nothing is known of its effect but that it did not finish.
 		return Failed, nil, err
 	case ran && herr == nil && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) &&
 		p.recomplete(ctx, r, res) == nil:
@@ -472,23 +505,33 @@ type exhaustedCause struct {
 func (e *exhaustedCause) Unwrap() []error { return []error{e.ExhaustedError, e.err} }
 
 // deadLetter hands msg to Options.DeadLetter, once per (group, id,
-// fingerprint). key is zero, and the call not deduplicated, when the
-// message has no usable id.
+// fingerprint). key is zero when the message has no usable id: its dead
+// letter is then kept once per (group, broker id, fingerprint), so that a
+// redelivery of a message already dead-lettered but not acknowledged (the
+// consumer stopped, the acknowledgement was lost) is not dead-lettered
+// again; a message without a broker id either is not deduplicated.
 func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error) (Outcome, []byte, error) {
 	if p.opts.DeadLetter == nil {
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered (no DeadLetter set: dropped)", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
-	if key.ID == "" {
+	var dk guard.Key
+	switch {
+	case key.ID != "":
+		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
+	case msg.ID != "":
+		// A control character no usable id holds keeps the broker's ids
+		// apart from the ids keys are made of.
+		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest("\x00"+msg.ID, fp)}
+	default:
 		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
-			return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+			return deadLetterFailed(ctx, err)
 		}
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
-	dk := guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest(key.ID, fp)}
-	res, err := p.g.DoWith(ctx, dk, "", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
-		return nil, p.opts.DeadLetter(ctx, msg, cause)
+	res, err := p.g.DoWith(ctx, dk, "", func(lctx context.Context, lease guard.Lease) ([]byte, error) {
+		return nil, p.opts.DeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
 	}, deadCall)
 	switch {
 	case err == nil:
@@ -499,8 +542,20 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 	case errors.Is(err, guard.ErrInProgress):
 		return InProgress, nil, err
 	default:
-		return Failed, nil, fmt.Errorf("consumerx: dead letter: %w", err)
+		return deadLetterFailed(ctx, err)
 	}
+}
+
+// deadLetterFailed is the outcome of a dead letter that was not sent
+// (err): Interrupted if the consumer's context ctx has ended (shutdown is
+// not failure), Failed otherwise. Either way the message is not
+// acknowledged, and its next delivery dead-letters it.
+func deadLetterFailed(ctx context.Context, err error) (Outcome, []byte, error) {
+	err = fmt.Errorf("consumerx: dead letter: %w", err)
+	if ctx.Err() != nil {
+		return Interrupted, nil, err
+	}
+	return Failed, nil, err
 }
 
 func (p *Processor) fingerprint(msg Message) string {

@@ -286,6 +286,21 @@ func TestBadIDsDeadLettered(t *testing.T) {
 		!errors.Is(causes[2], guard.ErrInvalidKey) {
 		t.Errorf("causes = %v", causes)
 	}
+	// Delivered again (the first acknowledgement was lost), each is
+	// acknowledged as dead-lettered, but only the one without even a
+	// broker id is handed to DeadLetter again: nothing names it.
+	for _, d := range []struct {
+		p   *consumerx.Processor
+		msg consumerx.Message
+	}{{p, consumerx.Message{ID: ""}}, {p, consumerx.Message{ID: strings.Repeat("x", guard.MaxIDLen+1)}},
+		{p, consumerx.Message{ID: "a\nb"}}, {keyed, order}} {
+		if o, err := d.p.Process(context.Background(), d.msg, h); o != consumerx.DeadLettered || err == nil {
+			t.Errorf("id %q again: %s, %v", d.msg.ID, o, err)
+		}
+	}
+	if len(causes) != 5 || !errors.Is(causes[4], consumerx.ErrNoKey) {
+		t.Errorf("after redelivery, causes = %v; want one more, for the message without an id", causes)
+	}
 }
 
 func TestProcessResultReplaysStoredResult(t *testing.T) {

@@ -111,3 +111,52 @@ func TestShutdownWithCauseInterrupts(t *testing.T) {
 		t.Errorf("Process after shutdown with a cause: %s, %v; want interrupted", o, err)
 	}
 }
+
+// A message whose last attempt failed just before the consumer stopped is
+// not dead-lettered in a stopped consumer: it is Interrupted (not
+// acknowledged, not reported as a failure), and its next delivery
+// dead-letters it, once. So is one whose DeadLetter gave up because the
+// consumer's context ended while it ran.
+func TestShutdownBeforeDeadLetterInterrupts(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead int
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
+		DeadLetter: func(ctx context.Context, _ consumerx.Message, _ error) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			dead++
+			return nil
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	msgs := []consumerx.Message{{ID: "m0", Payload: []byte("a")}, {ID: "m1", Payload: []byte("b")}}
+	res := p.ProcessBatch(ctx, msgs, func(_ context.Context, msg consumerx.Message) error {
+		if msg.ID == "m1" {
+			cancel() // the consumer stops after m0's last attempt failed
+			return nil
+		}
+		return errors.New("declined")
+	}, consumerx.BatchOptions{})
+	if res[0].Outcome != consumerx.Interrupted || res[1].Outcome != consumerx.Processed || dead != 0 {
+		t.Errorf("batch: %+v, dead letters %d; want interrupted, processed, none", res, dead)
+	}
+	// The dead letter itself stopped by the shutdown.
+	stopping, stop := context.WithCancel(context.Background())
+	p2 := newProcessor(t, g, "audit", consumerx.Options{MaxAttempts: 1,
+		DeadLetter: func(context.Context, consumerx.Message, error) error { stop(); return context.Canceled }})
+	if o, err := p2.Process(stopping, msgs[0], func(context.Context, consumerx.Message) error { return errors.New("declined") }); o != consumerx.Interrupted {
+		t.Errorf("dead letter stopped by the shutdown: %s, %v; want interrupted", o, err)
+	}
+	// The next delivery dead-letters it, once.
+	for range 2 {
+		if o, err := p.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
+			t.Error("ran after its attempts ran out")
+			return nil
+		}); o != consumerx.DeadLettered {
+			t.Errorf("redelivery: %s, %v; want dead_lettered", o, err)
+		}
+	}
+	if dead != 1 {
+		t.Errorf("dead letters %d, want 1", dead)
+	}
+}

@@ -135,12 +135,20 @@ func ID(msg jetstream.Msg) string {
 // Handle runs one message and acknowledges it. It returns the outcome and,
 // if the acknowledgement could not be sent, that error (the message then
 // comes back and is recognised). With Options.InProgressEvery set, the
-// message is reported in progress that often while its handler runs.
+// message is reported in progress that often while its handler runs. A
+// handler's panic goes on, as in consumerx.Processor.Process: the claim
+// is released, the message is neither acknowledged nor reported in
+// progress again, and the server redelivers it after AckWait.
 func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outcome, error) {
 	cmsg := message(msg)
 	stop := h.keepInProgress([]jetstream.Msg{msg}, h.opts.InProgressEvery)
-	o, err := h.proc.Process(ctx, cmsg, h.h)
-	stop()
+	o, err := func() (consumerx.Outcome, error) {
+		// Stopped also when the handler panics (Process lets the panic go
+		// on): a message reported in progress for ever is never
+		// redelivered.
+		defer stop()
+		return h.proc.Process(ctx, cmsg, h.h)
+	}()
 	return o, h.acknowledge(msg, cmsg.ID, o, err)
 }
 

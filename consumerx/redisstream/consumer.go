@@ -78,7 +78,10 @@ type Options struct {
 	DeadLetterStream string
 	// Process configures deduplication: key and fingerprint functions,
 	// attempts, logging. Its DeadLetter, if set, is called after the
-	// entry was added to DeadLetterStream.
+	// entry was added to DeadLetterStream; if it fails, dead-lettering is
+	// retried on the next delivery without adding the entry again (the
+	// addition is a recorded step, guard.Step, where the store records
+	// steps).
 	Process consumerx.Options
 	// Logger receives Redis errors of the read loop. Default
 	// Process.Logger, or slog.Default().
@@ -155,13 +158,13 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 	popts := opts.Process
 	user := popts.DeadLetter
 	popts.DeadLetter = func(ctx context.Context, msg consumerx.Message, cause error) error {
-		if err := c.deadLetter(ctx, msg, cause); err != nil {
+		if user == nil {
+			return c.deadLetter(ctx, msg, cause)
+		}
+		if err := c.deadLetterOnce(ctx, msg, cause); err != nil {
 			return err
 		}
-		if user != nil {
-			return user(ctx, msg, cause)
-		}
-		return nil
+		return user(ctx, msg, cause)
 	}
 	proc, err := consumerx.NewProcessor(g, opts.Group, popts)
 	if err != nil {
@@ -346,6 +349,25 @@ func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause 
 		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)
 	}
 	return nil
+}
+
+// deadLetterOnce adds msg's entry to the dead-letter stream as a recorded
+// step of its dead-letter record (guard.Step), so that when the user's
+// DeadLetter after it fails and dead-lettering is retried on the next
+// delivery, the entry is not added again. Without a lease (a message with
+// no id at all) or a store that records no steps, it just adds it.
+func (c *Consumer) deadLetterOnce(ctx context.Context, msg consumerx.Message, cause error) error {
+	lease, ok := consumerx.LeaseFrom(ctx)
+	if !ok {
+		return c.deadLetter(ctx, msg, cause)
+	}
+	_, err := guard.Step(ctx, lease, "xadd", func(ctx context.Context) ([]byte, error) {
+		return nil, c.deadLetter(ctx, msg, cause)
+	})
+	if errors.Is(err, guard.ErrStepsUnsupported) {
+		return c.deadLetter(ctx, msg, cause)
+	}
+	return err
 }
 
 // sleep waits d or until ctx is done; it reports whether ctx is still live.

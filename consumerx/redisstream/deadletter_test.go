@@ -1,0 +1,50 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// The user's DeadLetter (called after the entry was added to the
+// dead-letter stream) fails once: dead-lettering is retried on the next
+// delivery, but the entry goes to the dead-letter stream once, not once
+// per try.
+func TestDeadLetterStreamOnceWhenUserHookFails(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"payload", "charge 9"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var hook, ok atomic.Int32
+	c := e.consumer(func(context.Context, consumerx.Message) error { return errors.New("card declined") },
+		Options{Stream: stream, Group: "billing", Consumer: "c", MinIdle: 50 * time.Millisecond, ClaimEvery: 20 * time.Millisecond,
+			Process: consumerx.Options{MaxAttempts: 1, DeadLetter: func(context.Context, consumerx.Message, error) error {
+				if hook.Add(1) == 1 {
+					return errors.New("pager unreachable")
+				}
+				ok.Add(1)
+				return nil
+			}}})
+	stop := e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "the entry dead-lettered and acknowledged", func() bool {
+		return ok.Load() == 1 && pending(t, e.rdb, stream, "billing") == 0
+	})
+	stop()
+	n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || hook.Load() != 2 {
+		t.Errorf("dead-letter stream has %d entries, hook called %d times; want 1 entry, 2 calls", n, hook.Load())
+	}
+}
