@@ -91,6 +91,15 @@ func TestGuardedAsUnguarded(t *testing.T) {
 			w.Header().Set("X-After", "1")
 		},
 		"redirect": func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusSeeOther) },
+		"prefixed trailer after a big body": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, strings.Repeat("b", 3000))
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
+		},
+		"prefixed trailer before the status": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "0")
+			io.WriteString(w, "body")
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
+		},
 		"trailers": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Trailer", "X-Sum")
 			io.WriteString(w, "body")

@@ -138,11 +138,22 @@ func (c *Capture) commit() {
 	// net/http would send it: later changes are not part of the response,
 	// except its trailers, which net/http sends from the header as it is
 	// when the handler returns. They are put back after the status, so
-	// that they go out as trailers only, as they would have.
+	// that they go out as trailers only, as they would have. Those named
+	// with http.TrailerPrefix are put back before it too: net/http sends
+	// them only on a response it knows has trailers when the status goes
+	// out (HTTP/1.1 chunked; a small body otherwise gets a Content-Length
+	// and loses them), and a replay sends them, from the stored record,
+	// with its status. So a trailer the handler set after a small body
+	// reaches the client on the first response as on the replay.
 	h := c.w.Header()
 	var inline [4]snapField
 	trailers := c.trailers(h, inline[:0])
 	c.header.restore(h)
+	for _, f := range trailers {
+		if strings.HasPrefix(f.name, http.TrailerPrefix) {
+			h[f.name] = f.vals
+		}
+	}
 	c.w.WriteHeader(c.status)
 	for _, f := range trailers {
 		h[f.name] = f.vals
