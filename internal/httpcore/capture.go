@@ -32,6 +32,7 @@ type Capture struct {
 	tooLarge    bool // more than max body bytes: buf is dropped
 	sniff       bool // the body was written without a Content-Type: sniffType gives it one
 	committed   bool // the status line has gone to the real writer
+	untyped     bool // it went without a Content-Type and without body bytes to sniff one from
 	hijacked    bool
 	writeErr    error // the first error writing to the client
 
@@ -149,6 +150,9 @@ func (c *Capture) commit() {
 	var inline [4]snapField
 	trailers := c.trailers(h, inline[:0])
 	c.header.restore(h)
+	if _, typed := h["Content-Type"]; !typed && !c.tooLarge && c.buf.Len() == 0 {
+		c.untyped = true // net/http sniffs from the first bytes it sends with the status: none
+	}
 	for _, f := range trailers {
 		if strings.HasPrefix(f.name, http.TrailerPrefix) {
 			h[f.name] = f.vals
@@ -277,9 +281,15 @@ func (c *Capture) Result() Result {
 	if !c.committed {
 		c.sniffType(c.buf.Bytes(), nil)
 	}
+	untyped := c.untyped
+	for _, f := range c.header.fields {
+		if f.name == "Content-Type" && len(f.vals) == 0 {
+			untyped = true // set to nil: net/http sends none and sniffs none
+		}
+	}
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
 		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
-		trailers: c.trailers(c.w.Header(), nil)}
+		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
 }
 
 // Send implements Response: the held response goes out.

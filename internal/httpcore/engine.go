@@ -627,6 +627,10 @@ type Result struct {
 	// snapshots the header at WriteHeader without a map); Header is then
 	// nil.
 	fields []snapField
+	// untyped: the response went out without a Content-Type, and net/http
+	// sniffed none (the handler flushed before its body, or set the field
+	// to nil).
+	untyped bool
 	// trailers are the trailer fields the handler set (Capture.trailers:
 	// a declared name, or one with http.TrailerPrefix), stored for replays
 	// under http.TrailerPrefix.
@@ -781,7 +785,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 			var scratch [16]snapField
 			fields = fieldsOf(res.Header, scratch[:])
 		}
-		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body)
+		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body, res.untyped)
 	}
 	m.complete(r, held, result)
 	if !res.Hijacked {
