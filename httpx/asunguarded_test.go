@@ -111,6 +111,16 @@ func TestGuardedAsUnguarded(t *testing.T) {
 			w.Header().Del("X-Outer")
 			io.WriteString(w, "x")
 		},
+		"content length, prefixed trailer": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "4")
+			io.WriteString(w, "body")
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
+		},
+		"flush, prefixed trailer": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "body")
+			w.(http.Flusher).Flush()
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
+		},
 		"redirect": func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusSeeOther) },
 		"prefixed trailer after a big body": func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, strings.Repeat("b", 3000))
