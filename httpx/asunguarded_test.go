@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -49,7 +50,8 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 // framing. The capture sniffed a Content-Type from the first write alone
 // (net/http sniffs what it buffered before sending) and sniffed one for a
 // body with a Content-Encoding (net/http does not), so the guarded
-// responses differed from the handler's. Both sit behind the same outer
+// responses differed from the handler's. Each case runs over HTTP/1.1 and
+// HTTP/2. Both sit behind the same outer
 // middleware (fixedOuter). A replay brought back a field of that
 // middleware which the handler removed, and sniffed a Content-Type for a
 // body that went out without one (flushed before the body, or the field
@@ -137,34 +139,54 @@ func TestGuardedAsUnguarded(t *testing.T) {
 			w.Header().Set("X-Sum", "1")
 		},
 	}
-	streamed := map[string]bool{"flush before the body": true, "empty write, flush, body": true}
+	streamed := map[string]bool{"flush before the body": true, "empty write, flush, body": true, "flush, prefixed trailer": true}
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	for name, h := range cases {
-		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, guard.Options{})
-			plain, pc := serve(t, fixedOuter(h))
-			srv, c := serve(t, fixedOuter(guarded(e, h, httpx.Options{})))
-			pc.CheckRedirect, c.CheckRedirect = noRedirect, noRedirect
-			want := fetch(t, pc, plain.URL+"/o", "")
-			for i, got := range []wire{fetch(t, c, srv.URL+"/o", "w-1"), fetch(t, c, srv.URL+"/o", "w-1")} {
-				if i == 1 && streamed[name] {
-					// A replay does not flush: its framing is its own.
-					got.length, got.te = want.length, want.te
-					got.header.Del("Content-Length")
+		for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
+			t.Run(name+" "+proto, func(t *testing.T) {
+				e := newEnv(t, guard.Options{})
+				serve := serve
+				if proto == "HTTP/2" {
+					serve = serveH2
 				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("response %d (1: the replay):\n got %+v\nwant %+v", i, got, want)
+				plain, pc := serve(t, fixedOuter(h))
+				srv, c := serve(t, fixedOuter(guarded(e, h, httpx.Options{})))
+				pc.CheckRedirect, c.CheckRedirect = noRedirect, noRedirect
+				want := fetch(t, pc, plain.URL+"/o", "")
+				for i, got := range []wire{fetch(t, c, srv.URL+"/o", "w-1"), fetch(t, c, srv.URL+"/o", "w-1")} {
+					if i == 1 && streamed[name] {
+						// A replay does not flush: its framing is its own.
+						got.length, got.te = want.length, want.te
+						got.header.Del("Content-Length")
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Errorf("response %d (1: the replay):\n got %+v\nwant %+v", i, got, want)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
-// fixedOuter is middleware in front of the handler (and of the Guard): it sets
-// a field of its own on every response.
+// fixedOuter is middleware in front of the handler (and of the Guard): it
+// sets a field of its own on every response.
 func fixedOuter(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Outer", "1")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// serveH2 is serve over TLS with HTTP/2.
+func serveH2(t *testing.T, h http.Handler) (*httptest.Server, *http.Client) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	c := srv.Client()
+	t.Cleanup(func() {
+		c.CloseIdleConnections()
+		srv.Close()
+	})
+	return srv, c
 }
