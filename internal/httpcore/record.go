@@ -108,7 +108,7 @@ func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, traile
 			keep(snapField{name: k, vals: removed})
 		}
 	}
-	if untyped && len(body) > 0 && !hasValues(h, "Content-Type") {
+	if untyped && len(body) > 0 && !hasValues(h, "Content-Type") && m.opts.ReplayHeader("Content-Type") {
 		keep(snapField{name: "Content-Type", vals: removed})
 	}
 	for _, f := range trailers {
