@@ -32,7 +32,6 @@ type Capture struct {
 	tooLarge    bool // more than max body bytes: buf is dropped
 	sniff       bool // the body was written without a Content-Type: sniffType gives it one
 	committed   bool // the status line has gone to the real writer
-	untyped     bool // it went without a Content-Type and without body bytes to sniff one from
 	hijacked    bool
 	writeErr    error // the first error writing to the client
 
@@ -67,7 +66,22 @@ func (c *Capture) WriteHeader(code int) {
 	}
 	c.wroteHeader = true
 	c.status = code
-	c.header.take(c.w.Header())
+	h := c.w.Header()
+	// net/http sniffs the type of a body sent without one (and without a
+	// Content-Encoding) from the first bytes it sends with the status,
+	// whether the handler wrote the status or not; the capture does the
+	// same when the body goes out (sniffType), so the stored response
+	// has the type the client got, whatever type outer middleware sets
+	// on a replay.
+	_, typed := h["Content-Type"]
+	c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" && bodyAllowed(code)
+	c.header.take(h)
+}
+
+// bodyAllowed reports whether a response with status may have a body
+// (net/http sniffs no type for one that may not).
+func bodyAllowed(status int) bool {
+	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 func (c *Capture) Write(p []byte) (int, error) {
@@ -78,13 +92,6 @@ func (c *Capture) Write(p []byte) (int, error) {
 		return 0, errSealed
 	}
 	if !c.wroteHeader {
-		// net/http sniffs the type of a body written without one (and
-		// without a Content-Encoding) from the first bytes it sends; the
-		// capture does the same when the body goes out (sniffType), so
-		// the stored response has the type the client got.
-		h := c.w.Header()
-		_, typed := h["Content-Type"]
-		c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == ""
 		c.WriteHeader(http.StatusOK)
 	}
 	if !c.tooLarge {
@@ -150,9 +157,6 @@ func (c *Capture) commit() {
 	var inline [4]snapField
 	trailers := c.trailers(h, inline[:0])
 	c.header.restore(h)
-	if _, typed := h["Content-Type"]; !typed && !c.tooLarge && c.buf.Len() == 0 {
-		c.untyped = true // net/http sniffs from the first bytes it sends with the status: none
-	}
 	for _, f := range trailers {
 		if strings.HasPrefix(f.name, http.TrailerPrefix) {
 			h[f.name] = f.vals
@@ -281,12 +285,10 @@ func (c *Capture) Result() Result {
 	if !c.committed {
 		c.sniffType(c.buf.Bytes(), nil)
 	}
-	untyped := c.untyped
-	for _, f := range c.header.fields {
-		if f.name == "Content-Type" && len(f.vals) == 0 {
-			untyped = true // set to nil: net/http sends none and sniffs none
-		}
-	}
+	// The status went with the fields the capture holds, and a type is
+	// among them wherever net/http would have sniffed one (sniffType):
+	// without one, the response went out with none.
+	untyped := !hasValues(c.header.fields, "Content-Type")
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
 		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
 		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}

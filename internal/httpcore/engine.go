@@ -630,8 +630,8 @@ type Result struct {
 	// nil.
 	fields []snapField
 	// untyped: the response went out without a Content-Type, and net/http
-	// sniffed none (the handler flushed before its body, or set the field
-	// to nil).
+	// sniffed none (the handler flushed before its body, set the field to
+	// nil, or removed outer middleware's from a response without a body).
 	untyped bool
 	// trailers are the trailer fields the handler set (Capture.trailers:
 	// a declared name, or one with http.TrailerPrefix), stored for replays

@@ -82,9 +82,10 @@ func appendBytes(b []byte, s string) []byte {
 // is stored with a single empty value, which a replay sends as no field
 // at all (responseView.setHeader): a field of outer middleware (in
 // before) that the handler removed, and, when untyped says the response
-// went out without a Content-Type that net/http could have sniffed (the
-// handler flushed before its body, or set the field to nil), a
-// Content-Type, so that the replay of a body does not get a sniffed one.
+// went out without a Content-Type (the handler flushed before its body,
+// set the field to nil, or removed outer middleware's from a response
+// without a body), a Content-Type, so that the replay does not get a
+// sniffed one or outer middleware's.
 func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, trailers []snapField, body []byte, untyped bool) []byte {
 	conn := connectionFields(h)
 	var inline [16]snapField
@@ -108,7 +109,7 @@ func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, traile
 			keep(snapField{name: k, vals: removed})
 		}
 	}
-	if untyped && len(body) > 0 && !hasValues(h, "Content-Type") && m.opts.ReplayHeader("Content-Type") {
+	if untyped && !hasValues(h, "Content-Type") && (len(body) > 0 || len(before["Content-Type"]) > 0) && m.opts.ReplayHeader("Content-Type") {
 		keep(snapField{name: "Content-Type", vals: removed})
 	}
 	for _, f := range trailers {
