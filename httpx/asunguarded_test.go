@@ -51,11 +51,11 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 // (net/http sniffs what it buffered before sending) and sniffed one for a
 // body with a Content-Encoding (net/http does not), so the guarded
 // responses differed from the handler's. Each case runs over HTTP/1.1 and
-// HTTP/2. Both sit behind the same outer
-// middleware (fixedOuter). A replay brought back a field of that
-// middleware which the handler removed, and sniffed a Content-Type for a
-// body that went out without one (flushed before the body, or the field
-// set to nil); the first response had neither.
+// HTTP/2, and both sit behind the same outer middleware (fixedOuter). A
+// replay brought back a field of that middleware which the handler
+// removed, and sniffed a Content-Type for a body that went out without one
+// (flushed before the body, or the field set to nil); the first response
+// had neither.
 func TestGuardedAsUnguarded(t *testing.T) {
 	cases := map[string]http.HandlerFunc{
 		"written in pieces": func(w http.ResponseWriter, r *http.Request) {
