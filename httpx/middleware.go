@@ -88,11 +88,11 @@ type Options struct {
 	// does not run again). Default DefaultMaxStoredResponse (1 MiB).
 	MaxStoredResponse int
 	// ReplayHeader reports whether a response header field (canonical
-	// name) that the handler set is stored and replayed. Default
-	// DefaultReplayHeader, which leaves out Set-Cookie,
+	// name) that the handler set (or removed) is stored and replayed.
+	// Default DefaultReplayHeader, which leaves out Set-Cookie,
 	// Authentication-Info and Proxy-Authentication-Info. Only fields the
-	// handler set or changed are ever stored, and never hop-by-hop fields
-	// (see DefaultReplayHeader for the whole rule).
+	// handler set, changed or removed are ever stored, and never
+	// hop-by-hop fields (see DefaultReplayHeader for the whole rule).
 	ReplayHeader func(name string) bool
 	// Store5xx keeps 5xx responses like any other. By default a 5xx
 	// releases the key, so a retry runs the handler again.
@@ -152,8 +152,8 @@ type Options struct {
 //     was stored, unless the handler flushes or it is larger than
 //     MaxStoredResponse (then it streams);
 //   - a replay carries the stored status, body and the header fields the
-//     handler set (DefaultReplayHeader says which are kept), over the
-//     current values of every other field.
+//     handler set or removed (DefaultReplayHeader says which are kept),
+//     over the current values of every other field.
 //
 // Guard panics, as http.Handle does on a programmer's error, when g is nil
 // or when Options choose neither or both of Tenant and SingleCaller: a

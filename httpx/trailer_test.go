@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -47,5 +48,30 @@ func TestTrailersReachClient(t *testing.T) {
 		if got := resp.Trailer.Get("X-Late"); got != "undeclared" {
 			t.Errorf("response %d: trailer X-Late %q, want %q (trailers %v)", i, got, "undeclared", resp.Trailer)
 		}
+	}
+}
+
+// TestLateTrailerOnFirstAndReplay: a trailer named with http.TrailerPrefix
+// and set after a small body reaches the client on the first response and
+// on the replay alike. Without the Guard, net/http drops it on HTTP/1.1 (it
+// gives the small body a Content-Length, which leaves no room for
+// trailers); the replay, which sets the stored trailer before its status,
+// went out chunked and carried it, so a retry saw a trailer the first
+// response never had. The Guard now announces such a trailer with the
+// status, so both responses carry it (as HTTP/2 and a larger body do).
+func TestLateTrailerOnFirstAndReplay(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "body")
+		w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
+	})
+	srv, c := serve(t, guarded(e, h, httpx.Options{}))
+	first := fetch(t, c, srv.URL+"/o", "lt-1")
+	replay := fetch(t, c, srv.URL+"/o", "lt-1")
+	if first.body != "body" || first.trailer.Get("X-Sum") != "1" {
+		t.Errorf("first response: %+v, want body %q and trailer X-Sum: 1", first, "body")
+	}
+	if !reflect.DeepEqual(first, replay) {
+		t.Errorf("replay differs from the first response:\n got %+v\nwant %+v", replay, first)
 	}
 }

@@ -1,7 +1,8 @@
 // Package adapter holds the plumbing the HTTP adapter (internal/httpcore,
 // httpx's client), the gRPC adapter (grpcx/internal/core) and backstop
 // share, one copy each: per-route run times behind the in-flight retry
-// delay (RunTimes), the retried write that ends a claim (Settle), keys
+// delay (RunTimes), the retried write that ends a claim (Settle) and
+// the servers' completion or release of a request's claim (Ender), keys
 // named in logs by their digest (LogKey, LogErr), and the retrying
 // clients' policy pieces (Backoff, InFlightWait, NewUUIDv7 and the
 // default limits).

@@ -66,7 +66,22 @@ func (c *Capture) WriteHeader(code int) {
 	}
 	c.wroteHeader = true
 	c.status = code
-	c.header.take(c.w.Header())
+	h := c.w.Header()
+	// net/http sniffs the type of a body sent without one (and without a
+	// Content-Encoding) from the first bytes it sends with the status,
+	// whether the handler wrote the status or not; the capture does the
+	// same when the body goes out (sniffType), so the stored response
+	// has the type the client got, whatever type outer middleware sets
+	// on a replay.
+	_, typed := h["Content-Type"]
+	c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" && bodyAllowed(code)
+	c.header.take(h)
+}
+
+// bodyAllowed reports whether a response with status may have a body
+// (net/http sniffs no type for one that may not).
+func bodyAllowed(status int) bool {
+	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 func (c *Capture) Write(p []byte) (int, error) {
@@ -77,13 +92,6 @@ func (c *Capture) Write(p []byte) (int, error) {
 		return 0, errSealed
 	}
 	if !c.wroteHeader {
-		// net/http sniffs the type of a body written without one (and
-		// without a Content-Encoding) from the first bytes it sends; the
-		// capture does the same when the body goes out (sniffType), so
-		// the stored response has the type the client got.
-		h := c.w.Header()
-		_, typed := h["Content-Type"]
-		c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == ""
 		c.WriteHeader(http.StatusOK)
 	}
 	if !c.tooLarge {
@@ -138,11 +146,22 @@ func (c *Capture) commit() {
 	// net/http would send it: later changes are not part of the response,
 	// except its trailers, which net/http sends from the header as it is
 	// when the handler returns. They are put back after the status, so
-	// that they go out as trailers only, as they would have.
+	// that they go out as trailers only, as they would have. Those named
+	// with http.TrailerPrefix are put back before it too: net/http sends
+	// them only on a response it knows has trailers when the status goes
+	// out (HTTP/1.1 chunked; a small body otherwise gets a Content-Length
+	// and loses them), and a replay sends them, from the stored record,
+	// with its status. So a trailer the handler set after a small body
+	// reaches the client on the first response as on the replay.
 	h := c.w.Header()
 	var inline [4]snapField
 	trailers := c.trailers(h, inline[:0])
 	c.header.restore(h)
+	for _, f := range trailers {
+		if strings.HasPrefix(f.name, http.TrailerPrefix) {
+			h[f.name] = f.vals
+		}
+	}
 	c.w.WriteHeader(c.status)
 	for _, f := range trailers {
 		h[f.name] = f.vals
@@ -266,9 +285,13 @@ func (c *Capture) Result() Result {
 	if !c.committed {
 		c.sniffType(c.buf.Bytes(), nil)
 	}
+	// The status went with the fields the capture holds, and a type is
+	// among them wherever net/http would have sniffed one (sniffType):
+	// without one, the response went out with none.
+	untyped := !hasValues(c.header.fields, "Content-Type")
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
 		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
-		trailers: c.trailers(c.w.Header(), nil)}
+		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
 }
 
 // Send implements Response: the held response goes out.

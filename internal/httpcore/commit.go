@@ -60,7 +60,7 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	} else {
 		var scratch [16]snapField
-		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), nil, body)
+		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), nil, body, false)
 	}
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)

@@ -104,6 +104,7 @@ type Engine struct {
 	methods map[string]bool
 	runs    adapter.RunTimes
 	policy  inventory.Policy
+	end     adapter.Ender // completes and releases claims
 }
 
 // New checks cfg and fills in its defaults. It panics, as http.Handle does
@@ -173,6 +174,7 @@ func New(g *guard.Guard, cfg Config) *Engine {
 		m.opts.Logger = slog.Default()
 	}
 	m.policy = m.makePolicy(methods)
+	m.end = adapter.Ender{Guard: g, Logger: m.opts.Logger, Prefix: m.log, LogKeys: m.opts.LogKeys}
 	return m
 }
 
@@ -323,7 +325,7 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	if r.Context().Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
-		m.release(held)
+		m.end.Release(held)
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
@@ -627,6 +629,10 @@ type Result struct {
 	// snapshots the header at WriteHeader without a map); Header is then
 	// nil.
 	fields []snapField
+	// untyped: the response went out without a Content-Type, and net/http
+	// sniffed none (the handler flushed before its body, set the field to
+	// nil, or removed outer middleware's from a response without a body).
+	untyped bool
 	// trailers are the trailer fields the handler set (Capture.trailers:
 	// a declared name, or one with http.TrailerPrefix), stored for replays
 	// under http.TrailerPrefix.
@@ -708,7 +714,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			return
 		}
 		p := recover()
-		m.release(held)
+		m.end.Release(held)
 		if p == nil {
 			return // runtime.Goexit: let it go on
 		}
@@ -759,7 +765,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	switch {
 	case res.Release:
 		// CommitResponse answered without committing: nothing is final.
-		m.release(held)
+		m.end.Release(held)
 		resp.Send()
 		return
 	case res.Stored != nil:
@@ -770,7 +776,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
 	case status >= 500 && !m.opts.Store5xx:
-		m.release(held)
+		m.end.Release(held)
 		resp.Send()
 		return
 	case res.TooLarge:
@@ -781,51 +787,11 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 			var scratch [16]snapField
 			fields = fieldsOf(res.Header, scratch[:])
 		}
-		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body)
+		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body, res.untyped)
 	}
-	m.complete(r, held, result)
+	m.end.Complete(held, result, "path", r.Path())
 	if !res.Hijacked {
 		resp.Send()
-	}
-}
-
-// complete stores result for lease, retrying while the store cannot be
-// reached (settle). If it still cannot, it releases the key if it can, so
-// the next request with it is not told 409 until the lease ends: with a
-// SQL backstop under the guard, that request then finds the committed
-// response; without one, it runs the handler again, as it would have once
-// the lease ran out.
-func (m *Engine) complete(r Request, held *guard.Held, result []byte) {
-	err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Complete(result) })
-	if err == nil {
-		return
-	}
-	lease := held.Lease()
-	if errors.Is(err, guard.ErrUnavailable) && m.lastRelease(held) == nil {
-		m.opts.Logger.Warn(m.log+"response not stored (store unreachable); idempotency key released",
-			append(m.logKey(lease.Key), "path", r.Path(), "err", m.logErr(lease.Key, err))...)
-		return
-	}
-	// The handler ran; the client gets its real response anyway.
-	m.opts.Logger.Error(m.log+"response not stored; a retry with this key may run the handler again",
-		append(m.logKey(lease.Key), "path", r.Path(), "err", m.logErr(lease.Key, err))...)
-}
-
-// lastRelease tries once more, briefly, to free a key whose completion
-// could not be stored.
-func (m *Engine) lastRelease(held *guard.Held) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(held.Context()), time.Second)
-	defer cancel()
-	return m.g.Release(ctx, held.Lease())
-}
-
-// release undoes the claim, retrying while the store cannot be reached
-// (settle); the key is released even if the client is gone.
-func (m *Engine) release(held *guard.Held) {
-	if err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Release() }); err != nil {
-		key := held.Lease().Key
-		m.opts.Logger.Warn(m.log+"idempotency key not released; it frees when its lease ends",
-			append(m.logKey(key), "err", m.logErr(key, err))...)
 	}
 }
 

@@ -35,7 +35,14 @@ var private = map[string]bool{
 // Proxy-Authorization, TE, Trailer, Transfer-Encoding, Upgrade), fields
 // named in the response's Connection header, and Idempotent-Replayed.
 // Fields the handler did not set (those of middleware outside the Guard)
-// are not stored either: a replay carries their values of the moment.
+// are not stored either: a replay carries their values of the moment,
+// except one the handler removed, which is stored as removed (a single
+// empty value) and which a replay sends without. A replay has the
+// Content-Type the first response had: the one net/http sniffed for it
+// is stored, and a response that went out without one (the handler
+// flushed before its body, set the field to nil, or removed outer
+// middleware's) is replayed without one, not with a sniffed one or outer
+// middleware's.
 // Trailers the handler set (declared in Trailer and set after the status,
 // or named with http.TrailerPrefix) are stored by the same rules, under
 // their names, and a replay sends them as trailers.
@@ -77,6 +84,36 @@ func (m *Engine) keepField(k string, vs []string, before http.Header, conn map[s
 		return false
 	}
 	return m.opts.ReplayHeader(k)
+}
+
+// keepRemoval reports whether field k, which outer middleware had set
+// (it is in the header the handler was called with), is stored as removed
+// because the header the handler wrote its status with (h, whose
+// Connection field names conn) has no value for it: by the rules of
+// keepField. Content-Type is left to the capture, which knows whether
+// net/http sniffed one for the body (encodeHandlerResponse's untyped).
+func (m *Engine) keepRemoval(k string, h []snapField, conn map[string]bool) bool {
+	if k == "Content-Type" || hasValues(h, k) {
+		return false
+	}
+	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
+		return false
+	}
+	return m.opts.ReplayHeader(k)
+}
+
+// removed is the value a field the response went out without is stored
+// with: a single empty value (encodeHandlerResponse).
+var removed = []string{""}
+
+// hasValues reports whether field k of h has a value.
+func hasValues(h []snapField, k string) bool {
+	for _, f := range h {
+		if f.name == k {
+			return len(f.vals) > 0
+		}
+	}
+	return false
 }
 
 // keepTrailer reports whether trailer field k (its name without

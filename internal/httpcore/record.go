@@ -74,10 +74,19 @@ func appendBytes(b []byte, s string) []byte {
 // encodeHandlerResponse is encodeResponse of the handler's response:
 // status, the fields of h (the header when the handler wrote its status)
 // that keepField keeps, the trailers that keepTrailer keeps (named with
-// http.TrailerPrefix, which a replay sends as trailers), and body. It
-// writes the same bytes as encoding a storedResponse of those fields
-// would, straight from h.
-func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, trailers []snapField, body []byte) []byte {
+// http.TrailerPrefix, which a replay sends as trailers), the removals
+// that keepRemoval keeps, and body. It writes the same bytes as encoding
+// a storedResponse of those fields would, straight from h.
+//
+// A field the response went out without, where a replay would send one,
+// is stored with a single empty value, which a replay sends as no field
+// at all (responseView.setHeader): a field of outer middleware (in
+// before) that the handler removed, and, when untyped says the response
+// went out without a Content-Type (the handler flushed before its body,
+// set the field to nil, or removed outer middleware's from a response
+// without a body), a Content-Type, so that the replay does not get a
+// sniffed one or outer middleware's.
+func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, trailers []snapField, body []byte, untyped bool) []byte {
 	conn := connectionFields(h)
 	var inline [16]snapField
 	kept := inline[:0]
@@ -94,6 +103,14 @@ func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, traile
 		if m.keepField(f.name, f.vals, before, conn) {
 			keep(f)
 		}
+	}
+	for k, vs := range before {
+		if len(vs) > 0 && m.keepRemoval(k, h, conn) {
+			keep(snapField{name: k, vals: removed})
+		}
+	}
+	if untyped && !hasValues(h, "Content-Type") && (len(body) > 0 || len(before["Content-Type"]) > 0) && m.opts.ReplayHeader("Content-Type") {
+		keep(snapField{name: "Content-Type", vals: removed})
 	}
 	for _, f := range trailers {
 		name, prefixed := strings.CutPrefix(f.name, http.TrailerPrefix)
@@ -213,10 +230,16 @@ func (v responseView) header() http.Header {
 
 // setHeader sets the fields in h, each name's values replacing h's, and
 // Idempotent-Replayed: true: two allocations, one string that holds
-// every name and value and one slice of the values.
+// every name and value and one slice of the values. A field stored with
+// a single empty value is one the response went out without
+// (encodeHandlerResponse): it is set to nil, which net/http sends as no
+// field, and which for Content-Type keeps it from sniffing one.
 func (v responseView) setHeader(h http.Header) {
 	if v.n == 0 || !v.grouped {
 		for k, vs := range v.header() {
+			if len(vs) == 1 && vs[0] == "" {
+				vs = nil
+			}
 			h[k] = vs
 		}
 		h.Set(ReplayedHeader, "true")
@@ -236,6 +259,9 @@ func (v responseView) setHeader(h http.Header) {
 			first, name = i, k2
 		}
 		h[name] = vals[first : i+1 : i+1]
+		if i == first && vals[i] == "" {
+			h[name] = nil // removed; a second value of the name sets it again
+		}
 	}
 	vals[v.n] = "true"
 	h[ReplayedHeader] = vals[v.n:]

@@ -83,6 +83,8 @@ func FuzzDecodeResponse(f *testing.F) {
 // record into a header and copying it over the response's gives, for
 // records encodeResponse wrote (each name's values together) and for any
 // other record decodeResponse accepts (names out of order, a name split).
+// A field stored with a single empty value is replayed as removed (nil)
+// either way.
 func TestReplayHeaderAsDecoded(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(7, 9))
 	names := []string{"Content-Type", "Location", "X-A", "X-B", "A", "Zz", ReplayedHeader, "Outer"}
@@ -108,6 +110,9 @@ func TestReplayHeaderAsDecoded(t *testing.T) {
 		}
 		want := http.Header{"Outer": {"from outer middleware"}, "X-A": {"outer"}}
 		for k, vs := range sr.header {
+			if len(vs) == 1 && vs[0] == "" {
+				vs = nil // stored as removed: replayed without the field
+			}
 			want[k] = vs
 		}
 		want.Set(ReplayedHeader, "true")

@@ -95,6 +95,7 @@ type Server struct {
 	cfg     Config
 	methods map[string]bool
 	runs    adapter.RunTimes
+	end     adapter.Ender // completes and releases claims
 }
 
 // New checks cfg, fills its defaults and returns a Server. It panics on a
@@ -144,7 +145,8 @@ func New(g *guard.Guard, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{g: g, cfg: cfg, methods: methods}
+	end := adapter.Ender{Guard: g, Logger: cfg.Logger, Prefix: p + ": ", LogKeys: cfg.LogKeys}
+	return &Server{g: g, cfg: cfg, methods: methods, end: end}
 }
 
 // Begun is what Begin decided.
@@ -225,7 +227,7 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 	}
 	if ctx.Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
-		s.release(held)
+		s.end.Release(held)
 		return Begun{Gone: true}
 	}
 	return Begun{Run: true, Held: held, Fingerprint: fingerprint}
@@ -412,7 +414,7 @@ func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r R
 	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
 	if r.Status != nil && r.Status.GetCode() != int32(OK) {
 		if s.cfg.Release(Code(r.Status.GetCode())) {
-			s.release(held)
+			s.end.Release(held)
 			return
 		}
 		b, err := proto.Marshal(r.Status)
@@ -432,52 +434,15 @@ func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r R
 			rec.message = b
 		}
 	}
-	s.complete(held, method, encodeRecord(rec))
+	s.end.Complete(held, encodeRecord(rec), "method", method)
 }
 
 // Abandon releases the key of a handler that did not return (a panic,
 // which goes on, or runtime.Goexit).
 func (s *Server) Abandon(method string, held *guard.Held) {
-	s.release(held)
+	s.end.Release(held)
 	s.cfg.Logger.Error(s.cfg.Pkg+": handler did not return (panic); idempotency key released",
 		append(s.logKey(held.Lease().Key), "method", method)...)
-}
-
-// complete stores result for lease, retrying while the store cannot be
-// reached (settle). If it still cannot, it releases the key if it can, so
-// the next call with it is not told Aborted until the lease ends.
-func (s *Server) complete(held *guard.Held, method string, result []byte) {
-	err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Complete(result) })
-	if err == nil {
-		return
-	}
-	lease := held.Lease()
-	if errors.Is(err, guard.ErrUnavailable) && s.lastRelease(held) == nil {
-		s.cfg.Logger.Warn(s.cfg.Pkg+": response not stored (store unreachable); idempotency key released",
-			append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
-		return
-	}
-	// The handler ran; the client gets its real response anyway.
-	s.cfg.Logger.Error(s.cfg.Pkg+": response not stored; a retry with this key may run the handler again",
-		append(s.logKey(lease.Key), "method", method, "err", s.logErr(lease.Key, err))...)
-}
-
-// lastRelease tries once more, briefly, to free a key whose completion
-// could not be stored.
-func (s *Server) lastRelease(held *guard.Held) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(held.Context()), time.Second)
-	defer cancel()
-	return s.g.Release(ctx, held.Lease())
-}
-
-// release undoes the claim, even if the client is gone, retrying while the
-// store cannot be reached (settle).
-func (s *Server) release(held *guard.Held) {
-	if err := adapter.Settle(context.Background(), adapter.SettleBudget, func(context.Context) error { return held.Release() }); err != nil {
-		key := held.Lease().Key
-		s.cfg.Logger.Warn(s.cfg.Pkg+": idempotency key not released; it frees when its lease ends",
-			append(s.logKey(key), "err", s.logErr(key, err))...)
-	}
 }
 
 // protocol are the HTTP fields gRPC and Connect set themselves, and the
