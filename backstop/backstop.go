@@ -126,21 +126,26 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				created_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.created_at ELSE k.created_at END,
 				expires_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.expires_at
 					ELSE GREATEST(k.expires_at, EXCLUDED.expires_at) END
-			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint)
+			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
+				AND (k.token = EXCLUDED.token OR k.leased_until IS NULL OR k.leased_until <= ` + clockNow + `))
 			RETURNING fence`,
-		read: `SELECT fingerprint, status, result, fence FROM ` + k + `
-			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
-		// $1 scope, $2 id, $3 token. The mark of a first attempt its holder
-		// released counts as absent from now on; its fence stays, so the
-		// next holder's is above it. Not when a step of the key committed
-		// (Backstop.Step, CommitStep): its effect happened, and the mark
-		// keeps refusing other payloads, as the primary's failed record
-		// with the step does.
-		unmark: `UPDATE ` + k + ` SET expires_at = ` + clockNow + `, leased_until = NULL
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1
-				AND expires_at > ` + clockNow + `
-				AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
-					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)`,
+		// The last column: how long another holder's lease has left
+		// (µs, 0 when none is live).
+		read: `SELECT fingerprint, status, result, fence,
+				CASE WHEN token <> $3 AND leased_until > ` + clockNow + ` THEN GREATEST(` + pgsql.UntilUS("leased_until") + `, 1) ELSE 0 END
+			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
+		// $1 scope, $2 id, $3 token, $4 forget. The holder's lease ends:
+		// its mark no longer keeps other holders out. With forget (a
+		// release), the mark of a first attempt counts as absent from now
+		// on; its fence stays, so the next holder's is above it. Not when
+		// a step of the key committed (Backstop.Step, CommitStep): its
+		// effect happened, and the mark keeps refusing other payloads, as
+		// the primary's failed record with the step does.
+		unmark: `UPDATE ` + k + ` SET leased_until = NULL,
+				expires_at = CASE WHEN $4 AND attempt <= 1 AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
+					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)
+					THEN ` + clockNow + ` ELSE expires_at END
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND expires_at > ` + clockNow,
 	}
 }
 
@@ -312,12 +317,13 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	return result, nil
 }
 
-// unmark undoes the mark of lease's holder when it released a first
-// attempt before any step of the key committed: the key is then as if it
-// had never been claimed (a request with another payload may take it), as
-// it is in the primary store.
-func (b *Backstop) unmark(ctx context.Context, lease guard.Lease) error {
-	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token)
+// unmark ends the lease of lease's holder on its mark, so the next holder
+// need not wait for it. With forget (a release), it also undoes the mark
+// of a first attempt before any step of the key committed: the key is
+// then as if it had never been claimed (a request with another payload
+// may take it), as it is in the primary store.
+func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) error {
+	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget)
 	return dbErr(ctx, "unmark", err)
 }
 
@@ -338,12 +344,17 @@ type markResult struct {
 	committed bool   // the effect was committed: replay result
 	result    []byte // the committed result
 	mismatch  bool   // the key was committed or claimed with another fingerprint
+	// leaseLeft, when positive: another holder's lease on the key has
+	// this long to run (the primary lost its record, or a pgstore.Store
+	// on the same tables holds it), and the claim must wait.
+	leaseLeft time.Duration
 }
 
 // mark records that the holder of lease took the key, so a holder with an
 // older fence can no longer commit. The fence it returns is above every
 // fence the backstop has seen for the key: after a primary that lost the
-// key hands out fence 1 again, the holder still gets a fresh one.
+// key hands out fence 1 again, the holder still gets a fresh one. A key
+// another holder's live lease keeps is not marked (leaseLeft).
 func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard.Lease) (markResult, error) {
 	leaseUS := req.Lease.Microseconds()
 	// The mark is kept for the lease and the TTL after it (extendMark
@@ -366,7 +377,8 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 		// Not updated: committed, or another fingerprint's row.
 		var fp, status string
 		var result []byte
-		err = b.db.QueryRowContext(ctx, b.q.read, req.Key.Scope, req.Key.ID).Scan(&fp, &status, &result, &fence)
+		var leftUS int64
+		err = b.db.QueryRowContext(ctx, b.q.read, req.Key.Scope, req.Key.ID, lease.Token).Scan(&fp, &status, &result, &fence, &leftUS)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // expired or deleted meanwhile: mark again
 		}
@@ -381,6 +393,9 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 				result = []byte{}
 			}
 			return markResult{committed: true, result: result, fence: fence}, nil
+		}
+		if leftUS > 0 {
+			return markResult{leaseLeft: time.Duration(leftUS) * time.Microsecond}, nil
 		}
 		// Changed between the two statements: try again.
 	}

@@ -456,17 +456,21 @@ func TestRedisLosesRecords(t *testing.T) {
 }
 
 // TestRedisLosesRunningHolder: Redis loses the record while its holder is
-// still running; the next holder gets a fence above the old one, though
-// Redis hands out fence 1 again, and the old holder cannot commit.
+// still running. While the holder's lease lasts, the next claim is told
+// the key is in progress, and the Redis claim it made is released; once
+// the lease ran out (the holder paused past it), the next holder gets a
+// fence above the old one, though Redis hands out fence 1 again, and the
+// old holder cannot commit.
 func TestRedisLosesRunningHolder(t *testing.T) {
 	t.Parallel()
+	const lease = 500 * time.Millisecond
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
 	db := pgenv.Migrated(t, pgstore.Options{})
 	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
 	rs := guard.NewRedisStore(client, guard.RedisOptions{})
-	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: 10 * time.Second})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: lease})
 	key := newKey(t)
 
 	a, err := g.Claim(ctx, key, "fp")
@@ -476,7 +480,23 @@ func TestRedisLosesRunningHolder(t *testing.T) {
 	if n, err := client.Del(ctx, rs.Name(key)).Result(); err != nil || n != 1 {
 		t.Fatalf("DEL = %d, %v", n, err)
 	}
-	bo, err := g.Claim(ctx, key, "fp")
+	_, err = g.Claim(ctx, key, "fp")
+	var busy *guard.InProgressError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 || busy.RetryAfter > lease {
+		t.Fatalf("claim while the holder's lease lasts = %v, want ErrInProgress with up to %s left", err, lease)
+	}
+	if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("the refused claim's Redis record: %v; want it released", err)
+	}
+	var bo guard.Outcome
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the holder's lease runs out
+		bo, err = g.Claim(ctx, key, "fp")
+		if !errors.Is(err, guard.ErrInProgress) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -725,5 +745,52 @@ func TestWrapExhaustedWithoutBackstop(t *testing.T) {
 	res, err := g.Do(ctx, key, "fp", nil)
 	if err != nil || !res.Replayed || string(res.Value) != "receipt" {
 		t.Fatalf("with PostgreSQL back = %q, replayed %v, %v; want the committed receipt", res.Value, res.Replayed, err)
+	}
+}
+
+// TestFailAndReleaseEndMarkLease: a holder's Fail, and its Release of a
+// later attempt, end its lease on the mark as they do in Redis: the next
+// attempt is acquired at once, not told the key is in progress for the
+// rest of a lease nobody holds.
+func TestFailAndReleaseEndMarkLease(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := mustBackstop(t, db, pgstore.Options{})
+	rs := guardenv.Store(t, guard.RedisOptions{})
+	g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: time.Minute})
+	key := newKey(t)
+
+	a, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Fail(ctx, a.Lease, errors.New("declined")); err != nil {
+		t.Fatal(err)
+	}
+	second, err := g.Claim(ctx, key, "fp")
+	if err != nil || second.Lease.Attempt != 2 {
+		t.Fatalf("claim after a failure = %+v, %v; want attempt 2", second.Lease, err)
+	}
+	if err := g.Release(ctx, second.Lease); err != nil {
+		t.Fatal(err)
+	}
+	third, err := g.Claim(ctx, key, "fp")
+	if err != nil || third.Lease.Fence <= second.Lease.Fence {
+		t.Fatalf("claim after a release = %+v, %v; want acquired above fence %d", third.Lease, err, second.Lease.Fence)
+	}
+
+	// The same through a batch's writes.
+	keys := []guard.BatchItem{{Key: newKey(t), Fingerprint: "fp"}, {Key: newKey(t), Fingerprint: "fp"}}
+	for _, r := range g.DoBatch(ctx, keys, func(context.Context, int, guard.Lease) ([]byte, error) {
+		return nil, errors.New("declined")
+	}, guard.BatchOptions{}) {
+		if r.Err == nil {
+			t.Fatal("a failing effect's batch item succeeded")
+		}
+	}
+	for _, it := range keys {
+		if out, err := g.Claim(ctx, it.Key, "fp"); err != nil || out.Lease.Attempt != 2 {
+			t.Fatalf("claim after a batch's failure = %+v, %v; want attempt 2", out.Lease, err)
+		}
 	}
 }

@@ -22,19 +22,29 @@ import (
 //     claim is released;
 //   - primary reports the key exhausted but its effect was committed (the
 //     last holder died after its commit): Replay of the stored result;
+//   - another holder's mark is still within its lease (primary lost the
+//     record of a holder that may still be running, or a pgstore.Store on
+//     the same tables, say a fallback's secondary, holds the key):
+//     InProgress, with the time its lease has left, and the primary claim
+//     is released; the mark's lease follows the holder's Extend, and ends
+//     with its Fail or Release;
 //   - otherwise the holder is marked in PostgreSQL with a fence above every
 //     fence seen for the key, and that fence is the lease's. A holder whose
-//     lease another holder recovered, or who lost its record with Redis,
-//     then fails Commit with ErrStaleFence instead of committing twice.
+//     lease another holder recovered then fails Commit with ErrStaleFence
+//     instead of committing twice.
 //
 // If the backstop cannot be reached the claim is released and the error
 // (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
 // primary reports exhausted, whose effect may have been committed.
-// Complete, Fail, Release and Extend go to primary; a Release of a first
-// attempt also undoes the holder's mark, so the key is as if never
-// claimed (unless a step of the key committed its row: its effect
-// happened, and the mark stays, as primary keeps the record), and an Extend also extends the holder's mark (best effort), so
-// the mark lasts for the holder's lease and the backstop's TTL after it.
+// Complete, Fail, Release and Extend go to primary; a Fail or Release
+// also ends the holder's lease on its mark, a Release of a first attempt
+// undoes the mark, so the key is as if never claimed (unless a step of
+// the key committed its row: its effect happened, and the mark stays, as
+// primary keeps the record), and an Extend also extends the holder's
+// mark (best effort), so the mark lasts for the holder's lease and the
+// backstop's TTL after it. A holder that completes without committing a
+// row leaves its mark's lease to run out: should primary lose the record
+// meanwhile, the key answers InProgress until then.
 // Get reads primary and, when it has no record, the committed row in
 // PostgreSQL.
 //
@@ -131,6 +141,12 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 	case m.mismatch:
 		g.undo(ctx, out.Lease, false)
 		return guard.Outcome{Status: guard.Mismatch}, nil
+	case m.leaseLeft > 0:
+		// Another holder's lease is live in PostgreSQL (primary lost its
+		// record, or a pgstore.Store on the same tables holds the key):
+		// it may still be running its effect.
+		g.undo(ctx, out.Lease, false)
+		return guard.Outcome{Status: guard.InProgress, LeaseLeft: m.leaseLeft}, nil
 	case m.committed:
 		// Primary forgot a key whose effect is committed: teach it again.
 		// The replay is right either way; what matters is that the claim
@@ -160,13 +176,11 @@ func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
 	err := adapter.Settle(rctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
 	cancel()
 	if err == nil && unmark {
-		uctx, cancel := context.WithTimeout(bg, unmarkTimeout)
-		_ = g.b.unmark(uctx, l)
-		cancel()
+		g.unmark(ctx, l, true)
 	}
 }
 
-// unmarkTimeout bounds undo's try to undo a mark whose statement failed.
+// unmarkTimeout bounds a try to end a holder's lease on its mark.
 const unmarkTimeout = 2 * time.Second
 
 // Complete, Fail and Release retry the primary while it cannot be reached
@@ -177,21 +191,41 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Complete(ctx, lease, result, ttl) })
 }
 
+// Fail also ends the holder's lease on its mark, so the next attempt need
+// not wait for it (if PostgreSQL cannot be reached then, the next attempt
+// is told the key is in progress until the lease would have ended; the
+// failure stands).
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
+	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
+	if err == nil {
+		g.unmark(ctx, lease, false)
+	}
+	return err
 }
 
-// Release also undoes the holder's mark when it released a first attempt,
-// which the primary then forgets: a key released before any effect is as
-// if never claimed, and a request with another payload may take it. (If
-// PostgreSQL cannot be reached then, the mark stays until it expires and
-// refuses other payloads as a mismatch meanwhile; the release stands.)
+// Release also ends the holder's lease on its mark, and undoes the mark
+// when it released a first attempt, which the primary then forgets: a key
+// released before any effect is as if never claimed, and a request with
+// another payload may take it. (If PostgreSQL cannot be reached then, the
+// mark stays until it expires and refuses other payloads as a mismatch
+// meanwhile, and the next claim is told the key is in progress until the
+// lease would have ended; the release stands.)
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
 	if err == nil {
-		_ = g.b.unmark(ctx, lease)
+		g.unmark(ctx, lease, true)
 	}
 	return err
+}
+
+// unmark ends the holder's lease on its mark (and with forget, undoes
+// the mark of a first attempt) once primary took its Fail or Release, in
+// one try bounded by unmarkTimeout, even if ctx ended: the write to
+// primary stands either way.
+func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget bool) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
+	_ = g.b.unmark(uctx, lease, forget)
+	cancel()
 }
 
 // Extend extends the lease in primary and then, once that succeeded, the

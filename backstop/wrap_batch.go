@@ -56,9 +56,10 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 
 // WriteBatch makes every write in primary's batch. A write that primary
 // could not be reached for is made again on its own, retried as Complete,
-// Fail and Release retry (Extend is not); a first attempt released has
-// its mark undone, as Release does, and an extended lease its mark
-// extended, as Extend does.
+// Fail and Release retry (Extend is not); a failed or released lease
+// ends on its mark, and a first attempt released has its mark undone, as
+// Fail and Release do, and an extended lease its mark extended, as Extend
+// does.
 func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	errs := b.bs.WriteBatch(ctx, ws)
 	parallel.Each(len(ws), batchWorkers, func(i int) {
@@ -68,7 +69,8 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 			case guard.WriteComplete:
 				errs[i] = b.g.Complete(ctx, w.Lease, w.Result, w.TTL)
 			case guard.WriteFail:
-				errs[i] = b.g.Fail(ctx, w.Lease, w.Reason, w.TTL)
+				errs[i] = b.g.Fail(ctx, w.Lease, w.Reason, w.TTL) // unmarks too
+				return
 			case guard.WriteRelease:
 				errs[i] = b.g.Release(ctx, w.Lease) // unmarks too
 				return
@@ -76,8 +78,10 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		}
 		switch {
 		case errs[i] != nil:
+		case w.Kind == guard.WriteFail:
+			b.g.unmark(ctx, w.Lease, false)
 		case w.Kind == guard.WriteRelease:
-			_ = b.g.b.unmark(ctx, w.Lease)
+			b.g.unmark(ctx, w.Lease, true)
 		case w.Kind == guard.WriteExtend:
 			b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}

@@ -61,3 +61,47 @@ func TestSwitchBackOverBackstopSharedTables(t *testing.T) {
 		t.Fatalf("Redis record after Complete: %+v, %v", rec.State, err)
 	}
 }
+
+// TestSwitchBackKeepsSecondaryHolder: a holder S took the key in the
+// secondary (pgstore, on the tables the primary's backstop marks in)
+// during an outage and is still running when the primary is back. A claim
+// of the same key through the primary is told the key is in progress: the
+// backstop's mark must not take the row from S, and the Redis claim it
+// made is released.
+func TestSwitchBackKeepsSecondaryHolder(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	rs := guardenv.Store(t, guard.RedisOptions{})
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := pgenv.Store(t, db, pgstore.Options{})
+	s, err := fallback.New(backstop.Wrap(rs, b), fallback.Options{Policy: fallback.Secondary, Secondary: sec, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := guard.Key{Scope: "s", ID: t.Name()}
+	req := guard.ClaimRequest{Key: key, Token: "S", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+	held, err := sec.Claim(bg, req)
+	if err != nil || held.Status != guard.Acquired {
+		t.Fatalf("secondary claim = %s, %v", held.Status, err)
+	}
+	s.ConsultSecondary(time.Now().Add(time.Hour))
+	req.Token = "T"
+	out, err := s.Claim(bg, req)
+	if err != nil || out.Status != guard.InProgress || out.LeaseLeft <= 0 {
+		t.Fatalf("claim while S holds the key in the secondary = %s (fence %d, %s left), %v; want InProgress",
+			out.Status, out.Lease.Fence, out.LeaseLeft, err)
+	}
+	if _, err := rs.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("the refused claim's Redis record: %v; want it released", err)
+	}
+	// S still owns its row: it completes.
+	if err := sec.Complete(bg, held.Lease, []byte("from S"), time.Hour); err != nil {
+		t.Fatalf("S's complete: %v", err)
+	}
+	if out, err := s.Claim(bg, req); err != nil || out.Status != guard.Replay || string(out.Result) != "from S" {
+		t.Fatalf("claim after S completed = %s %q, %v; want S's replay", out.Status, out.Result, err)
+	}
+}

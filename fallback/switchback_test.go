@@ -443,7 +443,7 @@ func TestGoingBackHolderExtendingPastTheWindow(t *testing.T) {
 	pg, _ := pgStore(t)
 	s := newStore(t, p.store, fallback.Options{
 		Policy: fallback.Secondary, Secondary: pg,
-		FailuresToOpen: 1, OpenTimeout: openFor, Timeout: 3 * time.Second, SecondaryTimeout: 100 * time.Millisecond, Logger: quiet,
+		FailuresToOpen: 1, OpenTimeout: openFor, Timeout: 3 * time.Second, SecondaryTimeout: time.Second, Logger: quiet,
 	})
 	g := guard.New(s, guard.Options{Lease: lease, TTL: 100 * time.Millisecond})
 	o := &outage{p: p, pg: pg, s: s, g: g, ran: newEffects()}

@@ -141,6 +141,16 @@ func (s *charges) forget(t testing.TB, id string) {
 	}
 }
 
+// endLease ends the lease of id's holder on its mark in PostgreSQL, as
+// when the holder pauses past its lease.
+func (s *charges) endLease(t testing.TB, id string) {
+	t.Helper()
+	k := s.key(id)
+	if _, err := s.db.Exec(`UPDATE idemguard_keys SET leased_until = statement_timestamp() WHERE scope = $1 AND id = $2`, k.Scope, k.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // key is the guard key of id for the account "ada" at POST /charges.
 func (s *charges) key(id string) guard.Key {
 	return guard.Key{Scope: strconv.Quote("ada") + " POST /charges", ID: id}
@@ -218,10 +228,12 @@ func TestCommitResponseAlreadyCommitted(t *testing.T) {
 	}
 }
 
-// Recipe "ErrStaleFence": A holds the key; Redis forgets it; B takes it
-// (the backstop gives B a higher fence) and is still running when A
-// commits: A's charge is rolled back and A answers 409 with Retry-After,
-// which is not stored; B commits, and the key's answer is B's.
+// Recipe "ErrStaleFence": A holds the key; Redis forgets it. While A's
+// lease lasts, B is told the request is in flight; once it ran out (A
+// paused past it), B takes the key (the backstop gives B a higher fence)
+// and is still running when A commits: A's charge is rolled back and A
+// answers 409 with Retry-After, which is not stored; B commits, and the
+// key's answer is B's.
 func TestCommitResponseStaleFence(t *testing.T) {
 	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
 	srv, c := serve(t, s.handler)
@@ -243,6 +255,10 @@ func TestCommitResponseStaleFence(t *testing.T) {
 	go func() { aDone <- chargeReq(t, c, srv.URL, "ch-3") }()
 	<-aIn
 	s.forget(t, "ch-3")
+	if b := chargeReq(t, c, srv.URL, "ch-3"); b.status != http.StatusConflict || b.problem(t).Type != httpx.ProblemInFlight {
+		t.Fatalf("B while A's lease lasts: %d %s", b.status, b.body)
+	}
+	s.endLease(t, "ch-3") // A pauses past its lease
 	go func() { bDone <- chargeReq(t, c, srv.URL, "ch-3") }()
 	<-bIn
 	goA() // A commits while B runs with a higher fence
