@@ -171,7 +171,7 @@ func TestCrashWindow(t *testing.T) {
 	}
 	// ... and the process dies here: no Complete, no heartbeat.
 
-	if _, err := g.Do(ctx, key, "fp", nil); !errors.Is(err, guard.ErrInProgress) {
+	if _, err := g.Do(ctx, key, "fp", notRun(t)); !errors.Is(err, guard.ErrInProgress) {
 		t.Fatalf("retry during the dead holder's lease = %v, want ErrInProgress", err)
 	}
 	time.Sleep(lease + 50*time.Millisecond) // waiting for the Redis lease to expire
@@ -641,7 +641,7 @@ func TestWrapExhaustedButCommitted(t *testing.T) {
 		t.Fatalf("committed key = %q, replayed %v, %v; want a replay", res.Value, res.Replayed, err)
 	}
 	// Without a commit, exhausted stays exhausted.
-	if _, err := g.Do(ctx, other, "fp", nil); !errors.Is(err, guard.ErrExhausted) {
+	if _, err := g.Do(ctx, other, "fp", notRun(t)); !errors.Is(err, guard.ErrExhausted) {
 		t.Fatalf("uncommitted key = %v, want ErrExhausted", err)
 	}
 }
@@ -742,7 +742,7 @@ func TestWrapExhaustedWithoutBackstop(t *testing.T) {
 	if !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, guard.ErrExhausted) {
 		t.Fatalf("exhausted key without PostgreSQL = %v, want ErrUnavailable", err)
 	}
-	res, err := g.Do(ctx, key, "fp", nil)
+	res, err := g.Do(ctx, key, "fp", notRun(t))
 	if err != nil || !res.Replayed || string(res.Value) != "receipt" {
 		t.Fatalf("with PostgreSQL back = %q, replayed %v, %v; want the committed receipt", res.Value, res.Replayed, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -25,4 +26,13 @@ func mustBackstop(t testing.TB, db *sql.DB, opts pgstore.Options) *backstop.Back
 		t.Fatalf("backstop.New: %v", err)
 	}
 	return b
+}
+
+// notRun is an effect that must not run: the call replays, or is refused
+// before it claims (Do panics on a nil Func).
+func notRun(t testing.TB) guard.Func {
+	return func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("the effect ran")
+		return nil, nil
+	}
 }

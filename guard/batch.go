@@ -32,8 +32,8 @@ type BatchFunc func(ctx context.Context, i int, lease Lease) ([]byte, error)
 // BatchOptions configure one DoBatch. The zero value runs the effects one
 // at a time, in the order of the items, each whatever the others did.
 type BatchOptions struct {
-	// Concurrency is how many effects run at once. 0 or 1: one at a time,
-	// in the order of the items.
+	// Concurrency is how many effects run at once. Zero, negative or 1:
+	// one at a time, in the order of the items.
 	Concurrency int
 	// Ordered runs the effects one at a time, in the order of the items
 	// (Concurrency is then 1), and stops at the first item that neither
@@ -130,7 +130,8 @@ func (e *PanicError) Unwrap() error {
 // the batch's earlier occurrence has ended (completed, failed or
 // released): the items are split, in order, into runs of distinct keys,
 // each a round of claims, effects and writes. The results are in the
-// order of items.
+// order of items. A nil fn is a programmer's error: DoBatch panics
+// before it claims any key.
 func (g *Guard) DoBatch(ctx context.Context, items []BatchItem, fn BatchFunc, opts BatchOptions) []BatchResult {
 	if fn == nil {
 		panic("guard.DoBatch: nil BatchFunc")
@@ -326,7 +327,7 @@ func (r *batchRun) segment(start, end int) bool {
 	for j := range reqs {
 		i, out, err := pos[j], outs[j], errs[j]
 		if err != nil && timedOut && !errors.Is(err, ErrUnavailable) {
-			err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
+			err = g.claimTimedOut(err)
 		}
 		if err == nil && out.Status == Acquired && late {
 			// Nobody runs the effect: give the key back, attempt
@@ -393,7 +394,7 @@ func (r *batchRun) segment(start, end int) bool {
 
 	for j, i := range lateAt {
 		w, werr := &writes[j], werrs[j]
-		err := fmt.Errorf("claim %s: %w: answered after the lease's deadline, so not used", w.Lease.Key, ErrUnavailable)
+		err := g.lateClaim(w.Lease.Key)
 		if werr != nil && !errors.Is(werr, ErrLeaseLost) {
 			err = fmt.Errorf("%w (releasing it: %w)", err, werr)
 		}

@@ -340,7 +340,8 @@ func TestDoBatchLateClaims(t *testing.T) {
 		return nil, nil
 	}, guard.BatchOptions{})
 	for i, r := range res {
-		if !errors.Is(r.Err, guard.ErrUnavailable) || !strings.Contains(r.Err.Error(), "after the lease's deadline") {
+		if !errors.Is(r.Err, guard.ErrUnavailable) || !strings.Contains(r.Err.Error(), "after the lease's deadline") ||
+			!strings.Contains(r.Err.Error(), "Options.Lease 100ms") {
 			t.Errorf("item %d: %v, want unavailable", i, r.Err)
 		}
 		if _, err := g.Get(bg, items[i].Key); !errors.Is(err, guard.ErrNotFound) {

@@ -39,8 +39,11 @@ func (c CallOptions) maxAttempts(guardMax int) int {
 // DoWith is Do with call options: the same guarantees, with opts in
 // force for this call's claim in place of the guard's Options. Do(ctx,
 // key, fingerprint, fn) is DoWith(ctx, key, fingerprint, fn,
-// CallOptions{}).
+// CallOptions{}). A nil fn panics, as in Do, before the key is claimed.
 func (g *Guard) DoWith(ctx context.Context, key Key, fingerprint string, fn Func, opts CallOptions) (Result, error) {
+	if fn == nil {
+		panic("guard.DoWith: nil Func")
+	}
 	return g.do(ctx, key, fingerprint, fn, opts)
 }
 

@@ -98,24 +98,38 @@ const (
 	DefaultMaxRun = 5 * time.Minute  // how long one holder may keep a key
 )
 
+// MinLease is the shortest lease a Guard uses: a positive Options.Lease
+// below it is read as MinLease. A holder may use its lease for
+// Lease − LeaseMargin(Lease) from when its claim was sent (7.9ms at
+// MinLease), and the claim's answer must come back within that; below
+// MinLease the margin is no longer the clock-drift allowance (Lease/100 +
+// 2ms) but a quarter of the lease, so few store round trips fit, none at
+// all for a lease of nanoseconds, and RedisStore counts leases in whole
+// milliseconds, which the margin no longer covers. A lease near MinLease
+// suits a store on the same host; across a network, or where the process
+// may pause (garbage collection, a loaded machine), use seconds.
+const MinLease = 10 * time.Millisecond
+
 // Options configure a Guard. The zero value is ready to use.
 type Options struct {
 	// TTL is how long a record is kept after its last change: a completed
-	// key replays for this long. Default DefaultTTL (24h, as Stripe).
+	// key replays for this long. Zero or negative: the default,
+	// DefaultTTL (24h, as Stripe).
 	TTL time.Duration
 	// Lease is how long a claim lives without being extended. While the
 	// effect runs, Do extends it every Lease/3; the effect's context ends
 	// at the lease's deadline (see the package doc) if no extension
 	// succeeded in time. A holder that dies loses the key after at most
-	// Lease. Default DefaultLease (30s).
+	// Lease. Zero or negative: the default, DefaultLease (30s); a
+	// positive value below MinLease (10ms) is read as MinLease.
 	Lease time.Duration
 	// MaxRun bounds how long one run of the effect keeps the key, counted
 	// from when the effect starts: after it the lease is no longer
 	// extended, the effect's context is cancelled with a cause matching
 	// ErrMaxRun and ErrLeaseLost, and the key can be claimed again once
 	// the lease has run out (an effect that still returns a result is
-	// recorded only if no one took the key over meanwhile). Default
-	// DefaultMaxRun (5 minutes); negative means no limit.
+	// recorded only if no one took the key over meanwhile). Zero: the
+	// default, DefaultMaxRun (5 minutes); negative: no limit.
 	//
 	// Five minutes is ten default leases, longer than any single call to
 	// a payment provider with its retries (Stripe's libraries give up on a
@@ -125,7 +139,7 @@ type Options struct {
 	// kept. Raise it for effects that are meant to run long.
 	MaxRun time.Duration
 	// MaxAttempts bounds how often a failing key is tried before claims
-	// return ErrExhausted. Zero means no limit.
+	// return ErrExhausted. Zero or negative: no limit.
 	MaxAttempts int
 	// Observer, if set, hears every outcome (for metrics and logs).
 	Observer Observer
@@ -135,8 +149,11 @@ func (o Options) withDefaults() Options {
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
-	if o.Lease <= 0 {
+	switch {
+	case o.Lease <= 0:
 		o.Lease = DefaultLease
+	case o.Lease < MinLease:
+		o.Lease = MinLease
 	}
 	switch {
 	case o.MaxRun == 0:
@@ -172,8 +189,9 @@ func New(store Store, opts Options) *Guard {
 // Store returns the store the guard writes to.
 func (g *Guard) Store() Store { return g.store }
 
-// Options returns the guard's options with defaults filled in (MaxRun
-// is -1 when unlimited).
+// Options returns the guard's options as the guard reads them: defaults
+// filled in, a Lease below MinLease raised to it, and MaxRun -1 when
+// unlimited.
 func (g *Guard) Options() Options { return g.opts }
 
 // Func is the effect Do guards. ctx is cancelled, with a cause matching
@@ -205,7 +223,12 @@ type Result struct {
 // when ctx is cancelled after fn returned. If it cannot be stored, Do
 // returns the value together with the error (ErrLeaseLost when another
 // holder took over): fn ran, but the guard could not record it.
+//
+// A nil fn is a programmer's error: Do panics before it claims the key.
 func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (Result, error) {
+	if fn == nil {
+		panic("guard.Do: nil Func")
+	}
 	return g.do(ctx, key, fingerprint, fn, CallOptions{})
 }
 
@@ -235,7 +258,7 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	req := g.request(key, fingerprint, k.token(), opts)
 	out, err = g.store.Claim(k.claimContext(), req)
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
-		err = fmt.Errorf("%w: no answer within the lease's validity (%s): %w", ErrUnavailable, g.validity, err)
+		err = g.claimTimedOut(err)
 	}
 	var late bool
 	if err == nil && out.Status == Acquired {
@@ -323,7 +346,7 @@ func (g *Guard) claimed(ctx context.Context, req ClaimRequest, out Outcome, err 
 		if late {
 			// Nobody ran the effect: give the key back, attempt uncounted,
 			// rather than leave it to run out.
-			err := fmt.Errorf("claim %s: %w: answered after the lease's deadline, so not used", key, ErrUnavailable)
+			err := g.lateClaim(key)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
 			if rerr := g.store.Release(rctx, out.Lease); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 				err = fmt.Errorf("%w (releasing it: %w)", err, rerr)
@@ -354,6 +377,21 @@ func (g *Guard) claimed(ctx context.Context, req ClaimRequest, out Outcome, err 
 	default:
 		return out, fmt.Errorf("claim %s: %w: status %d", key, ErrCorrupt, out.Status)
 	}
+}
+
+// lateClaim is the error of a claim of key answered Acquired after its
+// lease's deadline. It names Options.Lease: a lease too short for the
+// store's round trips is the likely cause.
+func (g *Guard) lateClaim(key Key) error {
+	return fmt.Errorf("claim %s: %w: answered after the lease's deadline, so not used "+
+		"(Options.Lease %s leaves %s from sending a claim to using it)", key, ErrUnavailable, g.opts.Lease, g.validity)
+}
+
+// claimTimedOut is the error of a claim that its bound, the lease's first
+// deadline, ended before the store answered (err).
+func (g *Guard) claimTimedOut(err error) error {
+	return fmt.Errorf("%w: no answer within the lease's validity (%s of Options.Lease %s): %w",
+		ErrUnavailable, g.validity, g.opts.Lease, err)
 }
 
 // run executes fn under lease, kept alive by k, and ends the claim as fn

@@ -222,6 +222,10 @@ func TestClaimAnsweredLateIsReleased(t *testing.T) {
 	if !errors.Is(err, guard.ErrUnavailable) {
 		t.Fatalf("Do with a late claim = %v, want ErrUnavailable", err)
 	}
+	// The error names the option to raise.
+	if !strings.Contains(err.Error(), "answered after the lease's deadline") || !strings.Contains(err.Error(), "Options.Lease 300ms") {
+		t.Fatalf("Do with a late claim = %v, want it to name Options.Lease 300ms", err)
+	}
 	out, err := g.Claim(bg, key, "fp")
 	if !errors.Is(err, guard.ErrUnavailable) || out.Status != 0 {
 		t.Fatalf("Claim answered late = %+v, %v; want no outcome and ErrUnavailable", out, err)

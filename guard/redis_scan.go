@@ -24,8 +24,12 @@ var errStopScan = errors.New("guard: scan stopped")
 // time. A record written or removed while the scan runs may or may not be
 // given (SCAN's guarantee), and one is never given twice by one server. It
 // returns the first error of a scan or of a read that is not the record's
-// own (the server unavailable, ctx ended), and nil if fn stopped it.
+// own (the server unavailable, ctx ended), and nil if fn stopped it. A
+// nil fn panics before the scan starts.
 func (s *RedisStore) ScanRecords(ctx context.Context, fn func(name string, rec Record, err error) bool) error {
+	if fn == nil {
+		panic("guard.RedisStore.ScanRecords: nil func")
+	}
 	// The names are the prefix and a hash tag of tagLen characters.
 	match := globEscape(s.prefix) + "{" + strings.Repeat("?", tagLen) + "}"
 	var mu sync.Mutex // one fn at a time, across the masters of a Cluster

@@ -158,8 +158,12 @@ func CheckStep(index int, name string) error {
 //
 // Each step costs one round trip to the store, and its bytes (name,
 // result, a few bytes of length) in the record until the key completes
-// (README, Steps).
+// (README, Steps). A nil fn is a programmer's error: Step panics before
+// it reads or writes anything.
 func Step[T any](ctx context.Context, lease Lease, name string, fn func(ctx context.Context) (T, error)) (T, error) {
+	if fn == nil {
+		panic("guard.Step: nil func")
+	}
 	var zero T
 	raw, err := lease.steps.run(ctx, lease, name, func(ctx context.Context) ([]byte, error) {
 		v, err := fn(ctx)

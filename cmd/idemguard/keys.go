@@ -170,7 +170,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case errors.Is(err, guard.ErrNotFound):
 			fmt.Fprintf(stdout, "postgres: no row for %s\n", key)
 		case err != nil:
-			return fmt.Errorf("read %s from postgres: %w", key, migrateHint(err))
+			return fmt.Errorf("read %s from postgres: %w", key, err) // a missing table says how to make it
 		default:
 			found = true
 			fmt.Fprintln(stdout, "postgres")

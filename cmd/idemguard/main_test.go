@@ -592,9 +592,9 @@ func TestMigratePurgeBadInput(t *testing.T) {
 	// A database without the tables: the error says how to make them.
 	_, dsn := testenv.Postgres(t)
 	code, _, stderr := cli(t, "purge", "--postgres", dsn)
-	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	wantError(t, code, stderr, 1, "idemguard migrate up")
 	code, _, stderr = cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--postgres", dsn, "s", "i")
-	wantError(t, code, stderr, 1, "create them with idemguard migrate")
+	wantError(t, code, stderr, 1, "idemguard migrate up")
 	// Lock nodes that do not answer: one line, non-zero, nothing purged.
 	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
 		t.Fatal(stderr)

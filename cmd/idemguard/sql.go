@@ -153,22 +153,11 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case errors.Is(err, lock.ErrUnavailable):
 			return fmt.Errorf("lock nodes %s: no quorum answers: %w", strings.Join(nodes, ","), err)
 		case err != nil:
-			return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, migrateHint(err))
+			return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, err)
 		}
 	} else if err := job(ctx); err != nil {
-		return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, migrateHint(err))
+		return fmt.Errorf("purge (deleted %d rows before the error): %w", deleted, err)
 	}
 	fmt.Fprintf(stdout, "purged %d expired rows in %s\n", deleted, time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// migrateHint says what to do about an error that a table is missing
-// (SQLSTATE 42P01, undefined_table): the schema was never migrated, or
-// another --schema was given.
-func migrateHint(err error) error {
-	var s interface{ SQLState() string }
-	if errors.As(err, &s) && s.SQLState() == "42P01" {
-		return fmt.Errorf("%w (no backstop tables there: create them with idemguard migrate --postgres DSN [--schema S] up)", err)
-	}
-	return err
 }

@@ -13,11 +13,18 @@ import (
 // that carries one, and whether there was one.
 func SQLState(err error) (string, bool) { return sqlstate.Code(err) }
 
+// MigrateHint is what Err adds to the message of a table that does not
+// exist (SQLSTATE 42P01): the tables are made by migrations, not on first
+// use.
+const MigrateHint = "no such table: create the tables with pgstore.Migrate or the command idemguard migrate up, " +
+	"given the same Schema and TablePrefix"
+
 // Err maps a database error to the guard's vocabulary: a connection that
 // failed, a server shutting down or out of resources, a serialization
 // failure or a deadlock wraps guard.ErrUnavailable (the call may be made
 // again); a cancelled context is returned as it is; anything else is
-// wrapped plainly. what names the operation in the message.
+// wrapped plainly, a missing table (42P01, not unavailable: no retry
+// makes it) with MigrateHint. what names the operation in the message.
 func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -27,6 +34,9 @@ func Err(ctx context.Context, what string, err error) error {
 	}
 	if Unavailable(err) {
 		return fmt.Errorf("%w: postgres %s: %w", guard.ErrUnavailable, what, err)
+	}
+	if sqlstate.UndefinedTable(err) {
+		return fmt.Errorf("postgres %s: %w (%s)", what, err, MigrateHint)
 	}
 	return fmt.Errorf("postgres %s: %w", what, err)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,30 @@ func TestUnavailableBySQLState(t *testing.T) {
 				t.Errorf("%s %s: Err = %v does not wrap the driver's error", name, code, mapped)
 			}
 		}
+	}
+}
+
+// TestMissingTableHint: a missing table (42P01) is wrapped plainly, as
+// before, the driver's error kept, with the hint to run the migrations;
+// no other error gets the hint. A real server's error too.
+func TestMissingTableHint(t *testing.T) {
+	bg := context.Background()
+	for _, err := range []error{stateErr("42P01"), fmt.Errorf("query: %w", &pq.Error{Code: "42P01"})} {
+		mapped := pgsql.Err(bg, "claim", err)
+		if !errors.Is(mapped, err) || errors.Is(mapped, guard.ErrUnavailable) ||
+			!strings.Contains(mapped.Error(), pgsql.MigrateHint) || !strings.HasPrefix(mapped.Error(), "postgres claim: ") {
+			t.Errorf("Err(%v) = %v; want it wrapped, not unavailable, with the hint", err, mapped)
+		}
+	}
+	for _, err := range []error{stateErr("42703"), stateErr("08006"), errors.New("relation does not exist")} {
+		if mapped := pgsql.Err(bg, "claim", err); strings.Contains(mapped.Error(), "pgstore.Migrate") {
+			t.Errorf("Err(%v) = %v; the hint belongs to 42P01 alone", err, mapped)
+		}
+	}
+	db, _ := testenv.Postgres(t)
+	_, err := db.ExecContext(bg, `SELECT * FROM idemguard_keys`)
+	if mapped := pgsql.Err(bg, "get", err); !strings.Contains(mapped.Error(), pgsql.MigrateHint) {
+		t.Errorf("a real server's missing table: Err = %v; want the hint", mapped)
 	}
 }
 

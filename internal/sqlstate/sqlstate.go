@@ -31,6 +31,14 @@ func Retryable(err error) bool {
 	return code == "40001" || code == "40P01"
 }
 
+// UndefinedTable reports a table or other relation that does not exist
+// (42P01, undefined_table): the schema was never migrated, or the
+// connection looks in another schema (search_path, Options.Schema).
+func UndefinedTable(err error) bool {
+	code, _ := Code(err)
+	return code == "42P01"
+}
+
 // Unreachable reports whether err means the database could not be reached
 // or could not do the work now but may later: SQLSTATE class 08
 // (connection exception), 53 (insufficient resources) and 57P (admin or

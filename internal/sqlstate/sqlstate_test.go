@@ -52,4 +52,12 @@ func TestClassification(t *testing.T) {
 	if _, ok := Code(io.EOF); ok {
 		t.Error("Code found a SQLSTATE in io.EOF")
 	}
+	for err, want := range map[error]bool{
+		pgError{"42P01"}: true, wrapped(pgError{"42P01"}): true,
+		pgError{"42703"}: false, pgError{"3F000"}: false, errors.New("relation does not exist"): false,
+	} {
+		if got := UndefinedTable(err); got != want {
+			t.Errorf("UndefinedTable(%v) = %v, want %v", err, got, want)
+		}
+	}
 }

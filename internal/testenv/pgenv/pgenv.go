@@ -6,8 +6,12 @@ package pgenv
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/sqlstate"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -58,5 +62,24 @@ func Exec(t testing.TB, db *sql.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// WantMissingTable fails the test unless err is what pgstore and backstop
+// return for a table that was never created: the driver's own error
+// (SQLSTATE 42P01, undefined_table) still in the chain, not classified as
+// guard.ErrUnavailable (no retry makes the table), with a message that
+// says to run pgstore.Migrate. what names the call in the failure.
+func WantMissingTable(t testing.TB, what string, err error) {
+	t.Helper()
+	switch code, _ := sqlstate.Code(err); {
+	case err == nil:
+		t.Errorf("%s on tables never migrated: no error", what)
+	case code != "42P01":
+		t.Errorf("%s = %v (SQLSTATE %q); want the driver's undefined_table error (42P01) in the chain", what, err, code)
+	case errors.Is(err, guard.ErrUnavailable):
+		t.Errorf("%s = %v; a missing table is not unavailable", what, err)
+	case !strings.Contains(err.Error(), "create the tables with pgstore.Migrate"):
+		t.Errorf("%s = %v; want it to say to create the tables with pgstore.Migrate", what, err)
 	}
 }
