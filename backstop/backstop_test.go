@@ -794,3 +794,46 @@ func TestFailAndReleaseEndMarkLease(t *testing.T) {
 		}
 	}
 }
+
+// TestLostHolderEndsMarkLease: Redis lost the record of a running holder,
+// whose mark keeps the next claim out; when the holder then gives up
+// (its Fail refused with ErrLeaseLost, as its heartbeat found the record
+// gone, or its Release), its lease on the mark ends and the next claim is
+// acquired at once, with a fence above the holder's, not after a lease.
+func TestLostHolderEndsMarkLease(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			db := pgenv.Migrated(t, pgstore.Options{})
+			b := mustBackstop(t, db, pgstore.Options{})
+			srv := testenv.StartRedis(t)
+			client := srv.Client()
+			rs := guard.NewRedisStore(client, guard.RedisOptions{})
+			g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: time.Minute})
+			key := newKey(t)
+			a, err := g.Claim(ctx, key, "fp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := client.Del(ctx, rs.Name(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Claim(ctx, key, "fp"); !errors.Is(err, guard.ErrInProgress) {
+				t.Fatalf("claim while the holder runs = %v, want ErrInProgress", err)
+			}
+			if fail {
+				err = g.Fail(ctx, a.Lease, errors.New("gave up"))
+			} else {
+				err = g.Release(ctx, a.Lease)
+			}
+			// A release Redis has nothing to compare with may stand.
+			if err != nil && !errors.Is(err, guard.ErrLeaseLost) {
+				t.Fatalf("the holder's write after Redis lost its record = %v, want nil or ErrLeaseLost", err)
+			}
+			next, err := g.Claim(ctx, key, "fp")
+			if err != nil || next.Lease.Fence <= a.Lease.Fence {
+				t.Fatalf("claim after the holder gave up = %+v, %v; want acquired above fence %d", next.Lease, err, a.Lease.Fence)
+			}
+		})
+	}
+}

@@ -194,10 +194,12 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 // Fail also ends the holder's lease on its mark, so the next attempt need
 // not wait for it (if PostgreSQL cannot be reached then, the next attempt
 // is told the key is in progress until the lease would have ended; the
-// failure stands).
+// failure stands). So does a Fail primary refuses with ErrLeaseLost: the
+// holder has stopped, whether primary lost its record or another holder
+// took the key (whose own mark it then leaves alone).
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
-	if err == nil {
+	if err == nil || errors.Is(err, guard.ErrLeaseLost) {
 		g.unmark(ctx, lease, false)
 	}
 	return err
@@ -209,11 +211,13 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 // another payload may take it. (If PostgreSQL cannot be reached then, the
 // mark stays until it expires and refuses other payloads as a mismatch
 // meanwhile, and the next claim is told the key is in progress until the
-// lease would have ended; the release stands.)
+// lease would have ended; the release stands.) A Release primary refuses
+// with ErrLeaseLost ends the holder's lease on its mark, as Fail's does,
+// and keeps the mark.
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
-	if err == nil {
-		g.unmark(ctx, lease, true)
+	if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+		g.unmark(ctx, lease, err == nil)
 	}
 	return err
 }

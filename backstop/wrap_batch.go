@@ -76,7 +76,10 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 				return
 			}
 		}
+		lost := errors.Is(errs[i], guard.ErrLeaseLost)
 		switch {
+		case (w.Kind == guard.WriteFail || w.Kind == guard.WriteRelease) && lost:
+			b.g.unmark(ctx, w.Lease, false) // as Fail and Release do
 		case errs[i] != nil:
 		case w.Kind == guard.WriteFail:
 			b.g.unmark(ctx, w.Lease, false)
