@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -94,6 +95,15 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
 // runs again when the broker delivers it again.
+//
+// A handler that panics does not take the router down, with or without
+// Watermill's Recoverer: as in consumerx.Processor.ProcessBatch, the panic
+// is a failed attempt of the message, which is nacked with an error
+// matching guard.ErrPanicked (errors.As gives the *guard.PanicError with
+// the value and the stack) and, after the attempt limit, dead-lettered
+// (the cause matching guard.ErrExhausted) instead of coming back for
+// ever. A handler that panics after the message's context ended is
+// Interrupted, as one that returns an error then is.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -109,10 +119,16 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, err
 		}
 		cmsg := consumerx.Message{ID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
-		o, result, err := p.ProcessResult(ctx, cmsg, func(ctx context.Context, _ consumerx.Message) ([]byte, error) {
+		o, result, err := p.ProcessResult(ctx, cmsg, func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
 			msg.SetContext(ctx) // the handler sees the lease (consumerx.LeaseFrom) and its loss
 			defer msg.SetContext(orig)
+			defer func() {
+				if v := recover(); v != nil {
+					lease, _ := consumerx.LeaseFrom(ctx)
+					err = &panicked{&guard.PanicError{Key: lease.Key, Value: v, Stack: debug.Stack()}}
+				}
+			}()
 			produced, err := h(msg)
 			if err != nil {
 				return nil, err
@@ -146,6 +162,16 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 	}
 }
+
+// panicked is the failure of a handler that panicked: it matches
+// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
+// value and the stack.
+type panicked struct{ p *guard.PanicError }
+
+func (e *panicked) Error() string {
+	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
+}
+func (e *panicked) Unwrap() error { return e.p }
 
 // stored is a produced message as kept in the record.
 type stored struct {
