@@ -94,9 +94,10 @@ type Options struct {
 	// per (group, id, fingerprint) however often the message comes back (it
 	// runs under a guard key of its own; a message without a usable id,
 	// once per (group, Message.ID, fingerprint), or on every delivery if
-	// Message.ID is empty too); if it returns an error the
-	// message is not acknowledged and dead-lettering is retried on the next
-	// delivery. Its ctx carries the lease of that dead-letter record
+	// Message.ID is empty too); if it returns an error (or panics: the
+	// error then matches guard.ErrPanicked) the message is not
+	// acknowledged and dead-lettering is retried on the next delivery.
+	// Its ctx carries the lease of that dead-letter record
 	// (LeaseFrom, when the call is deduplicated): a DeadLetter that does
 	// several things records each with guard.Step, so that a retry does not
 	// repeat the ones done. Nil: the message is logged at Error level and
@@ -239,7 +240,8 @@ func (p *Processor) userKey(msg Message) (id string, err error) {
 	return p.opts.Key(msg)
 }
 
-// funcPanicked is the panic of a user's Key or Fingerprint function: it
+// funcPanicked is the panic of a user's Key, Fingerprint or DeadLetter
+// function: it
 // matches guard.ErrPanicked, and errors.As finds the *guard.PanicError.
 type funcPanicked struct{ p *guard.PanicError }
 
@@ -550,14 +552,14 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		// apart from the ids keys are made of.
 		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest("\x00"+msg.ID, fp)}
 	default:
-		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
+		if err := p.sendDeadLetter(ctx, msg, cause); err != nil {
 			return deadLetterFailed(ctx, err)
 		}
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
 	res, err := p.g.DoWith(ctx, dk, "", func(lctx context.Context, lease guard.Lease) ([]byte, error) {
-		return nil, p.opts.DeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
+		return nil, p.sendDeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
 	}, deadCall)
 	switch {
 	case err == nil:
@@ -570,6 +572,19 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 	default:
 		return deadLetterFailed(ctx, err)
 	}
+}
+
+// sendDeadLetter calls Options.DeadLetter. A panic of it is a dead letter
+// not sent, as an error is: it becomes an error matching
+// guard.ErrPanicked, and goes no further (it would take down a whole
+// batch, again on every delivery).
+func (p *Processor) sendDeadLetter(ctx context.Context, msg Message, cause error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &funcPanicked{&guard.PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return p.opts.DeadLetter(ctx, msg, cause)
 }
 
 // deadLetterFailed is the outcome of a dead letter that was not sent

@@ -108,3 +108,70 @@ func TestUserFunctionPanicIsThatMessagesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// A DeadLetter that panics for one message is a dead letter not sent, as
+// one returning an error is: the message is Failed (an error matching
+// guard.ErrPanicked), not acknowledged, and dead-lettered on a later
+// delivery; the other messages of its batch end as they would have, and
+// nothing panics out of Process or ProcessBatch.
+func TestDeadLetterPanicIsNotSent(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	fail := true
+	var dead []string
+	p := newProcessor(t, g, "billing", consumerx.Options{
+		Key: func(msg consumerx.Message) (string, error) {
+			if msg.ID == "m1" || msg.ID == "single" {
+				return "", errors.New("no order id")
+			}
+			return msg.ID, nil
+		},
+		DeadLetter: func(_ context.Context, msg consumerx.Message, _ error) error {
+			if fail {
+				panic("dead-letter topic client is nil")
+			}
+			dead = append(dead, msg.ID)
+			return nil
+		}})
+	ran := 0
+	h := func(context.Context, consumerx.Message) error { ran++; return nil }
+	ctx := context.Background()
+	msgs := batchOf(3)
+	for round, want := range [][]consumerx.Outcome{
+		{consumerx.Processed, consumerx.Failed, consumerx.Processed},
+		{consumerx.Duplicate, consumerx.DeadLettered, consumerx.Duplicate},
+	} {
+		var res []consumerx.BatchResult
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					t.Errorf("round %d: ProcessBatch panicked: %v", round, v)
+				}
+			}()
+			res = p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+		}()
+		for i, r := range res {
+			if r.Outcome != want[i] {
+				t.Errorf("round %d, m%d: %s, %v; want %s", round, i, r.Outcome, r.Err, want[i])
+			}
+		}
+		if round == 0 && len(res) == 3 && !errors.Is(res[1].Err, guard.ErrPanicked) {
+			t.Errorf("m1's error %v; want ErrPanicked", res[1].Err)
+		}
+		var o consumerx.Outcome
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					t.Errorf("round %d: Process panicked: %v", round, v)
+				}
+			}()
+			o, _ = p.Process(ctx, consumerx.Message{ID: "single"}, h)
+		}()
+		if o != want[1] {
+			t.Errorf("round %d, Process: %s; want %s", round, o, want[1])
+		}
+		fail = false
+	}
+	if ran != 2 || fmt.Sprint(dead) != "[m1 single]" {
+		t.Errorf("ran %d, dead-lettered %v; want 2, [m1 single]", ran, dead)
+	}
+}
