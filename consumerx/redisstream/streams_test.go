@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,4 +77,30 @@ func groupRead(t *testing.T, rdb *redis.Client, stream string) bool {
 		t.Fatal(err)
 	}
 	return len(groups) == 1 && groups[0].LastDeliveredID == "1-2"
+}
+
+// Message.ID names the stream; a stream name too long for a guard id, or
+// holding a control character (a Redis key may), gives a digest of it
+// instead, so each entry still has a usable key of its own.
+func TestIDOfAnyStreamIsUsable(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	if id := ID("orders", "1-2"); id != "orders/1-2" {
+		t.Errorf("ID = %q, want orders/1-2", id)
+	}
+	seen := map[string]bool{}
+	for _, s := range []string{"orders", strings.Repeat("s", 300), strings.Repeat("s", 301), "a\nb", "a\x00b"} {
+		c := e.consumer(func(context.Context, consumerx.Message) error { return nil }, Options{Stream: s, Group: "billing", Consumer: "c"})
+		for _, entry := range []string{"1-2", "1700000000000-12"} {
+			msg := c.message(redis.XMessage{ID: entry, Values: map[string]any{"payload": "x"}})
+			k, err := c.Processor().Key(msg)
+			if err != nil {
+				t.Errorf("stream %.10q entry %s: %v", s, entry, err)
+				continue
+			}
+			if seen[k.ID] {
+				t.Errorf("id %q given twice", k.ID)
+			}
+			seen[k.ID] = true
+		}
+	}
 }
