@@ -3,7 +3,9 @@ package watermillx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -69,5 +71,42 @@ func TestAlwaysPanickingHandlerDeadLettered(t *testing.T) {
 					runs, deliveries+1, causes, maxAttempts)
 			}
 		})
+	}
+}
+
+// Watermill's Timeout middleware ends the message's context at a
+// deadline: a handler that then fails timed out, which is a failed
+// attempt, not the consumer stopping. A handler that always times out is
+// dead-lettered after MaxAttempts instead of being released and
+// redelivered for ever; it still sees the deadline and its lease.
+func TestAlwaysTimingOutHandlerDeadLettered(t *testing.T) {
+	const maxAttempts = 3
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var causes []error
+	mw, err := New(g, Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t), MaxAttempts: maxAttempts,
+		DeadLetter: func(_ context.Context, _ consumerx.Message, c error) error { causes = append(causes, c); return nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := middleware.Timeout(20 * time.Millisecond)(mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		if _, ok := consumerx.LeaseFrom(msg.Context()); !ok {
+			t.Error("the handler's context has no lease")
+		}
+		<-msg.Context().Done()
+		return nil, fmt.Errorf("gateway: %w", msg.Context().Err())
+	}))
+	uuid := watermill.NewUUID()
+	deliveries := 0
+	for ; deliveries < 3*maxAttempts; deliveries++ {
+		if _, err := h(message.NewMessage(uuid, []byte("order 1"))); err == nil {
+			break
+		}
+	}
+	if runs != maxAttempts || deliveries != maxAttempts-1 || len(causes) != 1 || !errors.Is(causes[0], guard.ErrExhausted) ||
+		!errors.Is(causes[0], context.DeadlineExceeded) {
+		t.Errorf("ran %d times, acknowledged at delivery %d, dead letters %v; want %d runs, acknowledged at the last, one dead letter exhausted by the timeout",
+			runs, deliveries+1, causes, maxAttempts)
 	}
 }
