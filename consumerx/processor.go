@@ -255,7 +255,9 @@ func (e *funcPanicked) Unwrap() error { return e.p }
 // why for InProgress (a *guard.InProgressError), Failed (the handler's or
 // the store's error), DeadLettered (the cause given to DeadLetter) and
 // Interrupted (the handler's error, or the context's); it is nil for
-// Processed and Duplicate. A panic in h releases the claim and goes on.
+// Processed and Duplicate. A panic in h releases the claim and goes on;
+// a panic of Options.Key, Fingerprint or DeadLetter does not go on, it
+// is the message's (see ErrNoKey and Options.DeadLetter).
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
