@@ -2,8 +2,11 @@ package kafkax
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -57,5 +60,43 @@ func TestLongTopicRecordsHaveUsableKeys(t *testing.T) {
 	}
 	if id := ID(&kgo.Record{Topic: "orders", Partition: 3, Offset: 42}); id != "orders/3/42" {
 		t.Errorf("short topic's id %q, want orders/3/42", id)
+	}
+}
+
+// Through a broker: a topic with Kafka's longest name, past offset 1000
+// (where "<topic>/<partition>/<offset>" outgrows guard.MaxIDLen): every
+// record runs once and is committed, none is dead-lettered.
+func TestLongTopicConsumedPastOffsetThousand(t *testing.T) {
+	const n = 1010
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	topic := strings.Repeat("t", 249)
+	addrs, producer, _ := startKafka(t, topic)
+	ctx := context.Background()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte("customer-1"), Value: fmt.Appendf(nil, "charge %d", i)}
+	}
+	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := groupClient(t, addrs, "billing", topic)
+	defer cl.CloseAllowingRebalance()
+	var runs, dead atomic.Int32
+	c, err := New(cl, g, func(context.Context, consumerx.Message) error { runs.Add(1); return nil },
+		Options{MaxPollRecords: 500, Process: consumerx.Options{Logger: testenv.Logger(t),
+			DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return lag(t, producer, "billing", topic) == 0 })
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != n || dead.Load() != 0 {
+		t.Errorf("ran %d, dead-lettered %d; want %d, 0", runs.Load(), dead.Load(), n)
 	}
 }
