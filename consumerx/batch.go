@@ -60,10 +60,13 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 	runs := make([]run, len(msgs))
 	items := make([]guard.BatchItem, 0, len(msgs))
 	var idx []int // the message of each item, once a message was left out
-	p.fingerprintsInto(msgs, runs)
+	fpErrs := p.fingerprintsInto(msgs, runs)
 	bad, badErr := len(msgs), error(nil) // Ordered: the first message without a usable key
 	for i := range msgs {
 		key, err := p.Key(msgs[i])
+		if err == nil && fpErrs != nil {
+			err = fpErrs[i]
+		}
 		if err != nil && opts.Ordered {
 			// It keeps its place: the batch runs up to it, and it is
 			// dead-lettered only if every message before it is

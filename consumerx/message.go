@@ -9,8 +9,8 @@ import (
 // Message is one delivery of a broker's message, as the adapters hand it to
 // a Handler. A redelivery of the same message carries the same ID.
 type Message struct {
-	// ID is the broker's id of the message (a stream entry id, a Watermill
-	// UUID, a JetStream Nats-Msg-Id or stream sequence, a Kafka
+	// ID is the broker's id of the message (a Redis stream and entry id, a
+	// Watermill UUID, a JetStream Nats-Msg-Id or stream sequence, a Kafka
 	// topic/partition/offset). Options.Key may pick another.
 	ID string
 	// Payload is the message body.

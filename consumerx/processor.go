@@ -57,7 +57,9 @@ const (
 const DefaultMaxAttempts = 5
 
 // ErrNoKey is the cause of dead-lettering a message whose id is empty or
-// whose Options.Key function failed.
+// whose Options.Key or Options.Fingerprint function failed: returned an
+// error, or panicked (the cause then matches guard.ErrPanicked too, and
+// errors.As finds the *guard.PanicError with the value and the stack).
 var ErrNoKey = errors.New("consumerx: message has no usable id")
 
 // Options configure a Processor. The zero value is ready to use.
@@ -67,13 +69,17 @@ type Options struct {
 	// producer may send one logical message as several broker messages.
 	// An error, or an id the guard cannot store (empty, over
 	// guard.MaxIDLen bytes, control characters), dead-letters the message
-	// with a cause wrapping ErrNoKey or guard.ErrInvalidKey.
+	// with a cause wrapping ErrNoKey or guard.ErrInvalidKey; so does a
+	// panic of the function (ErrNoKey), which goes no further: the other
+	// messages of a batch run as they would have.
 	Key func(Message) (string, error)
 	// Fingerprint returns the digest a redelivery is compared with.
 	// Default: SHA-256 of Payload, so an id reused with a different payload
 	// is dead-lettered with a cause wrapping guard.ErrMismatch instead of
 	// being taken for a duplicate. Return a constant ("") when one id may
-	// legitimately carry a changed payload: it is then a duplicate.
+	// legitimately carry a changed payload: it is then a duplicate. If it
+	// panics for a message, the message is dead-lettered with a cause
+	// wrapping ErrNoKey, as for a failed Key.
 	Fingerprint func(Message) string
 	// MaxAttempts bounds how often a failing message runs before it is
 	// dead-lettered. Zero takes the guard's Options.MaxAttempts, or
@@ -88,9 +94,10 @@ type Options struct {
 	// per (group, id, fingerprint) however often the message comes back (it
 	// runs under a guard key of its own; a message without a usable id,
 	// once per (group, Message.ID, fingerprint), or on every delivery if
-	// Message.ID is empty too); if it returns an error the
-	// message is not acknowledged and dead-lettering is retried on the next
-	// delivery. Its ctx carries the lease of that dead-letter record
+	// Message.ID is empty too); if it returns an error (or panics: the
+	// error then matches guard.ErrPanicked) the message is not
+	// acknowledged and dead-lettering is retried on the next delivery.
+	// Its ctx carries the lease of that dead-letter record
 	// (LeaseFrom, when the call is deduplicated): a DeadLetter that does
 	// several things records each with guard.Step, so that a retry does not
 	// repeat the ones done. Nil: the message is logged at Error level and
@@ -209,7 +216,7 @@ func (p *Processor) Key(msg Message) (guard.Key, error) {
 	id := msg.ID
 	if p.opts.Key != nil {
 		var err error
-		if id, err = p.opts.Key(msg); err != nil {
+		if id, err = p.userKey(msg); err != nil {
 			return guard.Key{}, fmt.Errorf("%w: key function: %w", ErrNoKey, err)
 		}
 	}
@@ -223,6 +230,24 @@ func (p *Processor) Key(msg Message) (guard.Key, error) {
 	return k, nil
 }
 
+// userKey calls Options.Key, its panic made an error.
+func (p *Processor) userKey(msg Message) (id string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &funcPanicked{&guard.PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return p.opts.Key(msg)
+}
+
+// funcPanicked is the panic of a user's Key, Fingerprint or DeadLetter
+// function: it
+// matches guard.ErrPanicked, and errors.As finds the *guard.PanicError.
+type funcPanicked struct{ p *guard.PanicError }
+
+func (e *funcPanicked) Error() string { return fmt.Sprintf("panicked: %v", e.p.Value) }
+func (e *funcPanicked) Unwrap() error { return e.p }
+
 // Process runs h for msg unless msg's (group, id) already ran, and reports
 // what to do with the delivery; see Outcome. ctx is the consumer's own
 // context: if it has ended when h returns an error, the claim is released
@@ -230,7 +255,9 @@ func (p *Processor) Key(msg Message) (guard.Key, error) {
 // why for InProgress (a *guard.InProgressError), Failed (the handler's or
 // the store's error), DeadLettered (the cause given to DeadLetter) and
 // Interrupted (the handler's error, or the context's); it is nil for
-// Processed and Duplicate. A panic in h releases the claim and goes on.
+// Processed and Duplicate. A panic in h releases the claim and goes on;
+// a panic of Options.Key, Fingerprint or DeadLetter does not go on, it
+// is the message's (see ErrNoKey and Options.DeadLetter).
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
@@ -291,7 +318,10 @@ func (e *interrupted) Unwrap() []error { return []error{guard.ErrRejected, e.err
 
 func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Outcome, []byte, error) {
 	key, err := p.Key(msg)
-	fp := p.fingerprint(msg)
+	fp, ferr := p.fingerprint(msg)
+	if err == nil {
+		err = ferr
+	}
 	if err != nil {
 		return p.deadLetter(ctx, msg, guard.Key{}, fp, err)
 	}
@@ -524,14 +554,14 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		// apart from the ids keys are made of.
 		dk = guard.Key{Scope: DeadLetterScopePrefix + p.group, ID: digest("\x00"+msg.ID, fp)}
 	default:
-		if err := p.opts.DeadLetter(ctx, msg, cause); err != nil {
+		if err := p.sendDeadLetter(ctx, msg, cause); err != nil {
 			return deadLetterFailed(ctx, err)
 		}
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
 	res, err := p.g.DoWith(ctx, dk, "", func(lctx context.Context, lease guard.Lease) ([]byte, error) {
-		return nil, p.opts.DeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
+		return nil, p.sendDeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
 	}, deadCall)
 	switch {
 	case err == nil:
@@ -546,6 +576,19 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 	}
 }
 
+// sendDeadLetter calls Options.DeadLetter. A panic of it is a dead letter
+// not sent, as an error is: it becomes an error matching
+// guard.ErrPanicked, and goes no further (it would take down a whole
+// batch, again on every delivery).
+func (p *Processor) sendDeadLetter(ctx context.Context, msg Message, cause error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &funcPanicked{&guard.PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return p.opts.DeadLetter(ctx, msg, cause)
+}
+
 // deadLetterFailed is the outcome of a dead letter that was not sent
 // (err): Interrupted if the consumer's context ctx has ended (shutdown is
 // not failure), Failed otherwise. Either way the message is not
@@ -558,12 +601,20 @@ func deadLetterFailed(ctx context.Context, err error) (Outcome, []byte, error) {
 	return Failed, nil, err
 }
 
-func (p *Processor) fingerprint(msg Message) string {
+// fingerprint returns msg's fingerprint, or an error wrapping ErrNoKey if
+// Options.Fingerprint panicked.
+func (p *Processor) fingerprint(msg Message) (fp string, err error) {
 	if p.opts.Fingerprint != nil {
-		return p.opts.Fingerprint(msg)
+		defer func() {
+			if v := recover(); v != nil {
+				fp, err = "", fmt.Errorf("%w: fingerprint function: %w", ErrNoKey,
+					&funcPanicked{&guard.PanicError{Value: v, Stack: debug.Stack()}})
+			}
+		}()
+		return p.opts.Fingerprint(msg), nil
 	}
 	var b [fingerprintLen]byte
-	return string(appendFingerprint(b[:0], msg.Payload))
+	return string(appendFingerprint(b[:0], msg.Payload)), nil
 }
 
 // fingerprintLen is the length of the default fingerprint: base64 of a
@@ -576,13 +627,21 @@ func appendFingerprint(dst, payload []byte) []byte {
 }
 
 // fingerprintsInto sets each run's fingerprint to its message's, as
-// fingerprint makes it; the default ones share one allocation.
-func (p *Processor) fingerprintsInto(msgs []Message, runs []run) {
+// fingerprint makes it; the default ones share one allocation. errs, nil
+// if there is none, holds the error of each message whose Fingerprint
+// panicked.
+func (p *Processor) fingerprintsInto(msgs []Message, runs []run) (errs []error) {
 	if p.opts.Fingerprint != nil {
 		for i := range msgs {
-			runs[i].fp = p.opts.Fingerprint(msgs[i])
+			var err error
+			if runs[i].fp, err = p.fingerprint(msgs[i]); err != nil {
+				if errs == nil {
+					errs = make([]error, len(msgs))
+				}
+				errs[i] = err
+			}
 		}
-		return
+		return errs
 	}
 	b := make([]byte, 0, fingerprintLen*len(msgs))
 	for i := range msgs {
@@ -592,6 +651,7 @@ func (p *Processor) fingerprintsInto(msgs []Message, runs []run) {
 	for i := range runs {
 		runs[i].fp = all[i*fingerprintLen : (i+1)*fingerprintLen]
 	}
+	return nil
 }
 
 // digest names the dead-letter record of (id, fingerprint).

@@ -6,6 +6,8 @@ package jetstreamx
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -34,7 +36,8 @@ type Options struct {
 	Group string
 	// Process configures deduplication. Key defaults to ID: the
 	// Nats-Msg-Id header if the publisher set one, else
-	// "<stream>:<stream sequence>". Message.Raw is the jetstream.Msg.
+	// "<stream>:<stream sequence>" (a digest of the stream name when that
+	// is too long for the guard). Message.Raw is the jetstream.Msg.
 	Process consumerx.Options
 	// InProgressDelay is the NakWithDelay of a message another consumer is
 	// running (at most until that consumer's lease ends). Default 1s.
@@ -120,7 +123,11 @@ func (h *Handler) guarded(ctx context.Context, msgs []consumerx.Message) []consu
 func (h *Handler) Processor() *consumerx.Processor { return h.proc }
 
 // ID returns the default id of msg: its Nats-Msg-Id header, or
-// "<stream>:<stream sequence>".
+// "<stream>:<stream sequence>", or, when that is longer than
+// guard.MaxIDLen (a stream name near JetStream's 255 characters),
+// "sha256.<digest of the stream name>:<stream sequence>" (the digest in
+// unpadded base64url): a stream name holds no '.', so the two forms never
+// meet, and every message has an id the guard can store.
 func ID(msg jetstream.Msg) string {
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		return id
@@ -129,7 +136,12 @@ func ID(msg jetstream.Msg) string {
 	if err != nil {
 		return ""
 	}
-	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+	seq := ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+	if len(md.Stream)+len(seq) <= guard.MaxIDLen {
+		return md.Stream + seq
+	}
+	sum := sha256.Sum256([]byte(md.Stream))
+	return "sha256." + base64.RawURLEncoding.EncodeToString(sum[:]) + seq
 }
 
 // Handle runs one message and acknowledges it. It returns the outcome and,

@@ -6,6 +6,8 @@ package kafkax
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,7 +34,8 @@ type Options struct {
 	// the client's consumer group.
 	Group string
 	// Process configures deduplication. Key defaults to ID:
-	// "<topic>/<partition>/<offset>", the same for every fetch of a record;
+	// "<topic>/<partition>/<offset>" (a digest of the topic when that is
+	// too long for the guard), the same for every fetch of a record;
 	// use a key function (of the record key or a header) to catch records
 	// produced twice. Message.Metadata holds the headers, Message.Raw the
 	// *kgo.Record.
@@ -110,9 +113,18 @@ func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) 
 // Processor returns the consumerx.Processor records run through.
 func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 
-// ID returns the default id of r: "<topic>/<partition>/<offset>".
+// ID returns the default id of r: "<topic>/<partition>/<offset>", or,
+// when that is longer than guard.MaxIDLen (a topic name near Kafka's 249
+// characters and a large offset), "sha256:<digest of the topic>/<partition>/<offset>"
+// (the digest in unpadded base64url): a Kafka topic name holds no ':', so
+// the two forms never meet, and every record has an id the guard can store.
 func ID(r *kgo.Record) string {
-	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+	po := "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+	if len(r.Topic)+len(po) <= guard.MaxIDLen {
+		return r.Topic + po
+	}
+	sum := sha256.Sum256([]byte(r.Topic))
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + po
 }
 
 // Run polls and processes records until ctx is cancelled or the client is

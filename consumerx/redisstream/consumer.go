@@ -9,6 +9,8 @@ package redisstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,7 +46,9 @@ type Options struct {
 	// Stream is the key of the stream to read.
 	Stream string
 	// Group is the Redis consumer group, created (with MKSTREAM) if it does
-	// not exist. It is also the consumerx group: effects run once per Group.
+	// not exist. It is also the consumerx group: effects run once per Group
+	// and Message.ID, which names the stream (see ID), so groups of one
+	// name on several streams each run their own entries.
 	Group string
 	// Consumer names this consumer inside the group; each concurrent
 	// consumer needs its own name.
@@ -319,8 +323,23 @@ func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []bool
 	return acked
 }
 
+// ID returns the Message.ID of the entry with id entry in stream: it names
+// the stream, since a consumer group's name is often used on many streams
+// and an entry id is unique only inside its stream. It is "<stream>/<entry id>", or, when
+// that is not a usable guard id (longer than guard.MaxIDLen, control
+// characters, invalid UTF-8), "sha256:<digest of the stream name>/<entry id>"
+// (the digest in unpadded base64url).
+func ID(stream, entry string) string {
+	id := stream + "/" + entry
+	if (guard.Key{Scope: "s", ID: id}).Validate() == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(stream))
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + "/" + entry
+}
+
 func (c *Consumer) message(xm redis.XMessage) consumerx.Message {
-	msg := consumerx.Message{ID: xm.ID, Metadata: make(map[string]string, len(xm.Values)), Raw: xm}
+	msg := consumerx.Message{ID: ID(c.opts.Stream, xm.ID), Metadata: make(map[string]string, len(xm.Values)), Raw: xm}
 	for k, v := range xm.Values {
 		s, ok := v.(string)
 		if !ok {
@@ -337,13 +356,16 @@ func (c *Consumer) message(xm redis.XMessage) consumerx.Message {
 
 // deadLetter adds msg's entry to the dead-letter stream.
 func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause error) error {
-	xm, _ := msg.Raw.(redis.XMessage)
+	xm, ok := msg.Raw.(redis.XMessage)
+	if !ok {
+		xm.ID = msg.ID
+	}
 	values := make([]any, 0, 2*len(xm.Values)+8)
 	for k, v := range xm.Values {
 		values = append(values, k, v)
 	}
 	values = append(values,
-		FieldDeadID, msg.ID, FieldDeadStream, c.opts.Stream,
+		FieldDeadID, xm.ID, FieldDeadStream, c.opts.Stream,
 		FieldDeadGroup, c.opts.Group, FieldDeadError, cause.Error())
 	if err := c.client.XAdd(ctx, &redis.XAddArgs{Stream: c.opts.DeadLetterStream, Values: values}).Err(); err != nil {
 		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)

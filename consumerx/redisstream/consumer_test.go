@@ -273,7 +273,7 @@ func TestFailsTwiceThenSucceeds(t *testing.T) {
 	if calls.Load() != 3 || effects.Load() != 1 || lastAttempt.Load() != 3 {
 		t.Errorf("calls = %d, effects = %d, last attempt = %d; want 3, 1, 3", calls.Load(), effects.Load(), lastAttempt.Load())
 	}
-	key, err := c.Processor().Key(consumerx.Message{ID: id})
+	key, err := c.Processor().Key(consumerx.Message{ID: ID(stream, id)})
 	if err != nil {
 		t.Fatal(err)
 	}

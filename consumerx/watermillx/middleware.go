@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -90,10 +91,22 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // tells the router what to do: produced messages and nil to ack
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
 // InProgress, Interrupted). The message's context is the consumer's: when
-// it ends while the handler runs (the router or subscriber is closing)
+// it is cancelled while the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
 // runs again when the broker delivers it again.
+//
+// A handler that panics does not take the router down, with or without
+// Watermill's Recoverer: as in consumerx.Processor.ProcessBatch, the panic
+// is a failed attempt of the message, which is nacked with an error
+// matching guard.ErrPanicked (errors.As gives the *guard.PanicError with
+// the value and the stack) and, after the attempt limit, dead-lettered
+// (the cause matching guard.ErrExhausted) instead of coming back for
+// ever. A handler that panics after the message's context was cancelled
+// is Interrupted, as one that returns an error then is. The end of the
+// message's context at its deadline (Watermill's Timeout middleware) is
+// not the consumer stopping but the handler timing out: the handler sees
+// it, and its failure then is a failed attempt.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -109,10 +122,23 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, err
 		}
 		cmsg := consumerx.Message{ID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
-		o, result, err := p.ProcessResult(ctx, cmsg, func(ctx context.Context, _ consumerx.Message) ([]byte, error) {
+		consumer, deadline, release := stopContext(ctx)
+		defer release()
+		o, result, err := p.ProcessResult(consumer, cmsg, func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
-			msg.SetContext(ctx) // the handler sees the lease (consumerx.LeaseFrom) and its loss
+			if !deadline.IsZero() {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
+			msg.SetContext(ctx) // the handler sees the lease (consumerx.LeaseFrom) and its loss, and the deadline
 			defer msg.SetContext(orig)
+			defer func() {
+				if v := recover(); v != nil {
+					lease, _ := consumerx.LeaseFrom(ctx)
+					err = &panicked{&guard.PanicError{Key: lease.Key, Value: v, Stack: debug.Stack()}}
+				}
+			}()
 			produced, err := h(msg)
 			if err != nil {
 				return nil, err
@@ -146,6 +172,41 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 	}
 }
+
+// stopContext returns the context ctx's message is processed under as the
+// consumer's own (consumerx.Processor.Process): it ends when ctx is
+// cancelled (the router or subscriber is closing), not at ctx's deadline,
+// which is a timeout of the handler (Watermill's Timeout middleware): a
+// handler failing then has failed an attempt, and one that always times
+// out is dead-lettered after the attempt limit, not released and
+// redelivered for ever. deadline is ctx's, zero if it has none, for the
+// handler's own context. release frees what stopContext set up.
+func stopContext(ctx context.Context) (consumer context.Context, deadline time.Time, release func()) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, time.Time{}, func() {}
+	}
+	consumer, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return consumer, deadline, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// panicked is the failure of a handler that panicked: it matches
+// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
+// value and the stack.
+type panicked struct{ p *guard.PanicError }
+
+func (e *panicked) Error() string {
+	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
+}
+func (e *panicked) Unwrap() error { return e.p }
 
 // stored is a produced message as kept in the record.
 type stored struct {
