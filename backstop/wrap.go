@@ -194,10 +194,11 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 // Fail also ends the holder's lease on its mark, so the next attempt need
 // not wait for it (if PostgreSQL cannot be reached then, the next attempt
 // is told the key is in progress until the lease would have ended; the
-// failure stands).
+// failure stands). So it does when primary answers ErrLeaseLost (it lost
+// the holder's record, say): the holder runs nothing any more.
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
-	if err == nil {
+	if holderDone(err) {
 		g.unmark(ctx, lease, false)
 	}
 	return err
@@ -209,13 +210,27 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 // another payload may take it. (If PostgreSQL cannot be reached then, the
 // mark stays until it expires and refuses other payloads as a mismatch
 // meanwhile, and the next claim is told the key is in progress until the
-// lease would have ended; the release stands.)
+// lease would have ended; the release stands.) So it does when primary
+// answers ErrLeaseLost.
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
-	if err == nil {
+	if holderDone(err) {
 		g.unmark(ctx, lease, true)
 	}
 	return err
+}
+
+// holderDone reports whether a holder's Fail or Release that primary
+// answered with err ends its lease on its mark: when primary took it, and
+// when primary answered ErrLeaseLost. Then primary lost the holder's
+// record (Redis forgot the key while the holder ran: the mark, which still
+// bears the holder's token, is the only trace of its lease) or gave the
+// key to another holder (whose mark, once made, bears another token, which
+// unmark leaves alone); either way the holder runs nothing any more, and
+// a mark left leased would answer every claim of the key InProgress for
+// the rest of a lease nobody holds.
+func holderDone(err error) bool {
+	return err == nil || errors.Is(err, guard.ErrLeaseLost)
 }
 
 // unmark ends the holder's lease on its mark (and with forget, undoes

@@ -77,12 +77,11 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 			}
 		}
 		switch {
-		case errs[i] != nil:
-		case w.Kind == guard.WriteFail:
+		case w.Kind == guard.WriteFail && holderDone(errs[i]):
 			b.g.unmark(ctx, w.Lease, false)
-		case w.Kind == guard.WriteRelease:
+		case w.Kind == guard.WriteRelease && holderDone(errs[i]):
 			b.g.unmark(ctx, w.Lease, true)
-		case w.Kind == guard.WriteExtend:
+		case w.Kind == guard.WriteExtend && errs[i] == nil:
 			b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
 	})
