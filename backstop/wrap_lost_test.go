@@ -122,4 +122,29 @@ func TestLostRecordEndsMarkLease(t *testing.T) {
 			t.Errorf("claim of the paid item after the batch = %s %q, %v; want its replay", out.Status, out.Result, err)
 		}
 	})
+	// Hold and Wait: a duplicate waiting for a holder whose record Redis
+	// forgot gets the key as soon as the holder fails, not when its lease
+	// (a minute) would have ended.
+	t.Run("HoldWait", func(t *testing.T) {
+		k := newKey(t)
+		_, held, err := g.Hold(ctx, k, "fp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		forget(k)
+		waited := make(chan error, 1)
+		go func() {
+			out, err := g.Wait(ctx, k, "fp", guard.WaitOptions{Timeout: 20 * time.Second})
+			if err == nil && out.Status != guard.Acquired {
+				err = errors.New("wait's outcome: " + out.Status.String())
+			}
+			waited <- err
+		}()
+		if err := held.Fail(errors.New("declined")); err != nil && !errors.Is(err, guard.ErrLeaseLost) {
+			t.Fatalf("Held.Fail = %v", err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("Wait after the holder failed = %v, want the key", err)
+		}
+	})
 }
