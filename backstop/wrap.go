@@ -37,8 +37,10 @@ import (
 // (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
 // primary reports exhausted, whose effect may have been committed.
 // Complete, Fail, Release and Extend go to primary; a Fail or Release
-// also ends the holder's lease on its mark, a Release of a first attempt
-// undoes the mark, so the key is as if never claimed (unless a step of
+// also ends the holder's lease on its mark (even when primary answers
+// ErrLeaseLost or cannot be reached: the holder runs nothing any more),
+// a Release of a first attempt that primary took (or lost) undoes the
+// mark, so the key is as if never claimed (unless a step of
 // the key committed its row: its effect happened, and the mark stays, as
 // primary keeps the record), and an Extend also extends the holder's
 // mark (best effort), so the mark lasts for the holder's lease and the
@@ -195,10 +197,12 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 // not wait for it (if PostgreSQL cannot be reached then, the next attempt
 // is told the key is in progress until the lease would have ended; the
 // failure stands). So it does when primary answers ErrLeaseLost (it lost
-// the holder's record, say): the holder runs nothing any more.
+// the holder's record, say), or cannot be reached (should it come back
+// empty, its next claim is not told the key is in progress): the holder
+// runs nothing any more.
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
-	if holderDone(err) {
+	if holderDone(err) || errors.Is(err, guard.ErrUnavailable) {
 		g.unmark(ctx, lease, false)
 	}
 	return err
@@ -211,11 +215,16 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 // mark stays until it expires and refuses other payloads as a mismatch
 // meanwhile, and the next claim is told the key is in progress until the
 // lease would have ended; the release stands.) So it does when primary
-// answers ErrLeaseLost.
+// answers ErrLeaseLost. When primary cannot be reached, the holder's lease
+// on its mark ends too, but the mark stays: primary may come back with
+// the holder's record.
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
-	if holderDone(err) {
+	switch {
+	case holderDone(err):
 		g.unmark(ctx, lease, true)
+	case errors.Is(err, guard.ErrUnavailable):
+		g.unmark(ctx, lease, false)
 	}
 	return err
 }

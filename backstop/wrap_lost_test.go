@@ -148,3 +148,47 @@ func TestLostRecordEndsMarkLease(t *testing.T) {
 		}
 	})
 }
+
+// TestUnreachableEndEndsMarkLease: Redis dies while a holder runs; the
+// holder then fails or releases its claim, which Redis cannot take
+// (ErrUnavailable, after the store's retries), and Redis comes back
+// empty. The holder runs nothing any more: the next claim must not be
+// told the key is in progress for the rest of a lease (a minute here)
+// nobody holds.
+func TestUnreachableEndEndsMarkLease(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"fail", "release"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			db := pgenv.Migrated(t, pgstore.Options{})
+			b := mustBackstop(t, db, pgstore.Options{})
+			rs := guard.NewRedisStore(srv.Client(), guard.RedisOptions{})
+			g := guard.New(backstop.Wrap(rs, b), guard.Options{Lease: time.Minute})
+			k := newKey(t)
+			a, err := g.Claim(ctx, k, "fp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Kill()
+			switch end {
+			case "fail":
+				err = g.Fail(ctx, a.Lease, errors.New("declined"))
+			case "release":
+				err = g.Release(ctx, a.Lease)
+			}
+			if !errors.Is(err, guard.ErrUnavailable) {
+				t.Fatalf("%s while Redis is down = %v, want ErrUnavailable", end, err)
+			}
+			srv.Restart() // empty
+			var out guard.Outcome
+			testenv.WaitFor(t, 10*time.Second, "a claim answered", func() bool {
+				out, err = g.Claim(ctx, k, "fp")
+				return !errors.Is(err, guard.ErrUnavailable) // the client redials
+			})
+			if err != nil || out.Status != guard.Acquired || out.Lease.Fence <= a.Lease.Fence {
+				t.Fatalf("claim once Redis is back = %s (fence %d), %v; want acquired above fence %d", out.Status, out.Lease.Fence, err, a.Lease.Fence)
+			}
+		})
+	}
+}
