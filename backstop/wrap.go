@@ -37,8 +37,10 @@ import (
 // (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
 // primary reports exhausted, whose effect may have been committed.
 // Complete, Fail, Release and Extend go to primary; a Fail or Release
-// also ends the holder's lease on its mark, a Release of a first attempt
-// undoes the mark, so the key is as if never claimed (unless a step of
+// also ends the holder's lease on its mark (even when primary answers
+// ErrLeaseLost or cannot be reached: the holder runs nothing any more),
+// a Release of a first attempt that primary took undoes the
+// mark, so the key is as if never claimed (unless a step of
 // the key committed its row: its effect happened, and the mark stays, as
 // primary keeps the record), and an Extend also extends the holder's
 // mark (best effort), so the mark lasts for the holder's lease and the
@@ -194,12 +196,13 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 // Fail also ends the holder's lease on its mark, so the next attempt need
 // not wait for it (if PostgreSQL cannot be reached then, the next attempt
 // is told the key is in progress until the lease would have ended; the
-// failure stands). So does a Fail primary refuses with ErrLeaseLost: the
-// holder has stopped, whether primary lost its record or another holder
-// took the key (whose own mark it then leaves alone).
+// failure stands). So it does when primary answers ErrLeaseLost (it lost
+// the holder's record, say), or cannot be reached (should it come back
+// empty, its next claim is not told the key is in progress): the holder
+// runs nothing any more.
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
-	if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+	if holderDone(err) {
 		g.unmark(ctx, lease, false)
 	}
 	return err
@@ -211,15 +214,30 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 // another payload may take it. (If PostgreSQL cannot be reached then, the
 // mark stays until it expires and refuses other payloads as a mismatch
 // meanwhile, and the next claim is told the key is in progress until the
-// lease would have ended; the release stands.) A Release primary refuses
-// with ErrLeaseLost ends the holder's lease on its mark, as Fail's does,
-// and keeps the mark.
+// lease would have ended; the release stands.) So it does when primary
+// answers ErrLeaseLost or cannot be reached, but then the mark stays:
+// primary did not forget the key for this release.
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
-	if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+	if holderDone(err) {
 		g.unmark(ctx, lease, err == nil)
 	}
 	return err
+}
+
+// holderDone reports whether a holder's Fail or Release that primary
+// answered with err ends its lease on its mark: when primary took it;
+// when primary answered ErrLeaseLost, having lost the holder's record
+// (Redis forgot the key while the holder ran: the mark, which still bears
+// the holder's token, is the only trace of its lease) or given the key to
+// another holder (whose mark, once made, bears another token, which
+// unmark leaves alone); and when primary could not be reached (should it
+// come back empty, its next claim must not be told the key is in
+// progress). Either way the holder runs nothing any more, and a mark left
+// leased would answer every claim of the key InProgress for the rest of a
+// lease nobody holds.
+func holderDone(err error) bool {
+	return err == nil || errors.Is(err, guard.ErrLeaseLost) || errors.Is(err, guard.ErrUnavailable)
 }
 
 // unmark ends the holder's lease on its mark (and with forget, undoes

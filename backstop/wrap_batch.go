@@ -76,16 +76,12 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 				return
 			}
 		}
-		lost := errors.Is(errs[i], guard.ErrLeaseLost)
 		switch {
-		case (w.Kind == guard.WriteFail || w.Kind == guard.WriteRelease) && lost:
-			b.g.unmark(ctx, w.Lease, false) // as Fail and Release do
-		case errs[i] != nil:
-		case w.Kind == guard.WriteFail:
+		case w.Kind == guard.WriteFail && holderDone(errs[i]):
 			b.g.unmark(ctx, w.Lease, false)
-		case w.Kind == guard.WriteRelease:
-			b.g.unmark(ctx, w.Lease, true)
-		case w.Kind == guard.WriteExtend:
+		case w.Kind == guard.WriteRelease && holderDone(errs[i]):
+			b.g.unmark(ctx, w.Lease, errs[i] == nil)
+		case w.Kind == guard.WriteExtend && errs[i] == nil:
 			b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
 	})

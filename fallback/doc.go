@@ -21,7 +21,13 @@
 //     tokens of leases it took in the secondary, and their holder's
 //     Complete, Fail, Release and Extend go there, whatever the breaker
 //     says later. A holder that claimed in the secondary and finishes after
-//     the switch-back completes in the secondary.
+//     the switch-back completes in the secondary. A holder of a primary
+//     lease whose write the primary cannot take (it is out) writes to the
+//     secondary instead when the secondary's record of the key bears its
+//     token: with a primary wrapped by backstop.Wrap on the secondary's
+//     tables, that record is its mark, so its Fail or Release ends the
+//     mark's lease (claims in the secondary are not told the key is in
+//     progress for a lease nobody holds) and its Complete is replayed.
 //  2. For as long as a record written to the secondary may live (its lease
 //     and TTL, counted from the last write this Store made there, an
 //     extension included; see ConsultUntil),

@@ -212,10 +212,17 @@ func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Co
 	if err == nil {
 		return nil
 	}
-	if s.consulting() && (errors.Is(err, guard.ErrLeaseLost) || isOutage(err)) && ctx.Err() == nil {
+	if s.secondary != nil && ((s.consulting() && errors.Is(err, guard.ErrLeaseLost)) || isOutage(err)) && ctx.Err() == nil {
 		// Perhaps a lease taken in the secondary so long ago that this
 		// Store forgot it: write there if the secondary's record is owned
 		// by this token (Release of an absent key would succeed anywhere).
+		// Or, while the primary is out, a lease of a primary wrapped by
+		// backstop.Wrap on the secondary's tables: the holder's mark is
+		// the secondary's record, and bears its token. Its Fail or
+		// Release must end the mark's lease there, or every claim in the
+		// secondary is told the key is in progress until the lease would
+		// have ended; its Complete stores the result the primary could
+		// not take, which the key then replays.
 		rec, gerr := s.getSecondary(ctx, key)
 		if gerr == nil && rec.Token == token {
 			if serr := onSecondary(); serr != nil {
