@@ -55,7 +55,8 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 // replay brought back a field of that middleware which the handler
 // removed, and sniffed a Content-Type for a body that went out without one
 // (flushed before the body, or the field set to nil); the first response
-// had neither.
+// had neither. A field the handler set to an empty value (net/http sends
+// it empty) was stored as a removal and replayed as absent.
 func TestGuardedAsUnguarded(t *testing.T) {
 	cases := map[string]http.HandlerFunc{
 		"written in pieces": func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +109,18 @@ func TestGuardedAsUnguarded(t *testing.T) {
 		"type suppressed": func(w http.ResponseWriter, r *http.Request) {
 			w.Header()["Content-Type"] = nil
 			io.WriteString(w, "<html>untyped</html>")
+		},
+		"empty value": func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["X-Empty"] = []string{""}
+			io.WriteString(w, "x")
+		},
+		"outer field emptied": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Outer", "")
+			io.WriteString(w, "x")
+		},
+		"empty type": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "")
+			io.WriteString(w, "<html>x</html>")
 		},
 		"outer field deleted": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Del("X-Outer")
