@@ -757,7 +757,7 @@ func (c *runContext) Value(key any) any {
 }
 
 // finish stores the handler's response (or a marker, or releases the key
-// for a 5xx) and then lets the held response go to the client.
+// for a 5xx or a 101) and then lets the held response go to the client.
 func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	res := resp.Result()
 	status := res.Status
@@ -767,6 +767,16 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		// CommitResponse answered without committing: nothing is final.
 		m.end.Release(held)
 		resp.Send()
+		return
+	case status == http.StatusSwitchingProtocols:
+		// The handler switched protocols (a WebSocket): no answer a
+		// replay could repeat, and no final answer to the key. Like a
+		// 5xx, it is released, so that an upgrade with the key runs the
+		// handler again, once the session ended.
+		m.end.Release(held)
+		if !res.Hijacked {
+			resp.Send()
+		}
 		return
 	case res.Stored != nil:
 		result = res.Stored // the bytes CommitResponse committed
