@@ -59,8 +59,12 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	if len(body) > m.opts.MaxStoredResponse {
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	} else {
+		// Without a Content-Type now (the handler set it to nil), the
+		// response goes out without one: untyped, so that a replay does
+		// not sniff one.
 		var scratch [16]snapField
-		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), nil, body, false)
+		fields := fieldsOf(h, scratch[:])
+		result = m.encodeHandlerResponse(status, c.before, fields, nil, body, !hasValues(fields, "Content-Type"))
 	}
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)
