@@ -43,7 +43,14 @@ func TestUpgradeIsNotStored(t *testing.T) {
 				brw.WriteString(strings.Repeat("s", int(n)))
 				brw.Flush()
 			})
-			srv, c := serve(t, guarded(e, h, httpx.Options{}))
+			// returned tells when the Guard is done with a request (the
+			// key released), so the next upgrade does not find it held.
+			returned := make(chan struct{}, 2)
+			g := guarded(e, h, httpx.Options{})
+			srv, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { returned <- struct{}{} }()
+				g.ServeHTTP(w, r)
+			}))
 			for i := 1; i <= 2; i++ {
 				req, _ := http.NewRequest("POST", srv.URL+"/ws", strings.NewReader("a"))
 				req.Header.Set("Idempotency-Key", "up-1")
@@ -58,6 +65,7 @@ func TestUpgradeIsNotStored(t *testing.T) {
 				if resp.StatusCode != http.StatusSwitchingProtocols || string(b) != strings.Repeat("s", i) {
 					t.Fatalf("upgrade %d: %d %q, want 101 and the session of run %d", i, resp.StatusCode, b, i)
 				}
+				<-returned
 			}
 			if n := runs.Load(); n != 2 {
 				t.Fatalf("handler ran %d times, want 2", n)
