@@ -40,6 +40,8 @@ type charges struct {
 	// respond, if set, gives the response to commit instead of the
 	// charge's 201 (it may set header fields).
 	respond func(h http.Header, id int64) (status int, body []byte)
+	// after, if set, runs with the response header after CommitResponse.
+	after func(h http.Header)
 	// outcomes counts CommitResponse's results by error class.
 	mu       sync.Mutex
 	outcomes map[string]int
@@ -111,6 +113,9 @@ func (s *charges) charge(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/charges/"+strconv.FormatInt(id, 10))
 	}
 	err = httpx.CommitResponse(w, r, tx, s.b, status, body)
+	if s.after != nil {
+		s.after(w.Header())
+	}
 	class := "committed"
 	switch {
 	case errors.Is(err, backstop.ErrAlreadyCommitted):

@@ -31,6 +31,10 @@ func TestCommitResponseAsUnguarded(t *testing.T) {
 			h["Content-Type"] = nil
 			return http.StatusOK, []byte("<html>ok</html>")
 		},
+		"prefixed trailer": func(h http.Header, id int64) (int, []byte) {
+			h.Set(http.TrailerPrefix+"X-Sum", "1")
+			return http.StatusCreated, []byte("body")
+		},
 		"empty value": func(h http.Header, id int64) (int, []byte) {
 			h["X-Empty"] = []string{""}
 			return http.StatusAccepted, nil
@@ -61,6 +65,37 @@ func TestCommitResponseAsUnguarded(t *testing.T) {
 					t.Fatalf("%d charges, want 2 (one unguarded, one guarded)", rows)
 				}
 			})
+		}
+	}
+}
+
+// TestCommitResponseLateTrailer: a trailer the handler set after
+// CommitResponse, which it did not commit, went out with the first
+// response (net/http sends trailers from the header as the handler
+// leaves it), so that replays lacked it. The response is sealed: it is
+// not sent, and every replay, from Redis or PostgreSQL, is the first
+// response.
+func TestCommitResponseLateTrailer(t *testing.T) {
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{guarded: true})
+	s.respond = func(h http.Header, id int64) (int, []byte) {
+		h.Set(http.TrailerPrefix+"X-Sum", "1")
+		return http.StatusCreated, []byte("body")
+	}
+	s.after = func(h http.Header) {
+		h.Set(http.TrailerPrefix+"X-Late", "1")
+		h.Set(http.TrailerPrefix+"X-Sum", "2")
+	}
+	srv, c := serve(t, s.handler)
+	first := fetchCharge(t, c, srv.URL, "lt-1")
+	if len(first.trailer) != 1 || first.trailer.Get("X-Sum") != "1" {
+		t.Errorf("first response's trailers %v, want X-Sum: 1 only (the committed one)", first.trailer)
+	}
+	for i, what := range []string{"replay from Redis", "replay from PostgreSQL"} {
+		if i == 1 {
+			s.forget(t, "lt-1")
+		}
+		if got := fetchCharge(t, c, srv.URL, "lt-1"); !reflect.DeepEqual(got, first) {
+			t.Errorf("%s:\n got %+v\nwant %+v", what, got, first)
 		}
 	}
 }

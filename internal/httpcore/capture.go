@@ -39,6 +39,11 @@ type Capture struct {
 	sealed  bool   // the response is complete: later writes are refused
 	stored  []byte // the result it committed to the backstop: the middleware stores these bytes
 	release bool   // it answered without committing: release the key, store nothing
+	// The trailers it committed (fixedTrailers): the response sends
+	// these, not the ones the handler may set afterwards, which its
+	// replays could not have.
+	committedTrailers []snapField
+	fixedTrailers     bool
 }
 
 // heldInline is how much of a response body the capture holds without
@@ -249,7 +254,17 @@ const sniffLen = 512
 // with declared in Trailer, and those named with http.TrailerPrefix. Each
 // keeps its name in h. A response without trailers costs nothing.
 func (c *Capture) trailers(h http.Header, out []snapField) []snapField {
-	for _, f := range c.header.fields {
+	if c.fixedTrailers {
+		return append(out, c.committedTrailers...)
+	}
+	return trailerFields(c.header.fields, h, out)
+}
+
+// trailerFields appends to out the trailer fields in h: those the fields
+// of declared (a header) declare in Trailer, and those named with
+// http.TrailerPrefix.
+func trailerFields(declared []snapField, h http.Header, out []snapField) []snapField {
+	for _, f := range declared {
 		if f.name != "Trailer" {
 			continue
 		}
