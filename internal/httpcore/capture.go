@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -168,6 +169,14 @@ func (c *Capture) commit() {
 		}
 	}
 	c.w.WriteHeader(c.status)
+	// From now on the header goes out as trailers only: those of the
+	// header as the handler left it, not a trailer of the status's
+	// header (restored) that the handler deleted since.
+	for _, f := range c.header.fields {
+		if !slices.ContainsFunc(trailers, func(t snapField) bool { return t.name == f.name }) && isTrailer(c.header.fields, f.name) {
+			delete(h, f.name)
+		}
+	}
 	for _, f := range trailers {
 		h[f.name] = f.vals
 	}
@@ -283,6 +292,27 @@ func trailerFields(declared []snapField, h http.Header, out []snapField) []snapF
 		}
 	}
 	return out
+}
+
+// isTrailer reports whether field name of a response with header fields
+// is a trailer: named with http.TrailerPrefix, or declared in Trailer.
+func isTrailer(fields []snapField, name string) bool {
+	if strings.HasPrefix(name, http.TrailerPrefix) {
+		return true
+	}
+	for _, f := range fields {
+		if f.name != "Trailer" {
+			continue
+		}
+		for _, v := range f.vals {
+			for d := range strings.SplitSeq(v, ",") {
+				if textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(d)) == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Status is the status the handler wrote, 0 before it wrote one.
