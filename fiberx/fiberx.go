@@ -45,6 +45,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/valyala/fasthttp"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
@@ -194,14 +195,31 @@ func (r *request) HTTPRequest() *http.Request {
 // out Content-Length (fasthttp sets it from the body).
 func header(c fiber.Ctx) http.Header {
 	h := http.Header{}
-	for k, v := range c.Response().Header.All() {
+	res := c.Response()
+	for k, v := range res.Header.All() {
 		name := textproto.CanonicalMIMEHeaderKey(string(k))
-		if name == "Content-Length" {
+		if name == "Content-Length" || name == "Content-Type" && !sendsType(res) {
 			continue
 		}
 		h[name] = append(h[name], string(v))
 	}
 	return h
+}
+
+// sendsType reports whether fasthttp sends the Content-Type that
+// res.Header.All gives: one the handler set, or its default type for a
+// response with a body (a response without one goes out without a
+// default type, so a replay must not set it).
+func sendsType(res *fasthttp.Response) bool {
+	if len(res.Body()) > 0 || res.IsBodyStream() {
+		return true
+	}
+	// ContentType gives the default type unless told not to: told so, on
+	// a copy, it gives only a type the handler set.
+	var rh fasthttp.ResponseHeader
+	res.Header.CopyTo(&rh)
+	rh.SetNoDefaultContentType(true)
+	return len(rh.ContentType()) > 0
 }
 
 // setHeader makes the response's header fields h, with Content-Length

@@ -41,7 +41,19 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 	h := resp.Header.Clone()
 	h.Del("Date")
 	h.Del(httpx.ReplayedHeader)
-	return wire{resp.StatusCode, h, string(b), resp.Trailer, resp.ContentLength, resp.TransferEncoding}
+	return wire{resp.StatusCode, h, string(b), sentTrailers(resp.Trailer), resp.ContentLength, resp.TransferEncoding}
+}
+
+// sentTrailers is trailer less the names a Trailer field declared that
+// no trailer came for (the client lists them without values).
+func sentTrailers(trailer http.Header) http.Header {
+	out := http.Header{}
+	for k, vs := range trailer {
+		if vs != nil {
+			out[k] = vs
+		}
+	}
+	return out
 }
 
 // TestGuardedAsUnguarded: a guarded handler's response, and its replay,
@@ -55,7 +67,10 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 // replay brought back a field of that middleware which the handler
 // removed, and sniffed a Content-Type for a body that went out without one
 // (flushed before the body, or the field set to nil); the first response
-// had neither.
+// had neither. A field the handler set to an empty value (net/http sends
+// it empty) was stored as a removal and replayed as absent. A trailer of
+// the header the status went with that the handler deleted afterwards
+// went out on the first response (the header is restored for the status).
 func TestGuardedAsUnguarded(t *testing.T) {
 	cases := map[string]http.HandlerFunc{
 		"written in pieces": func(w http.ResponseWriter, r *http.Request) {
@@ -109,6 +124,18 @@ func TestGuardedAsUnguarded(t *testing.T) {
 			w.Header()["Content-Type"] = nil
 			io.WriteString(w, "<html>untyped</html>")
 		},
+		"empty value": func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["X-Empty"] = []string{""}
+			io.WriteString(w, "x")
+		},
+		"outer field emptied": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Outer", "")
+			io.WriteString(w, "x")
+		},
+		"empty type": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "")
+			io.WriteString(w, "<html>x</html>")
+		},
 		"outer field deleted": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Del("X-Outer")
 			io.WriteString(w, "x")
@@ -133,13 +160,28 @@ func TestGuardedAsUnguarded(t *testing.T) {
 			io.WriteString(w, "body")
 			w.Header().Set(http.TrailerPrefix+"X-Sum", "1")
 		},
+		"prefixed trailer deleted": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(http.TrailerPrefix+"X-Sum", "0")
+			io.WriteString(w, "body")
+			w.Header().Del(http.TrailerPrefix + "X-Sum")
+		},
+		"declared trailer deleted": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum")
+			w.Header().Set("X-Sum", "0")
+			io.WriteString(w, "body")
+			w.Header().Del("X-Sum")
+		},
 		"trailers": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Trailer", "X-Sum")
 			io.WriteString(w, "body")
 			w.Header().Set("X-Sum", "1")
 		},
 	}
-	streamed := map[string]bool{"flush before the body": true, "empty write, flush, body": true, "flush, prefixed trailer": true}
+	// The replays of the streamed cases, and of those whose trailers the
+	// handler deleted (net/http sends the first chunked, for trailers it
+	// then has none of), are not held to the framing.
+	streamed := map[string]bool{"flush before the body": true, "empty write, flush, body": true, "flush, prefixed trailer": true,
+		"prefixed trailer deleted": true, "declared trailer deleted": true}
 	asUnguarded(t, fixedOuter, streamed, cases)
 }
 
@@ -206,6 +248,9 @@ func asUnguarded(t *testing.T, outer func(http.Handler) http.Handler, streamed m
 						// A replay does not flush: its framing is its own.
 						got.length, got.te = want.length, want.te
 						got.header.Del("Content-Length")
+						if cl, ok := want.header["Content-Length"]; ok {
+							got.header["Content-Length"] = cl
+						}
 					}
 					if !reflect.DeepEqual(got, want) {
 						t.Errorf("response %d (1: the replay):\n got %+v\nwant %+v", i, got, want)

@@ -37,6 +37,11 @@ type charges struct {
 	// hook, if set, runs in the handler after the charge is inserted and
 	// before CommitResponse, with the request's lease.
 	hook func(r *http.Request, tx *sql.Tx, lease guard.Lease)
+	// respond, if set, gives the response to commit instead of the
+	// charge's 201 (it may set header fields).
+	respond func(h http.Header, id int64) (status int, body []byte)
+	// after, if set, runs with the response header after CommitResponse.
+	after func(h http.Header)
 	// outcomes counts CommitResponse's results by error class.
 	mu       sync.Mutex
 	outcomes map[string]int
@@ -100,9 +105,17 @@ func (s *charges) charge(w http.ResponseWriter, r *http.Request) {
 	if s.hook != nil {
 		s.hook(r, tx, lease)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/charges/"+strconv.FormatInt(id, 10))
-	err = httpx.CommitResponse(w, r, tx, s.b, http.StatusCreated, fmt.Appendf(nil, `{"charge":%d}`, id))
+	status, body := http.StatusCreated, fmt.Appendf(nil, `{"charge":%d}`, id)
+	if s.respond != nil {
+		status, body = s.respond(w.Header(), id)
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/charges/"+strconv.FormatInt(id, 10))
+	}
+	err = httpx.CommitResponse(w, r, tx, s.b, status, body)
+	if s.after != nil {
+		s.after(w.Header())
+	}
 	class := "committed"
 	switch {
 	case errors.Is(err, backstop.ErrAlreadyCommitted):

@@ -10,8 +10,8 @@ import (
 
 // CommitResponse ends a guarded handler whose business effect is made in
 // tx, a transaction on the backstop's database. It encodes the response
-// the client is to receive (status, the header fields the handler set that
-// the replay rules keep, body) in the stored-response format the
+// the client is to receive (status, the header fields and trailers the
+// handler set that the replay rules keep, body) in the stored-response format the
 // middleware keeps in Redis, commits that as the key's row with
 // b.Commit, commits tx, and answers with exactly that response. The
 // middleware then stores the very bytes that were committed, so the
@@ -20,7 +20,8 @@ import (
 //
 // CommitResponse writes the answer itself, in every outcome, and ends tx
 // (commit or rollback). After it returns, the response is sealed: further
-// writes by the handler fail and header changes are not sent. It writes
+// writes by the handler fail and header changes (trailers included) are
+// not sent. It writes
 // to the Guard's own writer, so response-writer middleware between the
 // Guard and the handler does not see the response: put such middleware
 // outside the Guard. Set the response's header fields on w before calling

@@ -144,6 +144,13 @@ type Options struct {
 //     503) stores nothing;
 //   - a handler that panics gets the client a 500 and releases the key, so
 //     a retry runs it again; a 5xx response does too unless Store5xx;
+//   - a handler that switches protocols (a WebSocket: it answered 101, or
+//     took the connection of a request asking to upgrade without writing
+//     a status) stores nothing and releases the key when it returns: a
+//     request with the key in the meantime gets a 409, one after it runs
+//     the handler again;
+//     informational responses (103 Early Hints) go out at once and are
+//     never stored;
 //   - a completed response is stored even if the client hung up; if it
 //     cannot be stored, the client still gets the real response; a store
 //     that cannot be reached is retried for up to 2 s, and then the key is

@@ -7,7 +7,9 @@
 // reuse, 409 with Retry-After in flight, 400 for missing and malformed
 // keys, 5xx and panics releasing the key, 413, waiting, callers kept
 // apart, 503 when the store is down, outer middleware's fields live on a
-// replay, and the claim visible to the handler.
+// replay, a replay that is the first response with the marker (a body-less
+// response, a field with an empty value), and the claim visible to the
+// handler.
 package conformance
 
 import (
@@ -193,6 +195,48 @@ func Run(t *testing.T, newServer NewServer) {
 		// Another key runs again.
 		if third := c.do("POST", "/charges", `{"amount":500}`, key, "k2"); third.header.Get("X-Charge") != "ch_2" {
 			t.Fatalf("another key: %d %v", third.status, third.header)
+		}
+	})
+
+	// The replay is the first response with the marker: every field the
+	// client got (Content-Type and Content-Length present or not, a
+	// field with an empty value), status and body; the outer
+	// middleware's X-Request-Id, unless the handler set it, has its
+	// value of the moment.
+	t.Run("ReplayAsFirst", func(t *testing.T) {
+		cases := map[string]Resp{
+			"empty value": {Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}, "X-Empty": {""}},
+				Body: []byte(`{}`)},
+			"outer field emptied": {Status: http.StatusCreated, Header: http.Header{"Content-Type": {"text/plain"}, "X-Request-Id": {""}},
+				Body: []byte("x")},
+			"204":                 {Status: http.StatusNoContent},
+			"201 without body":    {Status: http.StatusCreated},
+			"typed, without body": {Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}},
+		}
+		for name, resp := range cases {
+			t.Run(name, func(t *testing.T) {
+				var runs atomic.Int64
+				handler := func(context.Context, Req) Resp { runs.Add(1); return resp }
+				c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), single(t), handler))
+				first := c.do("POST", "/charges", `{}`, key, "af")
+				replay := c.do("POST", "/charges", `{}`, key, "af")
+				if runs.Load() != 1 || replay.header.Get(httpx.ReplayedHeader) != "true" {
+					t.Fatalf("handler ran %d times; replay %v", runs.Load(), replay.header)
+				}
+				seen := func(r reply) http.Header {
+					h := r.header.Clone()
+					h.Del("Date")
+					h.Del(httpx.ReplayedHeader)
+					if _, set := resp.Header["X-Request-Id"]; !set {
+						h.Del("X-Request-Id")
+					}
+					return h
+				}
+				if a, b := seen(first), seen(replay); first.status != replay.status || !bytes.Equal(first.body, replay.body) ||
+					fmt.Sprint(a) != fmt.Sprint(b) {
+					t.Fatalf("replay %d %v %q\nfirst  %d %v %q", replay.status, b, replay.body, first.status, a, first.body)
+				}
+			})
 		}
 	})
 

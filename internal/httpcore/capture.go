@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +40,11 @@ type Capture struct {
 	sealed  bool   // the response is complete: later writes are refused
 	stored  []byte // the result it committed to the backstop: the middleware stores these bytes
 	release bool   // it answered without committing: release the key, store nothing
+	// The trailers it committed (fixedTrailers): the response sends
+	// these, not the ones the handler may set afterwards, which its
+	// replays could not have.
+	committedTrailers []snapField
+	fixedTrailers     bool
 }
 
 // heldInline is how much of a response body the capture holds without
@@ -163,6 +169,14 @@ func (c *Capture) commit() {
 		}
 	}
 	c.w.WriteHeader(c.status)
+	// From now on the header goes out as trailers only: those of the
+	// header as the handler left it, not a trailer of the status's
+	// header (restored) that the handler deleted since.
+	for _, f := range c.header.fields {
+		if !slices.ContainsFunc(trailers, func(t snapField) bool { return t.name == f.name }) && isTrailer(c.header.fields, f.name) {
+			delete(h, f.name)
+		}
+	}
 	for _, f := range trailers {
 		h[f.name] = f.vals
 	}
@@ -249,7 +263,17 @@ const sniffLen = 512
 // with declared in Trailer, and those named with http.TrailerPrefix. Each
 // keeps its name in h. A response without trailers costs nothing.
 func (c *Capture) trailers(h http.Header, out []snapField) []snapField {
-	for _, f := range c.header.fields {
+	if c.fixedTrailers {
+		return append(out, c.committedTrailers...)
+	}
+	return trailerFields(c.header.fields, h, out)
+}
+
+// trailerFields appends to out the trailer fields in h: those the fields
+// of declared (a header) declare in Trailer, and those named with
+// http.TrailerPrefix.
+func trailerFields(declared []snapField, h http.Header, out []snapField) []snapField {
+	for _, f := range declared {
 		if f.name != "Trailer" {
 			continue
 		}
@@ -268,6 +292,27 @@ func (c *Capture) trailers(h http.Header, out []snapField) []snapField {
 		}
 	}
 	return out
+}
+
+// isTrailer reports whether field name of a response with header fields
+// is a trailer: named with http.TrailerPrefix, or declared in Trailer.
+func isTrailer(fields []snapField, name string) bool {
+	if strings.HasPrefix(name, http.TrailerPrefix) {
+		return true
+	}
+	for _, f := range fields {
+		if f.name != "Trailer" {
+			continue
+		}
+		for _, v := range f.vals {
+			for d := range strings.SplitSeq(v, ",") {
+				if textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(d)) == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Status is the status the handler wrote, 0 before it wrote one.

@@ -56,11 +56,20 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 		return fmt.Errorf("httpx: status %d not committed (Options.Store5xx is off); transaction rolled back, key released", status)
 	}
 	var result []byte
-	if len(body) > m.opts.MaxStoredResponse {
+	var trailers []snapField
+	kept := len(body) <= m.opts.MaxStoredResponse
+	if !kept {
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
 	} else {
+		// Without a Content-Type now (the handler set it to nil), the
+		// response goes out without one: untyped, so that a replay does
+		// not sniff one.
 		var scratch [16]snapField
-		result = m.encodeHandlerResponse(status, c.before, fieldsOf(h, scratch[:]), nil, body, false)
+		fields := fieldsOf(h, scratch[:])
+		// The trailers set so far are stored, and are the ones the
+		// response sends (committedTrailers).
+		trailers = trailerFields(fields, h, nil)
+		result = m.encodeHandlerResponse(status, c.before, fields, trailers, body, !hasValues(fields, "Content-Type"))
 	}
 
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)
@@ -73,6 +82,7 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	}
 	if err == nil {
 		c.stored = result
+		c.committedTrailers, c.fixedTrailers = trailers, kept
 		c.writeSealed(status, body)
 		return nil
 	}

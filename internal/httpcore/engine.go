@@ -757,7 +757,7 @@ func (c *runContext) Value(key any) any {
 }
 
 // finish stores the handler's response (or a marker, or releases the key
-// for a 5xx) and then lets the held response go to the client.
+// for a 5xx or a 101) and then lets the held response go to the client.
 func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	res := resp.Result()
 	status := res.Status
@@ -767,6 +767,19 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		// CommitResponse answered without committing: nothing is final.
 		m.end.Release(held)
 		resp.Send()
+		return
+	case status == http.StatusSwitchingProtocols, res.Hijacked && status == 0 && asksUpgrade(r):
+		// The handler switched protocols (a WebSocket): no answer a
+		// replay could repeat, and no final answer to the key. Like a
+		// 5xx, it is released, so that an upgrade with the key runs the
+		// handler again, once the session ended. A handler that takes
+		// the connection of a request to upgrade without a status
+		// writes its 101 on it (gorilla/websocket,
+		// httputil.ReverseProxy).
+		m.end.Release(held)
+		if !res.Hijacked {
+			resp.Send()
+		}
 		return
 	case res.Stored != nil:
 		result = res.Stored // the bytes CommitResponse committed
@@ -793,6 +806,23 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	if !res.Hijacked {
 		resp.Send()
 	}
+}
+
+// asksUpgrade reports whether r asks to switch protocols: an Upgrade
+// field, and "upgrade" among the Connection field's options (RFC 9110
+// section 7.8).
+func asksUpgrade(r Request) bool {
+	if len(r.HeaderValues("Upgrade")) == 0 {
+		return false
+	}
+	for _, v := range r.HeaderValues("Connection") {
+		for opt := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(opt), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type claimKey struct{}

@@ -80,7 +80,7 @@ func (m *Engine) keepField(k string, vs []string, before http.Header, conn map[s
 	if len(vs) == 0 || slices.Equal(before[k], vs) {
 		return false // absent, or as the outer middleware left it
 	}
-	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
+	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) || strings.HasPrefix(k, emptyMark) {
 		return false
 	}
 	return m.opts.ReplayHeader(k)
@@ -121,7 +121,7 @@ func hasValues(h []snapField, k string) bool {
 // of keepField, but a trailer is the handler's whatever outer middleware
 // set (it is sent after the handler returned).
 func (m *Engine) keepTrailer(k string, vs []string, conn map[string]bool) bool {
-	if len(vs) == 0 || k == "" || hopByHop[k] || conn[k] || k == ReplayedHeader {
+	if len(vs) == 0 || k == "" || hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, emptyMark) {
 		return false
 	}
 	return m.opts.ReplayHeader(k)

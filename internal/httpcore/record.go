@@ -66,6 +66,15 @@ func encodeResponse(r storedResponse) []byte {
 	return b
 }
 
+// markEmpty marks the name of a field the handler set to a single empty
+// value with emptyMark (encodeHandlerResponse).
+func markEmpty(f snapField) snapField {
+	if len(f.vals) == 1 && f.vals[0] == "" {
+		f.name = emptyMark + f.name
+	}
+	return f
+}
+
 func appendBytes(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -78,9 +87,12 @@ func appendBytes(b []byte, s string) []byte {
 // that keepRemoval keeps, and body. It writes the same bytes as encoding
 // a storedResponse of those fields would, straight from h.
 //
-// A field the response went out without, where a replay would send one,
-// is stored with a single empty value, which a replay sends as no field
-// at all (responseView.setHeader): a field of outer middleware (in
+// A field the handler set to a single empty value, which net/http sends
+// as an empty field, is stored under its name marked with emptyMark, so
+// that it is told apart from a field the response went out without,
+// where a replay would send one: that one is stored with a single empty
+// value under its name, which a replay sends as no field at all
+// (responseView.setHeader): a field of outer middleware (in
 // before) that the handler removed, and, when untyped says the response
 // went out without a Content-Type (the handler flushed before its body,
 // set the field to nil, or removed outer middleware's from a response
@@ -101,7 +113,7 @@ func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, traile
 	}
 	for _, f := range h {
 		if m.keepField(f.name, f.vals, before, conn) {
-			keep(f)
+			keep(markEmpty(f))
 		}
 	}
 	for k, vs := range before {
@@ -120,7 +132,7 @@ func (m *Engine) encodeHandlerResponse(status int, before http.Header, h, traile
 		if !prefixed {
 			f.name = http.TrailerPrefix + name
 		}
-		keep(f)
+		keep(markEmpty(f))
 	}
 	slices.SortFunc(kept, func(a, b snapField) int { return strings.Compare(a.name, b.name) })
 	b := make([]byte, 0, size)
@@ -228,15 +240,27 @@ func (v responseView) header() http.Header {
 	return h
 }
 
+// emptyMark starts the stored name of a field the handler set to a single
+// empty value (encodeHandlerResponse). No field the handler sets starts
+// with it: it is not allowed in a field name (net/http sends no such
+// field, and keepField and keepTrailer store none).
+const emptyMark = "\x00"
+
 // setHeader sets the fields in h, each name's values replacing h's, and
 // Idempotent-Replayed: true: two allocations, one string that holds
 // every name and value and one slice of the values. A field stored with
 // a single empty value is one the response went out without
 // (encodeHandlerResponse): it is set to nil, which net/http sends as no
-// field, and which for Content-Type keeps it from sniffing one.
+// field, and which for Content-Type keeps it from sniffing one. A field
+// stored under a name marked with emptyMark is set, unmarked, to its
+// single empty value, which net/http sends as an empty field.
 func (v responseView) setHeader(h http.Header) {
 	if v.n == 0 || !v.grouped {
 		for k, vs := range v.header() {
+			if name, ok := strings.CutPrefix(k, emptyMark); ok {
+				h[name] = vs
+				continue
+			}
 			if len(vs) == 1 && vs[0] == "" {
 				vs = nil
 			}
@@ -257,6 +281,10 @@ func (v responseView) setHeader(h http.Header) {
 		vals[i] = all[at()-len(val) : at()]
 		if i == 0 || k2 != name {
 			first, name = i, k2
+		}
+		if marked, ok := strings.CutPrefix(name, emptyMark); ok {
+			h[marked] = vals[first : i+1 : i+1]
+			continue
 		}
 		h[name] = vals[first : i+1 : i+1]
 		if i == first && vals[i] == "" {
