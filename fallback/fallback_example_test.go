@@ -28,7 +28,7 @@ func ExampleNew() {
 	defer rdb.Close()
 
 	store, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}), fallback.Options{
-		Timeout:        200 * time.Millisecond, // a store call never takes longer
+		Timeout:        time.Second, // a store call never takes longer
 		FailuresToOpen: 1,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
@@ -74,7 +74,7 @@ func ExampleNew_secondary() {
 	store, err := fallback.New(guard.NewRedisStore(p, guard.RedisOptions{}), fallback.Options{
 		Policy:         fallback.Secondary,
 		Secondary:      guard.NewRedisStore(s, guard.RedisOptions{}),
-		Timeout:        200 * time.Millisecond,
+		Timeout:        time.Second,
 		FailuresToOpen: 1,
 		OpenTimeout:    250 * time.Millisecond,
 		Logger:         slog.New(slog.DiscardHandler),
