@@ -22,19 +22,23 @@ func LeaseMargin(lease time.Duration) time.Duration {
 	return min(lease/100+2*time.Millisecond, lease/4)
 }
 
-// keepalive is the one timer behind a holder's run. In Do it is, in turn:
-// the claim's context (bounded by the lease's first deadline), the
-// heartbeat that extends the lease every Lease/3 while the effect runs and
-// cancels the effect's context at the lease's deadline or at MaxRun,
-// whatever an extension under way is doing, and the context of the write
-// that ends the claim (detached from the caller's, bounded by
-// max(Lease, 1s)). A replay costs this struct (the owner token in it),
-// its timer and the claim context's channel, and, when the caller's
-// context can be cancelled, the effect's context, made before the claim
-// so that the claim's context ends with it; an effect that ends within a
-// third of the lease adds only that context: no goroutine, no other
-// timer, and the timer is armed once (for the first extension) and
-// stopped once.
+// keepalive is what keeps a holder's run. In Do it is, in turn: the
+// claim's context (bounded by the lease's first deadline), the heartbeat
+// that extends the lease every Lease/3 while the effect runs and cancels
+// the effect's context at the lease's deadline or at MaxRun, whatever an
+// extension under way is doing, and the context of the write that ends
+// the claim (detached from the caller's, bounded by max(Lease, 1s)).
+//
+// The claim's bound is kept by the guard's claim queue (claimQueue), one
+// timer for every claim under way, so a claim costs no timer of its own:
+// a replay, or any outcome but Acquired, costs this struct (the owner
+// token in it), a place in the queue and the claim context's channel,
+// and, when the caller's context can be cancelled, the effect's context,
+// made before the claim so that the claim's context ends with it. The
+// keepalive's own timer is made when the run starts (start) or a write
+// needs a bound (detach): an effect that ends within a third of the
+// lease arms it once (for the first extension) and stops it once, and
+// needs no goroutine.
 //
 // The timer's callback, fire, decides from the state alone what is due,
 // so a late or spurious firing does no harm: it re-arms the timer for
@@ -51,9 +55,10 @@ type keepalive struct {
 	// effect's context is parent's child all the same.
 	detachedClaim bool
 
-	mu    sync.Mutex
-	idle  sync.Cond   // broadcast when an extension ends
-	timer *time.Timer // calls fire
+	mu   sync.Mutex
+	idle sync.Cond // broadcast when an extension ends
+	// timer calls fire; nil until the run or a write needs it (arm).
+	timer *time.Timer
 	// armed is when the timer fires next; zero when it is not armed. A
 	// timer armed sooner than what is due is left alone: it fires early
 	// and fire arms it again, which costs less than moving it each time.
@@ -81,6 +86,11 @@ type keepalive struct {
 	// context ended (detach), if any.
 	writeCancel context.CancelFunc
 
+	// prev and next link the keepalive into g.claims while its claim is
+	// under way (queued); guarded by g.claims.mu.
+	prev, next *keepalive
+	queued     bool
+
 	// steps is the run's step log (Step); Lease.steps points here.
 	steps stepLog
 
@@ -93,7 +103,7 @@ type keepalive struct {
 type phase uint8
 
 const (
-	claiming phase = iota // the claim is under way: the timer bounds it
+	claiming phase = iota // the claim is under way: the claim queue bounds it
 	running               // the effect runs: the timer extends and keeps the deadline
 	writing               // the effect returned: the timer bounds the write that ends the claim
 	ended                 // the timer does nothing
@@ -104,18 +114,42 @@ const (
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // newKeepalive returns a keepalive in phase claiming, with the lease's
-// first deadline valid; its timer fires then unless start moves it on.
+// first deadline valid. It has no timer: claim puts it in the guard's
+// claim queue, which bounds the claim; start or detach arm a timer of
+// its own.
 func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive {
 	k := &keepalive{g: g, parent: parent, valid: valid, bound: valid}
 	k.idle.L = &k.mu
-	k.mu.Lock()
-	// Armed for the first extension (a third of a lease after the claim
-	// was sent, before the claim's bound): a claim answered in time needs
-	// no other arming until the holder's write, which is later still.
-	k.armed = valid.Add(-g.validity + g.opts.Lease/3)
-	k.timer = time.AfterFunc(time.Until(k.armed), k.fire)
-	k.mu.Unlock()
 	return k
+}
+
+// claim puts k, about to send its claim, in the guard's claim queue: the
+// claim's context ends at k.bound unless k leaves phase claiming first.
+func (k *keepalive) claim() { k.g.claims.add(k) }
+
+// claimBound ends the claim's context at its bound, the lease's first
+// deadline, if the claim is still under way: the claim queue calls it.
+func (k *keepalive) claimBound() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.phase != claiming || time.Now().Before(k.bound) {
+		return
+	}
+	k.late = true
+	k.phase = ended
+	k.endCall(context.DeadlineExceeded)
+	if k.cancel != nil {
+		// The claim's context watched parent through k.ctx: end it.
+		k.cancel(fmt.Errorf("%w: the claim was not answered within the lease's validity", ErrLeaseLost))
+	}
+}
+
+// leaveClaim takes k out of the claim queue as it leaves phase claiming.
+// k.mu is held.
+func (k *keepalive) leaveClaim() {
+	if k.phase == claiming {
+		k.g.claims.remove(k)
+	}
 }
 
 // claimContext returns the context of the claim: parent's values, ended
@@ -187,6 +221,7 @@ func (k *keepalive) start(lease Lease) bool {
 		k.cancel(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
 	}
+	k.leaveClaim()
 	now := time.Now()
 	if !now.Before(k.valid) {
 		k.end(fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
@@ -224,16 +259,28 @@ func (k *keepalive) arm(now time.Time) {
 		return // it fires sooner, and fire arms it again
 	}
 	k.armed = next
+	if k.timer == nil {
+		k.timer = time.AfterFunc(next.Sub(now), k.fire)
+		return
+	}
 	k.timer.Reset(next.Sub(now))
+}
+
+// stopTimer stops k's timer, if it has one. k.mu is held.
+func (k *keepalive) stopTimer() {
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	k.armed = time.Time{}
 }
 
 // end cancels the effect's context with cause and stops the timer. An
 // extension under way is abandoned: its answer changes nothing. k.mu is
 // held.
 func (k *keepalive) end(cause error) {
+	k.leaveClaim()
 	k.phase = ended
-	k.timer.Stop()
-	k.armed = time.Time{}
+	k.stopTimer()
 	if k.extStop != nil {
 		k.extStop()
 	}
@@ -257,18 +304,15 @@ func (k *keepalive) fire() {
 	switch k.phase {
 	case ended:
 		return
-	case claiming, writing:
+	case claiming:
+		return // bounded by the claim queue (claimBound), not the timer
+	case writing:
 		if now.Before(k.bound) {
 			k.arm(now)
 			return
 		}
-		k.late = k.phase == claiming
 		k.phase = ended
 		k.endCall(context.DeadlineExceeded)
-		if k.late && k.cancel != nil {
-			// The claim's context watched parent through k.ctx: end it.
-			k.cancel(fmt.Errorf("%w: the claim was not answered within the lease's validity", ErrLeaseLost))
-		}
 		return
 	}
 	switch {
@@ -355,14 +399,14 @@ func (k *keepalive) halt() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.quiesce()
-	k.timer.Stop()
-	k.armed = time.Time{}
+	k.stopTimer()
 }
 
 // quiesce ends the heartbeat's phase and waits for an extension under
 // way, after telling it to give up. The timer stays armed: fired, it does
 // nothing until the phase changes. k.mu is held.
 func (k *keepalive) quiesce() {
+	k.leaveClaim()
 	k.phase = ended
 	if k.extStop != nil {
 		k.extStop()
@@ -489,3 +533,101 @@ func (c *claimCtx) Value(key any) any { return c.parent.Value(key) }
 func (c *claimCtx) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ctx, f) }
 
 func (c *claimCtx) String() string { return "idemguard store call" }
+
+// claimQueue bounds the claims of a guard under way with one timer: each
+// claim's context ends at its bound (the lease's first deadline) unless
+// its keepalive leaves the queue first. The keepalives are kept in order
+// of their bounds, which, with one Lease per guard, is the order they
+// were sent in: a claim joins at the tail (after a step back or two when
+// goroutines raced between reading the clock and joining) and leaves
+// from wherever it is, and the timer is armed for the head. A head that
+// leaves does not move the timer: it fires early and is armed again for
+// the new head, about once a lease at a steady load, so a claim costs
+// two short critical sections and no timer of its own.
+type claimQueue struct {
+	mu         sync.Mutex
+	head, tail *keepalive
+	timer      *time.Timer
+	armed      time.Time // when the timer fires next; zero: not armed
+}
+
+// add puts k at its place in the queue.
+func (q *claimQueue) add(k *keepalive) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	after := q.tail
+	for after != nil && k.bound.Before(after.bound) {
+		after = after.prev
+	}
+	k.prev = after
+	if after == nil {
+		k.next, q.head = q.head, k
+	} else {
+		k.next, after.next = after.next, k
+	}
+	if k.next == nil {
+		q.tail = k
+	} else {
+		k.next.prev = k
+	}
+	k.queued = true
+	if q.head == k && (q.armed.IsZero() || k.bound.Before(q.armed)) {
+		q.arm(k.bound)
+	}
+}
+
+// arm sets the timer for when. q.mu is held.
+func (q *claimQueue) arm(when time.Time) {
+	q.armed = when
+	if q.timer == nil {
+		q.timer = time.AfterFunc(time.Until(when), q.fire)
+		return
+	}
+	q.timer.Reset(time.Until(when))
+}
+
+// remove takes k out of the queue, if it is there.
+func (q *claimQueue) remove(k *keepalive) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !k.queued {
+		return
+	}
+	if k.prev == nil {
+		q.head = k.next
+	} else {
+		k.prev.next = k.next
+	}
+	if k.next == nil {
+		q.tail = k.prev
+	} else {
+		k.next.prev = k.prev
+	}
+	k.prev, k.next, k.queued = nil, nil, false
+}
+
+// fire is the timer's callback: it ends the claims whose bound has
+// passed and arms the timer for the next.
+func (q *claimQueue) fire() {
+	var due []*keepalive
+	q.mu.Lock()
+	q.armed = time.Time{}
+	now := time.Now()
+	for k := q.head; k != nil && !now.Before(k.bound); k = q.head {
+		q.head = k.next
+		if q.head == nil {
+			q.tail = nil
+		} else {
+			q.head.prev = nil
+		}
+		k.prev, k.next, k.queued = nil, nil, false
+		due = append(due, k)
+	}
+	if q.head != nil {
+		q.arm(q.head.bound)
+	}
+	q.mu.Unlock()
+	for _, k := range due {
+		k.claimBound()
+	}
+}
