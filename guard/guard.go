@@ -184,7 +184,7 @@ func New(store Store, opts Options) *Guard {
 		panic("guard.New: nil Store")
 	}
 	opts = opts.withDefaults()
-	return &Guard{store: store, opts: opts, validity: opts.Lease - LeaseMargin(opts.Lease), claims: new(claimQueue)}
+	return &Guard{store: store, opts: opts, validity: opts.Lease - LeaseMargin(opts.Lease), claims: newClaimQueue()}
 }
 
 // Store returns the store the guard writes to.
@@ -246,9 +246,11 @@ func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, op
 
 // keptClaim claims key under one keepalive, whose claim the guard's
 // claim queue bounds (the lease's first deadline) and which, when the
-// claim is Acquired, runs the heartbeat: k is nil otherwise. The claim's context ends with ctx unless
-// detachedClaim; the effect's context is a child of ctx either way. The
-// outcome and error are Claim's.
+// claim is Acquired, runs the heartbeat: k is nil otherwise. The claim's
+// context ends with ctx unless detachedClaim (its Err at once, its Done
+// within claimWatchDelay); the effect's context, made once the claim is
+// Acquired, is a child of ctx either way. The outcome and error are
+// Claim's.
 func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts CallOptions, detachedClaim bool) (k *keepalive, out Outcome, err error) {
 	if err := key.Validate(); err != nil {
 		return nil, Outcome{}, err
