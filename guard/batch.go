@@ -309,6 +309,7 @@ func (r *batchRun) segment(start, end int) bool {
 	// of leaving them pending until their leases run out.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(r.ctx, valid)
+	k.claim()
 	outs, errs := r.bs.ClaimBatch((*callCtx)(k), reqs)
 	timedOut := k.timedOut()
 	late := timedOut || !time.Now().Before(valid)

@@ -172,6 +172,7 @@ type Guard struct {
 	store    Store
 	opts     Options
 	validity time.Duration // Lease − LeaseMargin(Lease)
+	claims   *claimQueue   // bounds Do's and Hold's claims under way
 }
 
 // New returns a Guard over store. Every Options value is usable (see each
@@ -183,7 +184,7 @@ func New(store Store, opts Options) *Guard {
 		panic("guard.New: nil Store")
 	}
 	opts = opts.withDefaults()
-	return &Guard{store: store, opts: opts, validity: opts.Lease - LeaseMargin(opts.Lease)}
+	return &Guard{store: store, opts: opts, validity: opts.Lease - LeaseMargin(opts.Lease), claims: newClaimQueue()}
 }
 
 // Store returns the store the guard writes to.
@@ -243,11 +244,13 @@ func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, op
 	return g.run(ctx, k, out.Lease, fn)
 }
 
-// keptClaim claims key under one keepalive, which bounds the claim (the
-// lease's first deadline) and, when the claim is Acquired, runs the
-// heartbeat: k is nil otherwise. The claim's context ends with ctx unless
-// detachedClaim; the effect's context is a child of ctx either way. The
-// outcome and error are Claim's.
+// keptClaim claims key under one keepalive, whose claim the guard's
+// claim queue bounds (the lease's first deadline) and which, when the
+// claim is Acquired, runs the heartbeat: k is nil otherwise. The claim's
+// context ends with ctx unless detachedClaim (its Err at once, its Done
+// within claimWatchDelay); the effect's context, made once the claim is
+// Acquired, is a child of ctx either way. The outcome and error are
+// Claim's.
 func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts CallOptions, detachedClaim bool) (k *keepalive, out Outcome, err error) {
 	if err := key.Validate(); err != nil {
 		return nil, Outcome{}, err
@@ -256,7 +259,9 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	k = g.newKeepalive(ctx, valid)
 	k.detachedClaim = detachedClaim
 	req := g.request(key, fingerprint, k.token(), opts)
-	out, err = g.store.Claim(k.claimContext(), req)
+	cctx := k.claimContext()
+	k.claim()
+	out, err = g.store.Claim(cctx, req)
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = g.claimTimedOut(err)
 	}

@@ -22,19 +22,23 @@ func LeaseMargin(lease time.Duration) time.Duration {
 	return min(lease/100+2*time.Millisecond, lease/4)
 }
 
-// keepalive is the one timer behind a holder's run. In Do it is, in turn:
-// the claim's context (bounded by the lease's first deadline), the
-// heartbeat that extends the lease every Lease/3 while the effect runs and
-// cancels the effect's context at the lease's deadline or at MaxRun,
-// whatever an extension under way is doing, and the context of the write
-// that ends the claim (detached from the caller's, bounded by
-// max(Lease, 1s)). A replay costs this struct (the owner token in it),
-// its timer and the claim context's channel, and, when the caller's
-// context can be cancelled, the effect's context, made before the claim
-// so that the claim's context ends with it; an effect that ends within a
-// third of the lease adds only that context: no goroutine, no other
-// timer, and the timer is armed once (for the first extension) and
-// stopped once.
+// keepalive is what keeps a holder's run. In Do it is, in turn: the
+// claim's context (bounded by the lease's first deadline), the heartbeat
+// that extends the lease every Lease/3 while the effect runs and cancels
+// the effect's context at the lease's deadline or at MaxRun, whatever an
+// extension under way is doing, and the context of the write that ends
+// the claim (detached from the caller's, bounded by max(Lease, 1s)).
+//
+// The claim's bound is kept by the guard's claim queue (claimQueue), one
+// timer for every claim under way, so a claim costs no timer of its own:
+// a replay, or any outcome but Acquired, costs this struct (the owner
+// token in it), a place in the queue and the claim context's channel;
+// the queue watches a caller's context that can be cancelled only for a
+// claim still under way after claimWatchDelay. The effect's context is
+// made when the run starts (start), and so is the keepalive's own timer
+// (or when a write needs a bound: detach): an effect that ends within a
+// third of the lease arms it once (for the first extension) and stops it
+// once, and needs no goroutine.
 //
 // The timer's callback, fire, decides from the state alone what is due,
 // so a late or spurious firing does no harm: it re-arms the timer for
@@ -51,9 +55,10 @@ type keepalive struct {
 	// effect's context is parent's child all the same.
 	detachedClaim bool
 
-	mu    sync.Mutex
-	idle  sync.Cond   // broadcast when an extension ends
-	timer *time.Timer // calls fire
+	mu   sync.Mutex
+	idle sync.Cond // broadcast when an extension ends
+	// timer calls fire; nil until the run or a write needs it (arm).
+	timer *time.Timer
 	// armed is when the timer fires next; zero when it is not armed. A
 	// timer armed sooner than what is due is left alone: it fires early
 	// and fire arms it again, which costs less than moving it each time.
@@ -81,6 +86,17 @@ type keepalive struct {
 	// context ended (detach), if any.
 	writeCancel context.CancelFunc
 
+	// q links the keepalive into g.claims's lists while its claim is
+	// under way: by bound (bounds), and by when to watch parent (watches)
+	// if watch. Guarded by g.claims.mu.
+	q [2]queueLinks
+	// watch: the claim's context must end with parent's cancellation
+	// (parent can be cancelled, and the claim is not detached).
+	watch bool
+	// unwatch ends the watch of parent that the claim queue made for a
+	// claim still under way claimWatchDelay after it was sent, if any.
+	unwatch func() bool
+
 	// steps is the run's step log (Step); Lease.steps points here.
 	steps stepLog
 
@@ -93,7 +109,7 @@ type keepalive struct {
 type phase uint8
 
 const (
-	claiming phase = iota // the claim is under way: the timer bounds it
+	claiming phase = iota // the claim is under way: the claim queue bounds it
 	running               // the effect runs: the timer extends and keeps the deadline
 	writing               // the effect returned: the timer bounds the write that ends the claim
 	ended                 // the timer does nothing
@@ -104,35 +120,91 @@ const (
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // newKeepalive returns a keepalive in phase claiming, with the lease's
-// first deadline valid; its timer fires then unless start moves it on.
+// first deadline valid. It has no timer: claim puts it in the guard's
+// claim queue, which bounds the claim; start or detach arm a timer of
+// its own.
 func (g *Guard) newKeepalive(parent context.Context, valid time.Time) *keepalive {
 	k := &keepalive{g: g, parent: parent, valid: valid, bound: valid}
 	k.idle.L = &k.mu
-	k.mu.Lock()
-	// Armed for the first extension (a third of a lease after the claim
-	// was sent, before the claim's bound): a claim answered in time needs
-	// no other arming until the holder's write, which is later still.
-	k.armed = valid.Add(-g.validity + g.opts.Lease/3)
-	k.timer = time.AfterFunc(time.Until(k.armed), k.fire)
-	k.mu.Unlock()
 	return k
+}
+
+// claim puts k, about to send its claim, in the guard's claim queue: the
+// claim's context ends at k.bound unless k leaves phase claiming first.
+func (k *keepalive) claim() { k.g.claims.add(k) }
+
+// claimBound ends the claim's context at its bound, the lease's first
+// deadline, if the claim is still under way: the claim queue calls it.
+func (k *keepalive) claimBound() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.phase != claiming || time.Now().Before(k.bound) {
+		return
+	}
+	k.late = true
+	if k.unwatch != nil {
+		k.unwatch()
+	}
+	k.phase = ended
+	k.endCall(context.DeadlineExceeded)
+}
+
+// watchParent makes the claim's context end with parent's cancellation,
+// if the claim is still under way: the claim queue calls it
+// claimWatchDelay after the claim was sent.
+func (k *keepalive) watchParent() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.phase != claiming || k.callErr != nil || k.unwatch != nil {
+		return
+	}
+	k.unwatch = context.AfterFunc(k.parent, k.parentDone)
+}
+
+// parentDone ends the claim's context as parent ended, if the claim is
+// still under way.
+func (k *keepalive) parentDone() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.parentEnded()
+}
+
+// parentEnded ends the claim's context if parent has ended and the claim
+// is still under way, and reports whether it has ended. k.mu is held.
+func (k *keepalive) parentEnded() bool {
+	if k.callErr != nil {
+		return true
+	}
+	if !k.watch || k.phase != claiming {
+		return false
+	}
+	if err := k.parent.Err(); err != nil {
+		k.endCall(err)
+		return true
+	}
+	return false
+}
+
+// leaveClaim takes k out of the claim queue as it leaves phase claiming.
+// k.mu is held.
+func (k *keepalive) leaveClaim() {
+	if k.phase != claiming {
+		return
+	}
+	k.g.claims.remove(k)
+	if k.unwatch != nil {
+		k.unwatch()
+	}
 }
 
 // claimContext returns the context of the claim: parent's values, ended
 // by parent's cancellation (unless detachedClaim) and at the lease's
 // first deadline, which it reports as its deadline (a client that sets
 // socket deadlines from the context, go-redis with ContextTimeoutEnabled,
-// gives up then as well).
+// gives up then as well). Its Err reports parent's cancellation at once;
+// its Done channel closes within claimWatchDelay of it (see claimQueue).
 func (k *keepalive) claimContext() context.Context {
-	if k.parent.Done() != nil && !k.detachedClaim {
-		// The effect's context is made now, and the claim's context
-		// ends with it (claimCtx): cheaper than a watch of parent's of
-		// its own.
-		k.mu.Lock()
-		k.ctx, k.cancel = context.WithCancelCause(k.parent)
-		k.mu.Unlock()
-		return (*claimCtx)(k)
-	}
+	k.watch = k.parent.Done() != nil && !k.detachedClaim
 	return (*callCtx)(k)
 }
 
@@ -187,6 +259,7 @@ func (k *keepalive) start(lease Lease) bool {
 		k.cancel(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
 	}
+	k.leaveClaim()
 	now := time.Now()
 	if !now.Before(k.valid) {
 		k.end(fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
@@ -224,16 +297,28 @@ func (k *keepalive) arm(now time.Time) {
 		return // it fires sooner, and fire arms it again
 	}
 	k.armed = next
+	if k.timer == nil {
+		k.timer = time.AfterFunc(next.Sub(now), k.fire)
+		return
+	}
 	k.timer.Reset(next.Sub(now))
+}
+
+// stopTimer stops k's timer, if it has one. k.mu is held.
+func (k *keepalive) stopTimer() {
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	k.armed = time.Time{}
 }
 
 // end cancels the effect's context with cause and stops the timer. An
 // extension under way is abandoned: its answer changes nothing. k.mu is
 // held.
 func (k *keepalive) end(cause error) {
+	k.leaveClaim()
 	k.phase = ended
-	k.timer.Stop()
-	k.armed = time.Time{}
+	k.stopTimer()
 	if k.extStop != nil {
 		k.extStop()
 	}
@@ -257,18 +342,15 @@ func (k *keepalive) fire() {
 	switch k.phase {
 	case ended:
 		return
-	case claiming, writing:
+	case claiming:
+		return // bounded by the claim queue (claimBound), not the timer
+	case writing:
 		if now.Before(k.bound) {
 			k.arm(now)
 			return
 		}
-		k.late = k.phase == claiming
 		k.phase = ended
 		k.endCall(context.DeadlineExceeded)
-		if k.late && k.cancel != nil {
-			// The claim's context watched parent through k.ctx: end it.
-			k.cancel(fmt.Errorf("%w: the claim was not answered within the lease's validity", ErrLeaseLost))
-		}
 		return
 	}
 	switch {
@@ -355,14 +437,14 @@ func (k *keepalive) halt() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.quiesce()
-	k.timer.Stop()
-	k.armed = time.Time{}
+	k.stopTimer()
 }
 
 // quiesce ends the heartbeat's phase and waits for an extension under
 // way, after telling it to give up. The timer stays armed: fired, it does
 // nothing until the phase changes. k.mu is held.
 func (k *keepalive) quiesce() {
+	k.leaveClaim()
 	k.phase = ended
 	if k.extStop != nil {
 		k.extStop()
@@ -423,9 +505,12 @@ func (c *callCtx) Done() <-chan struct{} {
 	return c.done
 }
 
+// Err reports parent's cancellation during the claim at once (and ends
+// the context then, so that Done agrees).
 func (c *callCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	(*keepalive)(c).parentEnded()
 	return c.callErr
 }
 
@@ -437,7 +522,7 @@ func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
 func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.callErr != nil {
+	if (*keepalive)(c).parentEnded() {
 		go f()
 		return func() bool { return false }
 	}
@@ -458,34 +543,175 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 
 func (c *callCtx) String() string { return "idemguard store call" }
 
-// claimCtx is Do's claim context when the caller's context can be
-// cancelled: the effect's context, k.ctx (made by claimContext), with the
-// claim's deadline; the timer cancels k.ctx at the claim's bound. It stays
-// a view of k.ctx after the claim: a context derived from it during the
-// claim may be cancelled through it later (the context package's
-// goroutine that does so reads Err then), so once Done has closed, Err
-// never goes back to nil, as it would if the claim's context were the
-// write's (detach) by then.
-type claimCtx keepalive
+// claimWatchDelay is how long a claim of Do may be under way before its
+// context watches the caller's for cancellation: a claim answered sooner,
+// nearly every one, costs no watch. Until then the claim's context
+// reports the caller's cancellation from Err at once, and a store that
+// waits on its Done channel learns of it up to this much later.
+const claimWatchDelay = 5 * time.Millisecond
 
-func (c *claimCtx) Deadline() (time.Time, bool) { return (*callCtx)(c).Deadline() }
+// The claim queue's lists.
+const (
+	bounds  = iota // every claim under way, by its bound
+	watches        // claims whose caller is still to be watched, by when
+)
 
-func (c *claimCtx) Done() <-chan struct{} { return c.ctx.Done() }
-
-// Err is k.ctx's, or context.DeadlineExceeded when the claim's bound
-// ended it.
-func (c *claimCtx) Err() error {
-	err := c.ctx.Err()
-	if err != nil && (*keepalive)(c).timedOut() {
-		return context.DeadlineExceeded
-	}
-	return err
+// queueLinks is a keepalive's place in one list of the claim queue.
+type queueLinks struct {
+	prev, next *keepalive
+	in         bool
+	at         time.Time // when it is due
 }
 
-func (c *claimCtx) Value(key any) any { return c.parent.Value(key) }
+// queueList is a list of the claim queue, kept in order of due times.
+type queueList struct {
+	i          int // which of the keepalive's links
+	head, tail *keepalive
+}
 
-// AfterFunc arranges for f to run, in a goroutine of its own, when k.ctx
-// ends (see callCtx.AfterFunc).
-func (c *claimCtx) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ctx, f) }
+// add puts k at its place in l, at at: after a step back or two from the
+// tail when goroutines raced between reading the clock and joining.
+func (l *queueList) add(k *keepalive, at time.Time) {
+	kl := &k.q[l.i]
+	kl.at = at
+	after := l.tail
+	for after != nil && at.Before(after.q[l.i].at) {
+		after = after.q[l.i].prev
+	}
+	kl.prev = after
+	if after == nil {
+		kl.next, l.head = l.head, k
+	} else {
+		kl.next, after.q[l.i].next = after.q[l.i].next, k
+	}
+	if kl.next == nil {
+		l.tail = k
+	} else {
+		kl.next.q[l.i].prev = k
+	}
+	kl.in = true
+}
 
-func (c *claimCtx) String() string { return "idemguard store call" }
+// remove takes k out of l, if it is there.
+func (l *queueList) remove(k *keepalive) {
+	kl := &k.q[l.i]
+	if !kl.in {
+		return
+	}
+	if kl.prev == nil {
+		l.head = kl.next
+	} else {
+		kl.prev.q[l.i].next = kl.next
+	}
+	if kl.next == nil {
+		l.tail = kl.prev
+	} else {
+		kl.next.q[l.i].prev = kl.prev
+	}
+	kl.prev, kl.next, kl.in = nil, nil, false
+}
+
+// due takes from l the keepalives due at now and appends them to ks.
+func (l *queueList) due(now time.Time, ks []*keepalive) []*keepalive {
+	for l.head != nil && !now.Before(l.head.q[l.i].at) {
+		k := l.head
+		l.remove(k)
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// next is when l's head is due; zero when l is empty.
+func (l *queueList) next() time.Time {
+	if l.head == nil {
+		return time.Time{}
+	}
+	return l.head.q[l.i].at
+}
+
+// claimQueue bounds the claims of a guard under way with one timer: each
+// claim's context ends at its bound (the lease's first deadline) unless
+// its keepalive leaves the queue first, and a claim of Do still under way
+// claimWatchDelay after it was sent starts watching its caller's context.
+// Each list is kept in order of due times, which, with one Lease per
+// guard, is the order the claims were sent in: a claim joins at the tail
+// and leaves from wherever it is, and the timer is armed for the sooner
+// head. A head that leaves does not move the timer: it fires early and is
+// armed again for the new heads, about once per claimWatchDelay at a
+// steady load, so a claim costs two short critical sections and no timer
+// or watch of its own.
+type claimQueue struct {
+	mu    sync.Mutex
+	lists [2]queueList
+	timer *time.Timer
+	armed time.Time // when the timer fires next; zero: not armed
+}
+
+func newClaimQueue() *claimQueue {
+	return &claimQueue{lists: [2]queueList{{i: bounds}, {i: watches}}}
+}
+
+// add puts k, about to send its claim, in the queue.
+func (q *claimQueue) add(k *keepalive) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lists[bounds].add(k, k.bound)
+	next := k.bound
+	if k.watch {
+		// k.bound is when the claim was sent + the guard's validity.
+		at := k.bound.Add(-k.g.validity + claimWatchDelay)
+		q.lists[watches].add(k, at)
+		if at.Before(next) {
+			next = at
+		}
+	}
+	if q.armed.IsZero() || next.Before(q.armed) {
+		q.arm(next)
+	}
+}
+
+// arm sets the timer for when. q.mu is held.
+func (q *claimQueue) arm(when time.Time) {
+	q.armed = when
+	if q.timer == nil {
+		q.timer = time.AfterFunc(time.Until(when), q.fire)
+		return
+	}
+	q.timer.Reset(time.Until(when))
+}
+
+// remove takes k out of the queue, if it is there.
+func (q *claimQueue) remove(k *keepalive) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lists[bounds].remove(k)
+	q.lists[watches].remove(k)
+}
+
+// fire is the timer's callback: it ends the claims whose bound has
+// passed, starts watching the callers of those due to be watched, and
+// arms the timer for what is due next.
+func (q *claimQueue) fire() {
+	q.mu.Lock()
+	q.armed = time.Time{}
+	now := time.Now()
+	ended := q.lists[bounds].due(now, nil)
+	for _, k := range ended {
+		q.lists[watches].remove(k)
+	}
+	watch := q.lists[watches].due(now, nil)
+	b, w := q.lists[bounds].next(), q.lists[watches].next()
+	switch {
+	case !w.IsZero() && (b.IsZero() || w.Before(b)):
+		q.arm(w)
+	case !b.IsZero():
+		q.arm(b)
+	}
+	q.mu.Unlock()
+	for _, k := range ended {
+		k.claimBound()
+	}
+	for _, k := range watch {
+		k.watchParent()
+	}
+}
