@@ -132,3 +132,37 @@ func TestClaimContextBoundWithCancellableCaller(t *testing.T) {
 		t.Errorf("Do = %v, want ErrUnavailable and not context.Canceled", err)
 	}
 }
+
+// A Do whose caller has gone (a consumer shutting down) sends no claim;
+// one whose caller goes while the claim is on the way, answered all the
+// same, does not run its effect, and the key is released: nobody waits
+// for it.
+func TestDoCallerGoneRunsNothing(t *testing.T) {
+	ran := 0
+	fn := func(context.Context, guard.Lease) ([]byte, error) { ran++; return nil, nil }
+	gone := errors.New("SIGTERM")
+	store := realStore(t)
+
+	ctx, cancel := context.WithCancelCause(bg)
+	cancel(gone)
+	sent := 0
+	g := guard.New(claimAnswered{store, func(context.Context) { sent++ }}, guard.Options{})
+	key := guard.Key{Scope: "gone", ID: t.Name() + "-before"}
+	if _, err := g.Do(ctx, key, "fp", fn); !errors.Is(err, gone) || sent != 0 {
+		t.Fatalf("Do after the caller went = %v, %d claims sent; want the cause, none", err, sent)
+	}
+
+	ctx, cancel = context.WithCancelCause(bg)
+	defer cancel(nil)
+	g = guard.New(claimAnswered{store, func(context.Context) { cancel(gone) }}, guard.Options{})
+	key = guard.Key{Scope: "gone", ID: t.Name() + "-during"}
+	if _, err := g.Do(ctx, key, "fp", fn); !errors.Is(err, gone) {
+		t.Fatalf("Do whose caller went during the claim = %v; want the cause", err)
+	}
+	if _, err := store.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("the key after the caller went: %v; want it released", err)
+	}
+	if ran != 0 {
+		t.Fatalf("the effect ran %d times for a caller that had gone", ran)
+	}
+}

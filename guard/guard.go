@@ -241,6 +241,14 @@ func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, op
 	if out.Status == Replay {
 		return Result{Value: out.Result, Replayed: true}, nil
 	}
+	if ctx.Err() != nil {
+		// The caller ended while the claim was under way (its Done
+		// channel may close up to claimWatchDelay late, and a store may
+		// not look): nobody waits for the effect, so it does not run.
+		k.stop()
+		_ = g.Release(context.WithoutCancel(ctx), out.Lease)
+		return Result{}, fmt.Errorf("%s: not run: %w", key, context.Cause(ctx))
+	}
 	return g.run(ctx, k, out.Lease, fn)
 }
 
@@ -254,6 +262,9 @@ func (g *Guard) do(ctx context.Context, key Key, fingerprint string, fn Func, op
 func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts CallOptions, detachedClaim bool) (k *keepalive, out Outcome, err error) {
 	if err := key.Validate(); err != nil {
 		return nil, Outcome{}, err
+	}
+	if !detachedClaim && ctx.Err() != nil {
+		return nil, Outcome{}, fmt.Errorf("claim %s: not sent: %w", key, context.Cause(ctx))
 	}
 	valid := time.Now().Add(g.validity)
 	k = g.newKeepalive(ctx, valid)
