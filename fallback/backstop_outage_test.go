@@ -25,16 +25,7 @@ func TestOutageHolderEndEndsMarkLease(t *testing.T) {
 	for _, end := range []string{"fail", "release", "complete"} {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
-			p := newPrimary(t)
-			pg, db := pgStore(t)
-			b, err := backstop.New(db, pgstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{
-				Policy: fallback.Secondary, Secondary: pg,
-				FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet,
-			})
+			p, s := overBackstop(t)
 			g := guard.New(s, guard.Options{Lease: time.Minute})
 			k := key(t.Name())
 			a, err := g.Claim(bg, k, "fp")
@@ -77,16 +68,7 @@ func TestOutageHolderEndEndsMarkLease(t *testing.T) {
 // once, never twice at once.
 func TestOutageHolderKeepsMarkLease(t *testing.T) {
 	t.Parallel()
-	p := newPrimary(t)
-	pg, db := pgStore(t)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{
-		Policy: fallback.Secondary, Secondary: pg,
-		FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet,
-	})
+	p, s := overBackstop(t)
 	const lease = 600 * time.Millisecond
 	g := guard.New(s, guard.Options{Lease: lease})
 	k := key(t.Name())
@@ -135,4 +117,22 @@ func TestOutageHolderKeepsMarkLease(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the effect ran %d times", n)
 	}
+}
+
+// overBackstop is a fallback Store over Redis wrapped by backstop.Wrap,
+// with a pgstore.Store on the backstop's tables as its secondary; its
+// breaker opens at the first failure and stays open for the test.
+func overBackstop(t *testing.T) (primary, *fallback.Store) {
+	t.Helper()
+	p := newPrimary(t)
+	pg, db := pgStore(t)
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{
+		Policy: fallback.Secondary, Secondary: pg,
+		FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet,
+	})
+	return p, s
 }

@@ -29,6 +29,16 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	w := roundTrip(t, c, req)
+	w.trailer = sentTrailers(w.trailer)
+	return w
+}
+
+// roundTrip sends req and returns what came back, less the fields that
+// differ between a first response and its replay by design (Date,
+// Idempotent-Replayed).
+func roundTrip(t *testing.T, c *http.Client, req *http.Request) wire {
+	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +51,7 @@ func fetch(t *testing.T, c *http.Client, url, key string) wire {
 	h := resp.Header.Clone()
 	h.Del("Date")
 	h.Del(httpx.ReplayedHeader)
-	return wire{resp.StatusCode, h, string(b), sentTrailers(resp.Trailer), resp.ContentLength, resp.TransferEncoding}
+	return wire{resp.StatusCode, h, string(b), resp.Trailer, resp.ContentLength, resp.TransferEncoding}
 }
 
 // sentTrailers is trailer less the names a Trailer field declared that

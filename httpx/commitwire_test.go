@@ -1,13 +1,11 @@
 package httpx_test
 
 import (
-	"io"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
@@ -109,17 +107,5 @@ func fetchCharge(t *testing.T, c *http.Client, url, key string) wire {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := resp.Header.Clone()
-	h.Del("Date")
-	h.Del(httpx.ReplayedHeader)
-	return wire{resp.StatusCode, h, string(b), resp.Trailer, resp.ContentLength, resp.TransferEncoding}
+	return roundTrip(t, c, req)
 }
