@@ -85,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, extend, lock, lookup, mark, read, unmark string
+	commit, extend, lock, lookup, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -114,6 +114,13 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		lookup: `SELECT result, fence FROM ` + k + `
 			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
+		// $1 scope, $2 id. The committed row, or a holder's mark whose
+		// lease is live; the last column: how long that lease has left
+		// (µs, 0 for a committed row).
+		peek: `SELECT status, fingerprint, token, fence, attempt, recovered, result,
+				CASE WHEN status = 'completed' THEN 0 ELSE GREATEST(` + pgsql.UntilUS("leased_until") + `, 1) END
+			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow + `
+				AND (status = 'completed' OR leased_until > ` + clockNow + `)`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 lease µs, $9 keep µs
 		mark: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
 			VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, NULL, '', ` + clockNow + ` + ` + dur("$8") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
@@ -266,6 +273,32 @@ func committedRow(ctx context.Context, what string, row *sql.Row) (result []byte
 		result = []byte{}
 	}
 	return result, fence, true, nil
+}
+
+// peek reads what the backstop knows of key for Wrap's Get: its
+// committed row (a completed record), or a holder's mark whose lease is
+// live (a pending record with the lease left, which keeps every other
+// claim of the key out until then). found is false when there is neither.
+func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, found bool, err error) {
+	var status string
+	var leftUS int64
+	rec.Key = key
+	err = b.db.QueryRowContext(ctx, b.q.peek, key.Scope, key.ID).Scan(&status, &rec.Fingerprint, &rec.Token,
+		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &leftUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return guard.Record{}, false, nil
+	}
+	if err != nil {
+		return guard.Record{}, false, dbErr(ctx, "lookup", err)
+	}
+	if status == "completed" {
+		if rec.Result == nil {
+			rec.Result = []byte{}
+		}
+		return guard.Record{Key: key, State: guard.StateCompleted, Fence: rec.Fence, Result: rec.Result}, true, nil
+	}
+	rec.State, rec.Result, rec.LeaseLeft = guard.StatePending, nil, time.Duration(leftUS)*time.Microsecond
+	return rec, true, nil
 }
 
 // TxFunc is a business effect made inside tx, the transaction the

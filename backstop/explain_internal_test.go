@@ -28,6 +28,7 @@ func TestKeyLookupUsesPrimaryKey(t *testing.T) {
 		"Backstop.Lookup":      b.q.lookup,
 		"Backstop.Commit lock": b.q.lock,
 		"Backstop mark read":   b.q.read,
+		"Backstop peek":        b.q.peek,
 		"Backstop mark extend": b.q.extend,
 	})
 }

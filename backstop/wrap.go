@@ -47,8 +47,12 @@ import (
 // backstop's TTL after it. A holder that completes without committing a
 // row leaves its mark's lease to run out: should primary lose the record
 // meanwhile, the key answers InProgress until then.
-// Get reads primary and, when it has no record, the committed row in
-// PostgreSQL.
+// Get reads primary and, when it has no record, PostgreSQL: the key's
+// committed row (a completed record with its result and fence), or else a
+// holder's mark whose lease is live (a pending record with the lease it
+// has left, LeaseLeft; every claim is told InProgress until then), so
+// that guard.Wait reads, rather than claims, until that holder commits,
+// fails or its lease runs out.
 //
 // A write to primary that ends a claim is never given up at the first
 // failure: the store's own (teaching primary a committed result, releasing
@@ -288,12 +292,12 @@ func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, er
 	if !errors.Is(err, guard.ErrNotFound) {
 		return rec, err
 	}
-	result, fence, found, lerr := g.b.Lookup(ctx, key)
+	brec, found, lerr := g.b.peek(ctx, key)
 	if lerr != nil {
 		return guard.Record{}, fmt.Errorf("backstop: %w", lerr)
 	}
 	if !found {
 		return guard.Record{}, err
 	}
-	return guard.Record{Key: key, State: guard.StateCompleted, Fence: fence, Result: result}, nil
+	return brec, nil
 }

@@ -1,5 +1,10 @@
 package consumerx
 
+import (
+	"context"
+	"runtime/debug"
+)
+
 // Outcome is what a wrapped handler made of one delivery, and tells the
 // adapter what to do with it.
 type Outcome uint8
@@ -51,3 +56,18 @@ func (o Outcome) String() string {
 // Ack reports whether the adapter should acknowledge the delivery: true for
 // Processed, Duplicate and DeadLettered.
 func (o Outcome) Ack() bool { return o == Processed || o == Duplicate || o == DeadLettered }
+
+// onOutcome tells Options.OnOutcome msg's outcome o. A panic of it goes
+// no further than a log at Error level: the outcome was decided and
+// written before, and escaping, the panic would lose the answers of a
+// whole batch (none acknowledged, each message a Duplicate on
+// redelivery, where the observer panics again) and take the consumer down.
+func (p *Processor) onOutcome(ctx context.Context, msg Message, o Outcome, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.ErrorContext(ctx, "consumerx: Options.OnOutcome panicked; the outcome stands",
+				"id", msg.ID, "outcome", o.String(), "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	p.opts.OnOutcome(ctx, msg, o, err)
+}

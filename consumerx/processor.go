@@ -105,7 +105,10 @@ type Options struct {
 	DeadLetter func(ctx context.Context, msg Message, cause error) error
 	// OnOutcome, if set, hears the outcome of every delivery (for metrics
 	// and tests), after the work and before the adapter acknowledges. err
-	// is the one Process returns.
+	// is the one Process returns. A panic of it goes no further: it is
+	// logged at Error level and the outcome stands (the message's record
+	// is already written; the other messages of a batch are heard and
+	// acknowledged as they would have been).
 	OnOutcome func(ctx context.Context, msg Message, o Outcome, err error)
 	// Logger receives duplicates (Info), messages in progress elsewhere
 	// (Debug), failures (Warn) and dead letters (Error). Default
@@ -295,7 +298,7 @@ func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err erro
 		p.log.InfoContext(ctx, "consumerx: consumer stopped while the handler ran; claim released, left for redelivery", "id", msg.ID, "err", err)
 	}
 	if p.opts.OnOutcome != nil {
-		p.opts.OnOutcome(ctx, msg, o, err)
+		p.onOutcome(ctx, msg, o, err)
 	}
 }
 

@@ -31,6 +31,9 @@ func handler(h conformance.Handler) echo.HandlerFunc {
 		lease, _, claimed := echox.ClaimFrom(c)
 		resp := h(c.Request().Context(), conformance.Req{Method: c.Request().Method, Path: c.Request().URL.Path, Body: body,
 			Header: c.Request().Header, Claimed: claimed, Lease: lease})
+		if resp.Switch != nil {
+			return switchProtocols(c, resp)
+		}
 		for k, vs := range resp.Header {
 			for _, v := range vs {
 				c.Response().Header().Add(k, v)
@@ -38,6 +41,27 @@ func handler(h conformance.Handler) echo.HandlerFunc {
 		}
 		return c.Blob(resp.Status, resp.Header.Get("Content-Type"), resp.Body)
 	}
+}
+
+// switchProtocols answers resp's 101 (if it has one) and runs its session
+// on the connection, as coder/websocket (WriteHeader, then Hijack) or
+// gorilla/websocket (the 101 written on the connection) does.
+func switchProtocols(c echo.Context, resp conformance.Resp) error {
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			c.Response().Header().Add(k, v)
+		}
+	}
+	if resp.Status != 0 {
+		c.Response().WriteHeader(resp.Status)
+	}
+	conn, brw, err := http.NewResponseController(c.Response()).Hijack()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	resp.Switch(brw)
+	return nil
 }
 
 // server serves h behind echox.Guard on an Echo instance, for the shared
@@ -66,6 +90,10 @@ func newEcho() *echo.Echo {
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, server) }
+
+func TestConformanceUpgrade(t *testing.T) {
+	conformance.RunUpgrade(t, server, conformance.UpgradeOptions{})
+}
 
 // TestStorm: 1,000 keys × 8 copies over two Echo servers on one Redis,
 // each key's effect exactly once.

@@ -30,6 +30,12 @@
 // run, so it is part of the response: a 4xx is stored and replayed, a 5xx
 // releases the key; the middleware then returns nil. Fiber's BodyLimit
 // (4 MiB by default) answers larger bodies before the guard sees them.
+// A handler that switches protocols (a WebSocket, through fasthttp's
+// Hijack, answering 101 or writing its own on the connection) stores
+// nothing, as under httpx.Guard, but fasthttp runs the session after the
+// handlers returned: the key is released as the session starts, so a
+// request with the key during the session runs the handlers again (under
+// httpx.Guard it gets a 409 until the session ends).
 //
 // Inside the guarded handlers, ClaimFrom gives the lease (for Step,
 // KeyFor, a SQL backstop commit with Backstop.Commit); so does
@@ -252,10 +258,22 @@ type response struct {
 	before http.Header // the fields when the handlers were called: outer middleware's
 }
 
-// Result implements httpcore.Response.
+// Result implements httpcore.Response. A handler that took the
+// connection (fasthttp's Hijack: a WebSocket) with fasthttp's status 200,
+// set or not, is reported Hijacked with no status, as net/http's is when
+// the handler wrote none: the response fasthttp holds may never go out
+// (HijackSetNoResponse, for a handler that writes its own 101 on the
+// connection), so it is not what the client gets. The core then releases
+// the key of a request asking to upgrade, as for a 101, and stores a
+// marker for other requests. (A 101, or another status the handler set,
+// goes out before the session: it is what the client gets.)
 func (r *response) Result() httpcore.Result {
 	res := r.c.Response()
 	out := httpcore.Result{Status: res.StatusCode(), Before: r.before}
+	if out.Status == http.StatusOK && r.c.RequestCtx().Hijacked() {
+		out.Status, out.Hijacked = 0, true
+		return out
+	}
 	if res.IsBodyStream() {
 		out.TooLarge = true // streamed: sent, not kept
 		return out

@@ -1,6 +1,7 @@
 package fiberx_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -44,6 +45,18 @@ func handler(h conformance.Handler) fiber.Handler {
 		}
 		resp := h(c.Context(), conformance.Req{Method: c.Method(), Path: c.Path(), Body: bytes.Clone(c.Body()),
 			Header: hdr, Claimed: claimed, Lease: lease})
+		if resp.Switch != nil {
+			// As fasthttp/websocket's upgrader does: the 101 goes out
+			// when the handlers returned, then the session runs.
+			rc := c.RequestCtx()
+			rc.HijackSetNoResponse(resp.Status == 0)
+			rc.Hijack(func(conn net.Conn) {
+				resp.Switch(bufio.NewReadWriter(bufio.NewReader(conn), bufio.NewWriter(conn)))
+			})
+			if resp.Status == 0 {
+				return nil
+			}
+		}
 		for k, vs := range resp.Header {
 			for _, v := range vs {
 				c.Response().Header.Add(k, v)
@@ -94,6 +107,12 @@ func listen(t testing.TB, app *fiber.App) string {
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, server) }
+
+// TestConformanceUpgrade: fasthttp runs a hijacked connection's session
+// after the handlers returned, so the key is released as it starts.
+func TestConformanceUpgrade(t *testing.T) {
+	conformance.RunUpgrade(t, server, conformance.UpgradeOptions{SessionAfterReturn: true})
+}
 
 // TestStorm: 1,000 keys × 8 copies over two Fiber apps on one Redis, each
 // key's effect exactly once.

@@ -158,8 +158,15 @@ func (w *writer) Flush() {
 	w.c.Flush()
 }
 
-// Hijack hands the connection over; the key keeps a marker.
+// Hijack hands the connection over; the key keeps a marker (or, for a
+// protocol switch, is released). A status written before (a 101, then the
+// connection taken: coder/websocket) goes out first, as net/http sends
+// it: Gin's own writer, under the capture, holds a status until a body or
+// a flush, and its Hijack sends none.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.Written() {
+		w.c.Flush()
+	}
 	if w.size < 0 {
 		w.size = 0
 	}

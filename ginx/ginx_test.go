@@ -33,6 +33,10 @@ func handler(h conformance.Handler) gin.HandlerFunc {
 		lease, _, claimed := ginx.ClaimFrom(c)
 		resp := h(c.Request.Context(), conformance.Req{Method: c.Request.Method, Path: c.Request.URL.Path, Body: body,
 			Header: c.Request.Header, Claimed: claimed, Lease: lease})
+		if resp.Switch != nil {
+			switchProtocols(c, resp)
+			return
+		}
 		for k, vs := range resp.Header {
 			for _, v := range vs {
 				c.Writer.Header().Add(k, v)
@@ -40,6 +44,28 @@ func handler(h conformance.Handler) gin.HandlerFunc {
 		}
 		c.Data(resp.Status, resp.Header.Get("Content-Type"), resp.Body)
 	}
+}
+
+// switchProtocols answers resp's 101 (if it has one) and runs its session
+// on the connection, as coder/websocket does on Gin (WriteHeaderNow: Gin
+// holds a status until the body) or gorilla/websocket (the 101 written
+// on the connection).
+func switchProtocols(c *gin.Context, resp conformance.Resp) {
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			c.Writer.Header().Add(k, v)
+		}
+	}
+	if resp.Status != 0 {
+		c.Writer.WriteHeader(resp.Status)
+		c.Writer.WriteHeaderNow()
+	}
+	conn, brw, err := c.Writer.Hijack()
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	resp.Switch(brw)
 }
 
 // server serves h behind ginx.Guard on a Gin engine, for the shared
@@ -64,6 +90,10 @@ func serverWith(t testing.TB, g *guard.Guard, opts ginx.Options, h conformance.H
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, server) }
+
+func TestConformanceUpgrade(t *testing.T) {
+	conformance.RunUpgrade(t, server, conformance.UpgradeOptions{})
+}
 
 // TestStorm: 1,000 keys × 8 copies over two Gin servers on one Redis,
 // each key's effect exactly once.

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -147,22 +148,50 @@ func ID(msg jetstream.Msg) string {
 // Handle runs one message and acknowledges it. It returns the outcome and,
 // if the acknowledgement could not be sent, that error (the message then
 // comes back and is recognised). With Options.InProgressEvery set, the
-// message is reported in progress that often while its handler runs. A
-// handler's panic goes on, as in consumerx.Processor.Process: the claim
-// is released, the message is neither acknowledged nor reported in
-// progress again, and the server redelivers it after AckWait.
+// message is reported in progress that often while its handler runs.
+//
+// A handler's panic does not go on (nats.go would not recover it, and a
+// message that always panics would take the process down on every
+// delivery): as in HandleBatch and Consume, it is a failed attempt of the
+// message, which is Failed with an error matching guard.ErrPanicked
+// (errors.As gives the *guard.PanicError with the value and the stack)
+// and Nak'ed, and dead-lettered once its attempts run out. A handler that
+// panics after ctx ended is Interrupted, as one that returns an error
+// then is. runtime.Goexit is not a panic: it goes on, the claim is
+// released and the message, not acknowledged, comes back after AckWait.
 func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outcome, error) {
 	cmsg := message(msg)
 	stop := h.keepInProgress([]jetstream.Msg{msg}, h.opts.InProgressEvery)
 	o, err := func() (consumerx.Outcome, error) {
-		// Stopped also when the handler panics (Process lets the panic go
-		// on): a message reported in progress for ever is never
-		// redelivered.
+		// Stopped also when the handler calls runtime.Goexit: a message
+		// reported in progress for ever is never redelivered.
 		defer stop()
-		return h.proc.Process(ctx, cmsg, h.h)
+		return h.proc.Process(ctx, cmsg, h.recovering)
 	}()
 	return o, h.acknowledge(msg, cmsg.ID, o, err)
 }
+
+// recovering runs the handler, its panic made a failure of the run (a
+// *panicked), counted as an attempt as in consumerx.Processor.ProcessBatch.
+func (h *Handler) recovering(ctx context.Context, msg consumerx.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			lease, _ := consumerx.LeaseFrom(ctx)
+			err = &panicked{&guard.PanicError{Key: lease.Key, Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return h.h(ctx, msg)
+}
+
+// panicked is the failure of a handler that panicked: it matches
+// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
+// value and the stack.
+type panicked struct{ p *guard.PanicError }
+
+func (e *panicked) Error() string {
+	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
+}
+func (e *panicked) Unwrap() error { return e.p }
 
 func message(msg jetstream.Msg) consumerx.Message {
 	return consumerx.Message{ID: ID(msg), Payload: msg.Data(), Metadata: metadata(msg.Headers()), Raw: msg}

@@ -2,6 +2,9 @@ package jetstreamx
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,12 +17,15 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// A handler that panics through Handle (which, like Process, lets the
-// panic go on) stops reporting its message in progress: the caller that
-// recovers the panic sees the message redelivered once AckWait has run
-// out, rather than kept in progress, and never delivered again, by a
-// reporter left running.
-func TestHandlePanicStopsInProgressReports(t *testing.T) {
+// A handler that panics through Handle is a failed attempt of its
+// message, as in Consume and HandleBatch, not a panic that goes on (nats.go
+// does not recover one: a poison message would crash-loop the process):
+// Handle returns Failed and Naks the message, whose redeliveries run it
+// again until the attempts run out, and then dead-letter and acknowledge
+// it. The in-progress reports stop with the run, so the Nak'ed message
+// comes back.
+func TestHandlePanicIsFailedAttempt(t *testing.T) {
+	const maxAttempts = 2
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	js, _ := startNATS(t)
 	ctx := context.Background()
@@ -34,40 +40,70 @@ func TestHandlePanicStopsInProgressReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(g, func(context.Context, consumerx.Message) error { panic("nil map") },
-		Options{Group: "billing", InProgressEvery: ackWait / 6, Process: consumerx.Options{Logger: testenv.Logger(t)}})
+	var (
+		runs, dead atomic.Int32
+		mu         sync.Mutex
+		errs       []error
+	)
+	h, err := New(g, func(context.Context, consumerx.Message) error { runs.Add(1); panic("nil map") },
+		Options{Group: "billing", InProgressEvery: ackWait / 6, Process: consumerx.Options{
+			Logger: testenv.Logger(t), MaxAttempts: maxAttempts,
+			DeadLetter: func(context.Context, consumerx.Message, error) error { dead.Add(1); return nil },
+			OnOutcome: func(_ context.Context, _ consumerx.Message, _ consumerx.Outcome, err error) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.Publish(ctx, "orders.1", []byte("charge 1")); err != nil {
 		t.Fatal(err)
 	}
-	batch, err := cons.Fetch(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for msg := range batch.Messages() {
-		func() {
-			defer func() {
-				if p := recover(); p != "nil map" {
-					t.Errorf("recovered %v, want the handler's panic", p)
+	var outs []consumerx.Outcome
+	for len(outs) < 2*maxAttempts && (len(outs) == 0 || outs[len(outs)-1] != consumerx.DeadLettered) {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(20*ackWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Fatalf("Handle let the handler's panic go on: %v", p)
+					}
+				}()
+				o, err := h.Handle(ctx, msg)
+				if err != nil {
+					t.Errorf("acknowledge: %v", err)
 				}
+				outs = append(outs, o)
 			}()
-			h.Handle(ctx, msg)
-		}()
+		}
+		if n == 0 {
+			t.Fatalf("no redelivery within %s after %v", 20*ackWait, outs)
+		}
 	}
-	// With the reporter left running, AckWait never runs out.
-	again, err := cons.Fetch(1, jetstream.FetchMaxWait(20*ackWait))
+	want := []consumerx.Outcome{consumerx.Failed, consumerx.DeadLettered}
+	if !slices.Equal(outs, want) || runs.Load() != maxAttempts || dead.Load() != 1 {
+		t.Errorf("outcomes %v, %d runs, %d dead letters; want %v, %d runs, 1 dead letter",
+			outs, runs.Load(), dead.Load(), want, maxAttempts)
+	}
+	mu.Lock()
+	var pe *guard.PanicError
+	if len(errs) == 0 || !errors.Is(errs[0], guard.ErrPanicked) || !errors.As(errs[0], &pe) || pe.Value != "nil map" {
+		t.Errorf("first outcome's error %v, want a *guard.PanicError with the handler's value", errs)
+	}
+	mu.Unlock()
+	// Acknowledged: it does not come back.
+	again, err := cons.Fetch(1, jetstream.FetchMaxWait(3*ackWait))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for msg := range again.Messages() {
-		n++
-		_ = msg.Ack()
-	}
-	if n != 1 {
-		t.Errorf("redelivered %d messages within %s, want 1 (after AckWait %s)", n, 20*ackWait, ackWait)
+		t.Errorf("dead-lettered message delivered again: %s", msg.Data())
 	}
 }
 

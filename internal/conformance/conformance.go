@@ -9,10 +9,13 @@
 // apart, 503 when the store is down, outer middleware's fields live on a
 // replay, a replay that is the first response with the marker (a body-less
 // response, a field with an empty value), and the claim visible to the
-// handler.
+// handler. RunUpgrade checks a handler that switches protocols (a
+// WebSocket), for bindings whose test server can take the connection
+// (Resp.Switch).
 package conformance
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -52,6 +55,15 @@ type Resp struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Switch, if set, switches protocols (a WebSocket): the binding's
+	// server takes the connection from its framework and runs Switch on
+	// it, then closes it. With Status 101 the framework first answers
+	// 101 Switching Protocols with Header, the way a handler does on it
+	// (coder/websocket, fasthttp/websocket); with Status 0 the binding
+	// takes the connection without answering, and Switch writes the 101
+	// itself (gorilla/websocket, httputil.ReverseProxy). Only servers
+	// given to RunUpgrade need to support it.
+	Switch func(rw *bufio.ReadWriter)
 }
 
 // Handler is a framework-neutral handler: the binding's server calls it

@@ -444,8 +444,15 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 // holdAnswer reads the upstream's answer up to the stored limit before
 // anything is sent, so a body that breaks within it is an unknown outcome
 // (answered by failed), not a truncated response stored as complete. A
-// longer body streams on: the key keeps the marker httpx stores.
+// longer body streams on: the key keeps the marker httpx stores. A 101
+// passes untouched.
 func (rt *route) holdAnswer(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// The body is the switched connection: the proxy copies it both
+		// ways until either side closes (read here, it would wait for the
+		// end of a session the client cannot start without the 101).
+		return nil
+	}
 	limit := int64(rt.cfg.MaxStoredResponse)
 	body, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
 	if err != nil {

@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// switched is an upgrade through the gateway as the client saw it: the
+// status, and for a 101 the session's first line and the connection.
+type switched struct {
+	status int
+	body   string
+	line   string
+	conn   io.ReadWriteCloser
+	r      *bufio.Reader
+}
+
+// upgradeTo asks url to switch to the echo protocol, with key.
+func upgradeTo(t *testing.T, url, key string) switched {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"order":"ws"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("X-Account-Id", "acme")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	s := switched{status: res.StatusCode}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		s.body = string(b)
+		return s
+	}
+	s.conn = res.Body.(io.ReadWriteCloser)
+	s.r = bufio.NewReader(s.conn)
+	line, err := s.r.ReadString('\n')
+	if err != nil {
+		s.conn.Close()
+		t.Fatalf("session: %q, %v", line, err)
+	}
+	s.line = strings.TrimSuffix(line, "\n")
+	return s
+}
+
+// end says goodbye and waits for the session to close.
+func (s switched) end(t *testing.T) {
+	t.Helper()
+	defer s.conn.Close()
+	if _, err := io.WriteString(s.conn, "bye\n"); err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	if rest, err := io.ReadAll(s.r); err != nil || len(rest) != 0 {
+		t.Fatalf("session end: %q, %v", rest, err)
+	}
+}
+
+// An upstream that switches protocols (a WebSocket) on a guarded route:
+// the client gets the 101 and the session through the gateway (the
+// gateway read the 101's body, the switched connection, before sending
+// anything, and so hung until the upstream closed a session the client
+// could not start), and a request with the key during the session gets a
+// 409. Once the session ended, the gateway's rule holds: the request
+// reached the upstream, so a retry with the key is not forwarded again.
+func TestUpgradeThroughGateway(t *testing.T) {
+	for name, status := range map[string]bool{"101 then take": true, "take then 101": false} {
+		t.Run(name, func(t *testing.T) {
+			u := newUpstream(t)
+			u.setHandle(func(w http.ResponseWriter, r *http.Request, order string) bool {
+				if r.Header.Get("Upgrade") == "" {
+					return false
+				}
+				if status {
+					w.Header().Set("Connection", "Upgrade")
+					w.Header().Set("Upgrade", "echo")
+					w.WriteHeader(http.StatusSwitchingProtocols)
+				}
+				conn, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return true
+				}
+				defer conn.Close()
+				if !status {
+					_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+				}
+				fmt.Fprintf(brw, "run %d\n", u.count(order))
+				_ = brw.Flush()
+				_, _ = brw.ReadString('\n')
+				return true
+			})
+			e := startGateway(t, basicConfig, u.URL)
+			url := e.srv.URL + "/orders"
+			first := upgradeTo(t, url, "k-ws")
+			if first.status != http.StatusSwitchingProtocols || first.line != "run 1" {
+				t.Fatalf("upgrade: %d %q (%s), want 101 and the session of run 1", first.status, first.line, first.body)
+			}
+			if r := post(t, url, "k-ws", `{"order":"ws"}`, "X-Account-Id", "acme", "Connection", "Upgrade", "Upgrade", "echo"); r.status != http.StatusConflict {
+				t.Fatalf("upgrade during the session: %d %q, want 409", r.status, r.body)
+			}
+			first.end(t)
+			var again reply
+			testenv.WaitFor(t, 10*time.Second, "a request with the key not answered 409", func() bool {
+				again = post(t, url, "k-ws", `{"order":"ws"}`, "X-Account-Id", "acme", "Connection", "Upgrade", "Upgrade", "echo")
+				return again.status != http.StatusConflict
+			})
+			if again.status == http.StatusSwitchingProtocols || u.count("ws") != 1 {
+				t.Fatalf("retry after the session: %d %q, upstream ran %d upgrades; want it not forwarded again", again.status, again.body, u.count("ws"))
+			}
+		})
+	}
+}
