@@ -31,6 +31,10 @@ func netHTTPServer(t testing.TB, g *guard.Guard, opts httpx.Options, h conforman
 				w.Header().Add(k, v)
 			}
 		}
+		if resp.Switch != nil {
+			switchProtocols(w, resp)
+			return
+		}
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)
 	})
@@ -45,9 +49,31 @@ func netHTTPServer(t testing.TB, g *guard.Guard, opts httpx.Options, h conforman
 	return srv.URL
 }
 
+// switchProtocols answers resp's 101 (if it has one) and runs its session
+// on the connection, as coder/websocket (WriteHeader, then Hijack) or
+// gorilla/websocket (the 101 written on the connection) does.
+func switchProtocols(w http.ResponseWriter, resp conformance.Resp) {
+	if resp.Status != 0 {
+		w.WriteHeader(resp.Status)
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
+	resp.Switch(brw)
+}
+
 // TestConformance runs the suite every binding of the shared core runs
 // (ginx, echox, fiberx run it too).
 func TestConformance(t *testing.T) { conformance.Run(t, netHTTPServer) }
+
+// TestConformanceUpgrade runs the protocol-switch cases (a WebSocket):
+// nothing stored, the key released when the session ends.
+func TestConformanceUpgrade(t *testing.T) {
+	conformance.RunUpgrade(t, netHTTPServer, conformance.UpgradeOptions{})
+}
 
 // TestConformanceStorm: 1,000 keys × 8 copies over two servers on one
 // Redis, each key's effect exactly once.
