@@ -72,5 +72,5 @@ func ExampleRedisStore_Scripts() {
 		log.Fatal(err)
 	}
 	fmt.Println(len(loaded), "scripts, all loaded:", !slices.Contains(loaded, false))
-	// Output: 7 scripts, all loaded: true
+	// Output: 8 scripts, all loaded: true
 }

@@ -3,7 +3,7 @@
 // owner token, so a script that runs twice gives the same answer. The
 // cases of each are in docs/design.md ("The state changes").
 //
-// Every script but Get starts with record.lua, the record's format (one
+// Every script but Get and CompleteBatch starts with record.lua, the record's format (one
 // Redis string per key, described there), which reads the record at
 // KEYS[1]. A value a script cannot read whole gets an error reply starting
 // with CorruptPrefix, and nothing is written.
@@ -33,6 +33,8 @@ var (
 	getSrc string
 	//go:embed step.lua
 	stepSrc string
+	//go:embed complete_batch.lua
+	completeBatchSrc string
 )
 
 // CorruptPrefix starts the error reply of a script that found a value it
@@ -66,6 +68,12 @@ var (
 	// Step records a recovery point (a step's result) for the owner of a
 	// pending record.
 	Step = newScript(stepSrc, AllowOOM)
+	// CompleteBatch is Complete's first comparison for several keys of one
+	// Cluster slot: per key, the pending record its holder's claim wrote
+	// becomes the completed record; it answers per key 1, or 0 where the
+	// record is not that pending record (Complete then decides). It does
+	// not use record.lua.
+	CompleteBatch = newBareScript(completeBatchSrc, AllowOOM)
 )
 
 // AllowOOM is the first line of the scripts that must run when Redis is
@@ -101,6 +109,18 @@ func newScript(body, flags string) *redis.Script {
 
 const recordMark = "--[[record.lua]]\n"
 
+// newBareScript is newScript for a script that does not use record.lua.
+func newBareScript(src, flags string) *redis.Script {
+	sc := redis.NewScript(flags + src)
+	sources[sc] = flags + src
+	if flags != "" {
+		p := redis.NewScript(src)
+		sources[p] = src
+		plain[sc] = p
+	}
+	return sc
+}
+
 // Plain returns sc without its flag line (AllowOOM), for a server that
 // cannot compile it; a script without one is returned as it is. The plain
 // script behaves the same but on a server out of memory, whose refusal of
@@ -114,7 +134,7 @@ func Plain(sc *redis.Script) *redis.Script {
 
 // All lists every script, for loading them at start-up.
 func All() []*redis.Script {
-	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get, Step}
+	return []*redis.Script{Claim, Complete, Fail, Release, Extend, Get, Step, CompleteBatch}
 }
 
 // AllPlain lists every script as Plain gives it, for a server that cannot
