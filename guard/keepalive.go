@@ -66,8 +66,12 @@ type keepalive struct {
 
 	mu   sync.Mutex
 	idle sync.Cond // broadcast when an extension ends
-	// timer calls fire; nil until the run or a write needs it (arm).
+	// timer calls fire; nil until the run or a write needs one that the
+	// claim queue does not keep (arm).
 	timer *time.Timer
+	// queued: the claim queue calls fire at armed (its runs or writes
+	// list) in place of timer.
+	queued bool
 	// armed is when the timer fires next; zero when it is not armed. A
 	// timer armed sooner than what is due is left alone: it fires early
 	// and fire arms it again, which costs less than moving it each time.
@@ -95,10 +99,12 @@ type keepalive struct {
 	// context ended (detach), if any.
 	writeCancel context.CancelFunc
 
-	// q links the keepalive into g.claims's lists while its claim is
-	// under way: by bound (bounds), and by when to watch parent (watches)
-	// if watch. Guarded by g.claims.mu.
-	q [2]queueLinks
+	// q links the keepalive into g.claims's lists: slot 0 into one of
+	// bounds (while its claim is under way), runs or writes (its timer's
+	// first firing; list0 says which), slot 1 into watches (when to watch
+	// parent, if watch). Guarded by g.claims.mu.
+	q     [2]queueLinks
+	list0 int
 	// watch: the claim's context must end with parent's cancellation
 	// (parent can be cancelled, and the claim is not detached).
 	watch bool
@@ -266,12 +272,15 @@ func (k *keepalive) start(lease Lease) bool {
 		k.endEffect(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
 	}
-	k.leaveClaim()
 	now := time.Now()
 	if !now.Before(k.valid) {
 		k.end(fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
 			ErrLeaseLost, k.valid.Format(time.RFC3339Nano)))
 		return false
+	}
+	// k leaves the claim queue's bounds as arm puts it in its runs.
+	if k.unwatch != nil {
+		k.unwatch()
 	}
 	k.phase = running
 	// Extend a third of a lease after the claim was sent.
@@ -304,6 +313,25 @@ func (k *keepalive) arm(now time.Time) {
 		return // it fires sooner, and fire arms it again
 	}
 	k.armed = next
+	if k.timer == nil && !k.busy {
+		// The first extension of a run, MaxRun before it, or a write's
+		// bound: the claim queue keeps it, with one timer for every
+		// keepalive of the guard, so a short effect and its write cost
+		// no timer of their own (and leave the claim queue's bounds).
+		list := runs
+		if k.phase == writing {
+			list = writes
+		}
+		k.g.claims.wake(k, list, next)
+		k.queued = true
+		return
+	}
+	if k.queued {
+		// Out of the claim queue: once a run needs a timer of its own
+		// (for the deadline while an extension is under way), it keeps it.
+		k.g.claims.remove(k)
+		k.queued = false
+	}
 	if k.timer == nil {
 		k.timer = time.AfterFunc(next.Sub(now), k.fire)
 		return
@@ -311,10 +339,15 @@ func (k *keepalive) arm(now time.Time) {
 	k.timer.Reset(next.Sub(now))
 }
 
-// stopTimer stops k's timer, if it has one. k.mu is held.
+// stopTimer stops k's timer, if it has one, and takes k out of the claim
+// queue. k.mu is held.
 func (k *keepalive) stopTimer() {
 	if k.timer != nil {
 		k.timer.Stop()
+	}
+	if k.queued {
+		k.g.claims.remove(k)
+		k.queued = false
 	}
 	k.armed = time.Time{}
 }
@@ -657,6 +690,8 @@ const claimWatchDelay = 5 * time.Millisecond
 const (
 	bounds  = iota // every claim under way, by its bound
 	watches        // claims whose caller is still to be watched, by when
+	runs           // runs whose timer is due first (first extension, MaxRun), by when
+	writes         // writes that end a claim, by their bound
 )
 
 // queueLinks is a keepalive's place in one list of the claim queue.
@@ -668,7 +703,7 @@ type queueLinks struct {
 
 // queueList is a list of the claim queue, kept in order of due times.
 type queueList struct {
-	i          int // which of the keepalive's links
+	i          int // which of the keepalive's links: 0, or 1 for watches
 	head, tail *keepalive
 }
 
@@ -743,15 +778,23 @@ func (l *queueList) next() time.Time {
 // armed again for the new heads, about once per claimWatchDelay at a
 // steady load, so a claim costs two short critical sections and no timer
 // or watch of its own.
+//
+// The same timer fires the keepalives' own timers the first time: a run's
+// first extension (a third of a lease after the claim was sent, or MaxRun
+// if sooner) and the bound of the write that ends a claim, again each in
+// order with one Lease per guard. It calls the keepalive's fire for each
+// one due, in a goroutine of its own, as a timer of its own would; a run
+// that outlasts its first extension arms a timer of its own. So a run that
+// ends sooner costs no timer.
 type claimQueue struct {
 	mu    sync.Mutex
-	lists [2]queueList
+	lists [4]queueList
 	timer *time.Timer
 	armed time.Time // when the timer fires next; zero: not armed
 }
 
 func newClaimQueue() *claimQueue {
-	return &claimQueue{lists: [2]queueList{{i: bounds}, {i: watches}}}
+	return &claimQueue{lists: [4]queueList{{i: 0}, {i: 1}, {i: 0}, {i: 0}}}
 }
 
 // add puts k, about to send its claim, in the queue.
@@ -759,6 +802,7 @@ func (q *claimQueue) add(k *keepalive) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lists[bounds].add(k, k.bound)
+	k.list0 = bounds
 	next := k.bound
 	if k.watch {
 		// k.bound is when the claim was sent + the guard's validity.
@@ -783,11 +827,25 @@ func (q *claimQueue) arm(when time.Time) {
 	q.timer.Reset(time.Until(when))
 }
 
+// wake puts k in list (runs or writes) at at, out of any other list:
+// the queue calls k.fire then.
+func (q *claimQueue) wake(k *keepalive, list int, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lists[k.list0].remove(k)
+	q.lists[watches].remove(k)
+	q.lists[list].add(k, at)
+	k.list0 = list
+	if q.armed.IsZero() || at.Before(q.armed) {
+		q.arm(at)
+	}
+}
+
 // remove takes k out of the queue, if it is there.
 func (q *claimQueue) remove(k *keepalive) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.lists[bounds].remove(k)
+	q.lists[k.list0].remove(k)
 	q.lists[watches].remove(k)
 }
 
@@ -803,12 +861,15 @@ func (q *claimQueue) fire() {
 		q.lists[watches].remove(k)
 	}
 	watch := q.lists[watches].due(now, nil)
-	b, w := q.lists[bounds].next(), q.lists[watches].next()
-	switch {
-	case !w.IsZero() && (b.IsZero() || w.Before(b)):
-		q.arm(w)
-	case !b.IsZero():
-		q.arm(b)
+	fire := q.lists[writes].due(now, q.lists[runs].due(now, nil))
+	var next time.Time
+	for i := range q.lists {
+		if at := q.lists[i].next(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	if !next.IsZero() {
+		q.arm(next)
 	}
 	q.mu.Unlock()
 	for _, k := range ended {
@@ -816,5 +877,8 @@ func (q *claimQueue) fire() {
 	}
 	for _, k := range watch {
 		k.watchParent()
+	}
+	for _, k := range fire {
+		go k.fire()
 	}
 }
