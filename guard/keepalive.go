@@ -35,10 +35,12 @@ func LeaseMargin(lease time.Duration) time.Duration {
 // token in it), a place in the queue and the claim context's channel;
 // the queue watches a caller's context that can be cancelled only for a
 // claim still under way after claimWatchDelay. The effect's context is
-// made when the run starts (start), and so is the keepalive's own timer
-// (or when a write needs a bound: detach): an effect that ends within a
-// third of the lease arms it once (for the first extension) and stops it
-// once, and needs no goroutine.
+// the keepalive itself (effectCtx), backed by a context of the context
+// package only if the effect asks for its Done channel; the keepalive's
+// own timer is made when the run starts (start), or when a write needs a
+// bound (detach): an effect that ends within a third of the lease arms it
+// once (for the first extension) and stops it once, and needs no
+// goroutine.
 //
 // The timer's callback, fire, decides from the state alone what is due,
 // so a late or spurious firing does no harm: it re-arms the timer for
@@ -46,19 +48,30 @@ func LeaseMargin(lease time.Duration) time.Duration {
 type keepalive struct {
 	g      *Guard
 	parent context.Context // the caller's context
-	// ctx is the effect's context, a child of parent: made by claimContext
-	// when parent can be cancelled (the claim's context ends with it),
-	// else by start.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	// ctx is the effect's context, a child of parent: (*effectCtx)(k),
+	// set by start. It costs nothing until the effect asks for its Done
+	// channel (or a context derived from it does): only then is it backed
+	// by a context.WithCancelCause of parent (real), which registers with
+	// parent. Until then its Err reads parent's, and its end is kept in
+	// effErr and effCause. Guarded by mu.
+	ctx        context.Context
+	real       context.Context
+	realCancel context.CancelCauseFunc
+	// effErr and effCause: why the effect's context ended (its Err and
+	// context.Cause), once it has; they never change after that.
+	effErr, effCause error
 	// detachedClaim: the claim does not end with parent (Hold); the
 	// effect's context is parent's child all the same.
 	detachedClaim bool
 
 	mu   sync.Mutex
 	idle sync.Cond // broadcast when an extension ends
-	// timer calls fire; nil until the run or a write needs it (arm).
+	// timer calls fire; nil until the run or a write needs one that the
+	// claim queue does not keep (arm).
 	timer *time.Timer
+	// queued: the claim queue calls fire at armed (its runs or writes
+	// list) in place of timer.
+	queued bool
 	// armed is when the timer fires next; zero when it is not armed. A
 	// timer armed sooner than what is due is left alone: it fires early
 	// and fire arms it again, which costs less than moving it each time.
@@ -86,10 +99,12 @@ type keepalive struct {
 	// context ended (detach), if any.
 	writeCancel context.CancelFunc
 
-	// q links the keepalive into g.claims's lists while its claim is
-	// under way: by bound (bounds), and by when to watch parent (watches)
-	// if watch. Guarded by g.claims.mu.
-	q [2]queueLinks
+	// q links the keepalive into g.claims's lists: slot 0 into one of
+	// bounds (while its claim is under way), runs or writes (its timer's
+	// first firing; list0 says which), slot 1 into watches (when to watch
+	// parent, if watch). Guarded by g.claims.mu.
+	q     [2]queueLinks
+	list0 int
 	// watch: the claim's context must end with parent's cancellation
 	// (parent can be cancelled, and the claim is not detached).
 	watch bool
@@ -252,19 +267,20 @@ func (k *keepalive) start(lease Lease) bool {
 	// The lease is kept whatever follows: the writes that end the claim
 	// (Held's) use it even when the run cannot start.
 	k.lease = lease
-	if k.ctx == nil {
-		k.ctx, k.cancel = context.WithCancelCause(k.parent)
-	}
+	k.ctx = (*effectCtx)(k)
 	if k.phase != claiming || k.late {
-		k.cancel(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
+		k.endEffect(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
 	}
-	k.leaveClaim()
 	now := time.Now()
 	if !now.Before(k.valid) {
 		k.end(fmt.Errorf("%w: the lease's deadline %s had passed before the effect started",
 			ErrLeaseLost, k.valid.Format(time.RFC3339Nano)))
 		return false
+	}
+	// k leaves the claim queue's bounds as arm puts it in its runs.
+	if k.unwatch != nil {
+		k.unwatch()
 	}
 	k.phase = running
 	// Extend a third of a lease after the claim was sent.
@@ -297,6 +313,25 @@ func (k *keepalive) arm(now time.Time) {
 		return // it fires sooner, and fire arms it again
 	}
 	k.armed = next
+	if k.timer == nil && !k.busy {
+		// The first extension of a run, MaxRun before it, or a write's
+		// bound: the claim queue keeps it, with one timer for every
+		// keepalive of the guard, so a short effect and its write cost
+		// no timer of their own (and leave the claim queue's bounds).
+		list := runs
+		if k.phase == writing {
+			list = writes
+		}
+		k.g.claims.wake(k, list, next)
+		k.queued = true
+		return
+	}
+	if k.queued {
+		// Out of the claim queue: once a run needs a timer of its own
+		// (for the deadline while an extension is under way), it keeps it.
+		k.g.claims.remove(k)
+		k.queued = false
+	}
 	if k.timer == nil {
 		k.timer = time.AfterFunc(next.Sub(now), k.fire)
 		return
@@ -304,10 +339,15 @@ func (k *keepalive) arm(now time.Time) {
 	k.timer.Reset(next.Sub(now))
 }
 
-// stopTimer stops k's timer, if it has one. k.mu is held.
+// stopTimer stops k's timer, if it has one, and takes k out of the claim
+// queue. k.mu is held.
 func (k *keepalive) stopTimer() {
 	if k.timer != nil {
 		k.timer.Stop()
+	}
+	if k.queued {
+		k.g.claims.remove(k)
+		k.queued = false
 	}
 	k.armed = time.Time{}
 }
@@ -322,9 +362,7 @@ func (k *keepalive) end(cause error) {
 	if k.extStop != nil {
 		k.extStop()
 	}
-	if k.cancel != nil {
-		k.cancel(cause)
-	}
+	k.endEffect(cause)
 }
 
 // fire is the timer's callback.
@@ -422,12 +460,10 @@ func (k *keepalive) stop() {
 	k.endCall(context.Canceled)
 	writeCancel := k.writeCancel
 	k.writeCancel = nil
+	k.endEffect(nil)
 	k.mu.Unlock()
 	if writeCancel != nil {
 		writeCancel()
-	}
-	if k.cancel != nil {
-		k.cancel(nil)
 	}
 }
 
@@ -478,6 +514,106 @@ func (k *keepalive) detach() context.Context {
 	}
 	k.arm(now)
 	return (*callCtx)(k)
+}
+
+// effectCtx is a keepalive seen as the effect's context: a child of
+// parent that ends with parent's cancellation and when the run ends
+// (endEffect), with a cause. It behaves as a context.WithCancelCause of
+// parent, which it makes only when asked for its Done channel (real): an
+// effect that never waits on it (a short one, or one that only checks
+// Err) costs no context and no registration with parent, which a parent
+// shared by many callers (a consumer's, a server's) serialises.
+type effectCtx keepalive
+
+// Deadline is parent's, as a context.WithCancelCause's is.
+func (c *effectCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done returns the channel of real, made now if need be.
+func (c *effectCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return (*keepalive)(c).effectReal().Done()
+}
+
+// Err reports the end of the run, or parent's cancellation at once; once
+// non-nil it never changes.
+func (c *effectCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return (*keepalive)(c).effectErr()
+}
+
+// Value is parent's, but for the context package's own key (which
+// context.Cause and derived contexts ask for): once the context is backed
+// by real, or has ended, every key is real's, so context.Cause finds the
+// cause. A live context not yet backed answers parent's values; the
+// context package asks for its key only after Done (derived contexts) or
+// once Err is non-nil (context.Cause), and both back it.
+func (c *effectCtx) Value(key any) any {
+	c.mu.Lock()
+	k := (*keepalive)(c)
+	if k.real == nil && k.effectErr() == nil {
+		c.mu.Unlock()
+		return c.parent.Value(key)
+	}
+	real := k.effectReal()
+	c.mu.Unlock()
+	return real.Value(key)
+}
+
+func (c *effectCtx) String() string { return "idemguard effect" }
+
+// effectErr is the effect's context's Err. k.mu is held.
+func (k *keepalive) effectErr() error {
+	if k.effErr != nil {
+		return k.effErr
+	}
+	if k.real != nil {
+		if err := k.real.Err(); err != nil {
+			k.effErr, k.effCause = err, context.Cause(k.real)
+		}
+		return k.effErr
+	}
+	if err := k.parent.Err(); err != nil {
+		k.effErr, k.effCause = err, context.Cause(k.parent)
+	}
+	return k.effErr
+}
+
+// effectReal backs the effect's context by a context.WithCancelCause of
+// parent, if it is not yet, and returns it. A context that has ended
+// already gets one ended with the same cause (made from parent's values
+// alone, so that parent's later cancellation does not change it).
+// k.mu is held.
+func (k *keepalive) effectReal() context.Context {
+	if k.real != nil {
+		return k.real
+	}
+	if k.effectErr() != nil {
+		k.real, k.realCancel = context.WithCancelCause(context.WithoutCancel(k.parent))
+		k.realCancel(k.effCause)
+		return k.real
+	}
+	k.real, k.realCancel = context.WithCancelCause(k.parent)
+	return k.real
+}
+
+// endEffect ends the effect's context with cause (nil: context.Canceled),
+// unless it has ended already (parent's cancellation counts first, as it
+// would for a context.WithCancelCause of parent). k.mu is held.
+func (k *keepalive) endEffect(cause error) {
+	if k.ctx == nil || k.effectErr() != nil {
+		return
+	}
+	if k.realCancel != nil {
+		k.realCancel(cause)
+		k.effErr, k.effCause = k.real.Err(), context.Cause(k.real)
+		return
+	}
+	if cause == nil {
+		cause = context.Canceled
+	}
+	k.effErr, k.effCause = context.Canceled, cause
 }
 
 // callCtx is a keepalive seen as the context of its store call: the claim
@@ -554,6 +690,8 @@ const claimWatchDelay = 5 * time.Millisecond
 const (
 	bounds  = iota // every claim under way, by its bound
 	watches        // claims whose caller is still to be watched, by when
+	runs           // runs whose timer is due first (first extension, MaxRun), by when
+	writes         // writes that end a claim, by their bound
 )
 
 // queueLinks is a keepalive's place in one list of the claim queue.
@@ -565,7 +703,7 @@ type queueLinks struct {
 
 // queueList is a list of the claim queue, kept in order of due times.
 type queueList struct {
-	i          int // which of the keepalive's links
+	i          int // which of the keepalive's links: 0, or 1 for watches
 	head, tail *keepalive
 }
 
@@ -640,15 +778,23 @@ func (l *queueList) next() time.Time {
 // armed again for the new heads, about once per claimWatchDelay at a
 // steady load, so a claim costs two short critical sections and no timer
 // or watch of its own.
+//
+// The same timer fires the keepalives' own timers the first time: a run's
+// first extension (a third of a lease after the claim was sent, or MaxRun
+// if sooner) and the bound of the write that ends a claim, again each in
+// order with one Lease per guard. It calls the keepalive's fire for each
+// one due, in a goroutine of its own, as a timer of its own would; a run
+// that outlasts its first extension arms a timer of its own. So a run that
+// ends sooner costs no timer.
 type claimQueue struct {
 	mu    sync.Mutex
-	lists [2]queueList
+	lists [4]queueList
 	timer *time.Timer
 	armed time.Time // when the timer fires next; zero: not armed
 }
 
 func newClaimQueue() *claimQueue {
-	return &claimQueue{lists: [2]queueList{{i: bounds}, {i: watches}}}
+	return &claimQueue{lists: [4]queueList{{i: 0}, {i: 1}, {i: 0}, {i: 0}}}
 }
 
 // add puts k, about to send its claim, in the queue.
@@ -656,6 +802,7 @@ func (q *claimQueue) add(k *keepalive) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lists[bounds].add(k, k.bound)
+	k.list0 = bounds
 	next := k.bound
 	if k.watch {
 		// k.bound is when the claim was sent + the guard's validity.
@@ -680,11 +827,25 @@ func (q *claimQueue) arm(when time.Time) {
 	q.timer.Reset(time.Until(when))
 }
 
+// wake puts k in list (runs or writes) at at, out of any other list:
+// the queue calls k.fire then.
+func (q *claimQueue) wake(k *keepalive, list int, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lists[k.list0].remove(k)
+	q.lists[watches].remove(k)
+	q.lists[list].add(k, at)
+	k.list0 = list
+	if q.armed.IsZero() || at.Before(q.armed) {
+		q.arm(at)
+	}
+}
+
 // remove takes k out of the queue, if it is there.
 func (q *claimQueue) remove(k *keepalive) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.lists[bounds].remove(k)
+	q.lists[k.list0].remove(k)
 	q.lists[watches].remove(k)
 }
 
@@ -700,12 +861,15 @@ func (q *claimQueue) fire() {
 		q.lists[watches].remove(k)
 	}
 	watch := q.lists[watches].due(now, nil)
-	b, w := q.lists[bounds].next(), q.lists[watches].next()
-	switch {
-	case !w.IsZero() && (b.IsZero() || w.Before(b)):
-		q.arm(w)
-	case !b.IsZero():
-		q.arm(b)
+	fire := q.lists[writes].due(now, q.lists[runs].due(now, nil))
+	var next time.Time
+	for i := range q.lists {
+		if at := q.lists[i].next(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	if !next.IsZero() {
+		q.arm(next)
 	}
 	q.mu.Unlock()
 	for _, k := range ended {
@@ -713,5 +877,8 @@ func (q *claimQueue) fire() {
 	}
 	for _, k := range watch {
 		k.watchParent()
+	}
+	for _, k := range fire {
+		go k.fire()
 	}
 }

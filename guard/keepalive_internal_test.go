@@ -165,3 +165,74 @@ func TestClaimTimedOutStopsWatch(t *testing.T) {
 		t.Error("a claim that timed out still watched its caller")
 	}
 }
+
+// queueHolds reports which of g's claim queue lists still hold a
+// keepalive.
+func queueHolds(g *Guard) []int {
+	g.claims.mu.Lock()
+	defer g.claims.mu.Unlock()
+	var held []int
+	for i, l := range g.claims.lists {
+		if l.head != nil || l.tail != nil {
+			held = append(held, i)
+		}
+	}
+	return held
+}
+
+// A run that ends before its first extension, and its write, are kept by
+// the claim queue: no timer of their own; the keepalive moves from the
+// queue's bounds to its runs as the run starts, stays there through the
+// write, and leaves the queue when it stops.
+func TestShortRunCostsNoTimer(t *testing.T) {
+	g := queueGuard()
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := g.newKeepalive(parent, time.Now().Add(g.validity))
+	_ = k.claimContext()
+	k.claim()
+	if !k.start(Lease{}) {
+		t.Fatal("the run did not start")
+	}
+	g.claims.mu.Lock()
+	in := k.q[0].in && k.list0 == runs && !k.q[1].in
+	g.claims.mu.Unlock()
+	if !in || k.timer != nil {
+		t.Fatalf("running: in the queue's runs only %v, timer %v; want true, nil", in, k.timer)
+	}
+	_ = k.detach()
+	if k.timer != nil {
+		t.Fatal("the write made a timer of its own")
+	}
+	k.stop()
+	if held := queueHolds(g); len(held) != 0 || k.timer != nil {
+		t.Fatalf("after stop: the queue's lists %v still hold keepalives, timer %v", held, k.timer)
+	}
+}
+
+// The claim queue fires a write's bound: a write that ends a claim, made
+// with no run before it (as DoBatch's is, after its claims), gets a
+// context that ends at max(Lease, 1s) with context.DeadlineExceeded, and
+// the keepalive leaves the queue.
+func TestQueuedWriteBound(t *testing.T) {
+	g := queueGuard()
+	g.opts.Lease = MinLease // the bound is max(Lease, 1s): 1s
+	k := g.newKeepalive(context.Background(), time.Now().Add(time.Hour))
+	k.claim()
+	k.halt()
+	start := time.Now()
+	wctx := k.detach()
+	defer k.stop()
+	select {
+	case <-wctx.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write's context did not end at its bound")
+	}
+	if took := time.Since(start); took < time.Second || !errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("the write's context ended after %s with %v; want 1s or more, context.DeadlineExceeded", took, wctx.Err())
+	}
+	k.stop()
+	if held := queueHolds(g); len(held) != 0 {
+		t.Fatalf("the queue's lists %v still hold the keepalive", held)
+	}
+}
