@@ -4,8 +4,9 @@ import "context"
 
 // Held is a claim whose holder runs the effect itself, from Hold (or
 // Keep) until Complete, Fail or Release ends it: Claim, KeepAlive and the
-// write that ends the claim in one piece, kept by one timer where those
-// three calls take three. Adapters that answer replays and conflicts
+// write that ends the claim in one piece, kept by the guard's claim
+// queue (and, for a run past a third of the lease, one timer) where those
+// three calls take three timers. Adapters that answer replays and conflicts
 // before they run a handler use it (httpx, grpcx). Get one from Hold or
 // Keep. Its methods are safe for concurrent use, but one caller should
 // end the claim: a Stop, or another write, that ends while a write is
