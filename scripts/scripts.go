@@ -97,19 +97,13 @@ func newScript(body, flags string) *redis.Script {
 	if before, after, ok := strings.Cut(body, recordMark); ok {
 		src = before + recordSrc + after
 	}
-	sc := redis.NewScript(flags + src)
-	sources[sc] = flags + src
-	if flags != "" {
-		p := redis.NewScript(src)
-		sources[p] = src
-		plain[sc] = p
-	}
-	return sc
+	return newBareScript(src, flags)
 }
 
 const recordMark = "--[[record.lua]]\n"
 
-// newBareScript is newScript for a script that does not use record.lua.
+// newBareScript registers src, with its flag line flags (and without
+// it, for Plain), for a script that does not use record.lua.
 func newBareScript(src, flags string) *redis.Script {
 	sc := redis.NewScript(flags + src)
 	sources[sc] = flags + src
