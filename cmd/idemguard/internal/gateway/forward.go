@@ -510,7 +510,7 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 		rt.gw.metrics.request(rt.name, resultEarlierForward)
 		rt.gw.logOutcome(r, rt, lease, "a recovered key's earlier attempt forwarded the request; outcome unknown, stored", nil)
 		outcomeUnknown(lease, at, "an earlier attempt of this key forwarded the request at "+at.UTC().Format(time.RFC3339Nano)+
-			" and its answer was never stored (the gateway that sent it stopped, or lost the key)").write(w)
+			" and its answer was never stored (the gateway that sent it stopped or lost the key, or the upstream switched protocols: a session is no answer to store)").write(w)
 	case !delivered:
 		// Nothing of the request left the gateway: safe to run again.
 		rt.gw.metrics.request(rt.name, resultNotForwarded)

@@ -123,6 +123,9 @@ func TestUpgradeThroughGateway(t *testing.T) {
 			if again.status == http.StatusSwitchingProtocols || u.count("ws") != 1 {
 				t.Fatalf("retry after the session: %d %q, upstream ran %d upgrades; want it not forwarded again", again.status, again.body, u.count("ws"))
 			}
+			if !strings.Contains(string(again.body), "switched protocols") {
+				t.Errorf("retry after the session: %q, want a detail that names the switch as a cause", again.body)
+			}
 		})
 	}
 }
