@@ -41,6 +41,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/inventory"
 )
@@ -376,7 +377,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 }
 
 // call runs a batch's handler h for msg, with the run's context, and
-// turns a panic into a failure of the run (a *panicked): it is then
+// turns a panic into a failure of the run (a *panicerr.Error): it is then
 // counted as an attempt like any handler error, so a message that always
 // panics is dead-lettered after MaxAttempts instead of coming back for
 // ever (holding back a Kafka partition). runtime.Goexit is not a panic:
@@ -384,21 +385,11 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 func (r *run) call(msg Message, h Handler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &panicked{&guard.PanicError{Key: r.key, Value: v, Stack: debug.Stack()}}
+			err = panicerr.New(r.key, v)
 		}
 	}()
 	return h(&r.lctx, msg)
 }
-
-// panicked is the failure of a batch's handler that panicked: it matches
-// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
-// value and the stack.
-type panicked struct{ p *guard.PanicError }
-
-func (e *panicked) Error() string {
-	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
-}
-func (e *panicked) Unwrap() error { return e.p }
 
 // settle turns the guard's answer for msg's run r into the delivery's
 // outcome; ctx is the consumer's own.

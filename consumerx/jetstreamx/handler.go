@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -172,26 +172,16 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 }
 
 // recovering runs the handler, its panic made a failure of the run (a
-// *panicked), counted as an attempt as in consumerx.Processor.ProcessBatch.
+// *panicerr.Error), counted as an attempt as in consumerx.Processor.ProcessBatch.
 func (h *Handler) recovering(ctx context.Context, msg consumerx.Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			lease, _ := consumerx.LeaseFrom(ctx)
-			err = &panicked{&guard.PanicError{Key: lease.Key, Value: v, Stack: debug.Stack()}}
+			err = panicerr.New(lease.Key, v)
 		}
 	}()
 	return h.h(ctx, msg)
 }
-
-// panicked is the failure of a handler that panicked: it matches
-// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
-// value and the stack.
-type panicked struct{ p *guard.PanicError }
-
-func (e *panicked) Error() string {
-	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
-}
-func (e *panicked) Unwrap() error { return e.p }
 
 func message(msg jetstream.Msg) consumerx.Message {
 	return consumerx.Message{ID: ID(msg), Payload: msg.Data(), Metadata: metadata(msg.Headers()), Raw: msg}

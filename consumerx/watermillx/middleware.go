@@ -17,13 +17,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -136,7 +136,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			defer func() {
 				if v := recover(); v != nil {
 					lease, _ := consumerx.LeaseFrom(ctx)
-					err = &panicked{&guard.PanicError{Key: lease.Key, Value: v, Stack: debug.Stack()}}
+					err = panicerr.New(lease.Key, v)
 				}
 			}()
 			produced, err := h(msg)
@@ -197,16 +197,6 @@ func stopContext(ctx context.Context) (consumer context.Context, deadline time.T
 		cancel(nil)
 	}
 }
-
-// panicked is the failure of a handler that panicked: it matches
-// guard.ErrPanicked, and errors.As finds the *guard.PanicError with the
-// value and the stack.
-type panicked struct{ p *guard.PanicError }
-
-func (e *panicked) Error() string {
-	return fmt.Sprintf("%s: %s: %v", guard.ErrPanicked, e.p.Key, e.p.Value)
-}
-func (e *panicked) Unwrap() error { return e.p }
 
 // stored is a produced message as kept in the record.
 type stored struct {
