@@ -58,35 +58,35 @@ func RunUpgrade(t *testing.T, newServer NewServer, opts UpgradeOptions) {
 			}
 			c := newClient(t, newServer(t, guardenv.Guard(t, guard.Options{}), httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}, handler))
 			first := c.upgrade("up")
-			if first.status != http.StatusSwitchingProtocols || first.line != "run 1" {
-				t.Fatalf("upgrade: %d %q (%s), want 101 and the session of run 1", first.status, first.line, first.body)
+			if first.Status != http.StatusSwitchingProtocols || first.Line != "run 1" {
+				t.Fatalf("upgrade: %d %q (%s), want 101 and the session of run 1", first.Status, first.Line, first.Body)
 			}
 			// A request with the key while the session runs.
 			if opts.SessionAfterReturn {
 				during := c.upgrade("up")
-				if during.status != http.StatusSwitchingProtocols || during.line != "run 2" {
-					t.Fatalf("upgrade during the session: %d %q (%s), want 101 and a session of its own", during.status, during.line, during.body)
+				if during.Status != http.StatusSwitchingProtocols || during.Line != "run 2" {
+					t.Fatalf("upgrade during the session: %d %q (%s), want 101 and a session of its own", during.Status, during.Line, during.Body)
 				}
-				during.end(t)
+				during.End(t)
 			} else {
 				during := c.do("POST", "/charges", `{}`, key, "up", "Connection", "Upgrade", "Upgrade", "echo")
 				if during.status != http.StatusConflict || during.problem(t).Type != httpx.ProblemInFlight {
 					t.Fatalf("upgrade during the session: %d %s, want 409 in flight", during.status, during.body)
 				}
 			}
-			first.end(t)
+			first.End(t)
 			// The key is released once the guard is done with the first
 			// request, which may come a moment after the session's end.
-			var again upgraded
+			var again Upgraded
 			testenv.WaitFor(t, 10*time.Second, "an upgrade with the key not answered 409", func() bool {
 				again = c.upgrade("up")
-				return again.status != http.StatusConflict
+				return again.Status != http.StatusConflict
 			})
 			want := fmt.Sprintf("run %d", runs.Load())
-			if again.status != http.StatusSwitchingProtocols || again.line != want || again.replayed {
-				t.Fatalf("upgrade after the session: %d %q (%s), want 101 and %q", again.status, again.line, again.body, want)
+			if again.Status != http.StatusSwitchingProtocols || again.Line != want || again.Replayed {
+				t.Fatalf("upgrade after the session: %d %q (%s), want 101 and %q", again.Status, again.Line, again.Body, want)
 			}
-			again.end(t)
+			again.End(t)
 			var plain reply
 			testenv.WaitFor(t, 10*time.Second, "a plain request with the key not answered 409", func() bool {
 				plain = c.do("POST", "/charges", `{}`, key, "up")
@@ -100,19 +100,63 @@ func RunUpgrade(t *testing.T, newServer NewServer, opts UpgradeOptions) {
 	}
 }
 
-// upgraded is a client's upgrade request as it went: the status, and for
-// a 101 the session's first line.
-type upgraded struct {
-	status   int
-	replayed bool
-	body     string // a non-101 answer's body
-	line     string
+// Upgraded is an upgrade request as its client saw it: the status, and
+// for a 101 the session's first line and the switched connection.
+type Upgraded struct {
+	Status   int
+	Replayed bool   // the answer carried httpx.ReplayedHeader
+	Body     string // a non-101 answer's body
+	Line     string // a 101's first line of the session
 	conn     io.ReadWriteCloser
 	r        *bufio.Reader
 }
 
+// Upgrade sends req, a request to switch protocols, on client and reads
+// the answer: for a 101, the session's first line. client must have no
+// Timeout, which would keep the switched connection from the caller (the
+// body of a 101 is the connection).
+func Upgrade(t testing.TB, client *http.Client, req *http.Request) Upgraded {
+	t.Helper()
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	u := Upgraded{Status: res.StatusCode, Replayed: res.Header.Get(httpx.ReplayedHeader) != ""}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		u.Body = string(b)
+		return u
+	}
+	conn, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("101 without a connection to switch: %T", res.Body)
+	}
+	u.conn, u.r = conn, bufio.NewReader(conn)
+	line, err := u.r.ReadString('\n')
+	if err != nil {
+		conn.Close()
+		t.Fatalf("session: %q, %v", line, err)
+	}
+	u.Line = strings.TrimSuffix(line, "\n")
+	return u
+}
+
+// End says goodbye on a switched connection and waits for the server to
+// close the session.
+func (u Upgraded) End(t testing.TB) {
+	t.Helper()
+	defer u.conn.Close()
+	if _, err := io.WriteString(u.conn, "bye\n"); err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	if rest, err := io.ReadAll(u.r); err != nil || len(rest) != 0 {
+		t.Fatalf("session end: %q, %v", rest, err)
+	}
+}
+
 // upgrade asks to switch to the echo protocol with key k.
-func (c *client) upgrade(k string) upgraded {
+func (c *client) upgrade(k string) Upgraded {
 	c.t.Helper()
 	req, err := http.NewRequest("POST", c.base+"/charges", strings.NewReader(`{}`))
 	if err != nil {
@@ -122,41 +166,5 @@ func (c *client) upgrade(k string) upgraded {
 	req.Header.Set(key, k)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "echo")
-	// Without the client's Timeout, which would keep the switched
-	// connection from the caller (the body of a 101 is the connection).
-	res, err := (&http.Client{Transport: c.c.Transport}).Do(req)
-	if err != nil {
-		c.t.Fatalf("upgrade: %v", err)
-	}
-	u := upgraded{status: res.StatusCode, replayed: res.Header.Get(httpx.ReplayedHeader) != ""}
-	if res.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		u.body = string(b)
-		return u
-	}
-	conn, ok := res.Body.(io.ReadWriteCloser)
-	if !ok {
-		c.t.Fatalf("101 without a connection to switch: %T", res.Body)
-	}
-	u.conn, u.r = conn, bufio.NewReader(conn)
-	line, err := u.r.ReadString('\n')
-	if err != nil {
-		conn.Close()
-		c.t.Fatalf("session: %q, %v", line, err)
-	}
-	u.line = strings.TrimSuffix(line, "\n")
-	return u
-}
-
-// end says goodbye and waits for the server to close the session.
-func (u upgraded) end(t testing.TB) {
-	t.Helper()
-	defer u.conn.Close()
-	if _, err := io.WriteString(u.conn, "bye\n"); err != nil {
-		t.Fatalf("session: %v", err)
-	}
-	if rest, err := io.ReadAll(u.r); err != nil || len(rest) != 0 {
-		t.Fatalf("session end: %q, %v", rest, err)
-	}
+	return Upgrade(c.t, &http.Client{Transport: c.c.Transport}, req)
 }

@@ -1,32 +1,23 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/conformance"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// switched is an upgrade through the gateway as the client saw it: the
-// status, and for a 101 the session's first line and the connection.
-type switched struct {
-	status int
-	body   string
-	line   string
-	conn   io.ReadWriteCloser
-	r      *bufio.Reader
-}
-
 // upgradeTo asks url to switch to the echo protocol, with key.
-func upgradeTo(t *testing.T, url, key string) switched {
+func upgradeTo(t *testing.T, url, key string) conformance.Upgraded {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"order":"ws"}`))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"order":"ws"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,40 +26,7 @@ func upgradeTo(t *testing.T, url, key string) switched {
 	req.Header.Set("X-Account-Id", "acme")
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "echo")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatalf("upgrade: %v", err)
-	}
-	s := switched{status: res.StatusCode}
-	if res.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		s.body = string(b)
-		return s
-	}
-	s.conn = res.Body.(io.ReadWriteCloser)
-	s.r = bufio.NewReader(s.conn)
-	line, err := s.r.ReadString('\n')
-	if err != nil {
-		s.conn.Close()
-		t.Fatalf("session: %q, %v", line, err)
-	}
-	s.line = strings.TrimSuffix(line, "\n")
-	return s
-}
-
-// end says goodbye and waits for the session to close.
-func (s switched) end(t *testing.T) {
-	t.Helper()
-	defer s.conn.Close()
-	if _, err := io.WriteString(s.conn, "bye\n"); err != nil {
-		t.Fatalf("session: %v", err)
-	}
-	if rest, err := io.ReadAll(s.r); err != nil || len(rest) != 0 {
-		t.Fatalf("session end: %q, %v", rest, err)
-	}
+	return conformance.Upgrade(t, http.DefaultClient, req)
 }
 
 // An upstream that switches protocols (a WebSocket) on a guarded route:
@@ -108,13 +66,13 @@ func TestUpgradeThroughGateway(t *testing.T) {
 			e := startGateway(t, basicConfig, u.URL)
 			url := e.srv.URL + "/orders"
 			first := upgradeTo(t, url, "k-ws")
-			if first.status != http.StatusSwitchingProtocols || first.line != "run 1" {
-				t.Fatalf("upgrade: %d %q (%s), want 101 and the session of run 1", first.status, first.line, first.body)
+			if first.Status != http.StatusSwitchingProtocols || first.Line != "run 1" {
+				t.Fatalf("upgrade: %d %q (%s), want 101 and the session of run 1", first.Status, first.Line, first.Body)
 			}
 			if r := post(t, url, "k-ws", `{"order":"ws"}`, "X-Account-Id", "acme", "Connection", "Upgrade", "Upgrade", "echo"); r.status != http.StatusConflict {
 				t.Fatalf("upgrade during the session: %d %q, want 409", r.status, r.body)
 			}
-			first.end(t)
+			first.End(t)
 			var again reply
 			testenv.WaitFor(t, 10*time.Second, "a request with the key not answered 409", func() bool {
 				again = post(t, url, "k-ws", `{"order":"ws"}`, "X-Account-Id", "acme", "Connection", "Upgrade", "Upgrade", "echo")
