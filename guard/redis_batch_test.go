@@ -300,3 +300,56 @@ func TestWriteBatchCompleteBatchCluster(t *testing.T) {
 		}
 	}
 }
+
+// A CompleteBatch run takes at most 64 keys: 130 completions go as runs of
+// 64, 64 and 2, every key completed. A batch that names a key twice (which
+// BatchStore's contract forbids) is not grouped at all: one complete.lua
+// per write, in order.
+func TestWriteBatchCompleteBatchBounds(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &scriptCounter{}
+	c.AddHook(h)
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{})
+	key := func(id int) guard.Key { return guard.Key{Scope: "completebatch-bounds", ID: fmt.Sprint(id)} }
+	claim := func(id int) guard.Write {
+		t.Helper()
+		out, err := s.Claim(bg, guard.ClaimRequest{Key: key(id), Token: "T", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("claim %d: %+v, %v", id, out, err)
+		}
+		return guard.Write{Kind: guard.WriteComplete, Lease: out.Lease, Result: []byte(fmt.Sprint(id)), TTL: time.Hour}
+	}
+
+	ws := make([]guard.Write, 130)
+	for i := range ws {
+		ws[i] = claim(i)
+	}
+	h.reset()
+	for i, err := range s.WriteBatch(bg, ws) {
+		if err != nil {
+			t.Errorf("key %d: %v", i, err)
+		}
+	}
+	if batch, each, keys := h.reset(); batch != 3 || fmt.Sprint(keys) != "[64 64 2]" || each != 0 {
+		t.Errorf("CompleteBatch ran %d times over %v keys and complete.lua %d times; want over [64 64 2], and never", batch, keys, each)
+	}
+	for i := range ws {
+		if rec, err := s.Get(bg, key(i)); err != nil || rec.State != guard.StateCompleted || string(rec.Result) != fmt.Sprint(i) {
+			t.Errorf("key %d: %+v, %v; want completed with its result", i, rec, err)
+		}
+	}
+
+	twice := []guard.Write{claim(1000), claim(1001)}
+	twice = append(twice, twice[0])
+	h.reset()
+	errs := s.WriteBatch(bg, twice)
+	if batch, each, _ := h.reset(); batch != 0 || each != 3 {
+		t.Errorf("a key named twice: CompleteBatch ran %d times and complete.lua %d; want never, and 3 times", batch, each)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("write %d of the batch naming a key twice: %v", i, err)
+		}
+	}
+}
