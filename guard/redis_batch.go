@@ -164,9 +164,11 @@ func setReply(cmd redis.Cmder) (v string, found, owned bool, err error) {
 // record its claim left: extended, taken over, completed already, gone)
 // gets complete.lua in a second round trip, which gives the answer
 // Complete would. One script call for 16 completions instead of 16 took
-// the idemguard bench consumer row from 82 to 67 Redis commands and from
-// 189–201 to 160–181 µs of Redis CPU per batch of 16; the script's GET
-// and SET per key, not the call, are most of what is left.
+// the idemguard bench consumer row from 82 to 67 Redis commands per batch
+// of 16, and its Redis CPU from 189–201 to 160–181 µs in alternated runs
+// beside other work (181 → 174 µs between two quiet runs a day apart);
+// the script's GET and SET per key, not the call, are most of what is
+// left.
 func (s *RedisStore) WriteBatch(ctx context.Context, ws []Write) []error {
 	errs := make([]error, len(ws))
 	calls := make([]writeCall, len(ws))
