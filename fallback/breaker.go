@@ -22,7 +22,8 @@ const (
 	// opened; Options.HalfOpenProbes claims are let through to find out
 	// whether the primary is back.
 	StateHalfOpen
-	// StateOpen: the primary is not called; claims follow the Policy.
+	// StateOpen: the primary is not called for claims and reads; claims
+	// follow the Policy. Holders' writes still reach it (see Store).
 	StateOpen
 )
 

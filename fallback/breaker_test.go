@@ -72,15 +72,13 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		}
 	}
 
-	// Open: every call answers at once, without touching the network.
+	// Open: every claim and read answers at once, without touching the
+	// network.
 	sent := p.sent.n.Load()
 	for i := 0; i < 50; i++ {
 		_, err := s.Claim(bg, claimReq("k", "T"))
 		if !isUnavailable(err) || !errors.Is(err, fallback.ErrBreakerOpen) {
 			t.Fatalf("claim while open = %v, want ErrUnavailable and ErrOpenState", err)
-		}
-		if err := s.Complete(bg, guard.Lease{Key: claimReq("k", "").Key, Token: "T"}, nil, time.Minute); !isUnavailable(err) {
-			t.Fatalf("complete while open = %v", err)
 		}
 		if _, err := s.Get(bg, claimReq("k", "").Key); !isUnavailable(err) {
 			t.Fatalf("get while open = %v", err)
@@ -88,6 +86,14 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	}
 	if got := p.sent.n.Load(); got != sent {
 		t.Fatalf("open breaker sent %d commands/dials to the primary", got-sent)
+	}
+	// A holder's write is still tried (TestHolderWriteWhileBreakerOpen);
+	// the primary is dead, and the breaker stays open.
+	if err := s.Complete(bg, guard.Lease{Key: claimReq("k", "").Key, Token: "T"}, nil, time.Minute); !isUnavailable(err) {
+		t.Fatalf("complete while open = %v", err)
+	}
+	if st := s.State(); st != fallback.StateOpen {
+		t.Fatalf("breaker %v after a holder's write while open, want open", st)
 	}
 
 	// Half-open after OpenTimeout; a probe on a still-dead primary opens it again.

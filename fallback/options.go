@@ -79,9 +79,9 @@ type Options struct {
 	// breaker. Answers such as ErrLeaseLost or ErrNotFound are successes of
 	// the store. Default DefaultFailuresToOpen (5).
 	FailuresToOpen uint32
-	// OpenTimeout is how long the open breaker makes no call to the
-	// primary before it lets probe claims through (half-open). Default
-	// DefaultOpenTimeout (5s).
+	// OpenTimeout is how long the open breaker makes no claim or read
+	// call to the primary (holders' writes still go) before it lets probe
+	// claims through (half-open). Default DefaultOpenTimeout (5s).
 	OpenTimeout time.Duration
 	// HalfOpenProbes is how many claims the half-open breaker lets through
 	// to the primary; that many successes in a row close it, one failure

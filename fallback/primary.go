@@ -28,13 +28,36 @@ func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done f
 	return out, nil
 }
 
-// primaryWrite calls the primary for a holder's write or a read. The open
-// breaker stops it; the half-open breaker lets it through without counting
-// it as a probe, so holders can finish while the primary is being tried.
+// primaryWrite calls the primary for a read or for a write of the
+// Store's own. The open breaker stops it; the half-open breaker lets it
+// through without counting it as a probe.
 func (s *Store) primaryWrite(ctx context.Context, f func(context.Context) error) error {
+	return s.primaryCall(ctx, false, f)
+}
+
+// holderWrite calls the primary for a holder's write (Complete, Fail,
+// Release, Extend, SaveStep of a lease the primary issued). No state of
+// the breaker stops it, and while the breaker is not closed it is not
+// counted: only the primary takes that write (or, with a secondary, its
+// record bearing the lease's token, which write tries next). Refused
+// without a try, it was lost even when the primary was back before the
+// breaker let calls through again: the claim stayed pending for its
+// lease, and a retry then ran the effect again (a completion lost) or
+// waited that lease for nothing (a failure or release lost, which
+// backstop.Wrap's mark kept too). It is bounded by Options.Timeout like
+// every call; the holders that write while the breaker is open are only
+// the ones that claimed in the primary before it opened.
+func (s *Store) holderWrite(ctx context.Context, f func(context.Context) error) error {
+	return s.primaryCall(ctx, true, f)
+}
+
+// primaryCall calls the primary with f, admitted by the breaker: always if
+// holder (then uncounted while the breaker is not closed), otherwise only
+// while it is closed or half-open (uncounted then).
+func (s *Store) primaryCall(ctx context.Context, holder bool, f func(context.Context) error) error {
 	done, err := s.cb.allow()
 	switch {
-	case errors.Is(err, errProbing):
+	case errors.Is(err, errProbing) || err != nil && holder:
 		done = func(error) {}
 	case err != nil:
 		return fmt.Errorf("%w: %w", guard.ErrUnavailable, err)

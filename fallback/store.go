@@ -13,8 +13,13 @@ import (
 
 // Store is a guard.Store that stays safe while its primary is unavailable.
 // Every call to the primary passes a circuit breaker and is bounded by
-// Options.Timeout; once the breaker is open, the primary is not called at
-// all until Options.OpenTimeout has passed. Only unavailability
+// Options.Timeout; once the breaker is open, the primary is not called for
+// claims and reads until Options.OpenTimeout has passed. A holder's
+// Complete, Fail, Release, Extend or SaveStep of a lease the primary
+// issued still goes to the primary, uncounted: the breaker opens on a
+// stall the primary may be over, and that write taken nowhere would leave
+// the claim pending for its lease, its effect run again by the retry that
+// recovers it. Only unavailability
 // (guard.ErrUnavailable, a timeout) counts against the primary. See the
 // package documentation for what happens while it is down and when it
 // returns. A Store is a guard.StepStore, and is safe for concurrent use.
@@ -208,7 +213,7 @@ func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Co
 		}
 		return nil
 	}
-	err := s.primaryWrite(ctx, func(ctx context.Context) error { return op(ctx, s.primary, false) })
+	err := s.holderWrite(ctx, func(ctx context.Context) error { return op(ctx, s.primary, false) })
 	if err == nil {
 		return nil
 	}

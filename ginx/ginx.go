@@ -79,7 +79,7 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		return
 	}
 	orig, req := c.Writer, c.Request
-	e.RunCaptured(orig, v, b, func(ctx context.Context, capture *httpcore.Capture) {
+	e.RunCaptured(out{orig}, v, b, func(ctx context.Context, capture *httpcore.Capture) {
 		w := &writer{c: capture, orig: orig, status: http.StatusOK, size: -1}
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
@@ -88,6 +88,26 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 	})
 	c.Abort() // the chain ran inside; after a panic, nothing more runs
 }
+
+// out is the writer the core sends the guarded response to: Gin's own,
+// except that an informational response (103 Early Hints; not a 101)
+// goes to net/http's writer under it at once, as net/http sends it. Gin's
+// writer only records a status until a body, so a 1xx written to it
+// was never sent, and the final status replaced it.
+type out struct{ gin.ResponseWriter }
+
+func (o out) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		if u, ok := o.ResponseWriter.(interface{ Unwrap() http.ResponseWriter }); ok {
+			u.Unwrap().WriteHeader(code)
+			return
+		}
+	}
+	o.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap gives http.ResponseController Gin's writer.
+func (o out) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
 // ClaimFrom returns, inside a handler Guard runs, the lease it runs under
 // and the request's fingerprint (httpx.ClaimFrom); ok is false outside a

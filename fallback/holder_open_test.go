@@ -1,0 +1,120 @@
+package fallback_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// TestHolderWriteWhileBreakerOpen: a holder claimed through Redis; Redis
+// stalls (here: dies and comes back with its data) long enough to open
+// the breaker, and is back when the holder ends its claim, the breaker
+// still open. The holder's Complete, Fail or Release must reach Redis:
+// refused without a try, the write was lost however soon Redis was back,
+// the claim stayed pending for its lease and a retry then ran the effect
+// again (a completion lost) or waited a lease for nothing. Claims and
+// reads are still refused without a call (TestBreaker).
+func TestHolderWriteWhileBreakerOpen(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	s := newStore(t, rs, fallback.Options{FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, Logger: quiet})
+	g := guard.New(s, guard.Options{Lease: time.Minute})
+	leases := map[string]guard.Lease{}
+	for _, end := range []string{"complete", "fail", "release"} {
+		out, err := g.Claim(bg, key(t.Name()+"/"+end), "fp")
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("claim: %+v, %v", out, err)
+		}
+		leases[end] = out.Lease
+	}
+	srv.Kill()
+	openBreaker(t, s)
+	srv.Restart() // with its data (append-only file)
+	for end, l := range leases {
+		if rec, err := rs.Get(bg, l.Key); err != nil || rec.State != guard.StatePending {
+			t.Fatalf("%s: Redis came back with %+v, %v; want the holder's pending record", end, rec, err)
+		}
+	}
+	if _, err := s.Claim(bg, claimReq("other", "T")); !errors.Is(err, fallback.ErrBreakerOpen) {
+		t.Fatalf("claim with the breaker open = %v, want ErrBreakerOpen", err)
+	}
+
+	if err := g.Complete(bg, leases["complete"], []byte("paid")); err != nil {
+		t.Errorf("complete with the breaker open, Redis back: %v", err)
+	}
+	if err := g.Fail(bg, leases["fail"], errors.New("declined")); err != nil {
+		t.Errorf("fail with the breaker open, Redis back: %v", err)
+	}
+	if err := g.Release(bg, leases["release"]); err != nil {
+		t.Errorf("release with the breaker open, Redis back: %v", err)
+	}
+	if rec, err := rs.Get(bg, leases["complete"].Key); err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "paid" {
+		t.Errorf("completed key in Redis: %+v, %v; want completed with the holder's result", rec, err)
+	}
+	if rec, err := rs.Get(bg, leases["fail"].Key); err != nil || rec.State != guard.StateFailed {
+		t.Errorf("failed key in Redis: %+v, %v; want failed", rec, err)
+	}
+	if _, err := rs.Get(bg, leases["release"].Key); !errors.Is(err, guard.ErrNotFound) {
+		t.Errorf("released key in Redis: %v; want none", err)
+	}
+	if st := s.State(); st != fallback.StateOpen {
+		t.Errorf("breaker %v after the holders' writes, want still open (they are not probes)", st)
+	}
+}
+
+// TestHolderEndWhileBreakerOpenEndsMark: with no secondary (FailClosed), a
+// holder claimed through backstop.Wrap; Redis dies and comes back empty
+// while the breaker is open, and the holder fails or releases its claim.
+// That reaches Wrap, which ends its mark's lease, so the next claim of the
+// key is not told it is in progress for the rest of a lease nobody holds.
+func TestHolderEndWhileBreakerOpenEndsMark(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"fail", "release"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			p := newPrimary(t)
+			_, db := pgStore(t)
+			b, err := backstop.New(db, pgstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrapped := backstop.Wrap(p.store, b)
+			s := newStore(t, wrapped, fallback.Options{FailuresToOpen: 1, OpenTimeout: time.Hour,
+				Timeout: 5 * time.Second, Logger: quiet})
+			g := guard.New(s, guard.Options{Lease: time.Minute})
+			k := key(t.Name())
+			out, err := g.Claim(bg, k, "fp")
+			if err != nil || out.Status != guard.Acquired {
+				t.Fatalf("claim: %+v, %v", out, err)
+			}
+			p.srv.Kill()
+			openBreaker(t, s)
+			p.srv.Restart() // empty
+			switch end {
+			case "fail":
+				err = g.Fail(bg, out.Lease, errors.New("declined"))
+			default:
+				err = g.Release(bg, out.Lease)
+			}
+			if err != nil && !errors.Is(err, guard.ErrLeaseLost) { // Redis came back without the record
+				t.Errorf("%s with the breaker open: %v", end, err)
+			}
+			// The next claim (the breaker closed by then): the key is free.
+			again, err := guard.New(wrapped, guard.Options{Lease: time.Minute}).Claim(bg, k, "fp")
+			if err != nil || again.Status != guard.Acquired {
+				t.Fatalf("claim after the holder's %s = %+v, %v; want the key at once", end, again, err)
+			}
+		})
+	}
+}
