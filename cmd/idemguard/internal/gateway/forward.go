@@ -77,6 +77,7 @@ type attempt struct {
 	failed      bool      // the exchange failed (failed answered it)
 	forwardedAt time.Time // when the step was first recorded (by this or an earlier attempt)
 	wrote       atomic.Bool
+	switched    atomic.Bool // the upstream switched protocols: its session is the answer
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
@@ -368,6 +369,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.abort = true
 		rt.gw.logOutcome(r, rt, lease, "the upstream's answer broke after it began to stream; the key keeps a marker", nil)
 	}
+	if a.switched.Load() && errors.Is(context.Cause(ctx), errUpstreamTimeout) {
+		rt.gw.logOutcome(r, rt, lease, "a switched session was closed at the route's timeout", nil)
+	}
 	rt.gw.metrics.upstream(rt.name, time.Since(start))
 	if !a.finish() {
 		rt.gw.metrics.request(rt.name, resultForwarded)
@@ -425,8 +429,12 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
-			if rt == nil || attemptFrom(res.Request.Context()) == nil {
+			a := attemptFrom(res.Request.Context())
+			if rt == nil || a == nil {
 				return nil
+			}
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				a.switched.Store(true)
 			}
 			return rt.holdAnswer(res)
 		},

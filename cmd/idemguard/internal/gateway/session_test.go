@@ -113,6 +113,9 @@ func TestSwitchedSessionEndsAtRouteTimeout(t *testing.T) {
 		t.Fatal("the upstream's side of the session was not closed")
 	}
 	t.Logf("session cut after %s (route timeout %s)", cut, timeout)
+	testenv.WaitFor(t, 10*time.Second, "the cut logged", func() bool {
+		return strings.Contains(e.logs.String(), "a switched session was closed at the route's timeout")
+	})
 	// The key is let go as the gateway's handler returns, just after the cut.
 	var r reply
 	testenv.WaitFor(t, 10*time.Second, "a request with the key not answered 409", func() bool {
