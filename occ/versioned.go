@@ -124,22 +124,43 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 // read, which must read the row afresh and return the version it read and
 // the values to set from what it read. It returns the new version, or the
 // last conflict when the tries run out.
+//
+// When q is a *sql.Tx, a serialization failure or deadlock (SQLSTATE
+// 40001, 40P01), from read or from the update, is returned at once,
+// matching ErrConflict: PostgreSQL aborted the transaction, so nothing
+// more can run in it, and the caller runs its whole transaction again. A
+// conflict that leaves the transaction usable (the row moved on, under
+// READ COMMITTED) is tried again in it.
 func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts RetryOptions,
 	read func(ctx context.Context) (version int64, set map[string]any, err error)) (int64, error) {
 	if read == nil {
 		return 0, errors.New("occ: UpdateRetry: nil read func")
 	}
+	_, inTx := q.(*sql.Tx)
+	var aborted error // the serialization failure that ended q's transaction
 	var next int64
 	err := RetryOnConflict(ctx, opts, func(ctx context.Context) error {
 		version, set, err := read(ctx)
-		if err != nil {
-			return err
+		if err == nil {
+			next, err = v.Update(ctx, q, id, version, set)
 		}
-		next, err = v.Update(ctx, q, id, version, set)
+		if inTx && sqlstate.Retryable(err) {
+			aborted = err
+			return errTxAborted // not a conflict: ends the loop
+		}
 		return err
 	})
+	if aborted != nil {
+		if !errors.Is(aborted, ErrConflict) { // read's own error, as the driver gave it
+			aborted = fmt.Errorf("%w: transaction aborted: %w", ErrConflict, aborted)
+		}
+		return 0, aborted
+	}
 	return next, err
 }
+
+// errTxAborted ends UpdateRetry's loop on a transaction PostgreSQL aborted.
+var errTxAborted = errors.New("occ: transaction aborted")
 
 // Migration returns the SQL that adds the version column to the table
 // (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1) and
