@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/lib/pq"
 
@@ -67,5 +68,27 @@ func TestUpdateRetryInTransactionReadConflict(t *testing.T) {
 	var pe *pq.Error
 	if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" || reads != 1 {
 		t.Fatalf("UpdateRetry whose read failed with 40001 = %v after %d reads; want ErrConflict after 1", err, reads)
+	}
+}
+
+// TestRetryOnConflictLastTryError: an error that is not a conflict is
+// returned as it is, on the last try too (backoff's Retry hands back its
+// Permanent wrapper there, which err == sql.ErrNoRows, a type switch on the
+// driver's error type, or a test of identity did not see through).
+func TestRetryOnConflictLastTryError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	for _, maxTries := range []uint{1, 2, 3} {
+		tries := 0
+		err := occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: maxTries, InitialInterval: time.Microsecond}, func(context.Context) error {
+			tries++
+			if tries < int(maxTries) {
+				return occ.ErrConflict
+			}
+			return boom
+		})
+		if err != boom || tries != int(maxTries) { // identity is the point
+			t.Errorf("MaxTries %d: RetryOnConflict = %#v after %d tries, want boom itself after %d", maxTries, err, tries, maxTries)
+		}
 	}
 }

@@ -252,6 +252,9 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 		}
 		return struct{}{}, err
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(o.MaxTries), backoff.WithMaxElapsedTime(0))
+	if pe, ok := err.(*backoff.PermanentError); ok {
+		return pe.Unwrap() // Retry keeps its wrapper on the last try
+	}
 	return err
 }
 
