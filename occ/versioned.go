@@ -15,14 +15,24 @@ import (
 
 // Querier is what the writes run their statements on: *sql.DB, *sql.Tx
 // and *sql.Conn all satisfy it, whatever the driver (lib/pq, pgx's stdlib).
-// Pass a *sql.Tx to make a write part of a larger transaction.
+// Pass a *sql.Tx to make a write part of a larger transaction. A pool
+// (*sql.DB, or a type of the application's that embeds one and so has its
+// Conn method) gives VersionedTable.Update a connection of its own, on
+// which a statement is never sent twice.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// pool is a connection pool Update takes a connection of its own from:
+// *sql.DB, or an application's type that embeds one (sqlx.DB does).
+type pool interface {
+	Conn(ctx context.Context) (*sql.Conn, error)
+}
+
 var (
+	_ pool    = (*sql.DB)(nil)
 	_ Querier = (*sql.DB)(nil)
 	_ Querier = (*sql.Tx)(nil)
 	_ Querier = (*sql.Conn)(nil)
@@ -62,7 +72,8 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
 // for a serialization failure, ErrUnavailable for a lost connection). An
-// update whose reply was lost is never sent again: it answers
+// update whose reply was lost is never sent again (on a *sql.Tx, a
+// *sql.Conn, or a pool with a Conn method, see Querier): it answers
 // ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
 // and whether it was applied is the caller's to find out.
 func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version int64, set map[string]any) (int64, error) {
@@ -86,7 +97,7 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 		}
 		cols = append(cols, c)
 	}
-	if db, ok := q.(*sql.DB); ok {
+	if db, ok := q.(pool); ok {
 		// On a connection of its own, so that database/sql never sends
 		// the statement again: it does, on another connection, when the
 		// driver reports the first one bad after sending it (lib/pq
