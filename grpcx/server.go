@@ -158,8 +158,10 @@ func DefaultReplayMetadata(name string) bool { return core.DefaultReplayMetadata
 // DefaultFingerprint is a SHA-256, in hex, over the request message's full
 // name and its deterministic protobuf encoding (proto.MarshalOptions
 // Deterministic: map entries sorted), so a retry of the same request, in
-// any field order the client encoded it, fingerprints the same. Unknown
-// fields count. The method is not part of it: it is in the key's scope.
+// any field order the client encoded it, fingerprints the same. The
+// message packed in a google.protobuf.Any (at any depth) is taken in its
+// deterministic encoding too, when its type is linked into the server:
+// Go's protobuf packs a map in a random order. Unknown fields count. The method is not part of it: it is in the key's scope.
 // A request that is not a proto.Message gets an error: set
 // Options.Fingerprint for other codecs.
 func DefaultFingerprint(fullMethod string, req any) (string, error) {

@@ -82,14 +82,21 @@ func (e *VectorConflictError) Is(target error) bool {
 // dbErr classifies a database error: a serialization failure or deadlock
 // matches ErrConflict; a connection that failed or a server shutting down
 // or out of resources matches ErrUnavailable; a context error is kept
-// (errors.Is(err, context.Canceled) still holds); anything else is wrapped
-// as it is.
+// (errors.Is(err, context.Canceled) still holds), and so is the context's
+// when the driver reports a statement it cancelled for it (lib/pq gives
+// PostgreSQL's 57014, query_canceled; the error matches both); anything
+// else is wrapped as it is.
 func dbErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("occ: %s: %w", what, err)
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("occ: %s: %w", what, err)
+		}
+		if code, _ := sqlstate.Code(err); code == queryCanceled {
+			return fmt.Errorf("occ: %s: %w: %w", what, cerr, err)
+		}
 	}
 	switch {
 	case sqlstate.Retryable(err):
@@ -99,3 +106,7 @@ func dbErr(ctx context.Context, what string, err error) error {
 	}
 	return fmt.Errorf("occ: %s: %w", what, err)
 }
+
+// queryCanceled is PostgreSQL's SQLSTATE for a statement cancelled at a
+// client's request (or by statement_timeout).
+const queryCanceled = "57014"

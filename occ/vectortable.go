@@ -30,8 +30,12 @@ type VectorTable struct {
 
 	// Writer names this writer in the vectors: its region, node or
 	// instance id. Required by Write. Two processes that may write at the
-	// same time must have different ids; one process may share its id
-	// among goroutines (their writes are then told apart only by value).
+	// same time must have different ids. Goroutines of one process may
+	// share an id only where equal values mean the same change (a set's
+	// union, a field set to a value): their writes are told apart only by
+	// value, so two of them writing the same value on the same base both
+	// succeed, as one write (two deposits of 10 on 100 leave 110). Give
+	// each concurrent writer of a counter or balance an id of its own.
 	Writer string
 }
 

@@ -15,14 +15,24 @@ import (
 
 // Querier is what the writes run their statements on: *sql.DB, *sql.Tx
 // and *sql.Conn all satisfy it, whatever the driver (lib/pq, pgx's stdlib).
-// Pass a *sql.Tx to make a write part of a larger transaction.
+// Pass a *sql.Tx to make a write part of a larger transaction. A pool
+// (*sql.DB, or a type of the application's that embeds one and so has its
+// Conn method) gives VersionedTable.Update a connection of its own, on
+// which a statement is never sent twice.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// pool is a connection pool Update takes a connection of its own from:
+// *sql.DB, or an application's type that embeds one (sqlx.DB does).
+type pool interface {
+	Conn(ctx context.Context) (*sql.Conn, error)
+}
+
 var (
+	_ pool    = (*sql.DB)(nil)
 	_ Querier = (*sql.DB)(nil)
 	_ Querier = (*sql.Tx)(nil)
 	_ Querier = (*sql.Conn)(nil)
@@ -62,7 +72,8 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
 // for a serialization failure, ErrUnavailable for a lost connection). An
-// update whose reply was lost is never sent again: it answers
+// update whose reply was lost is never sent again (on a *sql.Tx, a
+// *sql.Conn, or a pool with a Conn method, see Querier): it answers
 // ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
 // and whether it was applied is the caller's to find out.
 func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version int64, set map[string]any) (int64, error) {
@@ -86,7 +97,7 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 		}
 		cols = append(cols, c)
 	}
-	if db, ok := q.(*sql.DB); ok {
+	if db, ok := q.(pool); ok {
 		// On a connection of its own, so that database/sql never sends
 		// the statement again: it does, on another connection, when the
 		// driver reports the first one bad after sending it (lib/pq
@@ -124,22 +135,43 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 // read, which must read the row afresh and return the version it read and
 // the values to set from what it read. It returns the new version, or the
 // last conflict when the tries run out.
+//
+// When q is a *sql.Tx, a serialization failure or deadlock (SQLSTATE
+// 40001, 40P01), from read or from the update, is returned at once,
+// matching ErrConflict: PostgreSQL aborted the transaction, so nothing
+// more can run in it, and the caller runs its whole transaction again. A
+// conflict that leaves the transaction usable (the row moved on, under
+// READ COMMITTED) is tried again in it.
 func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts RetryOptions,
 	read func(ctx context.Context) (version int64, set map[string]any, err error)) (int64, error) {
 	if read == nil {
 		return 0, errors.New("occ: UpdateRetry: nil read func")
 	}
+	_, inTx := q.(*sql.Tx)
+	var aborted error // the serialization failure that ended q's transaction
 	var next int64
 	err := RetryOnConflict(ctx, opts, func(ctx context.Context) error {
 		version, set, err := read(ctx)
-		if err != nil {
-			return err
+		if err == nil {
+			next, err = v.Update(ctx, q, id, version, set)
 		}
-		next, err = v.Update(ctx, q, id, version, set)
+		if inTx && sqlstate.Retryable(err) {
+			aborted = err
+			return errTxAborted // not a conflict: ends the loop
+		}
 		return err
 	})
+	if aborted != nil {
+		if !errors.Is(aborted, ErrConflict) { // read's own error, as the driver gave it
+			aborted = fmt.Errorf("%w: transaction aborted: %w", ErrConflict, aborted)
+		}
+		return 0, aborted
+	}
 	return next, err
 }
+
+// errTxAborted ends UpdateRetry's loop on a transaction PostgreSQL aborted.
+var errTxAborted = errors.New("occ: transaction aborted")
 
 // Migration returns the SQL that adds the version column to the table
 // (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1) and
@@ -231,6 +263,9 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 		}
 		return struct{}{}, err
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(o.MaxTries), backoff.WithMaxElapsedTime(0))
+	if pe, ok := err.(*backoff.PermanentError); ok {
+		return pe.Unwrap() // Retry keeps its wrapper on the last try
+	}
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -73,6 +74,10 @@ func DefaultFingerprint(pkg, method string, req any) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%s: request of %s is %T, not a proto.Message; set Options.Fingerprint", pkg, method, req)
 	}
+	if hasAny(m.ProtoReflect().Descriptor()) {
+		m = proto.Clone(m) // the handler gets the request as it came
+		canonicalAnys(m.ProtoReflect())
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("%s: fingerprint of %s: %w", pkg, method, err)
@@ -86,6 +91,95 @@ func DefaultFingerprint(pkg, method string, req any) (string, error) {
 	h.Write(b)
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])), nil
+}
+
+// anyName is google.protobuf.Any's full name.
+const anyName protoreflect.FullName = "google.protobuf.Any"
+
+// withAny caches hasAny's answer per request type.
+var withAny sync.Map // protoreflect.FullName → bool
+
+// hasAny reports whether a message of type d can hold a
+// google.protobuf.Any, at any depth.
+func hasAny(d protoreflect.MessageDescriptor) bool {
+	if v, ok := withAny.Load(d.FullName()); ok {
+		return v.(bool)
+	}
+	seen := map[protoreflect.FullName]bool{}
+	var reach func(d protoreflect.MessageDescriptor) bool
+	reach = func(d protoreflect.MessageDescriptor) bool {
+		if d.FullName() == anyName {
+			return true
+		}
+		if seen[d.FullName()] {
+			return false
+		}
+		seen[d.FullName()] = true
+		fields := d.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if fd.IsMap() {
+				fd = fd.MapValue()
+			}
+			if md := fd.Message(); md != nil && reach(md) {
+				return true
+			}
+		}
+		return false
+	}
+	has := reach(d)
+	withAny.Store(d.FullName(), has)
+	return has
+}
+
+// canonicalAnys rewrites, at every depth of m, the value of each
+// google.protobuf.Any whose type is linked into the program as that
+// message's deterministic encoding (its own Anys rewritten first), so
+// that a packed message fingerprints the same in whatever order its
+// fields or map entries were encoded. Anys of unknown types, or whose
+// value does not decode, keep their bytes.
+func canonicalAnys(m protoreflect.Message) {
+	if m.Descriptor().FullName() == anyName {
+		fields := m.Descriptor().Fields()
+		url, value := fields.ByNumber(1), fields.ByNumber(2)
+		if url == nil || value == nil {
+			return
+		}
+		mt, err := protoregistry.GlobalTypes.FindMessageByURL(m.Get(url).String())
+		if err != nil {
+			return
+		}
+		inner := mt.New()
+		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(m.Get(value).Bytes(), inner.Interface()); err != nil {
+			return
+		}
+		canonicalAnys(inner)
+		b, err := proto.MarshalOptions{AllowPartial: true, Deterministic: true}.Marshal(inner.Interface())
+		if err != nil {
+			return
+		}
+		m.Set(value, protoreflect.ValueOfBytes(b))
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					canonicalAnys(mv.Message())
+					return true
+				})
+			}
+		case fd.Message() == nil:
+		case fd.IsList():
+			for i := range v.List().Len() {
+				canonicalAnys(v.List().Get(i).Message())
+			}
+		default:
+			canonicalAnys(v.Message())
+		}
+		return true
+	})
 }
 
 // Server is the shared server side: what happens before and after the

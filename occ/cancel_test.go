@@ -1,0 +1,47 @@
+package occ_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/occ"
+)
+
+// TestUpdateCancelled: an update waiting for a row lock when its context
+// is cancelled answers an error matching context.Canceled, as dbErr's
+// comment says, whatever the driver made of the cancellation (lib/pq
+// reports PostgreSQL's 57014, "canceling statement due to user request").
+func TestUpdateCancelled(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	acc := accountsTable(t, db)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var holder int
+	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM occ_accounts WHERE id = 1 FOR UPDATE`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := acc.Update(cctx, db, 1, 1, map[string]any{"balance": 0})
+		done <- err
+	}()
+	// Cancel once the update waits for the lock.
+	testenv.WaitFor(t, 30*time.Second, "the update to wait for the row lock", func() bool {
+		var n int
+		_ = db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n)
+		return n > 0
+	})
+	cancel()
+	err = <-done
+	if !errors.Is(err, context.Canceled) || occ.IsConflict(err) || errors.Is(err, occ.ErrUnavailable) {
+		t.Fatalf("Update cancelled while it waited = %v, want an error matching context.Canceled", err)
+	}
+}
