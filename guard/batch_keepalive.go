@@ -37,6 +37,7 @@ type beat struct {
 	busy    bool      // an extension is under way
 	extStop context.CancelFunc
 	next    time.Time // when the next extension is due
+	due     time.Time // when the timer was last set to fire
 	held    []held
 }
 
@@ -69,7 +70,9 @@ func (g *Guard) newBeat(parent context.Context, bs BatchStore, n int, lease func
 	// Extend a third of a lease after the claim was sent.
 	b.next = first.Add(-g.validity + g.opts.Lease/3)
 	b.mu.Lock()
-	b.timer = time.AfterFunc(time.Until(b.nextFire(time.Now())), b.fire)
+	now := time.Now()
+	b.due = b.nextFire(now)
+	b.timer = time.AfterFunc(b.due.Sub(now), b.fire)
 	b.mu.Unlock()
 	return b
 }
@@ -99,7 +102,11 @@ func (b *beat) begin(i int) (context.Context, error) {
 	}
 	if b.g.opts.MaxRun > 0 {
 		h.maxRun = now.Add(b.g.opts.MaxRun)
-		b.arm(now)
+		if h.maxRun.Before(b.due) {
+			// The timer fires at due and sees this MaxRun then: set it
+			// again only when the MaxRun comes first.
+			b.arm(now)
+		}
 	}
 	return h.ctx, nil
 }
@@ -149,7 +156,8 @@ func (b *beat) nextFire(now time.Time) time.Time {
 // arm sets the timer for what is due next. b.mu is held.
 func (b *beat) arm(now time.Time) {
 	if !b.ended {
-		b.timer.Reset(b.nextFire(now).Sub(now))
+		b.due = b.nextFire(now)
+		b.timer.Reset(b.due.Sub(now))
 	}
 }
 
