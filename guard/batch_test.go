@@ -284,6 +284,34 @@ func TestDoBatchMaxRunPerKey(t *testing.T) {
 	if elapsed < 800*time.Millisecond {
 		t.Errorf("the batch took %s: MaxRun counted from the batch's start, not each effect's", elapsed)
 	}
+	// The first extension is due a third of the 30s lease after the
+	// claim: an effect cut only then was not cut at its MaxRun.
+	if elapsed > 5*time.Second {
+		t.Errorf("the batch took %s: an effect's MaxRun, before the first extension, did not set the timer", elapsed)
+	}
+}
+
+// A MaxRun that ends after the first extension still cuts the effect:
+// the timer, set for the extension, sees it then.
+func TestDoBatchMaxRunAfterExtension(t *testing.T) {
+	g := realGuard(t, guard.Options{Lease: 300 * time.Millisecond, MaxRun: 700 * time.Millisecond})
+	items := batchItems("maxrun-late", 2)
+	var causes [2]error
+	start := time.Now()
+	res := g.DoBatch(bg, items, func(ctx context.Context, i int, _ guard.Lease) ([]byte, error) {
+		<-ctx.Done()
+		causes[i] = context.Cause(ctx)
+		return nil, ctx.Err()
+	}, guard.BatchOptions{Concurrency: 2})
+	elapsed := time.Since(start)
+	for i := range causes {
+		if !errors.Is(causes[i], guard.ErrMaxRun) || res[i].Err == nil {
+			t.Errorf("item %d: cause %v, result %+v", i, causes[i], res[i])
+		}
+	}
+	if elapsed < 700*time.Millisecond {
+		t.Errorf("the batch took %s, less than MaxRun", elapsed)
+	}
 }
 
 // When the caller's context ends, items whose turn has not come do not

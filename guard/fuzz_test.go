@@ -164,3 +164,22 @@ func FuzzDecodeClaim(f *testing.F) {
 		}
 	})
 }
+
+// Validate's answer for keys on and off its printable-ASCII fast path.
+func TestKeyValidateParts(t *testing.T) {
+	for _, c := range []struct {
+		id string
+		ok bool
+	}{
+		{"orders/1-0", true}, {" ~", true}, {"é", true}, {strings.Repeat("x", MaxIDLen), true},
+		{"a\x7fb", false}, {"a\x1fb", false}, {"a\nb", false}, {"\x00", false}, {"a\u0085b", false}, {"\xff", false},
+		{"", false}, {strings.Repeat("x", MaxIDLen+1), false},
+	} {
+		if err := (Key{Scope: "s", ID: c.id}).Validate(); (err == nil) != c.ok {
+			t.Errorf("Validate(id %q) = %v, want ok %v", c.id, err, c.ok)
+		}
+		if err := (Key{Scope: c.id, ID: "x"}).Validate(); c.id != "" && len(c.id) < 64 && (err == nil) != c.ok {
+			t.Errorf("Validate(scope %q) = %v, want ok %v", c.id, err, c.ok)
+		}
+	}
+}

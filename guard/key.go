@@ -34,6 +34,9 @@ func (k Key) Validate() error {
 }
 
 func checkPart(name, s string, max int) error {
+	if s != "" && len(s) <= max && printable(s) {
+		return nil // the usual key: nothing to decode
+	}
 	switch {
 	case s == "":
 		return fmt.Errorf("%w: empty %s", ErrInvalidKey, name)
@@ -48,4 +51,15 @@ func checkPart(name, s string, max int) error {
 		}
 	}
 	return nil
+}
+
+// printable reports whether s is all printable ASCII (0x20 to 0x7e): valid
+// UTF-8 without a control character, which checkPart then need not decode.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
