@@ -41,26 +41,19 @@ type beat struct {
 	held    []held
 }
 
-// held is one lease of the batch. It is also its effect's context
-// (heldCtx), a child of the caller's: backed by a context.WithCancelCause
-// of the caller's context only once the effect asks for its Done channel
-// (or derives a context from it), so that an effect that never waits on
-// it costs no context and no registration with the caller's context,
-// which the consumers of a process often share.
+// held is one lease of the batch.
 type held struct {
-	b      *beat
 	lease  *Lease
 	valid  time.Time // the deadline in force
 	maxRun time.Time // zero until its effect starts, or with no MaxRun
 	// live: still held as far as the client knows, so still extended.
 	live    bool
 	lastErr error // the last failed extension's error, for the cause
-
-	// The effect's context, guarded by b.mu: real backs it once made;
-	// err and cause are its Err and Cause once it has ended (set once).
-	real       context.Context
-	endReal    context.CancelCauseFunc
-	err, cause error
+	// ctx is its effect's context, a child of the caller's (guarded by
+	// b.mu): it costs no context and no registration with the caller's
+	// context, which the consumers of a process often share, unless the
+	// effect asks for its Done channel.
+	ctx effectCtx
 }
 
 // newBeat starts keeping n leases alive, lease(i) the i-th, which no one
@@ -73,7 +66,8 @@ func (g *Guard) newBeat(parent context.Context, bs BatchStore, n int, lease func
 	for i := range n {
 		l := lease(i)
 		h := &b.held[i]
-		h.b, h.lease, h.valid, h.live = b, l, l.Deadline, true
+		h.lease, h.valid, h.live = l, l.Deadline, true
+		h.ctx = effectCtx{mu: &b.mu, parent: parent}
 		first = minTime(first, l.Deadline)
 	}
 	// Extend a third of a lease after the claim was sent.
@@ -107,8 +101,8 @@ func (b *beat) begin(i int) (context.Context, error) {
 			ErrLeaseLost, h.valid.Format(time.RFC3339Nano)))
 	}
 	if !h.live {
-		h.errLocked()
-		return (*heldCtx)(h), h.cause
+		h.ctx.errLocked()
+		return &h.ctx, h.ctx.cause
 	}
 	if b.g.opts.MaxRun > 0 {
 		h.maxRun = now.Add(b.g.opts.MaxRun)
@@ -118,7 +112,7 @@ func (b *beat) begin(i int) (context.Context, error) {
 			b.arm(now)
 		}
 	}
-	return (*heldCtx)(h), nil
+	return &h.ctx, nil
 }
 
 // finish marks the end of lease i's effect: MaxRun no longer counts for
@@ -134,7 +128,7 @@ func (b *beat) finish(i int) {
 // cause. b.mu is held.
 func (b *beat) lose(h *held, cause error) {
 	h.live = false
-	h.end(cause)
+	h.ctx.end(cause)
 }
 
 // nextFire is when the timer is due: the next extension (unless one is
@@ -310,102 +304,6 @@ func (b *beat) stop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.held {
-		b.held[i].end(nil)
+		b.held[i].ctx.end(nil)
 	}
 }
-
-// end ends lease h's effect context with cause (context.Canceled if
-// nil), unless it has ended already, as a context.CancelCauseFunc would.
-// b.mu is held.
-func (h *held) end(cause error) {
-	if h.real != nil {
-		h.endReal(cause)
-		return
-	}
-	if h.errLocked() != nil {
-		return // ended already (with the caller's context)
-	}
-	if cause == nil {
-		cause = context.Canceled
-	}
-	h.err, h.cause = context.Canceled, cause
-}
-
-// errLocked is the effect context's Err, and sets its cause once it has
-// ended. b.mu is held.
-func (h *held) errLocked() error {
-	if h.err != nil {
-		return h.err
-	}
-	from := h.b.parent
-	if h.real != nil {
-		from = h.real
-	}
-	if err := from.Err(); err != nil {
-		h.err, h.cause = err, context.Cause(from)
-	}
-	return h.err
-}
-
-// backed backs the effect's context by a context.WithCancelCause of the
-// caller's, if it is not yet, and returns it. A context that has ended
-// already gets one ended with the same cause (made from the caller's
-// values alone, so that the caller's later cancellation does not change
-// it). b.mu is held.
-func (h *held) backed() context.Context {
-	if h.real != nil {
-		return h.real
-	}
-	if h.errLocked() != nil {
-		h.real, h.endReal = context.WithCancelCause(context.WithoutCancel(h.b.parent))
-		h.endReal(h.cause)
-		return h.real
-	}
-	h.real, h.endReal = context.WithCancelCause(h.b.parent)
-	return h.real
-}
-
-// heldCtx is a held lease seen as its effect's context: a child of the
-// caller's context that ends, with the cause given to end, when the lease
-// is lost or the batch ends; its Err reports the caller's cancellation at
-// once.
-type heldCtx held
-
-// Deadline is the caller's, as a context.WithCancelCause's is.
-func (c *heldCtx) Deadline() (time.Time, bool) { return c.b.parent.Deadline() }
-
-// Done returns the channel of the context that backs it, made now if
-// need be.
-func (c *heldCtx) Done() <-chan struct{} {
-	c.b.mu.Lock()
-	defer c.b.mu.Unlock()
-	return (*held)(c).backed().Done()
-}
-
-// Err reports the end of the effect's context; once non-nil it never
-// changes.
-func (c *heldCtx) Err() error {
-	c.b.mu.Lock()
-	defer c.b.mu.Unlock()
-	return (*held)(c).errLocked()
-}
-
-// Value is the caller's, but once the context is backed, or has ended,
-// every key is the backing context's, so that context.Cause (which asks
-// for the context package's own key) finds the cause. A live context not
-// yet backed answers the caller's values; the context package asks for
-// its key only after Done (derived contexts) or once Err is non-nil
-// (context.Cause), and both back it.
-func (c *heldCtx) Value(key any) any {
-	c.b.mu.Lock()
-	h := (*held)(c)
-	if h.real == nil && h.errLocked() == nil {
-		c.b.mu.Unlock()
-		return h.b.parent.Value(key)
-	}
-	real := h.backed()
-	c.b.mu.Unlock()
-	return real.Value(key)
-}
-
-func (c *heldCtx) String() string { return "idemguard batch effect" }

@@ -35,7 +35,7 @@ func LeaseMargin(lease time.Duration) time.Duration {
 // token in it), a place in the queue and the claim context's channel;
 // the queue watches a caller's context that can be cancelled only for a
 // claim still under way after claimWatchDelay. The effect's context is
-// the keepalive itself (effectCtx), backed by a context of the context
+// an effectCtx in the keepalive, backed by a context of the context
 // package only if the effect asks for its Done channel; the keepalive's
 // own timer is made when the run starts (start), or when a write needs a
 // bound (detach): an effect that ends within a third of the lease arms it
@@ -48,18 +48,10 @@ func LeaseMargin(lease time.Duration) time.Duration {
 type keepalive struct {
 	g      *Guard
 	parent context.Context // the caller's context
-	// ctx is the effect's context, a child of parent: (*effectCtx)(k),
-	// set by start. It costs nothing until the effect asks for its Done
-	// channel (or a context derived from it does): only then is it backed
-	// by a context.WithCancelCause of parent (real), which registers with
-	// parent. Until then its Err reads parent's, and its end is kept in
-	// effErr and effCause. Guarded by mu.
-	ctx        context.Context
-	real       context.Context
-	realCancel context.CancelCauseFunc
-	// effErr and effCause: why the effect's context ended (its Err and
-	// context.Cause), once it has; they never change after that.
-	effErr, effCause error
+	// ctx is the effect's context, a child of parent: &eff, set by start
+	// (nil until then). Guarded by mu.
+	ctx context.Context
+	eff effectCtx
 	// detachedClaim: the claim does not end with parent (Hold); the
 	// effect's context is parent's child all the same.
 	detachedClaim bool
@@ -267,7 +259,8 @@ func (k *keepalive) start(lease Lease) bool {
 	// The lease is kept whatever follows: the writes that end the claim
 	// (Held's) use it even when the run cannot start.
 	k.lease = lease
-	k.ctx = (*effectCtx)(k)
+	k.eff = effectCtx{mu: &k.mu, parent: k.parent}
+	k.ctx = &k.eff
 	if k.phase != claiming || k.late {
 		k.endEffect(fmt.Errorf("%w: the claim was answered after the lease's deadline", ErrLeaseLost))
 		return false
@@ -516,104 +509,12 @@ func (k *keepalive) detach() context.Context {
 	return (*callCtx)(k)
 }
 
-// effectCtx is a keepalive seen as the effect's context: a child of
-// parent that ends with parent's cancellation and when the run ends
-// (endEffect), with a cause. It behaves as a context.WithCancelCause of
-// parent, which it makes only when asked for its Done channel (real): an
-// effect that never waits on it (a short one, or one that only checks
-// Err) costs no context and no registration with parent, which a parent
-// shared by many callers (a consumer's, a server's) serialises.
-type effectCtx keepalive
-
-// Deadline is parent's, as a context.WithCancelCause's is.
-func (c *effectCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-
-// Done returns the channel of real, made now if need be.
-func (c *effectCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return (*keepalive)(c).effectReal().Done()
-}
-
-// Err reports the end of the run, or parent's cancellation at once; once
-// non-nil it never changes.
-func (c *effectCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return (*keepalive)(c).effectErr()
-}
-
-// Value is parent's, but for the context package's own key (which
-// context.Cause and derived contexts ask for): once the context is backed
-// by real, or has ended, every key is real's, so context.Cause finds the
-// cause. A live context not yet backed answers parent's values; the
-// context package asks for its key only after Done (derived contexts) or
-// once Err is non-nil (context.Cause), and both back it.
-func (c *effectCtx) Value(key any) any {
-	c.mu.Lock()
-	k := (*keepalive)(c)
-	if k.real == nil && k.effectErr() == nil {
-		c.mu.Unlock()
-		return c.parent.Value(key)
-	}
-	real := k.effectReal()
-	c.mu.Unlock()
-	return real.Value(key)
-}
-
-func (c *effectCtx) String() string { return "idemguard effect" }
-
-// effectErr is the effect's context's Err. k.mu is held.
-func (k *keepalive) effectErr() error {
-	if k.effErr != nil {
-		return k.effErr
-	}
-	if k.real != nil {
-		if err := k.real.Err(); err != nil {
-			k.effErr, k.effCause = err, context.Cause(k.real)
-		}
-		return k.effErr
-	}
-	if err := k.parent.Err(); err != nil {
-		k.effErr, k.effCause = err, context.Cause(k.parent)
-	}
-	return k.effErr
-}
-
-// effectReal backs the effect's context by a context.WithCancelCause of
-// parent, if it is not yet, and returns it. A context that has ended
-// already gets one ended with the same cause (made from parent's values
-// alone, so that parent's later cancellation does not change it).
-// k.mu is held.
-func (k *keepalive) effectReal() context.Context {
-	if k.real != nil {
-		return k.real
-	}
-	if k.effectErr() != nil {
-		k.real, k.realCancel = context.WithCancelCause(context.WithoutCancel(k.parent))
-		k.realCancel(k.effCause)
-		return k.real
-	}
-	k.real, k.realCancel = context.WithCancelCause(k.parent)
-	return k.real
-}
-
 // endEffect ends the effect's context with cause (nil: context.Canceled),
-// unless it has ended already (parent's cancellation counts first, as it
-// would for a context.WithCancelCause of parent). k.mu is held.
+// unless it has ended already or is not made yet. k.mu is held.
 func (k *keepalive) endEffect(cause error) {
-	if k.ctx == nil || k.effectErr() != nil {
-		return
+	if k.ctx != nil {
+		k.eff.end(cause)
 	}
-	if k.realCancel != nil {
-		k.realCancel(cause)
-		k.effErr, k.effCause = k.real.Err(), context.Cause(k.real)
-		return
-	}
-	if cause == nil {
-		cause = context.Canceled
-	}
-	k.effErr, k.effCause = context.Canceled, cause
 }
 
 // callCtx is a keepalive seen as the context of its store call: the claim
