@@ -104,7 +104,8 @@ func toInt(v any) int64 {
 // WriteBatch completes the keys whose record is still the pending record
 // their claim wrote with one CompleteBatch run, and gives every other
 // completion (completed already, released, a step recorded since, taken
-// over by another holder, an unreadable value, a lease built by hand)
+// over by another holder, an unreadable value, a key of another type, a
+// lease built by hand)
 // exactly the answer and the record Complete gives a twin key in the same
 // state, through complete.lua. On Redis with the scripts loaded, and on
 // miniredis without them (NOSCRIPT, then the flag line refused).
@@ -187,6 +188,17 @@ func testWriteBatchCompleteBatch(t *testing.T, c *redis.Client, s *guard.RedisSt
 		{"corrupt", func(id string) guard.Lease {
 			l := claim(id, "T", time.Minute)
 			if err := c.Set(bg, s.Name(key(id)), "not a record", time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}, false},
+		{"other-type", func(id string) guard.Lease {
+			l := claim(id, "T", time.Minute)
+			n := s.Name(key(id))
+			if err := c.Del(bg, n).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.HSet(bg, n, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
 			return l

@@ -7,10 +7,14 @@
 -- sends complete.lua for that key, which gives the answer). Running it
 -- twice is safe: a record it completed no longer equals the pending one,
 -- and complete.lua answers 1 for it.
+-- The records are all read first, with one MGET: the keys are distinct
+-- (the client groups no batch naming a key twice), and a key of another
+-- type reads as nil, as a missing one (neither is on the fast path).
 local r = {}
+local vs = redis.pcall('MGET', unpack(KEYS))
 for i = 1, #KEYS do
   local k = 3 * i
-  local v = redis.pcall('GET', KEYS[i])
+  local v = vs[i]
   if v == ARGV[k - 2] and not redis.pcall('SET', KEYS[i], ARGV[k - 1], 'PX', ARGV[k])['err'] then
     r[i] = 1
   else
