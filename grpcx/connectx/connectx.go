@@ -24,7 +24,9 @@
 // On the client side, NewClientInterceptor gives each unary call a UUIDv7
 // key in its Idempotency-Key header (or WithIdempotencyKey's) and retries
 // it with that key under gRPC's retry semantics, as grpcx's client does.
-// The key sent is in the request's header after the call.
+// The key sent is in the request's header after the call, so the same
+// request sent again is a retry of that call, replayed: make a new request
+// for a new call.
 package connectx
 
 import (
