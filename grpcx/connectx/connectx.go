@@ -122,7 +122,10 @@ type Options struct {
 // DefaultRelease is the default Options.Release: grpcx.DefaultRelease's
 // codes (Canceled, Unknown, DeadlineExceeded, ResourceExhausted, Aborted,
 // Unimplemented, Internal, Unavailable, DataLoss) release the key; every
-// other error is stored and replayed.
+// other error is stored and replayed. As in grpcx, a handler that returns
+// one of them after its effect took place (CodeCanceled, when it returns
+// its context's error after the client went away) has a retry run the
+// effect again: once the effect has happened, return its outcome.
 func DefaultRelease(c connect.Code) bool { return core.DefaultRelease(uint32(c)) }
 
 // DefaultFingerprint is grpcx.DefaultFingerprint: SHA-256 over the request
