@@ -145,6 +145,15 @@ type Options struct {
 // result once it began to execute: InvalidArgument, NotFound,
 // AlreadyExists, PermissionDenied, FailedPrecondition, OutOfRange and
 // Unauthenticated (the 4xx answers), and OK.
+//
+// The key follows the status the handler returns, not whether its effect
+// ran (httpx's follows the status written): a handler that returns a
+// released code after its effect took place has a retry run the effect
+// again. Its context is a child of the call's, cancelled when the client
+// goes away; a handler that then returns the error of a call it made with
+// that context, after its effect, returns Canceled and releases the key.
+// Once the effect has happened, return its outcome, whatever the context
+// says.
 func DefaultRelease(c codes.Code) bool { return core.DefaultRelease(uint32(c)) }
 
 // DefaultReplayMetadata is the default Options.ReplayMetadata. It keeps

@@ -112,6 +112,16 @@ func parseCounter(s string) (uint64, error) {
 	return n, nil
 }
 
+// integralPart returns s without a fraction of zeros only ("3.00" → "3");
+// any other s as it is, for parseCounter to judge.
+func integralPart(s string) string {
+	i, frac, ok := strings.Cut(s, ".")
+	if !ok || frac == "" || strings.Trim(frac, "0") != "" {
+		return s
+	}
+	return i
+}
+
 func unreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		c == '-' || c == '.' || c == '_' || c == '~'
@@ -184,10 +194,11 @@ func (v Vector) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a JSON object from writer id to counter, in any key
 // order and spacing (PostgreSQL's jsonb reorders keys), or null for the
-// empty vector. Counters must be integers from 0 to 2^64-1 written without
-// fraction or exponent; zero counters are dropped. A repeated key, an
-// invalid writer id or a value of another kind is an error. On an error
-// *v is unchanged.
+// empty vector. Counters must be integers from 0 to 2^64-1 written in
+// decimal without exponent, with no fraction or one of zeros only (3.0:
+// jsonb keeps a number as it was written, and the migration's CHECK takes
+// it); zero counters are dropped. A repeated key, an invalid writer id or
+// a value of another kind is an error. On an error *v is unchanged.
 func (v *Vector) UnmarshalJSON(data []byte) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -221,7 +232,7 @@ func (v *Vector) UnmarshalJSON(data []byte) error {
 			if !ok {
 				return fmt.Errorf("occ: version vector JSON: writer %q: counter is %v, not a number", k, vt)
 			}
-			n, err := parseCounter(num.String())
+			n, err := parseCounter(integralPart(num.String()))
 			if err != nil {
 				return fmt.Errorf("occ: version vector JSON: writer %q: %w", k, err)
 			}

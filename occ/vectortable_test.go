@@ -379,3 +379,26 @@ func TestVectorConcurrentCreate(t *testing.T) {
 		t.Fatalf("cart = [%s] %s, %v", r.Vector, r.Value, err)
 	}
 }
+
+// TestVectorReadsWhatTheCheckTakes: the migration's CHECK takes a counter
+// another client wrote with a fraction of zeros ({"a": 3.0}), and jsonb
+// keeps it so; Read and Write must read such a row, not fail on it.
+func TestVectorReadsWhatTheCheckTakes(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	tbl := cartsTable(t, db, "w")
+	mustExec(t, db, `INSERT INTO occ_carts (id, items, version_vector) VALUES ('c', '["x"]', '{"a": 3.0, "b": 1.00, "w": 18446744073709551614.000}')`)
+	r, err := tbl.Read(ctx, db, "c")
+	if err != nil || r.Vector.String() != "a:3,b:1,w:18446744073709551614" {
+		t.Fatalf("Read of a row the CHECK took = [%s], %v", r.Vector, err)
+	}
+	if v, err := tbl.Write(ctx, db, "c", r.Vector, []byte(`["y"]`)); err != nil || v.String() != "a:3,b:1,w:18446744073709551615" {
+		t.Fatalf("Write on it = [%s], %v", v, err)
+	}
+	// A stale writer is refused with both versions, the stored one read.
+	mustExec(t, db, `UPDATE occ_carts SET version_vector = '{"a": 4.0, "w": 18446744073709551615}' WHERE id = 'c'`)
+	var vc *occ.VectorConflictError
+	if _, err := (occ.VectorTable{Name: "occ_carts", ValueColumn: "items", Writer: "b"}).Write(ctx, db, "c", r.Vector, []byte(`["z"]`)); !errors.As(err, &vc) || vc.Stored.String() != "a:4,w:18446744073709551615" {
+		t.Fatalf("stale write = %v", err)
+	}
+}

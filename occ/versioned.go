@@ -76,6 +76,15 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // *sql.Conn, or a pool with a Conn method, see Querier): it answers
 // ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
 // and whether it was applied is the caller's to find out.
+//
+// A version tells the states of a row apart only while the row lives: a
+// row deleted and inserted again under the same id starts again at the
+// column's default (1), so a version read before the delete matches the
+// new row once it is at that number again, and an update computed from
+// the old row applies to the new one, whose changes it overwrites (JPA's
+// @Version and Rails' lock_version behave the same). Do not reuse the id
+// of a deleted row; or delete by marking the row (a column set through
+// Update); or insert the new row at a version above the old row's last.
 func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version int64, set map[string]any) (int64, error) {
 	table, idCol, verCol, err := v.names()
 	if err != nil {
@@ -174,8 +183,10 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 var errTxAborted = errors.New("occ: transaction aborted")
 
 // Migration returns the SQL that adds the version column to the table
-// (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1) and
-// drops it (Down), for the application's own migration tool.
+// (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1, as
+// does every row inserted without one: see Update for an id deleted and
+// inserted again) and drops it (Down), for the application's own
+// migration tool.
 func (v VersionedTable) Migration() (Migration, error) {
 	table, _, verCol, err := v.names()
 	if err != nil {

@@ -54,8 +54,17 @@ type ClientOptions struct {
 // and full jitter, honouring RetryInfo and grpc-retry-pushback-ms; a key
 // in flight is asked about again after its RetryInfo delay, without
 // counting attempts. Retries stop after MaxAttempts, when the context
-// ends, or when the next wait would pass its deadline. The key sent is in
-// the request's header after the call. Streaming calls pass through.
+// ends, or when the next wait would pass its deadline. Streaming calls
+// pass through.
+//
+// The key sent is in the request's header after the call, and stays
+// there: a request is one call. Sent again, the same *connect.Request is
+// a retry of that call (its key wins over WithIdempotencyKey's): with the
+// same message it is replayed (the handler does not run again), with
+// another it is refused with CodeFailedPrecondition (ReasonKeyReused).
+// For a new call make a new request, or delete the header first.
+// (grpcx's client and httpx's Transport leave the caller's request
+// unchanged, so a request sent again there is a new call with a new key.)
 func NewClientInterceptor(opts ClientOptions) connect.Interceptor {
 	if opts.Header == "" {
 		opts.Header = DefaultHeader

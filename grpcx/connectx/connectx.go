@@ -24,12 +24,15 @@
 // On the client side, NewClientInterceptor gives each unary call a UUIDv7
 // key in its Idempotency-Key header (or WithIdempotencyKey's) and retries
 // it with that key under gRPC's retry semantics, as grpcx's client does.
-// The key sent is in the request's header after the call.
+// The key sent is in the request's header after the call, so the same
+// request sent again is a retry of that call, replayed: make a new request
+// for a new call.
 package connectx
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -67,7 +70,9 @@ const ErrorDomain = core.ErrorDomain
 type Options struct {
 	// Procedures are the procedures guarded ("/pkg.Service/Method", as
 	// connect.Spec.Procedure and the generated *Procedure constants spell
-	// them). Calls to others pass through untouched.
+	// them). Calls to others pass through untouched. Unary procedures
+	// only: NewInterceptor panics on a streaming one it can look up, and
+	// refuses the calls of one it cannot.
 	Procedures []string
 	// Caller names the caller a call comes from, as an authentication
 	// interceptor in front of this one established (CallerFromContext);
@@ -117,7 +122,10 @@ type Options struct {
 // DefaultRelease is the default Options.Release: grpcx.DefaultRelease's
 // codes (Canceled, Unknown, DeadlineExceeded, ResourceExhausted, Aborted,
 // Unimplemented, Internal, Unavailable, DataLoss) release the key; every
-// other error is stored and replayed.
+// other error is stored and replayed. As in grpcx, a handler that returns
+// one of them after its effect took place (CodeCanceled, when it returns
+// its context's error after the client went away) has a retry run the
+// effect again: once the effect has happened, return its outcome.
 func DefaultRelease(c connect.Code) bool { return core.DefaultRelease(uint32(c)) }
 
 // DefaultFingerprint is grpcx.DefaultFingerprint: SHA-256 over the request
@@ -157,12 +165,19 @@ func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok b
 // NewInterceptor returns a handler interceptor (connect.WithInterceptors)
 // that runs each keyed call of Options.Procedures once per key within g's
 // retention and replays its response to repeats, with grpcx's guarantees
-// (see grpcx.UnaryServerInterceptor). Streaming calls pass through. Put it
+// (see grpcx.UnaryServerInterceptor). Streaming calls of other procedures
+// pass through; one of a listed procedure, which it cannot guard, is
+// refused with CodeInternal (and logged), never run unguarded. Put it
 // after the authentication interceptor that Caller reads.
 //
-// NewInterceptor panics when g is nil, Procedures is empty, or Options
-// choose neither or both of Caller and SingleCaller.
+// NewInterceptor panics when g is nil, Procedures is empty or names a
+// streaming method of a service linked into the program (generated code
+// registers its own; grpcx.CheckMethods reports the same of a gRPC server), or
+// Options choose neither or both of Caller and SingleCaller.
 func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
+	if err := checkUnary(opts.Procedures); err != nil {
+		panic(err.Error())
+	}
 	header := opts.Header
 	if header == "" {
 		header = DefaultHeader
@@ -176,11 +191,65 @@ func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
 	if opts.Release != nil {
 		cfg.Release = func(c core.Code) bool { return opts.Release(connect.Code(c)) }
 	}
-	s := &server{core: core.New(g, cfg)}
-	return connect.UnaryInterceptorFunc(s.wrap)
+	s := &server{core: core.New(g, cfg), procedures: map[string]bool{}, logger: opts.Logger}
+	for _, p := range opts.Procedures {
+		s.procedures[p] = true
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	return s
 }
 
-type server struct{ core *core.Server }
+// checkUnary reports the procedures that the descriptors linked into the
+// program (protoregistry.GlobalFiles) name as streaming methods.
+func checkUnary(procedures []string) error {
+	var bad []string
+	for _, p := range procedures {
+		svc, method, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		if !ok {
+			continue // core.New refuses it
+		}
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+		if err != nil {
+			continue // not linked: refused when called, if it streams
+		}
+		if sd, ok := d.(protoreflect.ServiceDescriptor); ok {
+			if md := sd.Methods().ByName(protoreflect.Name(method)); md != nil && (md.IsStreamingClient() || md.IsStreamingServer()) {
+				bad = append(bad, fmt.Sprintf("%q is a streaming procedure, which a unary interceptor never sees", p))
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("connectx: %d of Options.Procedures would run unguarded: %s", len(bad), strings.Join(bad, "; "))
+}
+
+type server struct {
+	core       *core.Server
+	procedures map[string]bool
+	logger     *slog.Logger
+}
+
+func (s *server) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return s.wrap(next) }
+
+func (s *server) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler refuses a streaming call of a listed procedure
+// (one whose service NewInterceptor could not look up), which would
+// otherwise run unguarded.
+func (s *server) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if p := conn.Spec().Procedure; s.procedures[p] {
+			s.logger.ErrorContext(ctx, "connectx: a streaming call of a procedure in Options.Procedures refused: the interceptor guards unary calls only", "procedure", p)
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("connectx: %s is in Options.Procedures but streams: a streaming call cannot be guarded, and is refused rather than run unguarded", p))
+		}
+		return next(ctx, conn)
+	}
+}
 
 func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
