@@ -143,7 +143,10 @@ type Options struct {
 //   - a request rejected before the handler (400, 401, 413, 422, 409,
 //     503) stores nothing;
 //   - a handler that panics gets the client a 500 and releases the key, so
-//     a retry runs it again; a 5xx response does too unless Store5xx;
+//     a retry runs it again; a 5xx response does too unless Store5xx,
+//     also one written after the handler's effect (say, because a call
+//     made with the request's context failed when the client hung up):
+//     once the effect has happened, answer its outcome;
 //   - a handler that switches protocols (a WebSocket: it answered 101, or
 //     took the connection of a request asking to upgrade without writing
 //     a status) stores nothing and releases the key when it returns: a
