@@ -17,7 +17,8 @@ import (
 // TestHolderWriteWhileBreakerOpen: a holder claimed through Redis; Redis
 // stalls (here: dies and comes back with its data) long enough to open
 // the breaker, and is back when the holder ends its claim, the breaker
-// still open. The holder's Complete, Fail or Release must reach Redis:
+// still open. The holder's Complete, Fail, Release, Extend or SaveStep
+// must reach Redis:
 // refused without a try, the write was lost however soon Redis was back,
 // the claim stayed pending for its lease and a retry then ran the effect
 // again (a completion lost) or waited a lease for nothing. Claims and
@@ -31,7 +32,7 @@ func TestHolderWriteWhileBreakerOpen(t *testing.T) {
 	s := newStore(t, rs, fallback.Options{FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, Logger: quiet})
 	g := guard.New(s, guard.Options{Lease: time.Minute})
 	leases := map[string]guard.Lease{}
-	for _, end := range []string{"complete", "fail", "release"} {
+	for _, end := range []string{"complete", "fail", "release", "extend", "step"} {
 		out, err := g.Claim(bg, key(t.Name()+"/"+end), "fp")
 		if err != nil || out.Status != guard.Acquired {
 			t.Fatalf("claim: %+v, %v", out, err)
@@ -58,6 +59,18 @@ func TestHolderWriteWhileBreakerOpen(t *testing.T) {
 	}
 	if err := g.Release(bg, leases["release"]); err != nil {
 		t.Errorf("release with the breaker open, Redis back: %v", err)
+	}
+	if err := s.Extend(bg, leases["extend"], 2*time.Minute); err != nil {
+		t.Errorf("extend with the breaker open, Redis back: %v", err)
+	}
+	if err := s.SaveStep(bg, leases["step"], 0, guard.StepResult{Name: "charge", Result: []byte("ch_1")}); err != nil {
+		t.Errorf("step with the breaker open, Redis back: %v", err)
+	}
+	if rec, err := rs.Get(bg, leases["extend"].Key); err != nil || rec.LeaseLeft <= time.Minute {
+		t.Errorf("extended key in Redis: %+v, %v; want more than the first minute of lease left", rec, err)
+	}
+	if rec, err := rs.Get(bg, leases["step"].Key); err != nil || len(rec.Steps) != 1 {
+		t.Errorf("stepped key in Redis: %+v, %v; want its step", rec, err)
 	}
 	if rec, err := rs.Get(bg, leases["complete"].Key); err != nil || rec.State != guard.StateCompleted || string(rec.Result) != "paid" {
 		t.Errorf("completed key in Redis: %+v, %v; want completed with the holder's result", rec, err)
