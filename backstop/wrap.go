@@ -64,7 +64,7 @@ import (
 // teaching primary still fails, its claim is released if it can be.
 //
 // The store Wrap returns is a guard.StepStore when primary is one:
-// steps are kept in primary, and a step that writes to the database
+// steps are kept in primary (guard.KeepsSteps answers as for primary), and a step that writes to the database
 // commits its own row with Backstop.Step (or CommitStep). It is a
 // guard.BatchStore when primary is one: a batch's claims and writes go to
 // primary in its round trips, and each key gets the checks above as its

@@ -25,3 +25,8 @@ type stepsOf struct{ steps guard.StepStore }
 func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
 	return adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return s.steps.SaveStep(ctx, lease, index, step) })
 }
+
+// KeepsSteps answers as primary does (see guard.StepStore): over a store
+// keeping no steps (a fallback.Store over one), guard.Step refuses before
+// the step runs.
+func (s stepsOf) KeepsSteps() bool { return guard.KeepsSteps(s.steps) }

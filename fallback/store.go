@@ -22,7 +22,8 @@ import (
 // recovers it. Only unavailability
 // (guard.ErrUnavailable, a timeout) counts against the primary. See the
 // package documentation for what happens while it is down and when it
-// returns. A Store is a guard.StepStore, and is safe for concurrent use.
+// returns. A Store is a guard.StepStore that keeps steps when the stores
+// it writes them to do (KeepsSteps), and is safe for concurrent use.
 type Store struct {
 	primary   guard.Store
 	secondary guard.Store // nil unless the policy is Secondary
@@ -52,8 +53,9 @@ var _ guard.StepStore = (*Store)(nil)
 // http.Handle panics on a nil handler).
 //
 // The primary is used only through guard.Store, guard.StepStore (for
-// SaveStep) and the optional guard.DeadlineStore: a wrapper around a
-// RedisStore keeps every path as long as it forwards those.
+// SaveStep, and guard.KeepsSteps) and the optional guard.DeadlineStore: a
+// wrapper around a RedisStore keeps every path as long as it forwards
+// those.
 func New(primary guard.Store, opts Options) (*Store, error) {
 	if primary == nil {
 		panic("fallback.New: nil primary Store")
@@ -184,7 +186,8 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 // A step for a lease whose store keeps no steps (not a guard.StepStore)
 // gets an error matching guard.ErrStepsUnsupported; the RedisStore and
 // pgstore's Store keep steps. A wrapped primary keeps its steps only if
-// the wrapper is a guard.StepStore too.
+// the wrapper is a guard.StepStore too. guard.Step asks KeepsSteps first,
+// so over such a store its step does not run.
 func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
 	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ bool) error {
 		ss, ok := st.(guard.StepStore)
@@ -193,6 +196,18 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 		}
 		return ss.SaveStep(ctx, lease, index, step)
 	})
+}
+
+// KeepsSteps reports whether the steps SaveStep takes are kept: whether
+// the primary keeps steps (guard.KeepsSteps: a guard.StepStore, or a
+// wrapper of one that forwards it), and the secondary too under the
+// Secondary policy. guard.Step asks it before a step runs: with false it
+// answers guard.ErrStepsUnsupported without running the step, where the
+// step would otherwise run in every attempt, its result kept nowhere. An
+// unguarded (FailOpen) lease's steps are never kept, as none of its
+// writes is; that does not change the answer.
+func (s *Store) KeepsSteps() bool {
+	return guard.KeepsSteps(s.primary) && (s.secondary == nil || guard.KeepsSteps(s.secondary))
 }
 
 // write sends a holder's write to the store that issued its lease.

@@ -43,8 +43,9 @@ var (
 	// another was running. The error is a *StepOrderError when it names
 	// the recorded step. The step did not run.
 	ErrStepOrder = errors.New("idemguard: steps asked in another order than recorded")
-	// ErrStepsUnsupported: the guard's store keeps no steps (it is not a
-	// StepStore). The step did not run.
+	// ErrStepsUnsupported: the guard's store keeps no steps (KeepsSteps
+	// reports false: it is not a StepStore, or a StepStore that wraps
+	// stores keeping none). The step did not run.
 	ErrStepsUnsupported = errors.New("idemguard: the store keeps no steps")
 )
 
@@ -78,6 +79,13 @@ type StepResult struct {
 // memstore.Store are StepStores; a store that is not gives
 // ErrStepsUnsupported from Step, before the step runs.
 //
+// A StepStore may also have a method KeepsSteps() bool. A wrapper that is
+// a StepStore whatever it wraps (fallback.Store), or that forwards the
+// steps of the store it wraps, should have it and answer whether the
+// stores it writes steps to keep them (the function KeepsSteps of each).
+// Step treats a StepStore whose KeepsSteps answers false as a store that
+// keeps no steps; one without the method keeps them.
+//
 // The rules, held by storetest's step cases:
 //   - A claim that acquires a key reports in Outcome.Steps the steps the
 //     record holds, in order: those of earlier attempts (failed, released,
@@ -100,6 +108,19 @@ type StepStore interface {
 	// index, byte for byte, answers nil whoever holds the key now: it is
 	// this call sent again.
 	SaveStep(ctx context.Context, lease Lease, index int, step StepResult) error
+}
+
+// KeepsSteps reports whether s keeps steps: s is a StepStore and, if it
+// has a method KeepsSteps() bool (see StepStore), that answers true. Step
+// runs a step only over a store that keeps steps; a wrapper's KeepsSteps
+// method answers it for the stores it sends steps to.
+func KeepsSteps(s Store) bool {
+	ss, ok := s.(StepStore)
+	if !ok {
+		return false
+	}
+	k, ok := ss.(interface{ KeepsSteps() bool })
+	return !ok || k.KeepsSteps()
 }
 
 // CheckStep reports whether a step can be stored: a name of 1 to
@@ -150,7 +171,8 @@ func CheckStep(index int, name string) error {
 // runs, bounded like Guard.Complete.
 //
 // Step needs a Lease from Guard.Do, DoBatch, Claim, Hold or Wait, over
-// a StepStore; with another store it returns ErrStepsUnsupported. A step whose effect goes
+// a store that keeps steps (KeepsSteps); with another store it returns
+// ErrStepsUnsupported without running fn. A step whose effect goes
 // to a service that takes an idempotency key should pass it
 // lease.KeyFor(name): if the holder dies after the service acted and
 // before the result was stored, the next attempt runs the step again with
@@ -255,7 +277,7 @@ func (s *stepLog) run(ctx context.Context, lease Lease, name string, fn func(con
 		return bytes.Clone(rec.Result), nil
 	}
 	store, ok := s.g.store.(StepStore)
-	if !ok {
+	if !ok || !KeepsSteps(store) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("step %s %q: %w (%T)", lease.Key, name, ErrStepsUnsupported, s.g.store)
 	}

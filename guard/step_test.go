@@ -416,3 +416,58 @@ func TestStepCompleteFastPath(t *testing.T) {
 		t.Fatalf("%+v, %v", rec, err)
 	}
 }
+
+// stepsKept is a StepStore that says, by its KeepsSteps method, whether
+// the steps it takes are kept: a wrapper over stores that may keep none.
+type stepsKept struct {
+	guard.StepStore
+	keeps bool
+}
+
+func (s stepsKept) KeepsSteps() bool { return s.keeps }
+
+// TestStepStoreKeepingNone: over a StepStore whose KeepsSteps answers
+// false, Step answers ErrStepsUnsupported before the step runs, in every
+// attempt, as over a store that is no StepStore; one that answers true
+// keeps its steps.
+func TestStepStoreKeepingNone(t *testing.T) {
+	mem := memstore.New(memstore.Options{})
+	for _, c := range []struct {
+		name  string
+		store guard.Store
+		keeps bool
+	}{
+		{"no StepStore", struct{ guard.Store }{mem}, false},
+		{"KeepsSteps false", stepsKept{mem, false}, false},
+		{"KeepsSteps true", stepsKept{mem, true}, true},
+		{"no KeepsSteps", mem, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := guard.KeepsSteps(c.store); got != c.keeps {
+				t.Fatalf("KeepsSteps = %v, want %v", got, c.keeps)
+			}
+			g := guard.New(c.store, guard.Options{MaxAttempts: 10})
+			key := guard.Key{Scope: "keeps", ID: c.name}
+			ran := 0
+			for attempt := range 3 {
+				_, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+					_, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil })
+					if err != nil {
+						return nil, err
+					}
+					return nil, errors.New("crash after the step")
+				})
+				if !c.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
+					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
+				}
+			}
+			want := 0
+			if c.keeps {
+				want = 1
+			}
+			if ran != want {
+				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
+			}
+		})
+	}
+}

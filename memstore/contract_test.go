@@ -44,3 +44,20 @@ func harness(opts memstore.Options) storetest.Harness {
 		},
 	}
 }
+
+// keepsNoSteps is a StepStore whose KeepsSteps answers false, as a
+// fallback.Store over a store keeping no steps does.
+type keepsNoSteps struct{ guard.StepStore }
+
+func (keepsNoSteps) KeepsSteps() bool { return false }
+
+// TestContractKeepingNoSteps: the contract over a StepStore that says it
+// keeps no steps: every case but the steps passes as over memstore, and
+// guard.Step refuses before the step runs (the contract used to run the
+// StepStore cases on it, which guard.Step fails).
+func TestContractKeepingNoSteps(t *testing.T) {
+	h := harness(memstore.Options{})
+	newStore := h.New
+	h.New = func(t *testing.T) guard.Store { return keepsNoSteps{newStore(t).(guard.StepStore)} }
+	storetest.Run(t, h)
+}

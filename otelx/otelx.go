@@ -188,7 +188,7 @@ func wrote(span trace.Span, key guard.Key, err error) {
 // Extend and (for a guard.StepStore) SaveStep, a child of the span in the
 // call's context; Get is passed through untraced (Options.Wait polls it).
 // The returned store is a guard.StepStore exactly when s is one, so steps
-// keep working.
+// keep working, and guard.KeepsSteps answers for it as for s.
 //
 // It is a guard.BatchStore exactly when s is one, so DoBatch and the
 // consumers keep claiming and completing a batch in one round trip: each
@@ -329,6 +329,11 @@ func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, ste
 		return s.ss.SaveStep(ctx, lease, index, step)
 	}, StepName.String(step.Name), StepIndex.Int(index), ResultSize.Int(len(step.Result)))
 }
+
+// KeepsSteps answers as the StepStore traced does (see guard.StepStore): a
+// fallback.Store over a store keeping no steps keeps none through the
+// traced store either, and guard.Step refuses before the step runs.
+func (s stepsOf) KeepsSteps() bool { return guard.KeepsSteps(s.ss) }
 
 // batchesOf traces a BatchStore's batches: a span per key.
 type batchesOf struct {

@@ -388,6 +388,51 @@ func TestSteps(t *testing.T) {
 // onlyStore hides every interface of a store but guard.Store.
 type onlyStore struct{ guard.Store }
 
+// keepsNoSteps is a StepStore whose KeepsSteps answers false, as a
+// fallback.Store over a store keeping no steps does.
+type keepsNoSteps struct{ guard.StepStore }
+
+func (keepsNoSteps) KeepsSteps() bool { return false }
+
+// TestKeepsStepsForwarded: the traced store of a StepStore answers
+// guard.KeepsSteps as that store does, so over one keeping no steps
+// guard.Step answers guard.ErrStepsUnsupported before the step runs, in
+// every attempt (it ran the step each time, its result kept nowhere).
+func TestKeepsStepsForwarded(t *testing.T) {
+	tt := newTraced(t, otelx.Options{})
+	for _, tc := range []struct {
+		name  string
+		s     guard.Store
+		keeps bool
+	}{
+		{"memstore", memstore.New(memstore.Options{}), true},
+		{"keeps no steps", keepsNoSteps{memstore.New(memstore.Options{})}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			traced := tt.tr.Store(tc.s)
+			if got := guard.KeepsSteps(traced); got != tc.keeps {
+				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
+			}
+			g := guard.New(traced, guard.Options{MaxAttempts: 10})
+			ran := 0
+			for attempt := range 3 {
+				_, err := g.Do(context.Background(), guard.Key{Scope: "steps", ID: tc.name}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+					if _, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil }); err != nil {
+						return nil, err
+					}
+					return nil, errors.New("crash after the step")
+				})
+				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
+					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.keeps]; ran != want {
+				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
+			}
+		})
+	}
+}
+
 // TestDeadlineForwarded: the traced store answers guard.DeadlineStore as
 // the store it traces does (fallback runs its calls inline on it).
 func TestDeadlineForwarded(t *testing.T) {

@@ -2,6 +2,7 @@ package promx_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -67,5 +68,57 @@ func TestFallbackOverTimedStore(t *testing.T) {
 		if n := got["idemguard_store_duration_seconds{op="+op+",result=ok}"]; n != 1 {
 			t.Errorf("%s timed %v times, want 1", op, n)
 		}
+	}
+}
+
+// TestTimedStoreKeepsStepsAsItsStore: the timed store of a StepStore
+// answers guard.KeepsSteps as that store does. Timing a fallback.Store
+// over a primary that keeps no steps, guard.Step answers
+// guard.ErrStepsUnsupported before the step runs, in every attempt (it ran
+// the step each time, its result kept nowhere); timing one over a
+// RedisStore, the step runs once.
+func TestTimedStoreKeepsStepsAsItsStore(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
+	m, err := promx.New(prometheus.NewRegistry(), promx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		primary guard.Store
+		keeps   bool
+	}{
+		{"redis store", rs, true},
+		{"no steps", struct{ guard.Store }{rs}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fb, err := fallback.New(tc.primary, fallback.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			timed := m.Store(fb)
+			if got := guard.KeepsSteps(timed); got != tc.keeps {
+				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
+			}
+			g := guard.New(timed, guard.Options{MaxAttempts: 10})
+			key := guard.Key{Scope: "metrics-steps", ID: tc.name}
+			ran := 0
+			for attempt := range 3 {
+				_, err := g.Do(context.Background(), key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+					if _, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil }); err != nil {
+						return nil, err
+					}
+					return nil, errors.New("crash after the step")
+				})
+				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
+					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.keeps]; ran != want {
+				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
+			}
+		})
 	}
 }

@@ -142,7 +142,8 @@ func (m *Metrics) Count(k guard.EventKind) uint64 {
 //
 // It forwards the optional interfaces fallback and guard look for: the
 // returned store is a guard.StepStore exactly when s is one (SaveStep is
-// passed through, untimed), a guard.BatchStore exactly when s is one (so
+// passed through, untimed, and guard.KeepsSteps answers as for s), a
+// guard.BatchStore exactly when s is one (so
 // DoBatch and the consumers keep claiming and completing a batch in one
 // round trip; each key's call is timed with the batch's latency), and a
 // guard.DeadlineStore whose HonoursDeadline answers as s does (false when
@@ -322,3 +323,8 @@ var writeOps = map[guard.WriteKind]int{
 func (s stepsOf) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
 	return s.steps.SaveStep(ctx, lease, index, step)
 }
+
+// KeepsSteps answers as the StepStore does (see guard.StepStore): a
+// fallback.Store over a store keeping no steps keeps none through the
+// timed store either, and guard.Step refuses before the step runs.
+func (s stepsOf) KeepsSteps() bool { return guard.KeepsSteps(s.steps) }

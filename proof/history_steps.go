@@ -32,3 +32,8 @@ func (r *Recorder) SaveStep(ctx context.Context, lease guard.Lease, index int, s
 	r.record(ctx, in, call, Output{OK: true}, err)
 	return err
 }
+
+// KeepsSteps answers as the inner store does (see guard.StepStore): over a
+// store keeping no steps, guard.Step refuses before the step runs rather
+// than run it and record the bad call here.
+func (r *Recorder) KeepsSteps() bool { return guard.KeepsSteps(r.inner) }

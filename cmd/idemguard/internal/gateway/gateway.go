@@ -247,6 +247,10 @@ func (s stepsThrough) SaveStep(ctx context.Context, lease guard.Lease, index int
 	return s.steps.SaveStep(ctx, lease, index, step)
 }
 
+// KeepsSteps answers as the store under it does (see guard.StepStore), so
+// over one keeping no steps guard.Step refuses before its step runs.
+func (s stepsThrough) KeepsSteps() bool { return guard.KeepsSteps(s.steps) }
+
 // openStore connects the configured Redis and wraps it in the fallback
 // policy.
 func (gw *Gateway) openStore() error {
