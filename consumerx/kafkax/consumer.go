@@ -141,9 +141,12 @@ func ID(r *kgo.Record) string {
 // next member and found done (Duplicate) or not. A handler running when
 // ctx ends sees its context cancelled; if it then returns an error, the
 // record is Interrupted: its claim is released, no attempt is counted and
-// nothing is dead-lettered, and the next member runs it again. Run
-// allows rebalances again before it returns, so the client can be closed
-// with Close or CloseAllowingRebalance.
+// nothing is dead-lettered, and the next member runs it again. A handler
+// that calls runtime.Goexit leaves its record unacknowledged (released,
+// no attempt counted): its partition is taken up again from the poll's
+// first record after RetryDelay. Run allows rebalances again before it
+// returns, so the client can be closed with Close or
+// CloseAllowingRebalance.
 func (c *Consumer) Run(ctx context.Context) error {
 	return c.loop(ctx, c.guarded)
 }
@@ -170,11 +173,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
-				wg.Go(func() {
-					if !c.partition(ctx, p.Records, batch) {
-						stopped.Store(true)
-					}
-				})
+				c.spawn(ctx, &wg, &stopped, p.Records, batch)
 			}
 		})
 		wg.Wait()
@@ -196,6 +195,49 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 // in one round trip, the records in order, their completions in another.
 func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
 	return c.proc.ProcessBatch(ctx, msgs, c.h, consumerx.BatchOptions{Ordered: true})
+}
+
+// spawn runs one partition's records of a poll, recs, on a goroutine of
+// wg, and sets stopped if ctx ended first. A handler that calls
+// runtime.Goexit ends that goroutine inside a batch whose claims the
+// guard then ends (that record's released, no attempt counted): the
+// record is not acknowledged, so the partition is taken up again, after
+// RetryDelay as after a failed record, on a goroutine of its own, from
+// the poll's first record (those already done are Duplicates), and the
+// poll is committed only once every record is acknowledged.
+func (c *Consumer) spawn(ctx context.Context, wg *sync.WaitGroup, stopped *atomic.Bool, recs []*kgo.Record, batch batchFunc) {
+	wg.Go(func() {
+		returned := false
+		defer func() {
+			if returned {
+				return
+			}
+			if p := recover(); p != nil {
+				panic(p) // not the Goexit: goes on as it would have
+			}
+			if !wait(ctx, c.opts.RetryDelay) {
+				stopped.Store(true)
+				return
+			}
+			c.spawn(ctx, wg, stopped, recs, batch)
+		}()
+		if !c.partition(ctx, recs, batch) {
+			stopped.Store(true)
+		}
+		returned = true
+	})
+}
+
+// wait waits d; false if ctx ended first.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // partition runs one partition's records of a poll through batch, in
@@ -222,17 +264,13 @@ func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record, batch batc
 		case consumerx.Skipped:
 			continue // after a dead letter: go on at once
 		}
-		wait := c.opts.RetryDelay
+		delay := c.opts.RetryDelay
 		var ip *guard.InProgressError
 		if errors.As(err, &ip) && ip.RetryAfter > 0 {
-			wait = min(wait, ip.RetryAfter)
+			delay = min(delay, ip.RetryAfter)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait(ctx, delay) {
 			return false
-		case <-t.C:
 		}
 	}
 }
