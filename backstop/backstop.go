@@ -65,10 +65,10 @@ type Backstop struct {
 // New returns a Backstop on db, in the tables opts names (create them with
 // pgstore.Migrate, given the same Options). opts.TTL is how long a
 // committed row is kept, and a holder's mark after its lease ends. New returns an error for
-// options that make no usable table names; it panics when db is nil.
+// a nil db and for options that make no usable table names.
 func New(db *sql.DB, opts pgstore.Options) (*Backstop, error) {
 	if db == nil {
-		panic("backstop.New: nil *sql.DB")
+		return nil, errors.New("backstop.New: nil *sql.DB")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err

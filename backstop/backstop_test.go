@@ -677,7 +677,7 @@ func TestStoreFenceGrowsPastRetention(t *testing.T) {
 // usable table names (and no Backstop); a nil database or a nil store
 // given to Wrap is a programmer error and panics at once.
 func TestNewRefusesBadInput(t *testing.T) {
-	db := &sql.DB{} // never used: New fails or panics before any query
+	db := &sql.DB{} // never used: New fails before any query
 	for name, o := range map[string]pgstore.Options{
 		"long prefix": {TablePrefix: string(make([]byte, 60))},
 		"NUL schema":  {Schema: "a\x00b"},
@@ -698,7 +698,9 @@ func TestNewRefusesBadInput(t *testing.T) {
 		}()
 		f()
 	}
-	panics("New(nil)", func() { _, _ = backstop.New(nil, pgstore.Options{}) })
+	if b, err := backstop.New(nil, pgstore.Options{}); err == nil || b != nil {
+		t.Errorf("New(nil) = %v, %v; want nil and an error", b, err)
+	}
 	good, _ := backstop.New(db, pgstore.Options{})
 	panics("Wrap(nil, b)", func() { backstop.Wrap(nil, good) })
 	panics("Wrap(store, nil)", func() { backstop.Wrap(memstore.New(memstore.Options{}), nil) })

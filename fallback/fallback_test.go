@@ -117,14 +117,9 @@ func TestNewRefusesBadOptions(t *testing.T) {
 			t.Errorf("%s: New = %v, %v; want no Store and an error containing %q", name, s, err, tc.want)
 		}
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Errorf("nil primary: New did not panic")
-			}
-		}()
-		_, _ = fallback.New(nil, fallback.Options{})
-	}()
+	if s, err := fallback.New(nil, fallback.Options{}); err == nil || s != nil || !strings.Contains(err.Error(), "nil primary") {
+		t.Errorf("nil primary: New = %v, %v; want no Store and an error", s, err)
+	}
 	if s, err := fallback.New(rs, fallback.Options{Policy: fallback.FailOpen, Secondary: rs}); err != nil || s == nil {
 		t.Errorf("a Secondary under FailOpen is ignored, not refused: %v, %v", s, err)
 	}

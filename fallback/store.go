@@ -48,9 +48,8 @@ var _ guard.StepStore = (*Store)(nil)
 
 // New returns a Store over primary, configured by opts (see Options; the
 // zero value fails closed). It returns an error, and no Store, for options
-// that cannot work: an unknown Policy, or the Secondary policy without
-// Options.Secondary. It panics if primary is nil, a programming error (as
-// http.Handle panics on a nil handler).
+// that cannot work: a nil primary, an unknown Policy, or the Secondary
+// policy without Options.Secondary.
 //
 // The primary is used only through guard.Store, guard.StepStore (for
 // SaveStep, and guard.KeepsSteps) and the optional guard.DeadlineStore: a
@@ -58,7 +57,7 @@ var _ guard.StepStore = (*Store)(nil)
 // those.
 func New(primary guard.Store, opts Options) (*Store, error) {
 	if primary == nil {
-		panic("fallback.New: nil primary Store")
+		return nil, errors.New("fallback.New: nil primary Store")
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err

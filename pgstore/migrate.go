@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -38,10 +39,10 @@ type Migrator struct {
 }
 
 // NewMigrator returns a Migrator for the tables opts names. It returns an
-// error for options that make no usable names; it panics when db is nil.
+// error for a nil db and for options that make no usable names.
 func NewMigrator(db *sql.DB, opts Options) (*Migrator, error) {
 	if db == nil {
-		panic("pgstore.NewMigrator: nil *sql.DB")
+		return nil, errors.New("pgstore.NewMigrator: nil *sql.DB")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func NewMigrator(db *sql.DB, opts Options) (*Migrator, error) {
 }
 
 // Migrate applies every migration not yet applied. Running it again is a
-// no-op. It panics when db is nil.
+// no-op. A nil db is an error.
 func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 	m, err := NewMigrator(db, opts)
 	if err != nil {
@@ -65,8 +66,8 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 }
 
 // MigrateDown undoes every applied migration, newest first, and drops the
-// schema-version table: the tables and every row in them are gone. It
-// panics when db is nil.
+// schema-version table: the tables and every row in them are gone. A nil
+// db is an error.
 func MigrateDown(ctx context.Context, db *sql.DB, opts Options) error {
 	m, err := NewMigrator(db, opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"errors"
@@ -207,10 +208,13 @@ func TestOptionsValidate(t *testing.T) {
 	if err := (pgstore.Options{}).Validate(); err != nil {
 		t.Errorf("zero Options: %v", err)
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("NewMigrator(nil) did not panic")
+	for name, f := range map[string]func() error{
+		"NewMigrator": func() error { _, err := pgstore.NewMigrator(nil, pgstore.Options{}); return err },
+		"New":         func() error { _, err := pgstore.New(nil, pgstore.Options{}); return err },
+		"Migrate":     func() error { return pgstore.Migrate(context.Background(), nil, pgstore.Options{}) },
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s(nil db) = nil error", name)
 		}
-	}()
-	_, _ = pgstore.NewMigrator(nil, pgstore.Options{})
+	}
 }

@@ -42,12 +42,11 @@ var (
 )
 
 // New returns a Store on db, in the tables opts names (create them with
-// Migrate). It returns an error for options that make no usable names; it
-// panics when db is nil (a programmer error, as http.Handle panics on a
-// nil handler).
+// Migrate). It returns an error for a nil db and for options that make no
+// usable names.
 func New(db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
-		panic("pgstore.New: nil *sql.DB")
+		return nil, errors.New("pgstore.New: nil *sql.DB")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
