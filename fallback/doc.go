@@ -3,7 +3,7 @@
 // A Store wraps the primary guard.Store (Redis) in a circuit breaker and
 // bounds every call to it by a timeout. It reaches the primary only through
 // guard.Store, guard.StepStore and the optional guard.DeadlineStore, so the
-// primary may be wrapped (metrics.Store, an otelx Tracer's Store) as long
+// primary may be wrapped (promx's Metrics.Store, an otelx Tracer's Store) as long
 // as the wrapper forwards the interfaces it should keep. The breaker's
 // state is reported as a State; the breaker itself
 // (github.com/sony/gobreaker/v2) is an implementation detail.

@@ -11,7 +11,7 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// forwarding wraps a Store as metrics.Store does, and forwards
+// forwarding wraps a Store as promx's Metrics.Store does, and forwards
 // guard.DeadlineStore.
 type forwarding struct{ guard.Store }
 

@@ -2,7 +2,7 @@ package guard
 
 // DeadlineStore is an optional interface of a Store that can tell whether
 // its calls end by their context's deadline. A wrapper around a Store
-// (metrics.Store, an otelx Tracer's Store, one of your own) should
+// (promx's Metrics.Store, an otelx Tracer's Store, one of your own) should
 // implement it by asking the Store it wraps, and answer false when that
 // Store does not implement it.
 //

@@ -589,5 +589,5 @@ func (g *Guard) observeErr(ctx context.Context, key Key, attempt int, err error)
 	g.observe(ctx, Event{Kind: kind, Key: key, Attempt: attempt, Err: err})
 }
 
-// newToken returns a fresh owner token: 128 random bits.
+// newToken returns a fresh owner token: 130 random bits (rand.Text).
 func newToken() string { return rand.Text() }

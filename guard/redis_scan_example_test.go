@@ -54,7 +54,7 @@ func ExampleRedisStore_ScanRecords() {
 	// completed: 2 pending: 1
 }
 
-// traced is a wrapper of the kind metrics.Store is: it forwards
+// traced is a wrapper of the kind promx's Metrics.Store is: it forwards
 // guard.DeadlineStore, so a fallback.Store over it still runs the
 // primary's calls on the caller's goroutine.
 type traced struct{ guard.Store }

@@ -150,7 +150,7 @@ func (m *Metrics) Count(k guard.EventKind) uint64 {
 // s is not one), so a fallback.Store over it keeps its inline path.
 func (m *Metrics) Store(s guard.Store) guard.Store {
 	if s == nil {
-		panic("metrics.Store: nil Store")
+		panic("promx: Metrics.Store: nil Store")
 	}
 	t := &timedStore{next: s}
 	for i, op := range ops {
