@@ -585,3 +585,39 @@ func TestClientHangUp(t *testing.T) {
 		t.Fatalf("upstream ran %d times", n)
 	}
 }
+
+// A route whose pattern matches every request ("/": guard every POST and
+// PATCH of the service) is a configuration Load accepts; the gateway
+// serves it, guarding its methods and passing the others through, rather
+// than panicking on its own pass-through pattern.
+func TestRouteForEveryPath(t *testing.T) {
+	for _, pattern := range []string{"/", "/{path...}"} {
+		t.Run(pattern, func(t *testing.T) {
+			u := newUpstream(t)
+			e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["{redis}"], prefix: "{prefix}"}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: "`+pattern+`"
+`, u.URL)
+			for range 2 {
+				if r := post(t, e.srv.URL+"/any/orders", "k-all", `{"order":"all1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+					t.Fatalf("POST: %d %q", r.status, r.body)
+				}
+			}
+			if n := u.count("all1"); n != 1 {
+				t.Fatalf("upstream ran %d times for one key, want 1", n)
+			}
+			resp, err := http.Get(e.srv.URL + "/any/orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				t.Fatalf("GET: %d, want the upstream's 201 passed through", resp.StatusCode)
+			}
+		})
+	}
+}
