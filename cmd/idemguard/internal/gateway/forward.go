@@ -360,9 +360,15 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.ctx = ctx
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	if out.ContentLength < 0 && out.Body != nil {
-		// httpx.Guard read the body already: send it with its length.
+		// httpx.Guard read the body already: send it with its length, not
+		// chunked as the client sent it (the Transport sends chunked while
+		// TransferEncoding says so, whatever the length), unless the
+		// client sent trailers, which only a chunked body carries.
 		body, _ := io.ReadAll(out.Body)
 		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if len(out.Trailer) == 0 {
+			out.TransferEncoding = nil
+		}
 	}
 	start := time.Now()
 	if rt.serveProxy(w, out) {
