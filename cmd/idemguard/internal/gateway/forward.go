@@ -429,6 +429,11 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			}
 			if a := attemptFrom(pr.In.Context()); a != nil {
 				pr.Out.Header.Del("Expect") // the body was read already
+				// The answer is stored for every retry, whatever coding
+				// that retry accepts: leave the negotiation to the
+				// Transport, which asks for gzip and decompresses it, so
+				// what is stored is the plain body.
+				pr.Out.Header.Del("Accept-Encoding")
 				if keyHeader != "" {
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}
