@@ -467,10 +467,15 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		}
 	}
 	for i, m := range r.Methods {
+		// methods' own entry, or the pattern the method was taken from.
+		node, field := at("pattern"), path+".pattern"
+		if i < len(methodNodes) {
+			node, field = methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i)
+		}
 		if !validMethod(m) {
-			d.errorf(methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i), "%q is not an HTTP method (upper case, e.g. POST)", m)
+			d.errorf(node, field, "%q is not an HTTP method (upper case, e.g. POST)", m)
 		} else if m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace {
-			d.errorf(methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i), "%s is a safe method: it is passed through, never guarded", m)
+			d.errorf(node, field, "%s is a safe method: it is passed through, never guarded", m)
 		}
 	}
 	c := r.Caller
