@@ -288,6 +288,13 @@ func (d *decoder) config(root *yaml.Node) *Config {
 			rt.src["methods"] = mf.val
 		}
 		d.checkRoute(&rt, path, item, methodNodes, c.JWT != nil)
+		if rt.r.UnknownOutcome == Resend && c.ForwardKeyHeader == "" {
+			// A resend is safe only because the upstream deduplicates on
+			// the derived key; without it, it would run the effect again.
+			node := rt.src["unknown_outcome"]
+			d.errorf(node, path+".unknown_outcome", "resend needs the derived key sent to the upstream, which deduplicates on it; "+
+				"forward_key_header is empty (set it, or use answer)")
+		}
 		c.Routes = append(c.Routes, rt.r)
 	}
 	d.checkPatterns(c, n)
@@ -351,6 +358,7 @@ func (d *decoder) routeFields(t *routeTemplate, f map[string]field) {
 	if v, ok := f["unknown_outcome"]; ok {
 		if s, ok := d.enum(v, string(Answer), string(Resend)); ok {
 			r.UnknownOutcome = UnknownOutcome(s)
+			t.src["unknown_outcome"] = v.val
 		}
 	}
 }

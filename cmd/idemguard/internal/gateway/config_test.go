@@ -136,6 +136,13 @@ routes:
   - pattern: post /orders
     caller: {single: true}
 `, []string{`6:14: routes[0].pattern: "post" is not an HTTP method (upper case, e.g. POST)`}},
+		{"resend without a forwarded key", validBase + `forward_key_header: ""
+defaults:
+  unknown_outcome: resend
+routes:
+  - pattern: POST /orders
+    caller: {single: true}
+`, []string{"7:20: routes[0].unknown_outcome: resend needs the derived key sent to the upstream"}},
 		{"YAML syntax", "routes: [\n", []string{"line 1: did not find expected node content"}},
 		{"empty file", "", []string{"the file is empty"}},
 	}
