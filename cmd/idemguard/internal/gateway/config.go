@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -165,12 +168,32 @@ func Load(path string) (*Config, error) {
 func Parse(path string, data []byte) (*Config, error) {
 	name := filepath.Base(path)
 	d := &decoder{file: name, dir: filepath.Dir(path)}
+	syntax := func(err error) error {
+		return &ConfigError{Errs: []*FieldError{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &ConfigError{Errs: []*FieldError{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, syntax(err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &ConfigError{Errs: []*FieldError{{File: name, Msg: errNoDocument.Error()}}}
+	}
+	// One document: yaml.v3 reads the first and would drop the others
+	// (their routes left unguarded) without a word.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, syntax(err)
+		}
+		if len(more.Content) > 0 && !emptyDocument(more.Content[0]) {
+			d.errorf(more.Content[0], "", "a second YAML document (after ---): the configuration is one document, and the gateway would ignore this one; merge it into the first")
+			break
+		}
 	}
 	c := d.config(doc.Content[0])
 	if err := d.err(); err != nil {
@@ -178,6 +201,12 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	c.File = name
 	return c, nil
+}
+
+// emptyDocument reports whether n is the content of a document with
+// nothing in it (a trailing ---).
+func emptyDocument(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
 
 var topFields = []string{"listen", "admin_listen", "upstream", "connect_timeout", "idle_conn_timeout",

@@ -143,6 +143,21 @@ routes:
   - pattern: POST /orders
     caller: {single: true}
 `, []string{"7:20: routes[0].unknown_outcome: resend needs the derived key sent to the upstream"}},
+		{"a second YAML document", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+---
+routes:
+  - pattern: POST /payments
+    caller: {single: true}
+`, []string{"9:1: a second YAML document"}},
+		{"a second YAML document after an empty one", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+---
+---
+routes: []
+`, []string{"10:1: a second YAML document"}},
 		{"YAML syntax", "routes: [\n", []string{"line 1: did not find expected node content"}},
 		{"empty file", "", []string{"the file is empty"}},
 	}
