@@ -66,7 +66,7 @@ type Config struct {
 
 	ConnectTimeout  time.Duration // dialling the upstream
 	IdleConnTimeout time.Duration // an idle upstream connection is closed after it
-	MaxIdleConns    int           // idle upstream connections kept per host
+	MaxIdleConns    int           // idle upstream connections kept per host; 0: none, each request dials
 	ShutdownTimeout time.Duration // in-flight requests get this long to finish
 	// ForwardKeyHeader carries the key derived for the upstream
 	// (Lease.KeyFor) on every guarded request; "" sends none.

@@ -222,6 +222,9 @@ func newTransport(cfg *Config, dial func(ctx context.Context, network, addr stri
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		Protocols:             &protocols,
+		// net/http reads a zero MaxIdleConnsPerHost as its default (2);
+		// max_idle_conns: 0 means none kept.
+		DisableKeepAlives: cfg.MaxIdleConns == 0,
 	}
 	return &gatedTransport{t: t}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -619,5 +620,32 @@ routes:
 				t.Fatalf("GET: %d, want the upstream's 201 passed through", resp.StatusCode)
 			}
 		})
+	}
+}
+
+// max_idle_conns: 0 keeps no idle upstream connection (each request
+// dials its own), as the field says, rather than net/http's default of 2
+// that a zero MaxIdleConnsPerHost means.
+func TestMaxIdleConnsZeroKeepsNone(t *testing.T) {
+	var conns atomic.Int32
+	u := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	u.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	u.Start()
+	defer u.Close()
+	e := startGateway(t, "max_idle_conns: 0\n"+basicConfig, u.URL)
+	for i := range 3 {
+		if r := post(t, e.srv.URL+"/orders", fmt.Sprint("k-idle-", i), `{"order":"i1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+			t.Fatalf("request %d: %d %q", i, r.status, r.body)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("3 requests used %d upstream connections; want 3 (none kept idle)", n)
 	}
 }
