@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -63,7 +66,7 @@ type Config struct {
 
 	ConnectTimeout  time.Duration // dialling the upstream
 	IdleConnTimeout time.Duration // an idle upstream connection is closed after it
-	MaxIdleConns    int           // idle upstream connections kept per host
+	MaxIdleConns    int           // idle upstream connections kept per host; 0: none, each request dials
 	ShutdownTimeout time.Duration // in-flight requests get this long to finish
 	// ForwardKeyHeader carries the key derived for the upstream
 	// (Lease.KeyFor) on every guarded request; "" sends none.
@@ -165,12 +168,32 @@ func Load(path string) (*Config, error) {
 func Parse(path string, data []byte) (*Config, error) {
 	name := filepath.Base(path)
 	d := &decoder{file: name, dir: filepath.Dir(path)}
+	syntax := func(err error) error {
+		return &ConfigError{Errs: []*FieldError{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &ConfigError{Errs: []*FieldError{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, syntax(err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, &ConfigError{Errs: []*FieldError{{File: name, Msg: errNoDocument.Error()}}}
+	}
+	// One document: yaml.v3 reads the first and would drop the others
+	// (their routes left unguarded) without a word.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, syntax(err)
+		}
+		if len(more.Content) > 0 && !emptyDocument(more.Content[0]) {
+			d.errorf(more.Content[0], "", "a second YAML document (after ---): the configuration is one document, and the gateway would ignore this one; merge it into the first")
+			break
+		}
 	}
 	c := d.config(doc.Content[0])
 	if err := d.err(); err != nil {
@@ -178,6 +201,12 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	c.File = name
 	return c, nil
+}
+
+// emptyDocument reports whether n is the content of a document with
+// nothing in it (a trailing ---).
+func emptyDocument(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
 
 var topFields = []string{"listen", "admin_listen", "upstream", "connect_timeout", "idle_conn_timeout",
@@ -288,6 +317,13 @@ func (d *decoder) config(root *yaml.Node) *Config {
 			rt.src["methods"] = mf.val
 		}
 		d.checkRoute(&rt, path, item, methodNodes, c.JWT != nil)
+		if rt.r.UnknownOutcome == Resend && c.ForwardKeyHeader == "" {
+			// A resend is safe only because the upstream deduplicates on
+			// the derived key; without it, it would run the effect again.
+			node := rt.src["unknown_outcome"]
+			d.errorf(node, path+".unknown_outcome", "resend needs the derived key sent to the upstream, which deduplicates on it; "+
+				"forward_key_header is empty (set it, or use answer)")
+		}
 		c.Routes = append(c.Routes, rt.r)
 	}
 	d.checkPatterns(c, n)
@@ -351,6 +387,7 @@ func (d *decoder) routeFields(t *routeTemplate, f map[string]field) {
 	if v, ok := f["unknown_outcome"]; ok {
 		if s, ok := d.enum(v, string(Answer), string(Resend)); ok {
 			r.UnknownOutcome = UnknownOutcome(s)
+			t.src["unknown_outcome"] = v.val
 		}
 	}
 }
@@ -467,10 +504,15 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		}
 	}
 	for i, m := range r.Methods {
+		// methods' own entry, or the pattern the method was taken from.
+		node, field := at("pattern"), path+".pattern"
+		if i < len(methodNodes) {
+			node, field = methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i)
+		}
 		if !validMethod(m) {
-			d.errorf(methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i), "%q is not an HTTP method (upper case, e.g. POST)", m)
+			d.errorf(node, field, "%q is not an HTTP method (upper case, e.g. POST)", m)
 		} else if m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace {
-			d.errorf(methodNodes[i], fmt.Sprintf("%s.methods[%d]", path, i), "%s is a safe method: it is passed through, never guarded", m)
+			d.errorf(node, field, "%s is a safe method: it is passed through, never guarded", m)
 		}
 	}
 	c := r.Caller

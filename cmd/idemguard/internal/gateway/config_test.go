@@ -128,6 +128,36 @@ routes:
   - pattern: POST /a
     caller: {jwt: sub}
 `, []string{`6:23: jwt.algorithms[1]: "none" is not a JWT algorithm`, `8:13: jwt.keys[0].file: open /nonexistent/key.pem`}},
+		{"a safe method in the pattern", validBase + `routes:
+  - pattern: GET /orders
+    caller: {single: true}
+`, []string{"6:14: routes[0].pattern: GET is a safe method: it is passed through, never guarded"}},
+		{"a method in lower case in the pattern", validBase + `routes:
+  - pattern: post /orders
+    caller: {single: true}
+`, []string{`6:14: routes[0].pattern: "post" is not an HTTP method (upper case, e.g. POST)`}},
+		{"resend without a forwarded key", validBase + `forward_key_header: ""
+defaults:
+  unknown_outcome: resend
+routes:
+  - pattern: POST /orders
+    caller: {single: true}
+`, []string{"7:20: routes[0].unknown_outcome: resend needs the derived key sent to the upstream"}},
+		{"a second YAML document", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+---
+routes:
+  - pattern: POST /payments
+    caller: {single: true}
+`, []string{"9:1: a second YAML document"}},
+		{"a second YAML document after an empty one", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+---
+---
+routes: []
+`, []string{"10:1: a second YAML document"}},
 		{"YAML syntax", "routes: [\n", []string{"line 1: did not find expected node content"}},
 		{"empty file", "", []string{"the file is empty"}},
 	}

@@ -222,6 +222,9 @@ func newTransport(cfg *Config, dial func(ctx context.Context, network, addr stri
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		Protocols:             &protocols,
+		// net/http reads a zero MaxIdleConnsPerHost as its default (2);
+		// max_idle_conns: 0 means none kept.
+		DisableKeepAlives: cfg.MaxIdleConns == 0,
 	}
 	return &gatedTransport{t: t}
 }
@@ -360,9 +363,15 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.ctx = ctx
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	if out.ContentLength < 0 && out.Body != nil {
-		// httpx.Guard read the body already: send it with its length.
+		// httpx.Guard read the body already: send it with its length, not
+		// chunked as the client sent it (the Transport sends chunked while
+		// TransferEncoding says so, whatever the length), unless the
+		// client sent trailers, which only a chunked body carries.
 		body, _ := io.ReadAll(out.Body)
 		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if len(out.Trailer) == 0 {
+			out.TransferEncoding = nil
+		}
 	}
 	start := time.Now()
 	if rt.serveProxy(w, out) {
@@ -423,6 +432,11 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			}
 			if a := attemptFrom(pr.In.Context()); a != nil {
 				pr.Out.Header.Del("Expect") // the body was read already
+				// The answer is stored for every retry, whatever coding
+				// that retry accepts: leave the negotiation to the
+				// Transport, which asks for gzip and decompresses it, so
+				// what is stored is the plain body.
+				pr.Out.Header.Del("Accept-Encoding")
 				if keyHeader != "" {
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}

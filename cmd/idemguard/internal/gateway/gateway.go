@@ -171,7 +171,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		mux.Handle(rc.Pattern, rt, mw...)
 		gw.routes = append(gw.routes, rt)
 	}
-	mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
+	if !routesMatchEverything(cfg.Routes) {
+		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
+	}
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)
@@ -221,6 +223,17 @@ func (gw *Gateway) httpxOptions(rc Route) httpx.Options {
 		o.Tenant, o.CallerScope = httpx.TenantFromContext(claimsKey{}, claimTenant(c.JWT)), c.Scope
 	}
 	return o
+}
+
+// routesMatchEverything reports whether a route's pattern matches every
+// request ("/", "/{path...}"): that route passes its other methods through
+// itself, and ServeMux refuses the pass-through's "/" beside it.
+func routesMatchEverything(routes []Route) bool {
+	mux := http.NewServeMux()
+	for _, r := range routes {
+		tryHandle(mux, r.Pattern)
+	}
+	return tryHandle(mux, "/") != ""
 }
 
 // headerTenant names the caller by a header the authentication layer in

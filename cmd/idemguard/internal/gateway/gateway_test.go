@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -583,5 +584,68 @@ func TestClientHangUp(t *testing.T) {
 	}
 	if n := u.count("hang"); n != 1 {
 		t.Fatalf("upstream ran %d times", n)
+	}
+}
+
+// A route whose pattern matches every request ("/": guard every POST and
+// PATCH of the service) is a configuration Load accepts; the gateway
+// serves it, guarding its methods and passing the others through, rather
+// than panicking on its own pass-through pattern.
+func TestRouteForEveryPath(t *testing.T) {
+	for _, pattern := range []string{"/", "/{path...}"} {
+		t.Run(pattern, func(t *testing.T) {
+			u := newUpstream(t)
+			e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["{redis}"], prefix: "{prefix}"}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: "`+pattern+`"
+`, u.URL)
+			for range 2 {
+				if r := post(t, e.srv.URL+"/any/orders", "k-all", `{"order":"all1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+					t.Fatalf("POST: %d %q", r.status, r.body)
+				}
+			}
+			if n := u.count("all1"); n != 1 {
+				t.Fatalf("upstream ran %d times for one key, want 1", n)
+			}
+			resp, err := http.Get(e.srv.URL + "/any/orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				t.Fatalf("GET: %d, want the upstream's 201 passed through", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// max_idle_conns: 0 keeps no idle upstream connection (each request
+// dials its own), as the field says, rather than net/http's default of 2
+// that a zero MaxIdleConnsPerHost means.
+func TestMaxIdleConnsZeroKeepsNone(t *testing.T) {
+	var conns atomic.Int32
+	u := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	u.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	u.Start()
+	defer u.Close()
+	e := startGateway(t, "max_idle_conns: 0\n"+basicConfig, u.URL)
+	for i := range 3 {
+		if r := post(t, e.srv.URL+"/orders", fmt.Sprint("k-idle-", i), `{"order":"i1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+			t.Fatalf("request %d: %d %q", i, r.status, r.body)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("3 requests used %d upstream connections; want 3 (none kept idle)", n)
 	}
 }

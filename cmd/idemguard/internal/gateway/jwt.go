@@ -205,7 +205,10 @@ type verifier struct {
 }
 
 func newVerifier(cfg *JWTConfig) *verifier {
-	opts := []jwt.ParserOption{jwt.WithValidMethods(cfg.Algorithms), jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway)}
+	// JSON numbers as json.Number: a float64 would name two callers whose
+	// ids differ beyond its 53 bits (64-bit ids) as one (claimTenant).
+	opts := []jwt.ParserOption{jwt.WithValidMethods(cfg.Algorithms), jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway),
+		jwt.WithJSONNumber()}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -293,7 +296,14 @@ func claimTenant(claim string) func(jwt.MapClaims) string {
 		case float64:
 			val = strconv.FormatFloat(x, 'f', -1, 64)
 		case json.Number:
+			// An integer by its digits, exactly; other numbers as before
+			// (a float64's shortest form: 42.0 names "42").
 			val = x.String()
+			if !isDigits(strings.TrimPrefix(val, "-")) {
+				if f, err := x.Float64(); err == nil {
+					val = strconv.FormatFloat(f, 'f', -1, 64)
+				}
+			}
 		}
 		if val == "" {
 			return ""
@@ -301,4 +311,13 @@ func claimTenant(claim string) func(jwt.MapClaims) string {
 		iss, _ := c["iss"].(string)
 		return strconv.Quote(iss) + " " + strconv.Quote(val)
 	}
+}
+
+func isDigits(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"os"
@@ -161,4 +162,45 @@ func noneToken(t *testing.T, claims jwt.MapClaims) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A numeric claim names a caller exactly: two tenants whose ids differ
+// beyond float64's 53 bits (64-bit ids, as many issuers mint) are two
+// callers, and one's answer is never replayed to the other.
+func TestJWTLargeNumericClaim(t *testing.T) {
+	secret := strings.Repeat("s3cret", 8)
+	t.Setenv("TEST_JWT_SECRET", secret)
+	u := newUpstream(t)
+	e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["{redis}"], prefix: "{prefix}"}
+jwt:
+  keys: [{secret_env: TEST_JWT_SECRET}]
+routes:
+  - pattern: POST /orders
+    caller: {jwt: tenant_id}
+`, u.URL)
+	now := time.Now()
+	token := func(tenant string) []string {
+		tok := sign(t, jwt.SigningMethodHS256, []byte(secret), "", jwt.MapClaims{"sub": "svc",
+			"tenant_id": json.Number(tenant), "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+		return []string{"Authorization", "Bearer " + tok}
+	}
+	url := e.srv.URL + "/orders"
+	for _, tenant := range []string{"9007199254740992", "9007199254740993"} {
+		r := post(t, url, "k-big", `{"order":"big1"}`, token(tenant)...)
+		if r.status != http.StatusCreated || r.replayed() {
+			t.Fatalf("tenant %s: %d replayed=%v %q; want its own run", tenant, r.status, r.replayed(), r.body)
+		}
+	}
+	if n := u.count("big1"); n != 2 {
+		t.Fatalf("upstream ran %d times for two tenants' same key, want 2", n)
+	}
+	// Other numbers keep the names they had as float64s.
+	name := claimTenant("tenant_id")
+	for _, n := range []string{"42.0", "4.2e1"} {
+		if got, want := name(jwt.MapClaims{"tenant_id": json.Number(n)}), name(jwt.MapClaims{"tenant_id": float64(42)}); got != want {
+			t.Errorf("tenant_id %s names %s, want %s", n, got, want)
+		}
+	}
 }

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"compress/gzip"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestReplayReadableWhateverTheRetryAccepts: the stored answer is one
+// every retry can read. The first request accepts gzip and the upstream
+// compresses; a retry that accepts only identity (or says nothing, as
+// Python's urllib does, and does not decompress) still gets the plain
+// body, not gzip bytes it never asked for.
+func TestReplayReadableWhateverTheRetryAccepts(t *testing.T) {
+	u := newUpstream(t)
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		w.Header().Set("Content-Type", "text/plain")
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "created")
+			return true
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, "created")
+		_ = zw.Close()
+		return true
+	})
+	e := startGateway(t, basicConfig, u.URL)
+	// A transport that neither adds Accept-Encoding nor decompresses: the
+	// client's own header goes out as set, and the body comes back as sent.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for i, accept := range []string{"gzip", "identity", ""} {
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"z1"}`))
+		req.Header.Set("Idempotency-Key", "k-gzip")
+		req.Header.Set("X-Account-Id", "acme")
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := resp.Body
+		if resp.Header.Get("Content-Encoding") == "gzip" && accept == "gzip" {
+			if body, err = gzip.NewReader(resp.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := io.ReadAll(body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusCreated || string(b) != "created" {
+			t.Fatalf("request %d (Accept-Encoding %q): %d %q %v, %v; want 201 \"created\"", i, accept, resp.StatusCode, b, resp.Header, err)
+		}
+	}
+	if n := u.count("z1"); n != 1 {
+		t.Fatalf("upstream ran %d times", n)
+	}
+}
