@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
+	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -348,7 +349,7 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 				errors.Is(err, nats.ErrConnectionClosed) {
 				return fmt.Errorf("jetstreamx: fetch: %w", err)
 			}
-			sleep(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
+			wait.For(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
 			continue
 		}
 		if len(msgs) > 0 {
@@ -364,15 +365,6 @@ func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) []jetstream.Msg
 		msgs = append(msgs, m)
 	}
 	return msgs
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func metadata(h nats.Header) map[string]string {

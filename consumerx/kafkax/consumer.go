@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -215,7 +216,7 @@ func (c *Consumer) spawn(ctx context.Context, wg *sync.WaitGroup, stopped *atomi
 			if p := recover(); p != nil {
 				panic(p) // not the Goexit: goes on as it would have
 			}
-			if !wait(ctx, c.opts.RetryDelay) {
+			if !wait.For(ctx, c.opts.RetryDelay) {
 				stopped.Store(true)
 				return
 			}
@@ -226,18 +227,6 @@ func (c *Consumer) spawn(ctx context.Context, wg *sync.WaitGroup, stopped *atomi
 		}
 		returned = true
 	})
-}
-
-// wait waits d; false if ctx ended first.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // partition runs one partition's records of a poll through batch, in
@@ -269,7 +258,7 @@ func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record, batch batc
 		if errors.As(err, &ip) && ip.RetryAfter > 0 {
 			delay = min(delay, ip.RetryAfter)
 		}
-		if !wait(ctx, delay) {
+		if !wait.For(ctx, delay) {
 			return false
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -206,18 +207,18 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		return err
 	}
 	nextClaim := time.Now()
-	cursor := "0-0"        // where the next XAUTOCLAIM goes on in the pending list
-	var wait time.Duration // back-off after a Redis error
+	cursor := "0-0"         // where the next XAUTOCLAIM goes on in the pending list
+	var pause time.Duration // back-off after a Redis error
 	for ctx.Err() == nil {
-		if wait > 0 {
-			if !sleep(ctx, wait) {
+		if pause > 0 {
+			if !wait.For(ctx, pause) {
 				break
 			}
 		}
 		if !time.Now().Before(nextClaim) {
 			next, err := c.reclaim(ctx, cursor, batch)
 			if err != nil {
-				wait = c.failed(ctx, "xautoclaim", err, wait)
+				pause = c.failed(ctx, "xautoclaim", err, pause)
 				continue
 			}
 			if cursor = next; cursor == "0-0" { // a pass over the pending list is done
@@ -230,17 +231,17 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 			Count:   c.opts.Count, Block: min(c.opts.Block, max(time.Until(nextClaim), time.Millisecond)),
 		}).Result()
 		if errors.Is(err, redis.Nil) {
-			wait = 0
+			pause = 0
 			continue
 		}
 		if err != nil {
 			if strings.HasPrefix(err.Error(), "NOGROUP") {
 				err = errors.Join(err, c.createGroup(ctx))
 			}
-			wait = c.failed(ctx, "xreadgroup", err, wait)
+			pause = c.failed(ctx, "xreadgroup", err, pause)
 			continue
 		}
-		wait = 0
+		pause = 0
 		for _, s := range res {
 			c.handle(ctx, s.Messages, batch)
 		}
@@ -390,16 +391,4 @@ func (c *Consumer) deadLetterOnce(ctx context.Context, msg consumerx.Message, ca
 		return c.deadLetter(ctx, msg, cause)
 	}
 	return err
-}
-
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
