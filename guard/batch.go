@@ -306,9 +306,13 @@ func (r *batchRun) segment(start, end int) bool {
 	// unlike Do's, the claims' context does not end with ctx: once sent,
 	// their answers are waited for (up to the lease's first deadline), so
 	// that a batch cancelled meanwhile releases every key it took instead
-	// of leaving them pending until their leases run out.
+	// of leaving them pending until their leases run out. Nor does the
+	// context report ctx's deadline (detachedClaim, as Hold's): a client
+	// that sets its socket deadlines from it would give up on the answers
+	// at ctx's deadline all the same.
 	valid := time.Now().Add(g.validity)
 	k := g.newKeepalive(r.ctx, valid)
+	k.detachedClaim = true
 	k.claim()
 	outs, errs := r.bs.ClaimBatch((*callCtx)(k), reqs)
 	timedOut := k.timedOut()

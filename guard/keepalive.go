@@ -52,8 +52,9 @@ type keepalive struct {
 	// (nil until then). Guarded by mu.
 	ctx context.Context
 	eff effectCtx
-	// detachedClaim: the claim does not end with parent (Hold); the
-	// effect's context is parent's child all the same.
+	// detachedClaim: the claim does not end with parent, nor report its
+	// deadline (Hold, DoBatch); the effect's context is parent's child all
+	// the same.
 	detachedClaim bool
 
 	mu   sync.Mutex
