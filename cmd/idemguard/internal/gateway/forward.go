@@ -437,6 +437,14 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 				// Transport, which asks for gzip and decompresses it, so
 				// what is stored is the plain body.
 				pr.Out.Header.Del("Accept-Encoding")
+				// The client's own key is not the upstream's: it is not
+				// scoped by caller, so an upstream deduplicating on it
+				// could answer one caller with another's result. Only
+				// the derived key goes (when forward_key_header names a
+				// header), whatever the client's is called.
+				if h := rt.cfg.Key.Header; h != "" {
+					pr.Out.Header.Del(h)
+				}
 				if keyHeader != "" {
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}

@@ -310,6 +310,31 @@ func TestLargeResponseStreams(t *testing.T) {
 	}
 }
 
+// The client's own key never reaches the upstream, which may deduplicate
+// on it across callers: with forward_key_header renamed only the derived
+// key goes (under that name), and with none no key goes at all.
+func TestClientKeyNotForwarded(t *testing.T) {
+	for name, forward := range map[string]string{"renamed": "X-Upstream-Key", "none": `""`} {
+		t.Run(name, func(t *testing.T) {
+			u := newUpstream(t)
+			e := startGateway(t, "forward_key_header: "+forward+basicConfig, u.URL)
+			if r := post(t, e.srv.URL+"/orders", "k-raw", `{"order":"raw"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+				t.Fatalf("post: %d %q", r.status, r.body)
+			}
+			u.mu.Lock()
+			h := u.headers[len(u.headers)-1]
+			u.mu.Unlock()
+			if v := h.Values("Idempotency-Key"); len(v) != 0 {
+				t.Errorf("the upstream got the client's key %q", v)
+			}
+			lease := guard.Lease{Key: guard.Key{Scope: `"acme" POST /orders`, ID: "k-raw"}}
+			if got, want := h.Get("X-Upstream-Key"), lease.KeyFor(forwardStep); name == "renamed" && got != want {
+				t.Errorf("X-Upstream-Key %q, want the derived key %q", got, want)
+			}
+		})
+	}
+}
+
 // What the upstream receives: X-Forwarded-*, the derived key (the same
 // across attempts, another for another caller), and unguarded traffic as
 // it was sent.
