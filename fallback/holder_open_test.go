@@ -131,3 +131,40 @@ func TestHolderEndWhileBreakerOpenEndsMark(t *testing.T) {
 		})
 	}
 }
+
+// TestHolderWriteWhileHalfOpenIsNoProbe: a holder's write reaches the
+// primary in every state of the breaker, and while the breaker is not
+// closed it is not counted (holderWrite): in the half-open breaker it must
+// not take the probe slot that Options.HalfOpenProbes keeps for claims,
+// nor close or open the breaker by its answer. Here the primary is still
+// dead: a holder's write counted as the probe would open the breaker
+// again on its failure, and a claim arriving meanwhile found no slot.
+func TestHolderWriteWhileHalfOpenIsNoProbe(t *testing.T) {
+	t.Parallel()
+	p := newPrimary(t)
+	s := newStore(t, p.store, fallback.Options{FailuresToOpen: 1, OpenTimeout: 100 * time.Millisecond,
+		HalfOpenProbes: 1, Timeout: 3 * time.Second, Logger: quiet})
+	g := guard.New(s, guard.Options{Lease: time.Minute})
+	out, err := g.Claim(bg, key(t.Name()), "fp")
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim: %+v, %v", out, err)
+	}
+	p.srv.Kill()
+	openBreaker(t, s)
+	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == fallback.StateHalfOpen })
+	if err := g.Complete(bg, out.Lease, []byte("paid")); !isUnavailable(err) {
+		t.Fatalf("complete on the dead primary = %v, want ErrUnavailable", err)
+	}
+	if st := s.State(); st != fallback.StateHalfOpen {
+		t.Fatalf("breaker %v after a holder's write while half-open, want still half-open (it is no probe)", st)
+	}
+	// The probe slot is still there for a claim: on the primary back, it
+	// closes the breaker.
+	p.srv.Restart()
+	if out, err := s.Claim(bg, claimReq("after", "T")); err != nil || out.Status != guard.Acquired {
+		t.Fatalf("probe claim = %+v, %v; want acquired", out, err)
+	}
+	if st := s.State(); st != fallback.StateClosed {
+		t.Fatalf("breaker %v after the probe, want closed", st)
+	}
+}

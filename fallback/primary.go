@@ -55,7 +55,15 @@ func (s *Store) holderWrite(ctx context.Context, f func(context.Context) error) 
 // holder (then uncounted while the breaker is not closed), otherwise only
 // while it is closed or half-open (uncounted then).
 func (s *Store) primaryCall(ctx context.Context, holder bool, f func(context.Context) error) error {
-	done, err := s.cb.allow()
+	var done func(error)
+	var err error
+	if holder && s.cb.state() != StateClosed {
+		// Not through allow: the half-open breaker would count it as one
+		// of the probes it keeps for claims.
+		done = func(error) {}
+	} else {
+		done, err = s.cb.allow()
+	}
 	switch {
 	case errors.Is(err, errProbing) || err != nil && holder:
 		done = func(error) {}
