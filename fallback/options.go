@@ -83,7 +83,7 @@ type Options struct {
 	// call to the primary (holders' writes still go) before it lets probe
 	// claims through (half-open). Default DefaultOpenTimeout (5s).
 	OpenTimeout time.Duration
-	// HalfOpenProbes is how many claims the half-open breaker lets through
+	// HalfOpenProbes is how many claims (and reads) the half-open breaker lets through
 	// to the primary; that many successes in a row close it, one failure
 	// opens it again. Other claims meanwhile wait for the probes' verdict,
 	// at most Timeout, then go where it sends them (or are refused with

@@ -30,7 +30,8 @@ func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done f
 
 // primaryWrite calls the primary for a read or for a write of the
 // Store's own. The open breaker stops it; the half-open breaker lets it
-// through without counting it as a probe.
+// through as a probe while a probe's place is free, and uncounted once
+// they are taken.
 func (s *Store) primaryWrite(ctx context.Context, f func(context.Context) error) error {
 	return s.primaryCall(ctx, false, f)
 }
