@@ -1,14 +1,13 @@
 package fallback_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/memstore"
 )
@@ -43,30 +42,7 @@ func TestStepsKeptOnlyWhereStoresKeepThem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.opts.Logger = quiet
 			s := newStore(t, tc.primary, tc.opts)
-			if got := guard.KeepsSteps(s); got != tc.keeps {
-				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
-			}
-			g := guard.New(s, guard.Options{MaxAttempts: 10})
-			key := guard.Key{Scope: "steps", ID: name}
-			ran := 0
-			for attempt := range 3 {
-				_, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-					if _, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil }); err != nil {
-						return nil, err
-					}
-					return nil, errors.New("crash after the step")
-				})
-				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
-					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
-				}
-			}
-			want := 0
-			if tc.keeps {
-				want = 1
-			}
-			if ran != want {
-				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
-			}
+			storetest.StepRunsWhereKept(t, s, guard.Key{Scope: "steps", ID: name}, tc.keeps)
 		})
 	}
 }

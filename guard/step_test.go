@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/memstore"
 )
 
@@ -443,31 +444,7 @@ func TestStepStoreKeepingNone(t *testing.T) {
 		{"no KeepsSteps", mem, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := guard.KeepsSteps(c.store); got != c.keeps {
-				t.Fatalf("KeepsSteps = %v, want %v", got, c.keeps)
-			}
-			g := guard.New(c.store, guard.Options{MaxAttempts: 10})
-			key := guard.Key{Scope: "keeps", ID: c.name}
-			ran := 0
-			for attempt := range 3 {
-				_, err := g.Do(bg, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-					_, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil })
-					if err != nil {
-						return nil, err
-					}
-					return nil, errors.New("crash after the step")
-				})
-				if !c.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
-					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
-				}
-			}
-			want := 0
-			if c.keeps {
-				want = 1
-			}
-			if ran != want {
-				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
-			}
+			storetest.StepRunsWhereKept(t, c.store, guard.Key{Scope: "keeps", ID: c.name}, c.keeps)
 		})
 	}
 }

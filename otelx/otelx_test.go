@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/memstore"
@@ -410,25 +411,7 @@ func TestKeepsStepsForwarded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			traced := tt.tr.Store(tc.s)
-			if got := guard.KeepsSteps(traced); got != tc.keeps {
-				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
-			}
-			g := guard.New(traced, guard.Options{MaxAttempts: 10})
-			ran := 0
-			for attempt := range 3 {
-				_, err := g.Do(context.Background(), guard.Key{Scope: "steps", ID: tc.name}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-					if _, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil }); err != nil {
-						return nil, err
-					}
-					return nil, errors.New("crash after the step")
-				})
-				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
-					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
-				}
-			}
-			if want := map[bool]int{true: 1, false: 0}[tc.keeps]; ran != want {
-				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
-			}
+			storetest.StepRunsWhereKept(t, traced, guard.Key{Scope: "steps", ID: tc.name}, tc.keeps)
 		})
 	}
 }

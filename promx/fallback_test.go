@@ -2,7 +2,6 @@ package promx_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/promx"
 )
@@ -99,26 +99,7 @@ func TestTimedStoreKeepsStepsAsItsStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			timed := m.Store(fb)
-			if got := guard.KeepsSteps(timed); got != tc.keeps {
-				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
-			}
-			g := guard.New(timed, guard.Options{MaxAttempts: 10})
-			key := guard.Key{Scope: "metrics-steps", ID: tc.name}
-			ran := 0
-			for attempt := range 3 {
-				_, err := g.Do(context.Background(), key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-					if _, err := guard.Step(ctx, l, "xadd", func(context.Context) ([]byte, error) { ran++; return []byte("1-0"), nil }); err != nil {
-						return nil, err
-					}
-					return nil, errors.New("crash after the step")
-				})
-				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
-					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
-				}
-			}
-			if want := map[bool]int{true: 1, false: 0}[tc.keeps]; ran != want {
-				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
-			}
+			storetest.StepRunsWhereKept(t, timed, guard.Key{Scope: "metrics-steps", ID: tc.name}, tc.keeps)
 		})
 	}
 }

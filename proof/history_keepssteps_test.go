@@ -1,11 +1,10 @@
 package proof
 
 import (
-	"context"
-	"errors"
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/memstore"
 )
 
@@ -24,25 +23,7 @@ func TestRecorderKeepsStepsAsInner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := NewRecorder(tc.inner)
-			if got := guard.KeepsSteps(rec); got != tc.keeps {
-				t.Errorf("KeepsSteps = %v, want %v", got, tc.keeps)
-			}
-			g := guard.New(rec, guard.Options{MaxAttempts: 10})
-			ran := 0
-			for attempt := range 3 {
-				_, err := g.Do(context.Background(), guard.Key{Scope: "steps", ID: tc.name}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
-					if _, err := guard.Step(ctx, l, "charge", func(context.Context) ([]byte, error) { ran++; return []byte("ch_1"), nil }); err != nil {
-						return nil, err
-					}
-					return nil, errors.New("crash after the step")
-				})
-				if !tc.keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
-					t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
-				}
-			}
-			if want := map[bool]int{true: 1, false: 0}[tc.keeps]; ran != want {
-				t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
-			}
+			storetest.StepRunsWhereKept(t, rec, guard.Key{Scope: "steps", ID: tc.name}, tc.keeps)
 		})
 	}
 }

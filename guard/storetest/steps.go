@@ -558,3 +558,35 @@ func (c contract) stepsRace(t *testing.T) {
 		}
 	}
 }
+
+// StepRunsWhereKept checks a store's steps from the guard's side, for a
+// wrapper that forwards guard.KeepsSteps: guard.KeepsSteps(s) is keeps,
+// and three attempts at key, each running one step and then failing, run
+// the step once when s keeps steps, and never otherwise (each attempt
+// then ends in guard.ErrStepsUnsupported before the step runs).
+func StepRunsWhereKept(t *testing.T, s guard.Store, key guard.Key, keeps bool) {
+	t.Helper()
+	if got := guard.KeepsSteps(s); got != keeps {
+		t.Errorf("KeepsSteps = %v, want %v", got, keeps)
+	}
+	g := guard.New(s, guard.Options{MaxAttempts: 10})
+	ran := 0
+	for attempt := range 3 {
+		_, err := g.Do(context.Background(), key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+			if _, err := guard.Step(ctx, l, "charge", func(context.Context) ([]byte, error) { ran++; return []byte("ch_1"), nil }); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("crash after the step")
+		})
+		if !keeps && !errors.Is(err, guard.ErrStepsUnsupported) {
+			t.Fatalf("attempt %d: %v, want ErrStepsUnsupported", attempt, err)
+		}
+	}
+	want := 0
+	if keeps {
+		want = 1
+	}
+	if ran != want {
+		t.Fatalf("the step ran %d times in 3 attempts, want %d", ran, want)
+	}
+}
