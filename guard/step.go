@@ -276,11 +276,11 @@ func (s *stepLog) run(ctx context.Context, lease Lease, name string, fn func(con
 		s.mu.Unlock()
 		return bytes.Clone(rec.Result), nil
 	}
-	store, ok := s.g.store.(StepStore)
-	if !ok || !KeepsSteps(store) {
+	if !KeepsSteps(s.g.store) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("step %s %q: %w (%T)", lease.Key, name, ErrStepsUnsupported, s.g.store)
 	}
+	store := s.g.store.(StepStore) // KeepsSteps: a StepStore
 	s.busy = name
 	s.mu.Unlock()
 	defer func() { // also when fn panics
