@@ -101,7 +101,9 @@ func (e *PanicError) Unwrap() error {
 // keys that need the claim script: another holder's, failed or released
 // ones), the leases are extended together, and the completions, failures
 // and releases go out together once every effect has returned. A store
-// without batches gets its own per-key calls, up to 16 at once.
+// without batches gets its own per-key calls, up to 16 at once; one of
+// them that panics panics DoBatch on the caller's goroutine, as a store's
+// panic panics Do.
 //
 // No claim is sent once ctx has ended, as in Do: each item whose claim
 // was not sent (all of them, if ctx ended before the call; those of the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -568,5 +569,41 @@ func TestDoBatchSteps(t *testing.T) {
 	}
 	if charges.Load() != 2 || orders.Load() != 2 {
 		t.Errorf("%d charges and %d orders for 2 keys, want 2 and 2: the second attempt did not resume", charges.Load(), orders.Load())
+	}
+}
+
+// panicsOn is a store without batches whose Claim panics for one key: a
+// store's bug.
+type panicsOn struct {
+	guard.Store
+	id string
+}
+
+func (s panicsOn) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	if req.Key.ID == s.id {
+		panic("store bug on " + s.id)
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+// A store that panics in a per-key call of a batch panics DoBatch on the
+// caller's goroutine, as it panics Do, where the caller can recover it:
+// the calls run on goroutines of the batch's, where the panic ended the
+// process.
+func TestDoBatchStorePanicReachesCaller(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	s, _ := countedStore(t)
+	items := batchItems("store-panic", 8)
+	g := guard.New(panicsOn{s, items[5].Key.ID}, guard.Options{})
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		g.DoBatch(bg, items, func(context.Context, int, guard.Lease) ([]byte, error) {
+			t.Error("an effect ran in a batch whose claims panicked")
+			return nil, nil
+		}, guard.BatchOptions{})
+		return nil
+	}()
+	if got == nil || !strings.Contains(fmt.Sprint(got), "store bug on "+items[5].Key.ID) {
+		t.Fatalf("DoBatch over a panicking store: recovered %v, want the store's panic", got)
 	}
 }

@@ -1,6 +1,7 @@
 package parallel_test
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -54,5 +55,54 @@ func TestEach(t *testing.T) {
 		if tc.n > 0 && peak.Load() != want {
 			t.Errorf("n %d, limit %d: %d calls at once at most, want %d", tc.n, tc.limit, peak.Load(), want)
 		}
+	}
+}
+
+// A call that panics on one of Each's goroutines reaches the caller as a
+// panic it can recover (it ended the process), after the calls under way
+// have returned, and no further call starts.
+func TestEachPanicReachesCaller(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	boom := errors.New("boom")
+	for _, limit := range []int{1, 4} {
+		var calls atomic.Int32
+		got := func() (p any) {
+			defer func() { p = recover() }()
+			parallel.Each(100, limit, func(i int) {
+				calls.Add(1)
+				if i == 0 {
+					panic(boom)
+				}
+			})
+			return nil
+		}()
+		pe, ok := got.(*parallel.PanicError)
+		if !ok {
+			t.Fatalf("limit %d: Each panicked with %#v, want a *parallel.PanicError", limit, got)
+		}
+		if !errors.Is(pe, boom) || len(pe.Stack) == 0 {
+			t.Errorf("limit %d: PanicError %v: want the call's error and its stack", limit, pe)
+		}
+		// One at a time, nothing starts after the call that panicked.
+		if n := calls.Load(); limit == 1 && n != 1 {
+			t.Errorf("limit 1: %d calls, want 1: none after the one that panicked", n)
+		}
+	}
+}
+
+// runtime.Goexit in a call is reported to the caller too, not lost.
+func TestEachGoexitReachesCaller(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		parallel.Each(8, 4, func(i int) {
+			if i == 2 {
+				runtime.Goexit()
+			}
+		})
+		return nil
+	}()
+	if _, ok := got.(*parallel.PanicError); !ok {
+		t.Fatalf("Each after a Goexit: %#v, want a *parallel.PanicError", got)
 	}
 }
