@@ -3,10 +3,12 @@ package occ
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -15,24 +17,19 @@ import (
 
 // Querier is what the writes run their statements on: *sql.DB, *sql.Tx
 // and *sql.Conn all satisfy it, whatever the driver (lib/pq, pgx's stdlib).
-// Pass a *sql.Tx to make a write part of a larger transaction. A pool
-// (*sql.DB, or a type of the application's that embeds one and so has its
-// Conn method) gives VersionedTable.Update a connection of its own, on
-// which a statement is never sent twice.
+// Pass a *sql.Tx to make a write part of a larger transaction. Every
+// statement runs through q's own methods, so a type of the application's
+// (one embedding *sql.Tx, as sqlx.Tx does, or a pool that runs statements
+// on a transaction the context carries) is used as it routes them. The
+// one exception is a *sql.DB itself, from which VersionedTable.Update
+// takes a connection of its own, on which a statement is never sent twice.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// pool is a connection pool Update takes a connection of its own from:
-// *sql.DB, or an application's type that embeds one (sqlx.DB does).
-type pool interface {
-	Conn(ctx context.Context) (*sql.Conn, error)
-}
-
 var (
-	_ pool    = (*sql.DB)(nil)
 	_ Querier = (*sql.DB)(nil)
 	_ Querier = (*sql.Tx)(nil)
 	_ Querier = (*sql.Conn)(nil)
@@ -71,11 +68,17 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // the version on, or the row is gone) it returns an error matching
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
-// for a serialization failure, ErrUnavailable for a lost connection). An
-// update whose reply was lost is never sent again (on a *sql.Tx, a
-// *sql.Conn, or a pool with a Conn method, see Querier): it answers
-// ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
-// and whether it was applied is the caller's to find out.
+// for a serialization failure, ErrUnavailable for a lost connection).
+//
+// An update whose reply was lost answers ErrUnavailable, not a conflict
+// (so UpdateRetry does not apply it again), and whether it was applied is
+// the caller's to find out. On a *sql.DB (a connection of its own), a
+// *sql.Tx or a *sql.Conn it is never sent again. Through another Querier
+// whose statements reach a pool (an application's type embedding
+// *sql.DB, as sqlx.DB does), database/sql may send it again on another
+// connection, where it matches no row, the version having moved on by
+// this very update: Update sees the arguments converted again for the
+// repeat, and answers ErrUnavailable then too.
 //
 // A version tells the states of a row apart only while the row lives: a
 // row deleted and inserted again under the same id starts again at the
@@ -106,12 +109,15 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 		}
 		cols = append(cols, c)
 	}
-	if db, ok := q.(pool); ok {
+	if db, ok := q.(*sql.DB); ok {
 		// On a connection of its own, so that database/sql never sends
 		// the statement again: it does, on another connection, when the
 		// driver reports the first one bad after sending it (lib/pq
 		// does when the reply is lost), and the repeat, finding the
 		// version moved on by this very update, would read as a conflict.
+		// Only a *sql.DB itself: another type's methods may route the
+		// statement elsewhere (to the context's transaction), and
+		// bypassing them would take the update out of that transaction.
 		c, err := db.Conn(ctx)
 		if err != nil {
 			return 0, dbErr(ctx, "versioned update", err)
@@ -121,7 +127,8 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	}
 	sort.Strings(cols) // one statement text per column set
 	var sb strings.Builder
-	args := []any{id, version}
+	sent := &sendCount{v: version} // counts the sends through other Queriers
+	args := []any{id, sent}
 	sb.WriteString("UPDATE " + table + " SET ")
 	for _, c := range cols {
 		args = append(args, set[c])
@@ -133,11 +140,31 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
+			if n := sent.n.Load(); n > 1 {
+				return 0, fmt.Errorf("%w: versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it",
+					ErrUnavailable, v.Name, idCol, id, n)
+			}
 			return 0, fmt.Errorf("%w: %s %s=%v is no longer at version %d", ErrConflict, v.Name, idCol, id, version)
 		}
 		return 0, dbErr(ctx, "versioned update", err)
 	}
 	return next, nil
+}
+
+// sendCount is Update's version argument. database/sql converts a
+// statement's arguments (calling Value) once for each time it sends the
+// statement, so more than one call means the update was sent again after
+// the driver reported its connection bad, possibly after PostgreSQL had
+// applied it.
+type sendCount struct {
+	v int64
+	n atomic.Int32
+}
+
+// Value returns the version, and counts the call.
+func (s *sendCount) Value() (driver.Value, error) {
+	s.n.Add(1)
+	return s.v, nil
 }
 
 // UpdateRetry is Update inside RetryOnConflict: before every try it calls
