@@ -172,18 +172,22 @@ func (s *sendCount) Value() (driver.Value, error) {
 // the values to set from what it read. It returns the new version, or the
 // last conflict when the tries run out.
 //
-// When q is a *sql.Tx, a serialization failure or deadlock (SQLSTATE
-// 40001, 40P01), from read or from the update, is returned at once,
-// matching ErrConflict: PostgreSQL aborted the transaction, so nothing
-// more can run in it, and the caller runs its whole transaction again. A
-// conflict that leaves the transaction usable (the row moved on, under
-// READ COMMITTED) is tried again in it.
+// After a serialization failure or deadlock (SQLSTATE 40001, 40P01), from
+// read or from the update, UpdateRetry asks q whether its transaction is
+// still usable, by sending it a statement that does nothing. When
+// PostgreSQL answers that the transaction is aborted (SQLSTATE 25P02), as
+// it always does for a transaction that met such a failure, nothing more
+// can run in it: the failure is returned at once, matching ErrConflict,
+// and the caller runs its whole transaction again. The answer is q's,
+// whatever q's type: a *sql.Tx, a type embedding one (sqlx.Tx), or a
+// pool that runs statements on the context's transaction. A conflict that
+// leaves the transaction usable (the row moved on under READ COMMITTED,
+// or read's failure came from another transaction) is tried again.
 func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts RetryOptions,
 	read func(ctx context.Context) (version int64, set map[string]any, err error)) (int64, error) {
 	if read == nil {
 		return 0, errors.New("occ: UpdateRetry: nil read func")
 	}
-	_, inTx := q.(*sql.Tx)
 	var aborted error // the serialization failure that ended q's transaction
 	var next int64
 	err := RetryOnConflict(ctx, opts, func(ctx context.Context) error {
@@ -191,7 +195,7 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 		if err == nil {
 			next, err = v.Update(ctx, q, id, version, set)
 		}
-		if inTx && sqlstate.Retryable(err) {
+		if sqlstate.Retryable(err) && txAborted(ctx, q) {
 			aborted = err
 			return errTxAborted // not a conflict: ends the loop
 		}
@@ -208,6 +212,20 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 
 // errTxAborted ends UpdateRetry's loop on a transaction PostgreSQL aborted.
 var errTxAborted = errors.New("occ: transaction aborted")
+
+// txAborted reports whether q's statements run in a transaction
+// PostgreSQL has aborted: it refuses every statement but the end of the
+// transaction with SQLSTATE 25P02, in_failed_sql_transaction. Any other
+// answer (success, a lost connection) is not taken for an abort.
+func txAborted(ctx context.Context, q Querier) bool {
+	_, err := q.ExecContext(ctx, `SELECT 1`)
+	code, _ := sqlstate.Code(err)
+	return code == inFailedSQLTransaction
+}
+
+// inFailedSQLTransaction is PostgreSQL's SQLSTATE for a statement sent in
+// a transaction that an earlier error aborted.
+const inFailedSQLTransaction = "25P02"
 
 // Migration returns the SQL that adds the version column to the table
 // (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1, as
