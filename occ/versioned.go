@@ -247,14 +247,38 @@ type RetryOptions struct {
 	MaxTries uint
 	// InitialInterval is the first wait. Default 5ms.
 	InitialInterval time.Duration
-	// MaxInterval caps one wait. Default 1s.
+	// MaxInterval caps one wait, jitter included. Default 1s.
 	MaxInterval time.Duration
 	// Multiplier grows the wait after each conflict. Default 2.
 	Multiplier float64
 	// Jitter spreads each wait uniformly by ± this fraction, so writers
-	// that conflicted together do not retry together. Default 0.5; a
-	// negative value means none.
+	// that conflicted together do not retry together; at MaxInterval, by
+	// this fraction below it. Default 0.5; a negative value means none.
 	Jitter float64
+}
+
+// backOff is the waits between tries of o (with its defaults).
+func (o RetryOptions) backOff() backoff.BackOff {
+	return &cappedBackOff{&backoff.ExponentialBackOff{
+		InitialInterval:     o.InitialInterval,
+		RandomizationFactor: o.Jitter,
+		Multiplier:          o.Multiplier,
+		MaxInterval:         o.MaxInterval,
+	}}
+}
+
+// cappedBackOff keeps every wait of an ExponentialBackOff within its
+// MaxInterval, which caps the interval before the jitter spreads it: a
+// wait drawn above the cap is reflected below it, so waits at the cap are
+// spread uniformly over [(1-Jitter)·MaxInterval, MaxInterval].
+type cappedBackOff struct{ *backoff.ExponentialBackOff }
+
+func (c *cappedBackOff) NextBackOff() time.Duration {
+	d, limit := c.ExponentialBackOff.NextBackOff(), c.MaxInterval
+	if d > limit {
+		d = max(2*limit-d, 0)
+	}
+	return d
 }
 
 func (o RetryOptions) withDefaults() RetryOptions {
@@ -303,12 +327,7 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 		return errors.New("occ: RetryOnConflict: nil func")
 	}
 	o := opts.withDefaults()
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     o.InitialInterval,
-		RandomizationFactor: o.Jitter,
-		Multiplier:          o.Multiplier,
-		MaxInterval:         o.MaxInterval,
-	}
+	b := o.backOff()
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		if err := ctx.Err(); err != nil {
 			return struct{}{}, backoff.Permanent(err)
