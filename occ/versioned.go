@@ -321,7 +321,8 @@ func (o RetryOptions) withDefaults() RetryOptions {
 //	})
 //
 // Any other error ends the loop and is returned as it is; so is the last
-// conflict when the tries run out, and the context's error when it ends.
+// conflict when the tries run out, and the context's error when it ends
+// (with its cause, if it was cancelled with one: context.WithCancelCause).
 func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx context.Context) error) error {
 	if try == nil {
 		return errors.New("occ: RetryOnConflict: nil func")
@@ -340,6 +341,9 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(o.MaxTries), backoff.WithMaxElapsedTime(0))
 	if pe, ok := err.(*backoff.PermanentError); ok {
 		return pe.Unwrap() // Retry keeps its wrapper on the last try
+	}
+	if cerr := ctx.Err(); cerr != nil && err != nil && err == context.Cause(ctx) && err != cerr {
+		return fmt.Errorf("%w: %w", cerr, err) // Retry gives the cause alone
 	}
 	return err
 }
