@@ -214,8 +214,9 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 var errTxAborted = errors.New("occ: transaction aborted")
 
 // txAborted reports whether q's statements run in a transaction
-// PostgreSQL has aborted: it refuses every statement but the end of the
-// transaction with SQLSTATE 25P02, in_failed_sql_transaction. Any other
+// PostgreSQL has aborted: it refuses every statement but a ROLLBACK (of
+// the transaction or to a savepoint) with SQLSTATE 25P02,
+// in_failed_sql_transaction. Any other
 // answer (success, a lost connection) is not taken for an abort.
 func txAborted(ctx context.Context, q Querier) bool {
 	_, err := q.ExecContext(ctx, `SELECT 1`)
