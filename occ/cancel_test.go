@@ -45,3 +45,26 @@ func TestUpdateCancelled(t *testing.T) {
 		t.Fatalf("Update cancelled while it waited = %v, want an error matching context.Canceled", err)
 	}
 }
+
+// TestRetryOnConflictContextCause: RetryOnConflict ended by its context
+// returns the context's error, as its comment says, also for a context
+// cancelled with a cause (context.WithCancelCause, WithTimeoutCause):
+// errors.Is(err, context.Canceled) holds, and the cause is kept beside it.
+// backoff hands back context.Cause alone, which matched neither.
+func TestRetryOnConflictContextCause(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("shutting down")
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	tries := 0
+	err := occ.RetryOnConflict(cctx, occ.RetryOptions{InitialInterval: time.Microsecond}, func(context.Context) error {
+		tries++
+		if tries == 2 {
+			cancel(cause)
+		}
+		return occ.ErrConflict
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || occ.IsConflict(err) || tries != 2 {
+		t.Fatalf("RetryOnConflict cancelled = %v after %d tries, want an error matching context.Canceled and its cause after 2", err, tries)
+	}
+}

@@ -55,9 +55,11 @@ type appDB struct{ *sql.DB }
 
 // TestVersionedUpdateReplyLostWrappedDB: the lost reply of
 // TestVersionedUpdateReplyLost, through a pool wrapped in the
-// application's own type. Update must take a connection of its own from it
-// too, or database/sql sends the update again, the repeat reads as a
-// conflict, and UpdateRetry applies the deposit a second time.
+// application's own type. Update runs the statement through the type's
+// own methods (they may route it to the context's transaction: see
+// TestUpdateThroughContextRoutingDB), so database/sql sends it again; the
+// repeat must not read as a conflict, or UpdateRetry applies the deposit a
+// second time.
 func TestVersionedUpdateReplyLostWrappedDB(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)

@@ -50,7 +50,8 @@ func TestUpdateRetryInTransactionConflict(t *testing.T) {
 
 // TestUpdateRetryInTransactionReadConflict: a serialization failure that
 // read returns (a SERIALIZABLE read can fail so) also ends UpdateRetry on
-// a transaction, matching ErrConflict, the driver's error kept.
+// a transaction, matching ErrConflict, the driver's error kept: PostgreSQL
+// aborted the transaction (the read raises the failure in it).
 func TestUpdateRetryInTransactionReadConflict(t *testing.T) {
 	t.Parallel()
 	db := database(t)
@@ -61,13 +62,44 @@ func TestUpdateRetryInTransactionReadConflict(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	reads := 0
-	_, err = acc.UpdateRetry(ctx, tx, 1, occ.RetryOptions{}, func(context.Context) (int64, map[string]any, error) {
+	_, err = acc.UpdateRetry(ctx, tx, 1, occ.RetryOptions{}, func(ctx context.Context) (int64, map[string]any, error) {
 		reads++
-		return 0, nil, &pq.Error{Code: "40001", Message: "could not serialize access"}
+		_, err := tx.ExecContext(ctx, `DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = 'serialization_failure'; END $$`)
+		return 0, nil, err
 	})
 	var pe *pq.Error
 	if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" || reads != 1 {
 		t.Fatalf("UpdateRetry whose read failed with 40001 = %v after %d reads; want ErrConflict after 1", err, reads)
+	}
+}
+
+// TestUpdateRetryInTransactionReadConflictElsewhere: a serialization
+// failure that read returns from another transaction (its own
+// SERIALIZABLE one, say) leaves q's transaction usable, and UpdateRetry
+// tries again in it, as it does for any conflict. It had returned the
+// failure at once whenever q was a *sql.Tx, telling the caller to run
+// again a transaction nothing had aborted.
+func TestUpdateRetryInTransactionReadConflictElsewhere(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	acc := accountsTable(t, db)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	reads := 0
+	next, err := acc.UpdateRetry(ctx, tx, 1, occ.RetryOptions{InitialInterval: time.Millisecond}, func(ctx context.Context) (int64, map[string]any, error) {
+		reads++
+		if reads == 1 { // as a failed transaction of read's own reports it
+			return 0, nil, &pq.Error{Code: "40001", Message: "could not serialize access"}
+		}
+		var balance, version int64
+		err := tx.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
+		return version, map[string]any{"balance": balance + 10}, err
+	})
+	if err != nil || next != 2 || reads != 2 {
+		t.Fatalf("UpdateRetry whose first read failed elsewhere = %d, %v after %d reads; want 2, nil after 2", next, err, reads)
 	}
 }
 
@@ -90,5 +122,56 @@ func TestRetryOnConflictLastTryError(t *testing.T) {
 		if err != boom || tries != int(maxTries) { // identity is the point
 			t.Errorf("MaxTries %d: RetryOnConflict = %#v after %d tries, want boom itself after %d", maxTries, err, tries, maxTries)
 		}
+	}
+}
+
+// appTx is a transaction in a type of the application's (sqlx.Tx is one):
+// it embeds *sql.Tx, so it is a Querier, but it is not a *sql.Tx.
+type appTx struct{ *sql.Tx }
+
+// TestUpdateRetryInWrappedTransactionConflict: the lost race of
+// TestUpdateRetryInTransactionConflict, with the transaction reached
+// through a type that is not *sql.Tx: one embedding it, and a pool that
+// runs statements on the context's transaction (ctxDB). UpdateRetry told
+// an aborted transaction by q's type, so through these it read again in
+// the aborted transaction and returned PostgreSQL's 25P02 ("current
+// transaction is aborted"), no conflict: the caller could not tell to run
+// its transaction again, and the serialization failure was lost.
+func TestUpdateRetryInWrappedTransactionConflict(t *testing.T) {
+	t.Parallel()
+	for name, wrap := range map[string]func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier){
+		"embedded": func(_ *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) { return ctx, appTx{tx} },
+		"context": func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) {
+			return context.WithValue(ctx, txKey{}, tx), ctxDB{db}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := database(t)
+			acc := accountsTable(t, db)
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			qctx, q := wrap(db, tx)
+			reads := 0
+			_, err = acc.UpdateRetry(qctx, q, 1, occ.RetryOptions{}, func(ctx context.Context) (int64, map[string]any, error) {
+				reads++
+				var balance, version int64
+				err := q.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
+				if err == nil && reads == 1 { // another writer commits after this transaction's snapshot
+					mustExec(t, db, `UPDATE occ_accounts SET balance = balance + 1, version = version + 1 WHERE id = 1`)
+				}
+				return version, map[string]any{"balance": balance + 10}, err
+			})
+			var pe *pq.Error
+			if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" {
+				t.Fatalf("UpdateRetry in a transaction that lost the race = %v after %d reads; want ErrConflict with SQLSTATE 40001", err, reads)
+			}
+			if reads != 1 {
+				t.Fatalf("read %d times: tried again inside an aborted transaction", reads)
+			}
+		})
 	}
 }

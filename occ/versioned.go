@@ -3,10 +3,12 @@ package occ
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -15,24 +17,19 @@ import (
 
 // Querier is what the writes run their statements on: *sql.DB, *sql.Tx
 // and *sql.Conn all satisfy it, whatever the driver (lib/pq, pgx's stdlib).
-// Pass a *sql.Tx to make a write part of a larger transaction. A pool
-// (*sql.DB, or a type of the application's that embeds one and so has its
-// Conn method) gives VersionedTable.Update a connection of its own, on
-// which a statement is never sent twice.
+// Pass a *sql.Tx to make a write part of a larger transaction. Every
+// statement runs through q's own methods, so a type of the application's
+// (one embedding *sql.Tx, as sqlx.Tx does, or a pool that runs statements
+// on a transaction the context carries) is used as it routes them. The
+// one exception is a *sql.DB itself, from which VersionedTable.Update
+// takes a connection of its own, on which a statement is never sent twice.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// pool is a connection pool Update takes a connection of its own from:
-// *sql.DB, or an application's type that embeds one (sqlx.DB does).
-type pool interface {
-	Conn(ctx context.Context) (*sql.Conn, error)
-}
-
 var (
-	_ pool    = (*sql.DB)(nil)
 	_ Querier = (*sql.DB)(nil)
 	_ Querier = (*sql.Tx)(nil)
 	_ Querier = (*sql.Conn)(nil)
@@ -71,11 +68,17 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // the version on, or the row is gone) it returns an error matching
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
-// for a serialization failure, ErrUnavailable for a lost connection). An
-// update whose reply was lost is never sent again (on a *sql.Tx, a
-// *sql.Conn, or a pool with a Conn method, see Querier): it answers
-// ErrUnavailable (not a conflict, so UpdateRetry does not apply it again),
-// and whether it was applied is the caller's to find out.
+// for a serialization failure, ErrUnavailable for a lost connection).
+//
+// An update whose reply was lost answers ErrUnavailable, not a conflict
+// (so UpdateRetry does not apply it again), and whether it was applied is
+// the caller's to find out. On a *sql.DB (a connection of its own), a
+// *sql.Tx or a *sql.Conn it is never sent again. Through another Querier
+// whose statements reach a pool (an application's type embedding
+// *sql.DB, as sqlx.DB does), database/sql may send it again on another
+// connection, where it matches no row, the version having moved on by
+// this very update: Update sees the arguments converted again for the
+// repeat, and answers ErrUnavailable then too.
 //
 // A version tells the states of a row apart only while the row lives: a
 // row deleted and inserted again under the same id starts again at the
@@ -106,12 +109,15 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 		}
 		cols = append(cols, c)
 	}
-	if db, ok := q.(pool); ok {
+	if db, ok := q.(*sql.DB); ok {
 		// On a connection of its own, so that database/sql never sends
 		// the statement again: it does, on another connection, when the
 		// driver reports the first one bad after sending it (lib/pq
 		// does when the reply is lost), and the repeat, finding the
 		// version moved on by this very update, would read as a conflict.
+		// Only a *sql.DB itself: another type's methods may route the
+		// statement elsewhere (to the context's transaction), and
+		// bypassing them would take the update out of that transaction.
 		c, err := db.Conn(ctx)
 		if err != nil {
 			return 0, dbErr(ctx, "versioned update", err)
@@ -121,7 +127,8 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	}
 	sort.Strings(cols) // one statement text per column set
 	var sb strings.Builder
-	args := []any{id, version}
+	sent := &sendCount{v: version} // counts the sends through other Queriers
+	args := []any{id, sent}
 	sb.WriteString("UPDATE " + table + " SET ")
 	for _, c := range cols {
 		args = append(args, set[c])
@@ -133,6 +140,10 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
+			if n := sent.n.Load(); n > 1 {
+				return 0, fmt.Errorf("%w: versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it",
+					ErrUnavailable, v.Name, idCol, id, n)
+			}
 			return 0, fmt.Errorf("%w: %s %s=%v is no longer at version %d", ErrConflict, v.Name, idCol, id, version)
 		}
 		return 0, dbErr(ctx, "versioned update", err)
@@ -140,23 +151,43 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	return next, nil
 }
 
+// sendCount is Update's version argument. database/sql converts a
+// statement's arguments (calling Value) once for each time it sends the
+// statement, so more than one call means the update was sent again after
+// the driver reported its connection bad, possibly after PostgreSQL had
+// applied it.
+type sendCount struct {
+	v int64
+	n atomic.Int32
+}
+
+// Value returns the version, and counts the call.
+func (s *sendCount) Value() (driver.Value, error) {
+	s.n.Add(1)
+	return s.v, nil
+}
+
 // UpdateRetry is Update inside RetryOnConflict: before every try it calls
 // read, which must read the row afresh and return the version it read and
 // the values to set from what it read. It returns the new version, or the
 // last conflict when the tries run out.
 //
-// When q is a *sql.Tx, a serialization failure or deadlock (SQLSTATE
-// 40001, 40P01), from read or from the update, is returned at once,
-// matching ErrConflict: PostgreSQL aborted the transaction, so nothing
-// more can run in it, and the caller runs its whole transaction again. A
-// conflict that leaves the transaction usable (the row moved on, under
-// READ COMMITTED) is tried again in it.
+// After a serialization failure or deadlock (SQLSTATE 40001, 40P01), from
+// read or from the update, UpdateRetry asks q whether its transaction is
+// still usable, by sending it a statement that does nothing. When
+// PostgreSQL answers that the transaction is aborted (SQLSTATE 25P02), as
+// it always does for a transaction that met such a failure, nothing more
+// can run in it: the failure is returned at once, matching ErrConflict,
+// and the caller runs its whole transaction again. The answer is q's,
+// whatever q's type: a *sql.Tx, a type embedding one (sqlx.Tx), or a
+// pool that runs statements on the context's transaction. A conflict that
+// leaves the transaction usable (the row moved on under READ COMMITTED,
+// or read's failure came from another transaction) is tried again.
 func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts RetryOptions,
 	read func(ctx context.Context) (version int64, set map[string]any, err error)) (int64, error) {
 	if read == nil {
 		return 0, errors.New("occ: UpdateRetry: nil read func")
 	}
-	_, inTx := q.(*sql.Tx)
 	var aborted error // the serialization failure that ended q's transaction
 	var next int64
 	err := RetryOnConflict(ctx, opts, func(ctx context.Context) error {
@@ -164,7 +195,7 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 		if err == nil {
 			next, err = v.Update(ctx, q, id, version, set)
 		}
-		if inTx && sqlstate.Retryable(err) {
+		if sqlstate.Retryable(err) && txAborted(ctx, q) {
 			aborted = err
 			return errTxAborted // not a conflict: ends the loop
 		}
@@ -181,6 +212,21 @@ func (v VersionedTable) UpdateRetry(ctx context.Context, q Querier, id any, opts
 
 // errTxAborted ends UpdateRetry's loop on a transaction PostgreSQL aborted.
 var errTxAborted = errors.New("occ: transaction aborted")
+
+// txAborted reports whether q's statements run in a transaction
+// PostgreSQL has aborted: it refuses every statement but a ROLLBACK (of
+// the transaction or to a savepoint) with SQLSTATE 25P02,
+// in_failed_sql_transaction. Any other
+// answer (success, a lost connection) is not taken for an abort.
+func txAborted(ctx context.Context, q Querier) bool {
+	_, err := q.ExecContext(ctx, `SELECT 1`)
+	code, _ := sqlstate.Code(err)
+	return code == inFailedSQLTransaction
+}
+
+// inFailedSQLTransaction is PostgreSQL's SQLSTATE for a statement sent in
+// a transaction that an earlier error aborted.
+const inFailedSQLTransaction = "25P02"
 
 // Migration returns the SQL that adds the version column to the table
 // (Up: bigint NOT NULL DEFAULT 1, so existing rows start at version 1, as
@@ -202,14 +248,38 @@ type RetryOptions struct {
 	MaxTries uint
 	// InitialInterval is the first wait. Default 5ms.
 	InitialInterval time.Duration
-	// MaxInterval caps one wait. Default 1s.
+	// MaxInterval caps one wait, jitter included. Default 1s.
 	MaxInterval time.Duration
 	// Multiplier grows the wait after each conflict. Default 2.
 	Multiplier float64
 	// Jitter spreads each wait uniformly by ± this fraction, so writers
-	// that conflicted together do not retry together. Default 0.5; a
-	// negative value means none.
+	// that conflicted together do not retry together; at MaxInterval, by
+	// this fraction below it. Default 0.5; a negative value means none.
 	Jitter float64
+}
+
+// backOff is the waits between tries of o (with its defaults).
+func (o RetryOptions) backOff() backoff.BackOff {
+	return &cappedBackOff{&backoff.ExponentialBackOff{
+		InitialInterval:     o.InitialInterval,
+		RandomizationFactor: o.Jitter,
+		Multiplier:          o.Multiplier,
+		MaxInterval:         o.MaxInterval,
+	}}
+}
+
+// cappedBackOff keeps every wait of an ExponentialBackOff within its
+// MaxInterval, which caps the interval before the jitter spreads it: a
+// wait drawn above the cap is reflected below it, so waits at the cap are
+// spread uniformly over [(1-Jitter)·MaxInterval, MaxInterval].
+type cappedBackOff struct{ *backoff.ExponentialBackOff }
+
+func (c *cappedBackOff) NextBackOff() time.Duration {
+	d, limit := c.ExponentialBackOff.NextBackOff(), c.MaxInterval
+	if d > limit {
+		d = max(2*limit-d, 0)
+	}
+	return d
 }
 
 func (o RetryOptions) withDefaults() RetryOptions {
@@ -252,18 +322,14 @@ func (o RetryOptions) withDefaults() RetryOptions {
 //	})
 //
 // Any other error ends the loop and is returned as it is; so is the last
-// conflict when the tries run out, and the context's error when it ends.
+// conflict when the tries run out, and the context's error when it ends
+// (with its cause, if it was cancelled with one: context.WithCancelCause).
 func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx context.Context) error) error {
 	if try == nil {
 		return errors.New("occ: RetryOnConflict: nil func")
 	}
 	o := opts.withDefaults()
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     o.InitialInterval,
-		RandomizationFactor: o.Jitter,
-		Multiplier:          o.Multiplier,
-		MaxInterval:         o.MaxInterval,
-	}
+	b := o.backOff()
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		if err := ctx.Err(); err != nil {
 			return struct{}{}, backoff.Permanent(err)
@@ -276,6 +342,9 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(o.MaxTries), backoff.WithMaxElapsedTime(0))
 	if pe, ok := err.(*backoff.PermanentError); ok {
 		return pe.Unwrap() // Retry keeps its wrapper on the last try
+	}
+	if cerr := ctx.Err(); cerr != nil && err != nil && err == context.Cause(ctx) && err != cerr {
+		return fmt.Errorf("%w: %w", cerr, err) // Retry gives the cause alone
 	}
 	return err
 }

@@ -1,0 +1,41 @@
+package occ
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRetryWaitsCapped: no wait between tries exceeds MaxInterval, as its
+// comment promises, jitter included; waits at the cap are still spread
+// (by Jitter, below it), and the first is InitialInterval spread by
+// Jitter. backoff's ExponentialBackOff caps the interval before spreading
+// it, so with the default Jitter a wait could be 1.5 times MaxInterval.
+func TestRetryWaitsCapped(t *testing.T) {
+	t.Parallel()
+	for _, o := range []RetryOptions{
+		{},
+		{InitialInterval: 40 * time.Millisecond, MaxInterval: 50 * time.Millisecond},
+		{InitialInterval: time.Second, MaxInterval: time.Second, Jitter: 1},
+		{MaxInterval: 20 * time.Millisecond, Jitter: -1},
+	} {
+		o = o.withDefaults()
+		b := o.backOff()
+		first := b.NextBackOff()
+		if lo, hi := time.Duration(float64(o.InitialInterval)*(1-o.Jitter)), min(o.MaxInterval, time.Duration(float64(o.InitialInterval)*(1+o.Jitter))+1); first < lo || first > hi {
+			t.Errorf("%+v: first wait %v, want within [%v, %v]", o, first, lo, hi)
+		}
+		seen := map[time.Duration]bool{}
+		for i := range 2000 {
+			d := b.NextBackOff()
+			if d > o.MaxInterval || d < 0 {
+				t.Fatalf("%+v: wait %d is %v, above MaxInterval", o, i+2, d)
+			}
+			if i >= 100 {
+				seen[d] = true
+			}
+		}
+		if o.Jitter > 0 && len(seen) < 100 {
+			t.Errorf("%+v: waits at the cap took %d values: not spread", o, len(seen))
+		}
+	}
+}
