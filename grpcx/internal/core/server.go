@@ -144,6 +144,9 @@ func hasAny(d protoreflect.MessageDescriptor, ext bool) bool {
 			return false
 		}
 		seen[d.FullName()] = true
+		if ext && d.ExtensionRanges().Len() > 0 {
+			return true
+		}
 		fields := d.Fields()
 		for i := range fields.Len() {
 			fd := fields.Get(i)
