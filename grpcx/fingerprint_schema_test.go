@@ -145,7 +145,8 @@ func previousFingerprint(_ string, req any) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// TestFingerprintUpgrade: a record stored by the previous release, whose
+// TestFingerprintUpgrade: a request encoded in field order fingerprints as
+// the previous release did; a record stored by the previous release, whose
 // fingerprint was computed otherwise for this request (an old server with
 // unknown fields before known ones), still replays on this release, and
 // another request under its key is still refused.
@@ -158,6 +159,13 @@ func TestFingerprintUpgrade(t *testing.T) {
 	ctx := context.Background()
 	req := newCharge(t, newMD, "rent")
 
+	// A request in field order (the common case) fingerprints as before:
+	// its old records match at the first claim.
+	for _, m := range []proto.Message{amountReq(100), decodeAs(t, newMD, clientBytes(t, req))} {
+		if was, _ := previousFingerprint("", m); was != mustFingerprint(t, m) {
+			t.Errorf("%v: fingerprint changed: %s, was %s", m, mustFingerprint(t, m), was)
+		}
+	}
 	b := clientBytes(t, req)
 	if was, _ := previousFingerprint("", decodeAs(t, oldMD, b)); was == mustFingerprint(t, decodeAs(t, oldMD, b)) {
 		t.Fatal("the test's request fingerprints as it did before: it proves nothing")
