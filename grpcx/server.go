@@ -355,9 +355,11 @@ func (c *capture) metadata() (header, trailer core.MD) {
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
-// the request's fingerprint: what a handler passes to downstream writes
-// (lease.Fence, lease.KeyFor). ok is false outside a guarded call (a
-// method not guarded, an optional key not sent).
+// the request's fingerprint, the one the key is held under (the previous
+// release's when the key's record was stored with it; see
+// DefaultFingerprint): what a handler passes to downstream writes
+// (lease.Fence, lease.KeyFor, backstop.Commit). ok is false outside a
+// guarded call (a method not guarded, an optional key not sent).
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
 	return core.ClaimFrom(ctx)
 }

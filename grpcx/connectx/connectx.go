@@ -159,7 +159,8 @@ func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
-// the request's fingerprint. ok is false outside a guarded call.
+// the request's fingerprint, the one the key is held under (see
+// grpcx.ClaimFrom). ok is false outside a guarded call.
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
 	return core.ClaimFrom(ctx)
 }
