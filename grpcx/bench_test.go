@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemguard/idemguard/grpcx"
@@ -58,5 +60,32 @@ func BenchmarkInterceptor(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkFingerprint is DefaultFingerprint alone (no store): a
+// google.protobuf.Struct request, the same packed in an Any, and a request
+// holding fields its server does not know.
+//
+//	go test -run XXX -bench Fingerprint -benchmem   (in grpcx/)
+func BenchmarkFingerprint(b *testing.B) {
+	oldMD, newMD := chargeSchemas(b)
+	wire := clientBytes(b, newCharge(b, newMD, "rent"))
+	packed, err := anypb.New(amountReq(1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		req  proto.Message
+	}{{"struct", amountReq(1000)}, {"any", packed}, {"known", decodeAs(b, newMD, wire)}, {"unknown", decodeAs(b, oldMD, wire)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := grpcx.DefaultFingerprint(chargeName, bc.req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

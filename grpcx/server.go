@@ -168,9 +168,19 @@ func DefaultReplayMetadata(name string) bool { return core.DefaultReplayMetadata
 // name and its deterministic protobuf encoding (proto.MarshalOptions
 // Deterministic: map entries sorted), so a retry of the same request, in
 // any field order the client encoded it, fingerprints the same. The
-// message packed in a google.protobuf.Any (at any depth) is taken in its
-// deterministic encoding too, when its type is linked into the server:
-// Go's protobuf packs a map in a random order. Unknown fields count. The method is not part of it: it is in the key's scope.
+// message packed in a google.protobuf.Any (at any depth, extensions
+// included) is taken in its deterministic encoding too, when its type is
+// linked into the server: Go's protobuf packs a map in a random order.
+// In every message the server's schema knows, the fields, known or not,
+// are taken in field-number order, so the same bytes fingerprint the same
+// on a server that knows a field and on one that does not (a rolling
+// deploy of a newer .proto); the bytes of a field the server does not know
+// are taken as they came. Unknown fields and extensions count. The method
+// is not part of it: it is in the key's scope. A key whose record holds
+// the fingerprint of releases before this order (which differs only for
+// requests not encoded in field order: unknown fields, extensions, oneofs)
+// is compared with that one too, so records stored before an upgrade
+// replay; see docs/design.md, section 11, "gRPC fingerprints".
 // A request that is not a proto.Message gets an error: set
 // Options.Fingerprint for other codecs.
 func DefaultFingerprint(fullMethod string, req any) (string, error) {
@@ -345,9 +355,11 @@ func (c *capture) metadata() (header, trailer core.MD) {
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
-// the request's fingerprint: what a handler passes to downstream writes
-// (lease.Fence, lease.KeyFor). ok is false outside a guarded call (a
-// method not guarded, an optional key not sent).
+// the request's fingerprint, the one the key is held under (the previous
+// release's when the key's record was stored with it; see
+// DefaultFingerprint): what a handler passes to downstream writes
+// (lease.Fence, lease.KeyFor, backstop.Commit). ok is false outside a
+// guarded call (a method not guarded, an optional key not sent).
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
 	return core.ClaimFrom(ctx)
 }

@@ -130,7 +130,9 @@ func DefaultRelease(c connect.Code) bool { return core.DefaultRelease(uint32(c))
 
 // DefaultFingerprint is grpcx.DefaultFingerprint: SHA-256 over the request
 // message's full name and its deterministic protobuf encoding (that of a
-// message packed in a google.protobuf.Any too, when its type is linked).
+// message packed in a google.protobuf.Any too, when its type is linked),
+// with the fields of every message the server knows in field-number
+// order, unknown fields among them.
 func DefaultFingerprint(procedure string, req any) (string, error) {
 	return core.DefaultFingerprint("connectx", procedure, req)
 }
@@ -157,7 +159,8 @@ func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
-// the request's fingerprint. ok is false outside a guarded call.
+// the request's fingerprint, the one the key is held under (see
+// grpcx.ClaimFrom). ok is false outside a guarded call.
 func ClaimFrom(ctx context.Context) (lease guard.Lease, fingerprint string, ok bool) {
 	return core.ClaimFrom(ctx)
 }

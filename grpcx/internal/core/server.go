@@ -70,20 +70,40 @@ func DefaultReplayMetadata(name string) bool { return !private[name] }
 
 // DefaultFingerprint: see grpcx.DefaultFingerprint.
 func DefaultFingerprint(pkg, method string, req any) (string, error) {
+	return fingerprint(pkg, method, req, true)
+}
+
+// previousFingerprint is DefaultFingerprint as releases before fields were
+// put in number order computed it (the deterministic encoding as Go writes
+// it: extensions first, oneof members after the other fields, unknown
+// fields last). Begin compares a stored fingerprint with it too, so that
+// the records those releases stored replay (docs/design.md, section 11,
+// "gRPC fingerprints").
+func previousFingerprint(pkg, method string, req any) (string, error) {
+	return fingerprint(pkg, method, req, false)
+}
+
+// fingerprint is DefaultFingerprint, with fields in number order (sorted)
+// or as Go writes them.
+func fingerprint(pkg, method string, req any, sorted bool) (string, error) {
 	m, ok := req.(proto.Message)
 	if !ok {
 		return "", fmt.Errorf("%s: request of %s is %T, not a proto.Message; set Options.Fingerprint", pkg, method, req)
 	}
-	if hasAny(m.ProtoReflect().Descriptor()) {
+	d := m.ProtoReflect().Descriptor()
+	if hasAny(d, sorted) {
 		m = proto.Clone(m) // the handler gets the request as it came
-		canonicalAnys(m.ProtoReflect())
+		canonicalAnys(m.ProtoReflect(), sorted)
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("%s: fingerprint of %s: %w", pkg, method, err)
 	}
+	if sorted {
+		sortFields(b, d)
+	}
 	h := sha256.New()
-	name := m.ProtoReflect().Descriptor().FullName()
+	name := d.FullName()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
 	h.Write(n[:])
@@ -97,12 +117,21 @@ func DefaultFingerprint(pkg, method string, req any) (string, error) {
 const anyName protoreflect.FullName = "google.protobuf.Any"
 
 // withAny caches hasAny's answer per request type.
-var withAny sync.Map // protoreflect.FullName → bool
+var withAny sync.Map // anyQuery → bool
+
+type anyQuery struct {
+	name protoreflect.FullName
+	ext  bool
+}
 
 // hasAny reports whether a message of type d can hold a
-// google.protobuf.Any, at any depth.
-func hasAny(d protoreflect.MessageDescriptor) bool {
-	if v, ok := withAny.Load(d.FullName()); ok {
+// google.protobuf.Any, at any depth. With ext, a message that can be
+// extended may (an extension can be of any type, and be linked in from
+// anywhere); without, extensions are not looked at, as releases before
+// previousFingerprint's did not.
+func hasAny(d protoreflect.MessageDescriptor, ext bool) bool {
+	q := anyQuery{d.FullName(), ext}
+	if v, ok := withAny.Load(q); ok {
 		return v.(bool)
 	}
 	seen := map[protoreflect.FullName]bool{}
@@ -115,6 +144,9 @@ func hasAny(d protoreflect.MessageDescriptor) bool {
 			return false
 		}
 		seen[d.FullName()] = true
+		if ext && d.ExtensionRanges().Len() > 0 {
+			return true
+		}
 		fields := d.Fields()
 		for i := range fields.Len() {
 			fd := fields.Get(i)
@@ -128,17 +160,18 @@ func hasAny(d protoreflect.MessageDescriptor) bool {
 		return false
 	}
 	has := reach(d)
-	withAny.Store(d.FullName(), has)
+	withAny.Store(q, has)
 	return has
 }
 
-// canonicalAnys rewrites, at every depth of m, the value of each
-// google.protobuf.Any whose type is linked into the program as that
-// message's deterministic encoding (its own Anys rewritten first), so
-// that a packed message fingerprints the same in whatever order its
-// fields or map entries were encoded. Anys of unknown types, or whose
-// value does not decode, keep their bytes.
-func canonicalAnys(m protoreflect.Message) {
+// canonicalAnys rewrites, at every depth of m (extensions included), the
+// value of each google.protobuf.Any whose type is linked into the program
+// as that message's deterministic encoding (its own Anys rewritten first;
+// its fields in number order if sorted, see sortFields), so that a packed
+// message fingerprints the same in whatever order its fields or map
+// entries were encoded. Anys of unknown types, or whose value does not
+// decode, keep their bytes.
+func canonicalAnys(m protoreflect.Message, sorted bool) {
 	if m.Descriptor().FullName() == anyName {
 		fields := m.Descriptor().Fields()
 		url, value := fields.ByNumber(1), fields.ByNumber(2)
@@ -153,43 +186,78 @@ func canonicalAnys(m protoreflect.Message) {
 		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(m.Get(value).Bytes(), inner.Interface()); err != nil {
 			return
 		}
-		canonicalAnys(inner)
+		canonicalAnys(inner, sorted)
 		b, err := proto.MarshalOptions{AllowPartial: true, Deterministic: true}.Marshal(inner.Interface())
 		if err != nil {
 			return
 		}
+		if sorted {
+			sortFields(b, inner.Descriptor())
+		}
 		m.Set(value, protoreflect.ValueOfBytes(b))
 		return
 	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsMap():
-			if fd.MapValue().Message() != nil {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					canonicalAnys(mv.Message())
-					return true
-				})
+	if sorted {
+		m.Range(anysSorted)
+	} else {
+		m.Range(anysPrevious)
+	}
+}
+
+// anysSorted and anysPrevious are canonicalAnys's visits of a field, as
+// functions that capture nothing (a closure capturing sorted would be
+// allocated for every message visited).
+func anysSorted(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	return anysIn(fd, v, true)
+}
+
+func anysPrevious(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	return anysIn(fd, v, false)
+}
+
+func mapAnysSorted(_ protoreflect.MapKey, v protoreflect.Value) bool {
+	canonicalAnys(v.Message(), true)
+	return true
+}
+
+func mapAnysPrevious(_ protoreflect.MapKey, v protoreflect.Value) bool {
+	canonicalAnys(v.Message(), false)
+	return true
+}
+
+// anysIn is canonicalAnys on the messages of field fd, of value v.
+func anysIn(fd protoreflect.FieldDescriptor, v protoreflect.Value, sorted bool) bool {
+	switch {
+	case fd.IsMap():
+		if fd.MapValue().Message() != nil {
+			if sorted {
+				v.Map().Range(mapAnysSorted)
+			} else {
+				v.Map().Range(mapAnysPrevious)
 			}
-		case fd.Message() == nil:
-		case fd.IsList():
-			for i := range v.List().Len() {
-				canonicalAnys(v.List().Get(i).Message())
-			}
-		default:
-			canonicalAnys(v.Message())
 		}
-		return true
-	})
+	case fd.Message() == nil:
+	case fd.IsList():
+		for i := range v.List().Len() {
+			canonicalAnys(v.List().Get(i).Message(), sorted)
+		}
+	default:
+		canonicalAnys(v.Message(), sorted)
+	}
+	return true
 }
 
 // Server is the shared server side: what happens before and after the
 // handler.
 type Server struct {
-	g       *guard.Guard
-	cfg     Config
-	methods map[string]bool
-	runs    adapter.RunTimes
-	end     adapter.Ender // completes and releases claims
+	g   *guard.Guard
+	cfg Config
+	// previous, with the default fingerprint, is previousFingerprint:
+	// what a claim refused as a mismatch is tried with again.
+	previous func(method string, req any) (string, error)
+	methods  map[string]bool
+	runs     adapter.RunTimes
+	end      adapter.Ender // completes and releases claims
 }
 
 // New checks cfg, fills its defaults and returns a Server. It panics on a
@@ -221,8 +289,10 @@ func New(g *guard.Guard, cfg Config) *Server {
 		cfg.Metadata = DefaultMetadata
 	}
 	cfg.Metadata = strings.ToLower(cfg.Metadata)
+	var previous func(string, any) (string, error)
 	if cfg.Fingerprint == nil {
 		cfg.Fingerprint = func(method string, req any) (string, error) { return DefaultFingerprint(p, method, req) }
+		previous = func(method string, req any) (string, error) { return previousFingerprint(p, method, req) }
 	}
 	if cfg.MaxStoredResponse <= 0 {
 		cfg.MaxStoredResponse = DefaultMaxStoredResponse
@@ -240,7 +310,7 @@ func New(g *guard.Guard, cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	end := adapter.Ender{Guard: g, Logger: cfg.Logger, Prefix: p + ": ", LogKeys: cfg.LogKeys}
-	return &Server{g: g, cfg: cfg, methods: methods, end: end}
+	return &Server{g: g, cfg: cfg, previous: previous, methods: methods, end: end}
 }
 
 // Begun is what Begin decided.
@@ -300,18 +370,18 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 	}
 	key := guard.Key{Scope: scope, ID: id}
 
-	// Hold claims even if the client hangs up meanwhile: a claim cut off
-	// after the store took it would lock the key for a whole lease. It
-	// bounds the call itself and keeps the lease alive from then on.
-	out, held, err := s.g.Hold(ctx, key, fingerprint)
-	if _, busy := errors.AsType[*guard.InProgressError](err); busy && s.cfg.Wait > 0 {
-		out, err, ok = s.wait(ctx, key, fingerprint)
-		if !ok {
-			return Begun{Gone: true} // nothing was claimed
+	out, held, err, gone := s.claim(ctx, key, fingerprint)
+	if errors.Is(err, guard.ErrMismatch) && s.previous != nil {
+		// A record stored by a release that fingerprinted this request
+		// otherwise is this request's if it has that fingerprint.
+		if prev, perr := s.previous(method, req); perr == nil && prev != fingerprint {
+			if pout, pheld, perr, pgone := s.claim(ctx, key, prev); !errors.Is(perr, guard.ErrMismatch) {
+				out, held, err, gone, fingerprint = pout, pheld, perr, pgone, prev
+			}
 		}
-		if err == nil && out.Status == guard.Acquired {
-			held = s.g.Keep(ctx, out.Lease)
-		}
+	}
+	if gone {
+		return Begun{Gone: true} // nothing was claimed
 	}
 	if err != nil {
 		return Begun{Error: s.rejectClaim(key, method, err)}
@@ -325,6 +395,27 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 		return Begun{Gone: true}
 	}
 	return Begun{Run: true, Held: held, Fingerprint: fingerprint}
+}
+
+// claim claims key for fingerprint, waiting for another holder if
+// Config.Wait says so. gone: the client left while it waited, and nothing
+// was claimed.
+func (s *Server) claim(ctx context.Context, key guard.Key, fingerprint string) (out guard.Outcome, held *guard.Held, err error, gone bool) {
+	// Hold claims even if the client hangs up meanwhile: a claim cut off
+	// after the store took it would lock the key for a whole lease. It
+	// bounds the call itself and keeps the lease alive from then on.
+	out, held, err = s.g.Hold(ctx, key, fingerprint)
+	if _, busy := errors.AsType[*guard.InProgressError](err); busy && s.cfg.Wait > 0 {
+		var ok bool
+		out, err, ok = s.wait(ctx, key, fingerprint)
+		if !ok {
+			return out, nil, err, true
+		}
+		if err == nil && out.Status == guard.Acquired {
+			held = s.g.Keep(ctx, out.Lease)
+		}
+	}
+	return out, held, err, false
 }
 
 func (s *Server) requestKey(ctx context.Context, req any, incoming func(string) []string) (string, *spb.Status) {
