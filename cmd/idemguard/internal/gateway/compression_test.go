@@ -61,3 +61,45 @@ func TestReplayReadableWhateverTheRetryAccepts(t *testing.T) {
 		t.Fatalf("upstream ran %d times", n)
 	}
 }
+
+// TestUndecodableGzipAnswerKeptAsItCame: an upstream that answers with
+// Content-Encoding: gzip and a body that is no gzip still answered: its
+// effect happened and its status says how it went. That answer is the
+// key's result as the upstream sent it (status, headers, the bytes as they
+// came, Content-Encoding included), the same for the first caller and every
+// retry, which never reaches the upstream; not a 500 outcome-unknown.
+func TestUndecodableGzipAnswerKeptAsItCame(t *testing.T) {
+	const raw = "this is not gzip"
+	u := newUpstream(t)
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, raw)
+		return true
+	})
+	e := startGateway(t, basicConfig, u.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for i := range 3 {
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"bad-gzip"}`))
+		req.Header.Set("Idempotency-Key", "k-bad-gzip")
+		req.Header.Set("X-Account-Id", "acme")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusCreated || string(b) != raw ||
+			resp.Header.Get("Content-Encoding") != "gzip" || (resp.Header.Get("Idempotent-Replayed") == "true") != (i > 0) {
+			t.Fatalf("request %d: %d %q %v, %v; want the upstream's 201 with its gzip-labelled bytes as they came", i, resp.StatusCode, b, resp.Header, err)
+		}
+	}
+	if n := u.count("bad-gzip"); n != 1 {
+		t.Fatalf("upstream ran %d times", n)
+	}
+	if !strings.Contains(e.logs.String(), "does not decode") {
+		t.Errorf("no log line about the undecodable answer:\n%s", e.logs.String())
+	}
+}

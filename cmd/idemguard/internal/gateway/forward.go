@@ -78,6 +78,7 @@ type attempt struct {
 	forwardedAt time.Time // when the step was first recorded (by this or an earlier attempt)
 	wrote       atomic.Bool
 	switched    atomic.Bool // the upstream switched protocols: its session is the answer
+	askedGzip   bool        // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
@@ -433,10 +434,14 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			if a := attemptFrom(pr.In.Context()); a != nil {
 				pr.Out.Header.Del("Expect") // the body was read already
 				// The answer is stored for every retry, whatever coding
-				// that retry accepts: leave the negotiation to the
-				// Transport, which asks for gzip and decompresses it, so
-				// what is stored is the plain body.
+				// that retry accepts: the gateway asks for gzip itself and
+				// decodes it (holdAnswer, readHeld), so what is stored is
+				// the plain body (or, if it does not decode, the answer as
+				// it came).
 				pr.Out.Header.Del("Accept-Encoding")
+				if a.askedGzip = asksGzip(pr.Out); a.askedGzip {
+					pr.Out.Header.Set("Accept-Encoding", "gzip")
+				}
 				// The client's own key is not the upstream's: it is not
 				// scoped by caller, so an upstream deduplicating on it
 				// could answer one caller with another's result. Only
@@ -458,7 +463,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			if res.StatusCode == http.StatusSwitchingProtocols {
 				a.switched.Store(true)
 			}
-			return rt.holdAnswer(res)
+			return rt.holdAnswer(res, a)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if rt == nil || attemptFrom(r.Context()) == nil {
@@ -474,9 +479,10 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 // holdAnswer reads the upstream's answer up to the stored limit before
 // anything is sent, so a body that breaks within it is an unknown outcome
 // (answered by failed), not a truncated response stored as complete. A
-// longer body streams on: the key keeps the marker httpx stores. A 101
-// passes untouched.
-func (rt *route) holdAnswer(res *http.Response) error {
+// longer body streams on: the key keeps the marker httpx stores. A gzip
+// answer the gateway asked for is decoded (readHeld); one that does not
+// decode is kept as it came. A 101 passes untouched.
+func (rt *route) holdAnswer(res *http.Response, a *attempt) error {
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the switched connection: the proxy copies it both
 		// ways until either side closes (read here, it would wait for the
@@ -484,9 +490,12 @@ func (rt *route) holdAnswer(res *http.Response) error {
 		return nil
 	}
 	limit := int64(rt.cfg.MaxStoredResponse)
-	body, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	body, rest, undecodable, err := readHeld(res, a.askedGzip, limit)
 	if err != nil {
 		return fmt.Errorf("reading the upstream's answer: %w", err)
+	}
+	if undecodable != nil {
+		rt.gw.logOutcome(res.Request, rt, a.lease, "the upstream's answer says gzip but does not decode; kept as it came", undecodable)
 	}
 	if int64(len(body)) <= limit {
 		_ = res.Body.Close()
@@ -517,7 +526,7 @@ func (rt *route) holdAnswer(res *http.Response) error {
 	res.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+	}{io.MultiReader(bytes.NewReader(body), rest), res.Body}
 	return nil
 }
 
