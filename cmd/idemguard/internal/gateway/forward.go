@@ -289,7 +289,7 @@ type route struct {
 	gw      *Gateway
 	cfg     Route
 	name    string // the pattern, for metrics and logs
-	proxy   *httputil.ReverseProxy
+	proxy   transparent
 	methods map[string]bool
 }
 
@@ -409,10 +409,10 @@ func (rt *route) serveProxy(w http.ResponseWriter, r *http.Request) (aborted boo
 
 // newProxy returns the reverse proxy of a route (or, with rt.cfg zero, of
 // the pass-through).
-func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
+func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 	xf := gw.cfg.XForwarded
 	keyHeader := gw.cfg.ForwardKeyHeader
-	return &httputil.ReverseProxy{
+	return transparent{&httputil.ReverseProxy{
 		Transport: gw.transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -473,7 +473,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			rt.failed(w, r, err)
 		},
 		ErrorLog: gw.errorLog,
-	}
+	}}
 }
 
 // holdAnswer reads the upstream's answer up to the stored limit before
