@@ -32,8 +32,12 @@ import (
 //
 //   - a request whose step was never recorded by this attempt never left
 //     the gateway (the dial failed, the gateway was shutting down, the
-//     step could not be stored): the key is released, the answer is 503
-//     with Retry-After, and the retry forwards it;
+//     step could not be stored), nor did one whose writes all failed with
+//     nothing written (a connection reset or closed before its first
+//     byte): the key is released, the answer is 503 with Retry-After, and
+//     the retry forwards it (the release deletes the record, step and
+//     all; a release that fails leaves the step, and the key is then
+//     answered outcome-unknown, the safe side);
 //   - once the step is recorded, the request may have reached the
 //     upstream, and its effect may have happened: whatever the upstream
 //     answers (5xx included) is stored as the key's result, and a failure
@@ -68,15 +72,16 @@ type attempt struct {
 	ctx    context.Context
 
 	mu          sync.Mutex
-	conn        *gateConn // the connection the gate last let bytes go to
-	stepped     bool      // the step was asked for
-	stepErr     error     // why the gate refuses every write of this attempt
-	permitted   bool      // the gate let a write through: the request may have been delivered
-	earlier     bool      // an earlier attempt of the key recorded the step
-	sealed      bool      // the outcome was decided: no more writes
-	failed      bool      // the exchange failed (failed answered it)
-	forwardedAt time.Time // when the step was first recorded (by this or an earlier attempt)
-	wrote       atomic.Bool
+	conn        *gateConn   // the connection the gate last let bytes go to
+	stepped     bool        // the step was asked for
+	forwardN    int         // this attempt recorded the forward step forwardName(forwardN); 0: it did not
+	writing     int         // writes let through that have not returned
+	stepErr     error       // why the gate refuses every write of this attempt
+	earlier     bool        // an earlier attempt of the key recorded the step
+	sealed      bool        // the outcome was decided: no more writes
+	failed      bool        // the exchange failed (failed answered it)
+	forwardedAt time.Time   // when the step was first recorded (by this or an earlier attempt)
+	wrote       atomic.Bool // a write let through put bytes on a connection: the request may have been delivered
 	switched    atomic.Bool // the upstream switched protocols: its session is the answer
 	askedGzip   bool        // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
 }
@@ -94,22 +99,17 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 	}
 	if !a.stepped {
 		a.stepped = true
-		ran := false
-		now := time.Now()
-		ms, err := guard.Step(a.ctx, a.lease, forwardStep, func(context.Context) (int64, error) {
-			ran = true
-			return now.UnixMilli(), nil
-		})
+		ran, at, err := a.recordForward(time.Now())
 		switch {
 		case err != nil:
 			a.stepErr = fmt.Errorf("gateway: recording the forward step: %w", err)
 		case !ran:
-			a.earlier, a.forwardedAt = true, time.UnixMilli(ms)
+			a.earlier, a.forwardedAt = true, at
 			if !a.resend {
 				a.stepErr = errEarlierForward
 			}
 		default:
-			a.forwardedAt = now
+			a.forwardedAt = at
 		}
 	}
 	if a.stepErr != nil {
@@ -120,18 +120,33 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 		// failed; after bytes went out, the upstream may have acted.
 		return errRetryAfterWrite
 	}
-	a.conn, a.permitted = c, true
+	a.conn = c
+	a.writing++
 	return nil
 }
 
+// afterWrite is called when a write beforeWrite let through returned,
+// with how many bytes it put on the connection.
+func (a *attempt) afterWrite(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.writing--
+	if n > 0 {
+		a.wrote.Store(true)
+	}
+}
+
 // seal ends a failed attempt and reports whether the request may have reached
-// the upstream: whether the gate ever let a write through. After seal no
+// the upstream: whether a write the gate let through put any byte on a
+// connection, or may still (it has not returned). A write that failed with
+// nothing written (the connection was reset or closed, its deadline
+// passed) sent nothing, though the step was recorded for it. After seal no
 // write of the attempt passes.
 func (a *attempt) seal() (delivered bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sealed, a.failed = true, true
-	return a.permitted
+	return a.wrote.Load() || a.writing > 0
 }
 
 // finish seals the attempt after the proxy returned and reports whether
@@ -180,8 +195,8 @@ func (c *gateConn) Write(p []byte) (int, error) {
 		}
 	}
 	n, err := c.Conn.Write(p)
-	if a != nil && n > 0 {
-		a.wrote.Store(true)
+	if a != nil {
+		a.afterWrite(n)
 	}
 	return n, err
 }
@@ -543,6 +558,15 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 	delivered := a.seal()
 	_, at, stepErr := a.state()
 	lease := a.lease
+	if !delivered && a.forwardN > 0 { // sealed: forwardN no longer changes
+		// This attempt recorded its forward step and sent nothing: say so
+		// in the record before the key is released, or the next claim
+		// would take the step for a delivery.
+		if merr := a.markUnsent(); merr != nil {
+			delivered = true // the record keeps a forward the next claim cannot tell from a delivery
+			rt.gw.logOutcome(r, rt, lease, "nothing of the request was sent, but the record could not say so; handled as possibly delivered", merr)
+		}
+	}
 	switch {
 	case !delivered && errors.Is(stepErr, errEarlierForward):
 		// An earlier holder forwarded it; this one sent nothing.

@@ -20,7 +20,8 @@
 // it is stored. Then:
 //
 //   - no step recorded by this attempt means nothing was sent (the dial
-//     failed, the gateway stopped first): the key is released and the
+//     failed, the gateway stopped first), and so does a step whose writes
+//     all failed with no byte written: the key is released and the
 //     answer is 503 not-forwarded with Retry-After;
 //   - after the step, the upstream's answer, whatever its status, is the
 //     key's result; a failure (broken connection, timeout, lost lease)
