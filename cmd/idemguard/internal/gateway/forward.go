@@ -35,9 +35,10 @@ import (
 //     step could not be stored), nor did one whose writes all failed with
 //     nothing written (a connection reset or closed before its first
 //     byte): the key is released, the answer is 503 with Retry-After, and
-//     the retry forwards it (the release deletes the record, step and
-//     all; a release that fails leaves the step, and the key is then
-//     answered outcome-unknown, the safe side);
+//     the retry forwards it (a forward step that sent nothing is marked
+//     so before the release, which keeps a record's steps: unsent.go; a
+//     mark that cannot be stored leaves the key outcome-unknown, the safe
+//     side);
 //   - once the step is recorded, the request may have reached the
 //     upstream, and its effect may have happened: whatever the upstream
 //     answers (5xx included) is stored as the key's result, and a failure
