@@ -13,9 +13,17 @@ import (
 // length, would store and replay that guess. The upstream's silence is
 // passed on instead (a field set to nil: net/http then sends none, and
 // httpx stores and replays none).
-type transparent struct{ *httputil.ReverseProxy }
+// A request that asks to switch protocols is served by serveSession.
+type transparent struct {
+	*httputil.ReverseProxy
+	gw *Gateway
+}
 
 func (p transparent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if asksUpgrade(r.Header) {
+		p.serveSession(w, r)
+		return
+	}
 	p.ReverseProxy.ServeHTTP(noTypeGuess{w}, r)
 }
 

@@ -472,6 +472,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
+			gw.switching(res)
 			a := attemptFrom(res.Request.Context())
 			if rt == nil || a == nil {
 				return nil
@@ -489,7 +490,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 			rt.failed(w, r, err)
 		},
 		ErrorLog: gw.errorLog,
-	}}
+	}, gw}
 }
 
 // holdAnswer reads the upstream's answer up to the stored limit before

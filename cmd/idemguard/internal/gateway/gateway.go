@@ -104,6 +104,7 @@ type Gateway struct {
 	handler   http.Handler
 	admin     *http.ServeMux
 	routes    []*route
+	sessions  sessionSet // switched sessions running
 
 	hardStop     context.Context // cancelled when in-flight requests must end
 	stopRequests context.CancelCauseFunc
@@ -187,7 +188,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	} else {
 		gw.admin.Handle("GET /inventory", gw.inv.Handler())
 	}
-	gw.handler = mux
+	gw.handler = gw.trackSessions(mux)
 	return gw, nil
 }
 
@@ -368,7 +369,9 @@ func (gw *Gateway) Prepare(ctx context.Context) error {
 // which is stored). Past it, what still runs is ended: a request not yet
 // sent to the upstream releases its key and is answered 503; one that
 // was sent stores the outcome-unknown answer (or releases its key, with
-// unknown_outcome: resend); waiting duplicates get 503.
+// unknown_outcome: resend); waiting duplicates get 503. Switched sessions
+// get the same timeout, then are closed (sessions.go); Serve returns once
+// they are.
 func (gw *Gateway) Serve(ctx context.Context, ln, admin net.Listener) error {
 	if err := gw.Prepare(ctx); err != nil {
 		return err
@@ -396,18 +399,30 @@ func (gw *Gateway) Serve(ctx context.Context, ln, admin net.Listener) error {
 	gw.log.Info("gateway: shutting down", "timeout", gw.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.ShutdownTimeout)
 	err := srv.Shutdown(sctx)
+	// Switched sessions are no longer the Server's: they get what is left
+	// of the same timeout (sessions.go).
+	open := gw.sessions.wait(sctx)
 	cancel()
-	if err != nil {
+	if err != nil || open > 0 {
 		// Time is up: end what still runs; its answers are written (and
 		// stored, or its keys released) within the store's write budget.
-		gw.log.Warn("gateway: requests still running at the shutdown timeout; ending them")
+		if err != nil {
+			gw.log.Warn("gateway: requests still running at the shutdown timeout; ending them")
+		}
+		if open > 0 {
+			gw.log.Warn("gateway: switched sessions still open at the shutdown timeout; closing them", "sessions", open)
+		}
 		gw.stopRequests(errShuttingDown)
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = srv.Shutdown(sctx)
-		cancel()
 		if err != nil {
-			_ = srv.Close()
+			if err = srv.Shutdown(sctx); err != nil {
+				_ = srv.Close()
+			}
 		}
+		if n := gw.sessions.wait(sctx); n > 0 {
+			gw.log.Error("gateway: switched sessions did not end once closed", "sessions", n)
+		}
+		cancel()
 	}
 	for _, s := range servers[1:] {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
