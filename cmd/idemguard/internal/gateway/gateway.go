@@ -156,6 +156,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if cfg.JWT != nil {
 		verify = newVerifier(cfg.JWT)
 	}
+	loose := http.NewServeMux() // variants.go
 	for _, rc := range cfg.Routes {
 		g := guard.New(store, guard.Options{TTL: rc.TTL, Lease: rc.Lease, MaxRun: rc.Timeout + rc.Lease, Observer: observer})
 		rt := &route{gw: gw, cfg: rc, name: rc.Pattern, methods: map[string]bool{}}
@@ -172,9 +173,22 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		mw = append(mw, httpx.Guard(g, gw.httpxOptions(rc)))
 		mux.Handle(rc.Pattern, rt, mw...)
 		gw.routes = append(gw.routes, rt)
+		var chain http.Handler = rt
+		for i := len(mw) - 1; i >= 0; i-- {
+			chain = mw[i](chain)
+		}
+		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 	}
+	var served http.Handler = mux
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
+		vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: map[string]bool{}}
+		for _, rt := range gw.routes {
+			for m := range rt.methods {
+				vm.methods[m] = true
+			}
+		}
+		served = vm
 	}
 
 	gw.admin = http.NewServeMux()
@@ -188,7 +202,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	} else {
 		gw.admin.Handle("GET /inventory", gw.inv.Handler())
 	}
-	gw.handler = gw.trackSessions(mux)
+	gw.handler = gw.trackSessions(served)
 	return gw, nil
 }
 
