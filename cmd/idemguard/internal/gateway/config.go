@@ -533,7 +533,7 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 // checkPatterns registers every route on a ServeMux, as the gateway will,
 // and reports patterns it refuses or that conflict.
 func (d *decoder) checkPatterns(c *Config, routes *yaml.Node) {
-	mux := http.NewServeMux()
+	mux, loose := http.NewServeMux(), http.NewServeMux()
 	type seen struct {
 		pattern string
 		line    int
@@ -568,12 +568,29 @@ func (d *decoder) checkPatterns(c *Config, routes *yaml.Node) {
 			}
 			continue
 		}
+		// Variants (variants.go): two routes whose patterns loosen alike
+		// would both own the requests of either.
+		if tryHandle(loose, loosePattern(r.Pattern)) != "" {
+			other := ""
+			for _, s := range ok {
+				m := http.NewServeMux()
+				tryHandle(m, loosePattern(s.pattern))
+				if tryHandle(m, loosePattern(r.Pattern)) != "" {
+					other = fmt.Sprintf(" %q (routes[%d], line %d)", s.pattern, s.index, s.line)
+					break
+				}
+			}
+			d.errorf(node, fmt.Sprintf("routes[%d].pattern", i), "%q and an earlier route%s differ only in case, a trailing slash or ;parameters: "+
+				"the gateway guards such path variants by the route they loosen to, and a request would belong to both", r.Pattern, other)
+			continue
+		}
 		ok = append(ok, seen{r.Pattern, node.Line, i})
 	}
 }
 
-// tryHandle registers pattern on mux and returns ServeMux's complaint, or "".
-func tryHandle(mux *http.ServeMux, pattern string) (msg string) {
+// tryHandle registers pattern on mux (for h, or a handler that answers
+// 404) and returns ServeMux's complaint, or "".
+func tryHandle(mux *http.ServeMux, pattern string, h ...http.Handler) (msg string) {
 	defer func() {
 		if p := recover(); p != nil {
 			msg = fmt.Sprint(p)
@@ -582,7 +599,11 @@ func tryHandle(mux *http.ServeMux, pattern string) (msg string) {
 			}
 		}
 	}()
-	mux.Handle(pattern, http.NotFoundHandler())
+	var handler http.Handler = http.NotFoundHandler()
+	if len(h) > 0 {
+		handler = h[0]
+	}
+	mux.Handle(pattern, handler)
 	return ""
 }
 

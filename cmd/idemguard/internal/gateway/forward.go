@@ -32,8 +32,13 @@ import (
 //
 //   - a request whose step was never recorded by this attempt never left
 //     the gateway (the dial failed, the gateway was shutting down, the
-//     step could not be stored): the key is released, the answer is 503
-//     with Retry-After, and the retry forwards it;
+//     step could not be stored), nor did one whose writes all failed with
+//     nothing written (a connection reset or closed before its first
+//     byte): the key is released, the answer is 503 with Retry-After, and
+//     the retry forwards it (a forward step that sent nothing is marked
+//     so before the release, which keeps a record's steps: unsent.go; a
+//     mark that cannot be stored leaves the key outcome-unknown, the safe
+//     side);
 //   - once the step is recorded, the request may have reached the
 //     upstream, and its effect may have happened: whatever the upstream
 //     answers (5xx included) is stored as the key's result, and a failure
@@ -68,16 +73,18 @@ type attempt struct {
 	ctx    context.Context
 
 	mu          sync.Mutex
-	conn        *gateConn // the connection the gate last let bytes go to
-	stepped     bool      // the step was asked for
-	stepErr     error     // why the gate refuses every write of this attempt
-	permitted   bool      // the gate let a write through: the request may have been delivered
-	earlier     bool      // an earlier attempt of the key recorded the step
-	sealed      bool      // the outcome was decided: no more writes
-	failed      bool      // the exchange failed (failed answered it)
-	forwardedAt time.Time // when the step was first recorded (by this or an earlier attempt)
-	wrote       atomic.Bool
+	conn        *gateConn   // the connection the gate last let bytes go to
+	stepped     bool        // the step was asked for
+	forwardN    int         // this attempt recorded the forward step forwardName(forwardN); 0: it did not
+	writing     int         // writes let through that have not returned
+	stepErr     error       // why the gate refuses every write of this attempt
+	earlier     bool        // an earlier attempt of the key recorded the step
+	sealed      bool        // the outcome was decided: no more writes
+	failed      bool        // the exchange failed (failed answered it)
+	forwardedAt time.Time   // when the step was first recorded (by this or an earlier attempt)
+	wrote       atomic.Bool // a write let through put bytes on a connection: the request may have been delivered
 	switched    atomic.Bool // the upstream switched protocols: its session is the answer
+	askedGzip   bool        // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
@@ -93,22 +100,17 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 	}
 	if !a.stepped {
 		a.stepped = true
-		ran := false
-		now := time.Now()
-		ms, err := guard.Step(a.ctx, a.lease, forwardStep, func(context.Context) (int64, error) {
-			ran = true
-			return now.UnixMilli(), nil
-		})
+		ran, at, err := a.recordForward(time.Now())
 		switch {
 		case err != nil:
 			a.stepErr = fmt.Errorf("gateway: recording the forward step: %w", err)
 		case !ran:
-			a.earlier, a.forwardedAt = true, time.UnixMilli(ms)
+			a.earlier, a.forwardedAt = true, at
 			if !a.resend {
 				a.stepErr = errEarlierForward
 			}
 		default:
-			a.forwardedAt = now
+			a.forwardedAt = at
 		}
 	}
 	if a.stepErr != nil {
@@ -119,18 +121,33 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 		// failed; after bytes went out, the upstream may have acted.
 		return errRetryAfterWrite
 	}
-	a.conn, a.permitted = c, true
+	a.conn = c
+	a.writing++
 	return nil
 }
 
+// afterWrite is called when a write beforeWrite let through returned,
+// with how many bytes it put on the connection.
+func (a *attempt) afterWrite(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.writing--
+	if n > 0 {
+		a.wrote.Store(true)
+	}
+}
+
 // seal ends a failed attempt and reports whether the request may have reached
-// the upstream: whether the gate ever let a write through. After seal no
+// the upstream: whether a write the gate let through put any byte on a
+// connection, or may still (it has not returned). A write that failed with
+// nothing written (the connection was reset or closed, its deadline
+// passed) sent nothing, though the step was recorded for it. After seal no
 // write of the attempt passes.
 func (a *attempt) seal() (delivered bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sealed, a.failed = true, true
-	return a.permitted
+	return a.wrote.Load() || a.writing > 0
 }
 
 // finish seals the attempt after the proxy returned and reports whether
@@ -179,8 +196,8 @@ func (c *gateConn) Write(p []byte) (int, error) {
 		}
 	}
 	n, err := c.Conn.Write(p)
-	if a != nil && n > 0 {
-		a.wrote.Store(true)
+	if a != nil {
+		a.afterWrite(n)
 	}
 	return n, err
 }
@@ -288,7 +305,7 @@ type route struct {
 	gw      *Gateway
 	cfg     Route
 	name    string // the pattern, for metrics and logs
-	proxy   *httputil.ReverseProxy
+	proxy   transparent
 	methods map[string]bool
 }
 
@@ -408,10 +425,10 @@ func (rt *route) serveProxy(w http.ResponseWriter, r *http.Request) (aborted boo
 
 // newProxy returns the reverse proxy of a route (or, with rt.cfg zero, of
 // the pass-through).
-func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
+func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 	xf := gw.cfg.XForwarded
 	keyHeader := gw.cfg.ForwardKeyHeader
-	return &httputil.ReverseProxy{
+	return transparent{&httputil.ReverseProxy{
 		Transport: gw.transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -433,10 +450,14 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			if a := attemptFrom(pr.In.Context()); a != nil {
 				pr.Out.Header.Del("Expect") // the body was read already
 				// The answer is stored for every retry, whatever coding
-				// that retry accepts: leave the negotiation to the
-				// Transport, which asks for gzip and decompresses it, so
-				// what is stored is the plain body.
+				// that retry accepts: the gateway asks for gzip itself and
+				// decodes it (holdAnswer, readHeld), so what is stored is
+				// the plain body (or, if it does not decode, the answer as
+				// it came).
 				pr.Out.Header.Del("Accept-Encoding")
+				if a.askedGzip = asksGzip(pr.Out); a.askedGzip {
+					pr.Out.Header.Set("Accept-Encoding", "gzip")
+				}
 				// The client's own key is not the upstream's: it is not
 				// scoped by caller, so an upstream deduplicating on it
 				// could answer one caller with another's result. Only
@@ -451,6 +472,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
+			gw.switching(res)
 			a := attemptFrom(res.Request.Context())
 			if rt == nil || a == nil {
 				return nil
@@ -458,7 +480,7 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			if res.StatusCode == http.StatusSwitchingProtocols {
 				a.switched.Store(true)
 			}
-			return rt.holdAnswer(res)
+			return rt.holdAnswer(res, a)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if rt == nil || attemptFrom(r.Context()) == nil {
@@ -468,15 +490,16 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) *httputil.ReverseProxy {
 			rt.failed(w, r, err)
 		},
 		ErrorLog: gw.errorLog,
-	}
+	}, gw}
 }
 
 // holdAnswer reads the upstream's answer up to the stored limit before
 // anything is sent, so a body that breaks within it is an unknown outcome
 // (answered by failed), not a truncated response stored as complete. A
-// longer body streams on: the key keeps the marker httpx stores. A 101
-// passes untouched.
-func (rt *route) holdAnswer(res *http.Response) error {
+// longer body streams on: the key keeps the marker httpx stores. A gzip
+// answer the gateway asked for is decoded (readHeld); one that does not
+// decode is kept as it came. A 101 passes untouched.
+func (rt *route) holdAnswer(res *http.Response, a *attempt) error {
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the switched connection: the proxy copies it both
 		// ways until either side closes (read here, it would wait for the
@@ -484,9 +507,12 @@ func (rt *route) holdAnswer(res *http.Response) error {
 		return nil
 	}
 	limit := int64(rt.cfg.MaxStoredResponse)
-	body, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	body, rest, undecodable, err := readHeld(res, a.askedGzip, limit)
 	if err != nil {
 		return fmt.Errorf("reading the upstream's answer: %w", err)
+	}
+	if undecodable != nil {
+		rt.gw.logOutcome(res.Request, rt, a.lease, "the upstream's answer says gzip but does not decode; kept as it came", undecodable)
 	}
 	if int64(len(body)) <= limit {
 		_ = res.Body.Close()
@@ -517,7 +543,7 @@ func (rt *route) holdAnswer(res *http.Response) error {
 	res.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+	}{io.MultiReader(bytes.NewReader(body), rest), res.Body}
 	return nil
 }
 
@@ -534,6 +560,15 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 	delivered := a.seal()
 	_, at, stepErr := a.state()
 	lease := a.lease
+	if !delivered && a.forwardN > 0 { // sealed: forwardN no longer changes
+		// This attempt recorded its forward step and sent nothing: say so
+		// in the record before the key is released, or the next claim
+		// would take the step for a delivery.
+		if merr := a.markUnsent(); merr != nil {
+			delivered = true // the record keeps a forward the next claim cannot tell from a delivery
+			rt.gw.logOutcome(r, rt, lease, "nothing of the request was sent, but the record could not say so; handled as possibly delivered", merr)
+		}
+	}
 	switch {
 	case !delivered && errors.Is(stepErr, errEarlierForward):
 		// An earlier holder forwarded it; this one sent nothing.

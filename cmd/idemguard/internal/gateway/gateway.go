@@ -20,7 +20,8 @@
 // it is stored. Then:
 //
 //   - no step recorded by this attempt means nothing was sent (the dial
-//     failed, the gateway stopped first): the key is released and the
+//     failed, the gateway stopped first), and so does a step whose writes
+//     all failed with no byte written: the key is released and the
 //     answer is 503 not-forwarded with Retry-After;
 //   - after the step, the upstream's answer, whatever its status, is the
 //     key's result; a failure (broken connection, timeout, lost lease)
@@ -103,6 +104,7 @@ type Gateway struct {
 	handler   http.Handler
 	admin     *http.ServeMux
 	routes    []*route
+	sessions  sessionSet // switched sessions running
 
 	hardStop     context.Context // cancelled when in-flight requests must end
 	stopRequests context.CancelCauseFunc
@@ -154,6 +156,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if cfg.JWT != nil {
 		verify = newVerifier(cfg.JWT)
 	}
+	loose := http.NewServeMux() // variants.go
 	for _, rc := range cfg.Routes {
 		g := guard.New(store, guard.Options{TTL: rc.TTL, Lease: rc.Lease, MaxRun: rc.Timeout + rc.Lease, Observer: observer})
 		rt := &route{gw: gw, cfg: rc, name: rc.Pattern, methods: map[string]bool{}}
@@ -170,9 +173,22 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		mw = append(mw, httpx.Guard(g, gw.httpxOptions(rc)))
 		mux.Handle(rc.Pattern, rt, mw...)
 		gw.routes = append(gw.routes, rt)
+		var chain http.Handler = rt
+		for i := len(mw) - 1; i >= 0; i-- {
+			chain = mw[i](chain)
+		}
+		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 	}
+	var served http.Handler = mux
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
+		vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: map[string]bool{}}
+		for _, rt := range gw.routes {
+			for m := range rt.methods {
+				vm.methods[m] = true
+			}
+		}
+		served = vm
 	}
 
 	gw.admin = http.NewServeMux()
@@ -186,7 +202,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	} else {
 		gw.admin.Handle("GET /inventory", gw.inv.Handler())
 	}
-	gw.handler = mux
+	gw.handler = gw.trackSessions(served)
 	return gw, nil
 }
 
@@ -367,7 +383,9 @@ func (gw *Gateway) Prepare(ctx context.Context) error {
 // which is stored). Past it, what still runs is ended: a request not yet
 // sent to the upstream releases its key and is answered 503; one that
 // was sent stores the outcome-unknown answer (or releases its key, with
-// unknown_outcome: resend); waiting duplicates get 503.
+// unknown_outcome: resend); waiting duplicates get 503. Switched sessions
+// get the same timeout, then are closed (sessions.go); Serve returns once
+// they are.
 func (gw *Gateway) Serve(ctx context.Context, ln, admin net.Listener) error {
 	if err := gw.Prepare(ctx); err != nil {
 		return err
@@ -395,18 +413,30 @@ func (gw *Gateway) Serve(ctx context.Context, ln, admin net.Listener) error {
 	gw.log.Info("gateway: shutting down", "timeout", gw.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.ShutdownTimeout)
 	err := srv.Shutdown(sctx)
+	// Switched sessions are no longer the Server's: they get what is left
+	// of the same timeout (sessions.go).
+	open := gw.sessions.wait(sctx)
 	cancel()
-	if err != nil {
+	if err != nil || open > 0 {
 		// Time is up: end what still runs; its answers are written (and
 		// stored, or its keys released) within the store's write budget.
-		gw.log.Warn("gateway: requests still running at the shutdown timeout; ending them")
+		if err != nil {
+			gw.log.Warn("gateway: requests still running at the shutdown timeout; ending them")
+		}
+		if open > 0 {
+			gw.log.Warn("gateway: switched sessions still open at the shutdown timeout; closing them", "sessions", open)
+		}
 		gw.stopRequests(errShuttingDown)
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = srv.Shutdown(sctx)
-		cancel()
 		if err != nil {
-			_ = srv.Close()
+			if err = srv.Shutdown(sctx); err != nil {
+				_ = srv.Close()
+			}
 		}
+		if n := gw.sessions.wait(sctx); n > 0 {
+			gw.log.Error("gateway: switched sessions did not end once closed", "sessions", n)
+		}
+		cancel()
 	}
 	for _, s := range servers[1:] {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)

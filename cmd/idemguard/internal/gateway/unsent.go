@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// A forward step is recorded just before the first write of a request,
+// and that write can still fail with nothing written (the connection was
+// reset or closed, its deadline passed): the upstream then never saw the
+// request. The attempt says so with a second step, "unsent" (for the n-th
+// forward, "forward.n" and "unsent.n"), recorded before its key is
+// released; a release keeps a record's steps (docs/design.md, "Steps and
+// downstream keys"), so the next claim finds both, and records its own
+// forward step after them instead of answering outcome-unknown. A forward
+// step without its unsent step is one that may have been delivered; so is
+// every forward whose unsent step could not be stored: when in doubt the
+// key answers outcome-unknown, never a second send. The upstream's
+// Idempotency-Key stays Lease.KeyFor("forward") for every forward.
+
+// errPeek is the error a step's function returns to look for the step
+// without recording it (guard.Step runs the function only for a step the
+// record does not hold, and stores nothing when it fails).
+var errPeek = errors.New("gateway: looking for a step, not recording it")
+
+// forwardName and unsentName are the names of the n-th forward (from 1)
+// and of the step that says it sent nothing.
+func forwardName(n int) string {
+	if n == 1 {
+		return forwardStep
+	}
+	return forwardStep + "." + strconv.Itoa(n)
+}
+
+func unsentName(n int) string { return "unsent." + strconv.Itoa(n) }
+
+// recordForward records this attempt's forward step after the forwards of
+// earlier attempts that sent nothing. ran reports that it did; otherwise
+// at is when the earliest forward that may have been delivered was
+// recorded, or err why nothing could be recorded.
+func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err error) {
+	for n := 1; ; n++ {
+		ran = false
+		ms, err := guard.Step(a.ctx, a.lease, forwardName(n), func(context.Context) (int64, error) {
+			ran = true
+			return now.UnixMilli(), nil
+		})
+		switch {
+		case err != nil:
+			return false, time.Time{}, err
+		case ran:
+			a.forwardN = n
+			return true, now, nil
+		}
+		_, err = guard.Step(a.ctx, a.lease, unsentName(n), func(context.Context) (int64, error) { return 0, errPeek })
+		switch {
+		case errors.Is(err, errPeek):
+			return false, time.UnixMilli(ms), nil // that forward may have been delivered
+		case err != nil:
+			return false, time.Time{}, err
+		}
+	}
+}
+
+// markUnsent records that this attempt's forward sent nothing, so that
+// the next claim of the key may forward (see above). It reports whether
+// the mark is stored; if not, the key must not be released as
+// not-forwarded on the strength of it (a release would leave the forward
+// step alone, and the next claim would answer outcome-unknown: safe, but
+// then say so).
+func (a *attempt) markUnsent() error {
+	// The attempt's context may have ended (the route's timeout, the
+	// gateway stopping): the mark is still written, under the lease.
+	ctx := context.WithoutCancel(a.ctx)
+	_, err := guard.Step(ctx, a.lease, unsentName(a.forwardN), func(context.Context) (int64, error) {
+		return time.Now().UnixMilli(), nil
+	})
+	return err
+}

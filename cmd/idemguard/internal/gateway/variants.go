@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"net/http"
+	"path"
+	"strings"
+)
+
+// Path variants of guarded routes. ServeMux matches a route's path
+// exactly: case counts, and /orders/ is not /orders. Many upstreams are
+// looser (Express and ASP.NET ignore case and a trailing slash; servlet
+// containers drop ;parameters from path segments), so a guarded request
+// sent to /Orders, /orders/ or /orders;v=1 would reach the same handler
+// of the upstream through the pass-through, unguarded. The gateway serves
+// such a request by the route its path loosens to (lower case, no
+// ;parameters, no trailing slash), under that route's scope, for the
+// methods the route guards: the guarded set is at least as wide as what a
+// loose upstream takes for the route. The path goes to the upstream as
+// the client sent it; the same key on another variant is another request
+// (422), never a second effect. Two routes whose patterns loosen alike
+// are refused (checkPatterns).
+
+// variantMux routes the pass-through's requests whose loosened path
+// matches a guarded route to that route.
+type variantMux struct {
+	main  *http.ServeMux // the gateway's routes, the pass-through at "/"
+	loose *http.ServeMux // the routes' loosened patterns, each to its variantRoute
+	next  http.Handler   // what serves everything else (main, wrapped)
+	// methods are those some route guards: no other request is looked at.
+	methods map[string]bool
+}
+
+// variantRoute is a route's handler chain, as main serves it.
+type variantRoute struct {
+	rt      *route
+	handler http.Handler
+}
+
+func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
+
+// loosePattern is a route pattern loosened as loosePath loosens paths:
+// lower case, and "/x/{$}" (a path with its trailing slash) as "/x".
+func loosePattern(pattern string) string {
+	method, rest, err := splitPattern(pattern)
+	if err != nil {
+		return ""
+	}
+	rest = strings.ToLower(rest)
+	if i := strings.IndexByte(rest, '/'); i >= 0 && rest[i:] != "/{$}" {
+		rest = strings.TrimSuffix(rest, "/{$}")
+	}
+	if method == "" {
+		return rest
+	}
+	return method + " " + rest
+}
+
+// loosePath lowers p, drops each segment's ;parameters and the trailing
+// slashes.
+func loosePath(p string) string {
+	if strings.IndexByte(p, ';') >= 0 {
+		segs := strings.Split(p, "/")
+		for i, s := range segs {
+			if j := strings.IndexByte(s, ';'); j >= 0 {
+				segs[i] = s[:j]
+			}
+		}
+		p = strings.Join(segs, "/")
+	}
+	p = strings.ToLower(p)
+	for len(p) > 1 && strings.HasSuffix(p, "/") {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// clean reports whether ServeMux takes p as it is (else it redirects).
+func clean(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !v.methods[r.Method] {
+		v.next.ServeHTTP(w, r)
+		return
+	}
+	if _, p := v.main.Handler(r); p == "/" && r.Method != http.MethodConnect && clean(r.URL.Path) {
+		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
+			r2 := r.WithContext(r.Context())
+			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
+			vr.handler.ServeHTTP(w, r2)
+			return
+		}
+	}
+	v.next.ServeHTTP(w, r)
+}
+
+// match finds the route r's loosened path matches, as itself or, for a
+// subtree pattern ("/orders/"), with its slash.
+func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
+	lp := loosePath(r.URL.Path)
+	for _, p := range []string{lp, lp + "/"} {
+		u := *r.URL
+		u.Path, u.RawPath = p, ""
+		lr := r.WithContext(r.Context())
+		lr.URL = &u
+		if h, _ := v.loose.Handler(lr); h != nil {
+			if vr, ok := h.(variantRoute); ok {
+				return vr, true
+			}
+		}
+	}
+	return variantRoute{}, false
+}

@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestPathVariantsAreGuarded: ServeMux matches a route's path exactly, but
+// many upstreams do not (Express and ASP.NET ignore case and a trailing
+// slash; servlet containers drop ;parameters). A guarded request sent to
+// such a variant (/Orders, /orders/, /ORDERS;v=1) reached the upstream
+// through the pass-through, unguarded, and ran its effect again under a
+// key already used. The gateway serves these variants by the route they
+// loosen to, under the route's scope: the same key there is the same key
+// (a different path is a different request: 422), a new key is guarded,
+// and the path goes to the upstream as the client sent it. Methods the
+// route does not guard are passed through as before.
+func TestPathVariantsAreGuarded(t *testing.T) {
+	u := newUpstream(t) // counts every POST's order, whatever its path
+	e := startGateway(t, basicConfig, u.URL)
+	first := post(t, e.srv.URL+"/orders", "k-variant", `{"order":"v1"}`, "X-Account-Id", "acme")
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %d %q", first.status, first.body)
+	}
+	for _, p := range []string{"/Orders", "/orders/", "/ORDERS/", "/orders;v=1", "/Orders%2F"} {
+		r := post(t, e.srv.URL+p, "k-variant", `{"order":"v1"}`, "X-Account-Id", "acme")
+		if r.status == http.StatusCreated || r.status < 400 {
+			t.Errorf("POST %s with the key of POST /orders: %d %q; want it guarded under that key (422), not run again", p, r.status, r.body)
+		}
+	}
+	if n := u.count("v1"); n != 1 {
+		t.Fatalf("the upstream ran the order %d times, want 1", n)
+	}
+	// A new key on a variant is guarded: its retry is a replay.
+	for i := range 2 {
+		r := post(t, e.srv.URL+"/Orders/", "k-variant-2", `{"order":"v2"}`, "X-Account-Id", "acme")
+		if r.status != http.StatusCreated || r.replayed() != (i > 0) || !strings.Contains(r.body, `"path":"/Orders/"`) {
+			t.Fatalf("variant, try %d: %d replayed=%v %q; want the upstream's 201 for the path as sent, then its replay", i, r.status, r.replayed(), r.body)
+		}
+	}
+	if n := u.count("v2"); n != 1 {
+		t.Fatalf("the upstream ran the variant's order %d times, want 1", n)
+	}
+	// Unguarded methods on a variant pass through as before.
+	res, err := http.Get(e.srv.URL + "/Orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("GET /Orders: %d, want the upstream's answer", res.StatusCode)
+	}
+}
+
+// TestRoutesDifferingOnlyInCaseRefused: two routes whose patterns differ
+// only in case or a trailing slash would both own the requests of either
+// (the variants above): the configuration is refused.
+func TestRoutesDifferingOnlyInCaseRefused(t *testing.T) {
+	for _, second := range []string{"POST /Orders", "POST /orders/{$}"} {
+		_, err := Parse("t.yaml", []byte(`
+upstream: http://127.0.0.1:1
+redis: {addrs: ["127.0.0.1:6379"]}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: POST /orders
+  - pattern: `+second+`
+`))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "routes[1].pattern" || !strings.Contains(fe.Msg, "case") {
+			t.Errorf("%q beside \"POST /orders\": %v; want routes[1].pattern refused (variants of one path)", second, err)
+		}
+	}
+}
