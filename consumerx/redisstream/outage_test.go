@@ -84,3 +84,56 @@ func TestStoreCrashMidBatch(t *testing.T) {
 		t.Errorf("deliveries %v; want %d processed, nothing else", all, n)
 	}
 }
+
+// The Redis holding the records crashes in the middle of a batch and
+// stays down past consumerx.CompleteRetry: no entry of the batch is
+// acknowledged (each effect that ran may not be recorded), each is Failed,
+// and once the store is back every entry is processed and acknowledged:
+// none is lost. (An effect that ran before the crash may run again then,
+// as the package doc says: write LeaseFrom(ctx).Fence with it.)
+func TestStoreDownPastCompleteRetryAcksNothing(t *testing.T) {
+	e := newEnv(t, guard.Options{}) // the stream, on the shared Redis
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = 300 * time.Millisecond
+	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: lease})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	const n, crash = 4, 1
+	for i := range n {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"n", i, "payload", fmt.Sprint("charge ", i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		effects [n]atomic.Int32
+		outs    consumertest.Outcomes
+	)
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		i, _ := strconv.Atoi(msg.Metadata["n"])
+		if effects[i].Add(1) == 1 && i == crash {
+			srv.Kill()
+		}
+		return nil
+	}
+	c, err := New(e.rdb, g, h, Options{Stream: stream, Group: "billing", Consumer: "c", Count: n,
+		Block: 50 * time.Millisecond, MinIdle: 2 * lease, ClaimEvery: 50 * time.Millisecond,
+		Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: outs.Hook}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := e.run(c)
+	defer stop()
+	testenv.WaitFor(t, 20*time.Second, "the batch's outcomes", func() bool { return len(outs.Entries()) == n })
+	if all := outs.All(); all[consumerx.Failed] != n {
+		t.Fatalf("outcomes with the store down: %v; want %d failed", all, n)
+	}
+	if p := pending(t, e.rdb, stream, "billing"); p != n {
+		t.Fatalf("%d entries pending with the store down; want all %d (none acknowledged)", p, n)
+	}
+	srv.Restart()
+	testenv.WaitFor(t, 20*time.Second, "every entry processed and acknowledged", func() bool {
+		return outs.Final()[consumerx.Processed] == n && pending(t, e.rdb, stream, "billing") == 0
+	})
+}
