@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // Consumers deliver overlapping batches of one set of messages at once,
@@ -90,10 +91,7 @@ func TestBatchStormEffectsOnce(t *testing.T) {
 	for i := range all {
 		all[i] = msg(i)
 	}
-	for round := 0; len(all) > 0; round++ {
-		if round > 20 {
-			t.Fatalf("%d messages never acknowledged", len(all))
-		}
+	testenv.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool {
 		res := p.ProcessBatch(context.Background(), all, func(_ context.Context, m consumerx.Message) error {
 			if n := effects[index(m)].Add(1); n != 1 {
 				t.Errorf("%s: effect %d", m.ID, n)
@@ -108,7 +106,8 @@ func TestBatchStormEffectsOnce(t *testing.T) {
 			}
 		}
 		all = left
-	}
+		return len(all) == 0
+	})
 	for i := range effects {
 		if n := effects[i].Load(); n != 1 {
 			t.Errorf("m%d: %d effects, want 1", i, n)
