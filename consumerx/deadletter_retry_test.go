@@ -48,6 +48,9 @@ func TestDeadLetterCompletionRetriedAfterStoreBlip(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		sent.Store(0)
 		blip.Store(0)
+		if err := admin.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
 		msg := consumerx.Message{ID: "order-single", Payload: []byte("charge")}
 		var o consumerx.Outcome
 		var err error
@@ -66,13 +69,10 @@ func TestDeadLetterCompletionRetriedAfterStoreBlip(t *testing.T) {
 		}
 		// Redeliveries until the dead letter's lease would have run out.
 		until := time.Now().Add(3 * lease)
-		for time.Now().Before(until) {
+		testenv.WaitFor(t, 10*time.Second, "redeliveries past the dead letter's lease", func() bool {
 			o, err = p.Process(ctx, msg, fail)
-			if o != consumerx.DeadLettered && o != consumerx.InProgress {
-				break
-			}
-			time.Sleep(lease / 4) // redeliveries over time, not a synchronisation
-		}
+			return time.Now().After(until) || o != consumerx.DeadLettered && o != consumerx.InProgress
+		})
 		if o != consumerx.DeadLettered || sent.Load() != 1 {
 			t.Errorf("batch %v: last redelivery %s, %v; dead letters sent %d, want dead-lettered, 1", batch, o, err, sent.Load())
 		}
