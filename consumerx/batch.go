@@ -53,8 +53,12 @@ type BatchResult struct {
 // guard.ErrPanicked (errors.As gives a *guard.PanicError with the value
 // and the stack), logged at Error level, and redelivered. A handler that
 // panics after ctx ended is Interrupted, as one that returns an error
-// then is. A handler that calls runtime.Goexit has its claim released,
-// no attempt counted, and is Failed with a *guard.PanicError.
+// then is. A handler that calls runtime.Goexit has its claim released and
+// no attempt counted. Run concurrently (Concurrency above 1), it is
+// Failed with a *guard.PanicError; run one at a time, it runs on the
+// caller's goroutine, and Goexit ends that goroutine, as it would end
+// Process's caller, once the batch's claims are ended (guard.Guard.DoBatch):
+// ProcessBatch does not return.
 func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))
@@ -81,7 +85,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 					idx[j] = j
 				}
 			}
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, err)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, err, nil)
 			continue
 		}
 		runs[i].key = key
@@ -110,7 +114,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		// The batch stops at the bad message, as at any dead letter.
 		i := bad
 		if allDone(out[:bad]) {
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, badErr)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, badErr, retry)
 			i++
 		}
 		for ; i < len(msgs); i++ {

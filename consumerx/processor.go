@@ -327,7 +327,7 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		err = ferr
 	}
 	if err != nil {
-		return p.deadLetter(ctx, msg, guard.Key{}, fp, err)
+		return p.deadLetter(ctx, msg, guard.Key{}, fp, err, nil)
 	}
 	r := run{key: key, fp: fp}
 	res, err := p.g.DoWith(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
@@ -435,21 +435,21 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: r.attempt, LastError: herr.Error()},
 				err:            herr.err,
 			}
-			return p.deadLetter(ctx, msg, key, r.fp, cause)
+			return p.deadLetter(ctx, msg, key, r.fp, cause, r.retry)
 		}
 		return Failed, nil, herr.err
 	case errors.Is(err, guard.ErrInProgress):
 		return InProgress, nil, err
 	case errors.Is(err, guard.ErrExhausted), errors.Is(err, guard.ErrMismatch), errors.Is(err, guard.ErrInvalidKey):
-		return p.deadLetter(ctx, msg, key, r.fp, err)
+		return p.deadLetter(ctx, msg, key, r.fp, err, r.retry)
 	default:
 		return Failed, nil, err
 	}
 }
 
 // CompleteRetry is how long a Processor keeps trying to record a handler's
-// success that the store refused (unreachable, restarting, failing
-// over), for one message or for a whole batch, before it leaves the
+// success (or a dead letter sent) that the store refused (unreachable,
+// restarting, failing over), for one message or for a whole batch, before it leaves the
 // message Failed with its claim pending (a message of a batch whose time
 // went on the messages before it still gets one try if the store took the
 // last of theirs). A restarted or failed-over Redis answers within a
@@ -533,8 +533,12 @@ func (e *exhaustedCause) Unwrap() []error { return []error{e.ExhaustedError, e.e
 // letter is then kept once per (group, broker id, fingerprint), so that a
 // redelivery of a message already dead-lettered but not acknowledged (the
 // consumer stopped, the acknowledgement was lost) is not dead-lettered
-// again; a message without a broker id either is not deduplicated.
-func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error) (Outcome, []byte, error) {
+// again; a message without a broker id either is not deduplicated. A dead
+// letter sent whose record the store refused is recorded again as a
+// handler's success is (recomplete, within b, a batch's budget, or
+// CompleteRetry if nil): left pending, it would be sent again once its
+// lease ran out.
+func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error, b *completeBudget) (Outcome, []byte, error) {
 	if p.opts.DeadLetter == nil {
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered (no DeadLetter set: dropped)", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
@@ -554,9 +558,19 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
 	}
+	sent := false
 	res, err := p.g.DoWith(ctx, dk, "", func(lctx context.Context, lease guard.Lease) ([]byte, error) {
-		return nil, p.sendDeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
+		err := p.sendDeadLetter(&leaseCtx{Context: lctx, lease: &lease}, msg, cause)
+		sent = err == nil
+		return nil, err
 	}, deadCall)
+	if err != nil && sent && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) {
+		// Sent, but its record refused for a moment: try it again.
+		r := run{key: dk, retry: b}
+		if p.recomplete(ctx, &r, res) == nil {
+			res, err = guard.Result{}, nil
+		}
+	}
 	switch {
 	case err == nil:
 		if !res.Replayed {

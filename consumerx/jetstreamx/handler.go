@@ -128,10 +128,17 @@ func (h *Handler) Processor() *consumerx.Processor { return h.proc }
 // "<stream>:<stream sequence>", or, when that is longer than
 // guard.MaxIDLen (a stream name near JetStream's 255 characters),
 // "sha256.<digest of the stream name>:<stream sequence>" (the digest in
-// unpadded base64url): a stream name holds no '.', so the two forms never
-// meet, and every message has an id the guard can store.
+// unpadded base64url). A Nats-Msg-Id the guard cannot store (longer than
+// guard.MaxIDLen, control characters, invalid UTF-8) is
+// "nats-msg-id.sha256:<digest of it>". A stream name holds no '.', so the
+// forms made here never meet, and every message has an id the guard can
+// store.
 func ID(msg jetstream.Msg) string {
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		if (guard.Key{Scope: "s", ID: id}).Validate() != nil {
+			sum := sha256.Sum256([]byte(id))
+			return "nats-msg-id.sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
+		}
 		return id
 	}
 	md, err := msg.Metadata()

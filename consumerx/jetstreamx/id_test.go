@@ -2,6 +2,7 @@ package jetstreamx
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,69 @@ func TestLongStreamNameMessagesHaveUsableKeys(t *testing.T) {
 	}
 	if dead != 0 || len(ran) != 2 || ran["charge 1"] != 1 || ran["charge 2"] != 1 {
 		t.Errorf("ran %v, dead-lettered %d; want each once, none", ran, dead)
+	}
+}
+
+// A publisher's Nats-Msg-Id may be longer than guard.MaxIDLen, or hold a
+// control character (a tab): such a message still gets a usable key of
+// its own, runs once, and is a duplicate when it comes back; it is not
+// dead-lettered as a bad id. (It was: the money message never ran.) Two
+// long ids that differ only past the first 255 bytes are two messages.
+func TestUnusableMsgIDMessagesHaveUsableKeys(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	js, _ := startNATS(t)
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead int
+	ran := map[string]int{}
+	h, err := New(g, func(_ context.Context, msg consumerx.Message) error { ran[string(msg.Payload)]++; return nil },
+		Options{Group: "billing", Process: consumerx.Options{Logger: testenv.Logger(t),
+			DeadLetter: func(context.Context, consumerx.Message, error) error { dead++; return nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("tenant-7/order/", 20) // 300 bytes
+	ids := []string{long + "a", long + "b", "order\t9"}
+	for i, id := range ids {
+		if _, err := js.Publish(ctx, "orders.1", []byte(fmt.Sprint("charge ", i)), jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := cons.Fetch(len(ids), jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != len(ids) {
+		t.Fatalf("fetched %d messages, want %d", len(msgs), len(ids))
+	}
+	for round, want := range []consumerx.Outcome{consumerx.Processed, consumerx.Duplicate} {
+		outs, err := h.HandleBatch(ctx, msgs)
+		if err != nil && round == 0 {
+			t.Fatal(err)
+		}
+		for i, o := range outs {
+			if o != want {
+				t.Errorf("round %d, message %d: %s; want %s", round, i, o, want)
+			}
+		}
+	}
+	if dead != 0 || len(ran) != len(ids) {
+		t.Errorf("ran %v, dead-lettered %d; want each once, none", ran, dead)
+	}
+	for p, n := range ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", p, n)
+		}
 	}
 }

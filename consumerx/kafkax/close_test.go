@@ -2,6 +2,7 @@ package kafkax
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -59,5 +60,53 @@ func TestClientClosesAfterRun(t *testing.T) {
 		cl.AllowRebalance() // let the test end
 		<-closed
 		t.Fatal("Close hung after Run returned: the rebalance its last poll blocked was never allowed")
+	}
+}
+
+// A client closed while Run retries a record in place (a record failing
+// with no attempt limit) stops Run, as Run promises: the record is left
+// uncommitted and unacknowledged for the group's next member, and its
+// claim is not left pending. (Run went on retrying the record on the
+// closed client for ever, and never returned.)
+func TestCloseMidRetryStopsRun(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	addrs, producer, _ := startKafka(t, "orders")
+	ctx := context.Background()
+	if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("charge 1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := groupClient(t, addrs, "billing", "orders")
+	failed := make(chan struct{}, 1)
+	var key guard.Key
+	var c *Consumer
+	c, err := New(cl, g, func(ctx context.Context, msg consumerx.Message) error {
+		key, _ = c.Processor().Key(msg)
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+		return errors.New("card processor down")
+	}, Options{RetryDelay: 20 * time.Millisecond, Process: consumerx.Options{MaxAttempts: -1, Logger: testenv.Logger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }() // never cancelled: only Close stops it
+	select {
+	case <-failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the record was not handled")
+	}
+	cl.CloseAllowingRebalance()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after the client was closed")
+	}
+	if rec, err := g.Get(ctx, key); err != nil || rec.State == guard.StatePending {
+		t.Errorf("record after Run returned: %+v, %v; want not pending", rec, err)
 	}
 }

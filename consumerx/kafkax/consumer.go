@@ -129,7 +129,8 @@ func ID(r *kgo.Record) string {
 }
 
 // Run polls and processes records until ctx is cancelled or the client is
-// closed, then returns nil. Each poll's partitions run at once, each in a
+// closed (closing it is shutting down, as cancelling ctx is: a handler then
+// running sees its context cancelled), then returns nil. Each poll's partitions run at once, each in a
 // goroutine of its own that ends with the poll; inside a partition the
 // records run one at a time, in offset order. A partition's records are
 // claimed together, in one round trip, and completed together in another
@@ -154,6 +155,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // loop is Run with each partition's records run by batch.
 func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
+	// Closing the client is shutting down, as cancelling ctx is: a record
+	// retried in place, or a handler running, must not go on for ever on a
+	// closed client (the client's context ends when it is closed).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.client.Context(), cancel)()
 	// A poll blocks rebalances (kgo.BlockRebalanceOnPoll) until allowed:
 	// the last one must not keep them blocked once Run has returned, or the
 	// client's Close hangs.

@@ -14,6 +14,8 @@ package watermillx
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,8 +40,9 @@ type Options struct {
 	// handler runs each message once even when the middleware is added to
 	// the whole router.
 	Group string
-	// Process configures deduplication. Its Key defaults to the message
-	// UUID (consumerx.Message.ID); Message.Raw is the *message.Message.
+	// Process configures deduplication. Its Key defaults to ID: the
+	// message UUID (consumerx.Message.ID), or its digest when the guard
+	// cannot store it; Message.Raw is the *message.Message.
 	Process consumerx.Options
 	// InProgressDelay is how long a message held by another consumer waits
 	// before it is nacked (at most until the holder's lease ends), so the
@@ -121,7 +124,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		cmsg := consumerx.Message{ID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
+		cmsg := consumerx.Message{ID: ID(msg), Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
 		consumer, deadline, release := stopContext(ctx)
 		defer release()
 		o, result, err := p.ProcessResult(consumer, cmsg, func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
@@ -171,6 +174,19 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, err
 		}
 	}
+}
+
+// ID returns the default id of msg: its UUID, or, when that is not a
+// usable guard id (empty, longer than guard.MaxIDLen, control characters,
+// invalid UTF-8: a publisher sets the UUID), "sha256:<digest of the UUID>"
+// (the digest in unpadded base64url), so that every message with a UUID
+// has an id the guard can store.
+func ID(msg *message.Message) string {
+	if msg.UUID == "" || (guard.Key{Scope: "s", ID: msg.UUID}).Validate() == nil {
+		return msg.UUID
+	}
+	sum := sha256.Sum256([]byte(msg.UUID))
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // stopContext returns the context ctx's message is processed under as the
@@ -249,7 +265,11 @@ const (
 // MetadataDeadReason and MetadataDeadGroup (the router handler's name).
 func PublishDeadLetter(pub message.Publisher, topic string) func(context.Context, consumerx.Message, error) error {
 	return func(ctx context.Context, msg consumerx.Message, cause error) error {
-		dead := message.NewMessage(msg.ID, msg.Payload)
+		uuid := msg.ID
+		if m, ok := msg.Raw.(*message.Message); ok {
+			uuid = m.UUID // the message's own, not its digest (ID)
+		}
+		dead := message.NewMessage(uuid, msg.Payload)
 		for k, v := range msg.Metadata {
 			dead.Metadata.Set(k, v)
 		}
