@@ -151,7 +151,9 @@ func TestUntilWithinServerExpiry(t *testing.T) {
 				ends = append(ends, ms)
 			}
 		}
-		if err := k.Release(bg); err != nil && !errors.Is(err, lock.ErrLost) {
+		// A loaded machine can miss the release's per-node timeout too;
+		// the key then expires on its own, a few milliseconds later.
+		if err := k.Release(bg); err != nil && !errors.Is(err, lock.ErrLost) && !errors.Is(err, lock.ErrUnavailable) {
 			t.Fatal(err)
 		}
 		if len(ends) < l.Quorum() {
