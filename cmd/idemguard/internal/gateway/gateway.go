@@ -180,16 +180,17 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 	}
 	var served http.Handler = mux
+	guarded := map[string]bool{}
+	for _, rt := range gw.routes {
+		for m := range rt.methods {
+			guarded[m] = true
+		}
+	}
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
-		vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: map[string]bool{}}
-		for _, rt := range gw.routes {
-			for m := range rt.methods {
-				vm.methods[m] = true
-			}
-		}
-		served = vm
+		served = &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded}
 	}
+	served = methodVariants(guarded, served)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"net/http"
 	"path"
 	"strings"
@@ -18,7 +19,12 @@ import (
 // loose upstream takes for the route. The path goes to the upstream as
 // the client sent it; the same key on another variant is another request
 // (422), never a second effect. Two routes whose patterns loosen alike
-// are refused (checkPatterns).
+// are refused (checkPatterns). A route's host loosens too (lower case,
+// no trailing dot, any port): host names are case-insensitive, and the
+// pass-through may reach the same upstream. A request whose method is a
+// guarded method in another case ("post") is refused (501), never
+// forwarded: ServeMux would pass it through, and upstreams that take
+// methods in any case (ASP.NET Core, Werkzeug) would run it.
 
 // variantMux routes the pass-through's requests whose loosened path
 // matches a guarded route to that route.
@@ -74,6 +80,27 @@ func loosePath(p string) string {
 	return p
 }
 
+// looseHost lowers h and drops its port and a trailing dot.
+func looseHost(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// methodVariants refuses (501) a request whose method is one of methods
+// in another case; the rest go to next.
+func methodVariants(methods map[string]bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m := strings.ToUpper(r.Method); m != r.Method && methods[m] {
+			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
+				Detail: "the method " + r.Method + " is not " + m + ": methods are case-sensitive, and the gateway does not forward one it guards in another case"}).write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // clean reports whether ServeMux takes p as it is (else it redirects).
 func clean(p string) bool {
 	c := path.Clean(p)
@@ -107,7 +134,7 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 		u := *r.URL
 		u.Path, u.RawPath = p, ""
 		lr := r.WithContext(r.Context())
-		lr.URL = &u
+		lr.URL, lr.Host = &u, looseHost(r.Host)
 		if h, _ := v.loose.Handler(lr); h != nil {
 			if vr, ok := h.(variantRoute); ok {
 				return vr, true

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// looseUpstream is an upstream that, like ASP.NET Core (HttpMethods
+// compares ignoring case) or Werkzeug (it upper-cases the method), takes a
+// method in any case, and ignores the Host (the proxy sets its own): it
+// counts every POST, however spelt.
+func looseUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var n atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if strings.EqualFold(r.Method, http.MethodPost) {
+			n.Add(1)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(s.Close)
+	return s, &n
+}
+
+// send sends one request with the given method and Host, the key and the
+// caller, and returns its status.
+func send(t *testing.T, url, method, host, key string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(`{"order":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("X-Account-Id", "acme")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+// TestMethodCaseVariantsNotPassedThrough: a method name is case-sensitive
+// to ServeMux, but not to every upstream. "post /orders" matched no route
+// and went through the pass-through, unguarded, to an upstream that ran
+// it as a POST every time. A request whose method is a guarded method
+// in another case is refused (501), never forwarded; with a route for
+// every path too, where the route's own proxy passes other methods.
+func TestMethodCaseVariantsNotPassedThrough(t *testing.T) {
+	for _, tmpl := range []string{basicConfig, basicConfig + "  - pattern: /{path...}\n    methods: [PUT]\n"} {
+		u, n := looseUpstream(t)
+		e := startGateway(t, tmpl, u.URL)
+		if s := send(t, e.srv.URL+"/orders", "POST", "", "k-method"); s != http.StatusCreated {
+			t.Fatalf("POST: %d", s)
+		}
+		for _, m := range []string{"post", "Post", "pOST"} {
+			if s := send(t, e.srv.URL+"/orders", m, "", "k-method"); s < 400 {
+				t.Errorf("%s /orders with the key of POST /orders: %d; want it refused", m, s)
+			}
+		}
+		if got := n.Load(); got != 1 {
+			t.Errorf("the upstream ran the POST %d times, want 1", got)
+		}
+	}
+}
+
+// TestHostCaseVariantsAreGuarded: a host name is case-insensitive (and may
+// end in a dot), but ServeMux matches a pattern's host exactly: a POST to
+// "API.example.com/orders" missed the route "POST api.example.com/orders"
+// and reached the upstream through the pass-through, unguarded.
+func TestHostCaseVariantsAreGuarded(t *testing.T) {
+	u, n := looseUpstream(t)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "POST api.example.com/orders", 1), u.URL)
+	if s := send(t, e.srv.URL+"/orders", "POST", "api.example.com", "k-host"); s != http.StatusCreated {
+		t.Fatalf("POST: %d", s)
+	}
+	for _, h := range []string{"API.example.com", "Api.Example.Com:80", "api.example.com.", "API.EXAMPLE.COM."} {
+		if s := send(t, e.srv.URL+"/Orders", "POST", h, "k-host"); s < 400 {
+			t.Errorf("POST %s/Orders with the key of POST api.example.com/orders: %d; want it guarded under that key", h, s)
+		}
+		if s := send(t, e.srv.URL+"/orders", "POST", h, "k-host"); s != http.StatusCreated {
+			t.Errorf("POST %s/orders with the key of POST api.example.com/orders: %d; want its replay", h, s)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("the upstream ran the POST %d times, want 1", got)
+	}
+}
