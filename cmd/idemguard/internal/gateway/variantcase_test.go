@@ -98,3 +98,24 @@ func TestHostCaseVariantsAreGuarded(t *testing.T) {
 		t.Errorf("the upstream ran the POST %d times, want 1", got)
 	}
 }
+
+// TestUnicodeCaseVariantsAreGuarded: upstreams that ignore case the way
+// Java's equalsIgnoreCase does (Spring with case-insensitive matching)
+// take "ſ" (U+017F, upper case S) for "s" and "ı" (U+0131, upper case I)
+// for "i"; lower-casing alone left /orderſ unguarded on its way to the
+// route /orders.
+func TestUnicodeCaseVariantsAreGuarded(t *testing.T) {
+	u, n := looseUpstream(t)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "POST /invoices", 1), u.URL)
+	if s := send(t, e.srv.URL+"/invoices", "POST", "", "k-fold"); s != http.StatusCreated {
+		t.Fatalf("POST: %d", s)
+	}
+	for _, p := range []string{"/invoiceſ", "/%C4%B1nvoices", "/INVOICEſ"} {
+		if s := send(t, e.srv.URL+p, "POST", "", "k-fold"); s < 400 {
+			t.Errorf("POST %s with the key of POST /invoices: %d; want it guarded under that key", p, s)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("the upstream ran the POST %d times, want 1", got)
+	}
+}

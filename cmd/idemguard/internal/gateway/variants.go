@@ -13,7 +13,7 @@ import (
 // containers drop ;parameters from path segments), so a guarded request
 // sent to /Orders, /orders/ or /orders;v=1 would reach the same handler
 // of the upstream through the pass-through, unguarded. The gateway serves
-// such a request by the route its path loosens to (lower case, no
+// such a request by the route its path loosens to (case folded, no
 // ;parameters, no trailing slash), under that route's scope, for the
 // methods the route guards: the guarded set is at least as wide as what a
 // loose upstream takes for the route. The path goes to the upstream as
@@ -45,13 +45,13 @@ type variantRoute struct {
 func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
 
 // loosePattern is a route pattern loosened as loosePath loosens paths:
-// lower case, and "/x/{$}" (a path with its trailing slash) as "/x".
+// case folded, and "/x/{$}" (a path with its trailing slash) as "/x".
 func loosePattern(pattern string) string {
 	method, rest, err := splitPattern(pattern)
 	if err != nil {
 		return ""
 	}
-	rest = strings.ToLower(rest)
+	rest = fold(rest)
 	if i := strings.IndexByte(rest, '/'); i >= 0 && rest[i:] != "/{$}" {
 		rest = strings.TrimSuffix(rest, "/{$}")
 	}
@@ -61,7 +61,12 @@ func loosePattern(pattern string) string {
 	return method + " " + rest
 }
 
-// loosePath lowers p, drops each segment's ;parameters and the trailing
+// fold folds s's case as the loosest upstreams do: to upper case, then
+// lower, so that letters whose upper case is another's ("ſ" is "S", "ı"
+// is "I", as Java's equalsIgnoreCase takes them) fold alike.
+func fold(s string) string { return strings.ToLower(strings.ToUpper(s)) }
+
+// loosePath folds p's case (fold), drops each segment's ;parameters and the trailing
 // slashes.
 func loosePath(p string) string {
 	if strings.IndexByte(p, ';') >= 0 {
@@ -73,7 +78,7 @@ func loosePath(p string) string {
 		}
 		p = strings.Join(segs, "/")
 	}
-	p = strings.ToLower(p)
+	p = fold(p)
 	for len(p) > 1 && strings.HasSuffix(p, "/") {
 		p = p[:len(p)-1]
 	}
