@@ -181,16 +181,36 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	}
 	var served http.Handler = mux
 	guarded := map[string]bool{}
+	byPattern := map[string]*route{}
 	for _, rt := range gw.routes {
+		byPattern[rt.cfg.Pattern] = rt
 		for m := range rt.methods {
 			guarded[m] = true
 		}
 	}
+	var vm *variantMux
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
-		served = &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded}
+		vm = &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded}
+		served = vm
 	}
-	served = methodVariants(guarded, served)
+	// guards reports whether a route guards r sent with method m.
+	guards := func(r *http.Request, m string) bool {
+		if !guarded[m] {
+			return false
+		}
+		rm := r.WithContext(r.Context())
+		rm.Method = m
+		if _, p := mux.Mux().Handler(rm); byPattern[p] != nil && byPattern[p].methods[m] {
+			return true
+		}
+		vr, ok := variantRoute{}, false
+		if vm != nil {
+			vr, ok = vm.match(rm)
+		}
+		return ok && vr.rt.methods[m]
+	}
+	served = methodVariants(guards, served)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

@@ -119,3 +119,95 @@ func TestUnicodeCaseVariantsAreGuarded(t *testing.T) {
 		t.Errorf("the upstream ran the POST %d times, want 1", got)
 	}
 }
+
+// TestMethodOverrideNotPassedThrough: many frameworks (Express's
+// method-override, ASP.NET Core's UseHttpMethodOverride, Laravel, Jersey)
+// run a POST carrying X-HTTP-Method-Override: PATCH as a PATCH. On a route
+// guarding PATCH only, such a POST went through the pass-through and ran
+// the PATCH again under a key already used. A request whose override
+// field (or _method query parameter) names a guarded method other than
+// its own is refused, never forwarded.
+func TestMethodOverrideNotPassedThrough(t *testing.T) {
+	var n atomic.Int64
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		m := r.Method
+		if o := r.Header.Get("X-HTTP-Method-Override"); m == http.MethodPost && o != "" {
+			m = strings.ToUpper(o)
+		}
+		if o := r.URL.Query().Get("_method"); r.Method == http.MethodPost && o != "" {
+			m = strings.ToUpper(o)
+		}
+		if m == http.MethodPatch {
+			n.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(u.Close)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "PATCH /orders/{id}", 1), u.URL)
+	do := func(method, path string, header ...string) int {
+		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(`{"qty":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k-override")
+		req.Header.Set("X-Account-Id", "acme")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if s := do("PATCH", "/orders/1"); s != http.StatusOK {
+		t.Fatalf("PATCH: %d", s)
+	}
+	for _, c := range [][]string{
+		{"/orders/1", "X-HTTP-Method-Override", "PATCH"},
+		{"/orders/1", "X-HTTP-Method-Override", "patch"},
+		{"/orders/1", "X-HTTP-Method", "PATCH"},
+		{"/orders/1", "X-Method-Override", "PATCH"},
+		{"/orders/1?_method=PATCH"},
+	} {
+		if s := do("POST", c[0], c[1:]...); s < 400 {
+			t.Errorf("POST %s %v with the key of PATCH /orders/1: %d; want it refused", c[0], c[1:], s)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("the upstream ran the PATCH %d times, want 1", got)
+	}
+	// An override naming the request's own method, or one not guarded, is
+	// no variant.
+	if s := do("POST", "/orders/1", "X-HTTP-Method-Override", "GET"); s != http.StatusOK {
+		t.Errorf("POST with an override naming GET: %d, want it passed through", s)
+	}
+}
+
+// TestMethodVariantsElsewherePassThrough: a method spelt another way is
+// refused only where a route guards that method; elsewhere it passes
+// through as before.
+func TestMethodVariantsElsewherePassThrough(t *testing.T) {
+	u, _ := looseUpstream(t)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "PATCH /orders/{id}", 1), u.URL)
+	for _, c := range [][]string{{"post", "/orders/1"}, {"POST", "/users/1", "X-HTTP-Method-Override", "PATCH"}, {"patch", "/users/1"}} {
+		req, err := http.NewRequest(c[0], e.srv.URL+c[1], strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 2; i+1 < len(c); i += 2 {
+			req.Header.Set(c[i], c[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Errorf("%v: %d, want the upstream's 201 (no route guards it)", c, res.StatusCode)
+		}
+	}
+}

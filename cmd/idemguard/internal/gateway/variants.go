@@ -22,9 +22,11 @@ import (
 // are refused (checkPatterns). A route's host loosens too (lower case,
 // no trailing dot, any port): host names are case-insensitive, and the
 // pass-through may reach the same upstream. A request whose method is a
-// guarded method in another case ("post") is refused (501), never
-// forwarded: ServeMux would pass it through, and upstreams that take
-// methods in any case (ASP.NET Core, Werkzeug) would run it.
+// guarded method in another case ("post"), or that names one in a
+// method-override field (a POST with X-HTTP-Method-Override: PATCH), is
+// refused (501), never forwarded: ServeMux would pass it through, and
+// upstreams that take methods in any case (ASP.NET Core, Werkzeug) or
+// honour overrides would run it.
 
 // variantMux routes the pass-through's requests whose loosened path
 // matches a guarded route to that route.
@@ -93,14 +95,33 @@ func looseHost(h string) string {
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
-// methodVariants refuses (501) a request whose method is one of methods
-// in another case; the rest go to next.
-func methodVariants(methods map[string]bool, next http.Handler) http.Handler {
+// overrideFields are the header fields frameworks take a request's
+// method from (Express's method-override, ASP.NET Core, Laravel, Jersey,
+// Google's APIs); _method is the query parameter (Laravel, Symfony).
+var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// methodVariants refuses (501) a request that spells a method another way
+// (in another case, or in a method-override field or _method query
+// parameter while its own method is another) when a route guards that
+// method for it (guards): upstreams that take such a spelling would run
+// the guarded method for a request ServeMux passes through unguarded.
+// The rest go to next.
+func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m := strings.ToUpper(r.Method); m != r.Method && methods[m] {
-			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
-				Detail: "the method " + r.Method + " is not " + m + ": methods are case-sensitive, and the gateway does not forward one it guards in another case"}).write(w)
-			return
+		named := []string{r.Method}
+		for _, f := range overrideFields {
+			named = append(named, r.Header.Values(f)...)
+		}
+		if strings.Contains(r.URL.RawQuery, "_method") {
+			named = append(named, r.URL.Query()["_method"]...)
+		}
+		for _, n := range named {
+			if m := strings.ToUpper(strings.TrimSpace(n)); m != r.Method && validMethod(m) && guards(r, m) {
+				(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
+					Detail: "this " + r.Method + " request names the method " + m + ", which the gateway guards: " +
+						"send it as " + m + " itself (methods are case-sensitive; method overrides are not forwarded for guarded methods)"}).write(w)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
