@@ -211,3 +211,19 @@ func TestMethodVariantsElsewherePassThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestMethodOverrideOnAGuardedRequest: a request a route guards as it is
+// is claimed whatever method it names: it is served, once.
+func TestMethodOverrideOnAGuardedRequest(t *testing.T) {
+	u, n := looseUpstream(t)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "/orders/{id}", 1), u.URL)
+	for i := range 2 {
+		r := post(t, e.srv.URL+"/orders/1", "k-guarded-override", `{}`, "X-Account-Id", "acme", "X-HTTP-Method-Override", "PATCH")
+		if r.status != http.StatusCreated || r.replayed() != (i > 0) {
+			t.Fatalf("try %d: %d replayed=%v %q; want the upstream's 201, then its replay", i, r.status, r.replayed(), r.body)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("the upstream ran it %d times, want 1", got)
+	}
+}

@@ -103,8 +103,9 @@ var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Meth
 // methodVariants refuses (501) a request that spells a method another way
 // (in another case, or in a method-override field or _method query
 // parameter while its own method is another) when a route guards that
-// method for it (guards): upstreams that take such a spelling would run
-// the guarded method for a request ServeMux passes through unguarded.
+// method for it (guards) and none guards the request as it is: upstreams
+// that take such a spelling would run the guarded method for a request
+// ServeMux passes through unguarded.
 // The rest go to next.
 func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +117,9 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 			named = append(named, r.URL.Query()["_method"]...)
 		}
 		for _, n := range named {
-			if m := strings.ToUpper(strings.TrimSpace(n)); m != r.Method && validMethod(m) && guards(r, m) {
+			// A request a route guards itself is claimed: whatever the
+			// upstream runs it as, it runs once.
+			if m := strings.ToUpper(strings.TrimSpace(n)); m != r.Method && validMethod(m) && guards(r, m) && !guards(r, r.Method) {
 				(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
 					Detail: "this " + r.Method + " request names the method " + m + ", which the gateway guards: " +
 						"send it as " + m + " itself (methods are case-sensitive; method overrides are not forwarded for guarded methods)"}).write(w)
