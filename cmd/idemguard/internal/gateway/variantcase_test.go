@@ -227,3 +227,26 @@ func TestMethodOverrideOnAGuardedRequest(t *testing.T) {
 		t.Errorf("the upstream ran it %d times, want 1", got)
 	}
 }
+
+// TestEncodedSlashVariantsAreGuarded: ServeMux takes %2F for a character
+// of a segment, not a separator, so it neither redirects /orders%2F%2F
+// nor matches it; upstreams that decode the path before routing (Spring's
+// UrlPathHelper, which also merges slashes) take it for /orders/ or
+// /orders. The variant check asked whether the decoded path was clean,
+// found "/orders//" was not, and passed it through unguarded.
+func TestEncodedSlashVariantsAreGuarded(t *testing.T) {
+	u := newUpstream(t) // counts every POST's order, whatever its path
+	e := startGateway(t, basicConfig, u.URL)
+	if r := post(t, e.srv.URL+"/orders", "k-slash", `{"order":"s1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+		t.Fatalf("first: %d %q", r.status, r.body)
+	}
+	for _, p := range []string{"/orders%2F%2F", "/Orders%2F%2F%2F", "/x%2F..%2Forders", "/orders%2F.", "/orders%2F%2F;v=1"} {
+		r := post(t, e.srv.URL+p, "k-slash", `{"order":"s1"}`, "X-Account-Id", "acme")
+		if r.status < 400 {
+			t.Errorf("POST %s with the key of POST /orders: %d %q; want it guarded under that key", p, r.status, r.body)
+		}
+	}
+	if n := u.count("s1"); n != 1 {
+		t.Fatalf("the upstream ran the order %d times, want 1", n)
+	}
+}

@@ -68,8 +68,8 @@ func loosePattern(pattern string) string {
 // is "I", as Java's equalsIgnoreCase takes them) fold alike.
 func fold(s string) string { return strings.ToLower(strings.ToUpper(s)) }
 
-// loosePath folds p's case (fold), drops each segment's ;parameters and the trailing
-// slashes.
+// loosePath folds p's case (fold), drops each segment's ;parameters, and
+// cleans it (dot segments, repeated and trailing slashes).
 func loosePath(p string) string {
 	if strings.IndexByte(p, ';') >= 0 {
 		segs := strings.Split(p, "/")
@@ -80,11 +80,10 @@ func loosePath(p string) string {
 		}
 		p = strings.Join(segs, "/")
 	}
-	p = fold(p)
-	for len(p) > 1 && strings.HasSuffix(p, "/") {
-		p = p[:len(p)-1]
-	}
-	return p
+	// Cleaned: ServeMux redirects an unclean path, but one unclean only
+	// once decoded (/orders%2F%2F, /x%2F..%2Forders) it passes on, to
+	// upstreams that decode before they route.
+	return path.Clean(fold(p))
 }
 
 // looseHost lowers h and drops its port and a trailing dot.
@@ -130,7 +129,8 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 	})
 }
 
-// clean reports whether ServeMux takes p as it is (else it redirects).
+// clean reports whether ServeMux takes p, an escaped path, as it is (else
+// it redirects).
 func clean(p string) bool {
 	c := path.Clean(p)
 	if strings.HasSuffix(p, "/") && c != "/" {
@@ -144,7 +144,7 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v.next.ServeHTTP(w, r)
 		return
 	}
-	if _, p := v.main.Handler(r); p == "/" && r.Method != http.MethodConnect && clean(r.URL.Path) {
+	if _, p := v.main.Handler(r); p == "/" && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
 		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
 			r2 := r.WithContext(r.Context())
 			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
