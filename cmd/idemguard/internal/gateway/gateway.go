@@ -179,7 +179,6 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		}
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 	}
-	var served http.Handler = mux
 	guarded := map[string]bool{}
 	byPattern := map[string]*route{}
 	for _, rt := range gw.routes {
@@ -188,12 +187,10 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 			guarded[m] = true
 		}
 	}
-	var vm *variantMux
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
-		vm = &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded}
-		served = vm
 	}
+	vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded, routes: byPattern}
 	// guards reports whether a route guards r sent with method m.
 	guards := func(r *http.Request, m string) bool {
 		if !guarded[m] {
@@ -204,13 +201,10 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		if _, p := mux.Mux().Handler(rm); byPattern[p] != nil && byPattern[p].methods[m] {
 			return true
 		}
-		vr, ok := variantRoute{}, false
-		if vm != nil {
-			vr, ok = vm.match(rm)
-		}
+		vr, ok := vm.match(rm)
 		return ok && vr.rt.methods[m]
 	}
-	served = methodVariants(guards, served)
+	served := methodVariants(guards, vm)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

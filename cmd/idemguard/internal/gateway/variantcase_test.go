@@ -250,3 +250,29 @@ func TestEncodedSlashVariantsAreGuarded(t *testing.T) {
 		t.Fatalf("the upstream ran the order %d times, want 1", n)
 	}
 }
+
+// TestVariantsUnderAnotherRouteAreGuarded: a variant of a guarded route
+// that another route's pattern matches (a subtree "/api/" or "/{path...}"
+// route guarding other methods) was served by that route, which passes
+// the methods it does not guard through unguarded: only the pass-through
+// "/" looked for variants. A request such a route does not guard is
+// guarded by the route its path loosens to, if that one guards it.
+func TestVariantsUnderAnotherRouteAreGuarded(t *testing.T) {
+	for _, other := range []string{"/api/", "/{path...}"} {
+		u := newUpstream(t)
+		e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "POST /api/orders", 1)+
+			"  - pattern: "+other+"\n    methods: [PUT]\n", u.URL)
+		if r := post(t, e.srv.URL+"/api/orders", "k-under", `{"order":"u1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+			t.Fatalf("%s: first: %d %q", other, r.status, r.body)
+		}
+		for _, p := range []string{"/api/Orders", "/api/orders/", "/api/orders;v=1"} {
+			r := post(t, e.srv.URL+p, "k-under", `{"order":"u1"}`, "X-Account-Id", "acme")
+			if r.status < 400 {
+				t.Errorf("%s: POST %s with the key of POST /api/orders: %d %q; want it guarded under that key", other, p, r.status, r.body)
+			}
+		}
+		if n := u.count("u1"); n != 1 {
+			t.Errorf("%s: the upstream ran the order %d times, want 1", other, n)
+		}
+	}
+}

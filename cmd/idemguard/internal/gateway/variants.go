@@ -28,14 +28,17 @@ import (
 // upstreams that take methods in any case (ASP.NET Core, Werkzeug) or
 // honour overrides would run it.
 
-// variantMux routes the pass-through's requests whose loosened path
-// matches a guarded route to that route.
+// variantMux routes a request that the route main matches it to does not
+// guard (the pass-through's, or another route's that guards other
+// methods: a subtree "/api/", a "/{path...}") to the route its loosened
+// path matches, if that one guards it.
 type variantMux struct {
 	main  *http.ServeMux // the gateway's routes, the pass-through at "/"
 	loose *http.ServeMux // the routes' loosened patterns, each to its variantRoute
 	next  http.Handler   // what serves everything else (main, wrapped)
 	// methods are those some route guards: no other request is looked at.
 	methods map[string]bool
+	routes  map[string]*route // by pattern
 }
 
 // variantRoute is a route's handler chain, as main serves it.
@@ -144,7 +147,8 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v.next.ServeHTTP(w, r)
 		return
 	}
-	if _, p := v.main.Handler(r); p == "/" && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
+	if _, p := v.main.Handler(r); (v.routes[p] == nil || !v.routes[p].methods[r.Method]) &&
+		r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
 		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
 			r2 := r.WithContext(r.Context())
 			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
