@@ -111,21 +111,34 @@ var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Meth
 // The rest go to next.
 func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		named := []string{r.Method}
+		// refused reports whether r names m, a method a route guards for
+		// it, spelt as n. A request a route guards itself is claimed:
+		// whatever the upstream runs it as, it runs once.
+		refused := func(n string) bool {
+			m := strings.ToUpper(strings.TrimSpace(n))
+			if m == r.Method || !validMethod(m) || !guards(r, m) || guards(r, r.Method) {
+				return false
+			}
+			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
+				Detail: "this " + r.Method + " request names the method " + m + ", which the gateway guards: " +
+					"send it as " + m + " itself (methods are case-sensitive; method overrides are not forwarded for guarded methods)"}).write(w)
+			return true
+		}
+		if refused(r.Method) {
+			return
+		}
 		for _, f := range overrideFields {
-			named = append(named, r.Header.Values(f)...)
+			for _, n := range r.Header.Values(f) {
+				if refused(n) {
+					return
+				}
+			}
 		}
 		if strings.Contains(r.URL.RawQuery, "_method") {
-			named = append(named, r.URL.Query()["_method"]...)
-		}
-		for _, n := range named {
-			// A request a route guards itself is claimed: whatever the
-			// upstream runs it as, it runs once.
-			if m := strings.ToUpper(strings.TrimSpace(n)); m != r.Method && validMethod(m) && guards(r, m) && !guards(r, r.Method) {
-				(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
-					Detail: "this " + r.Method + " request names the method " + m + ", which the gateway guards: " +
-						"send it as " + m + " itself (methods are case-sensitive; method overrides are not forwarded for guarded methods)"}).write(w)
-				return
+			for _, n := range r.URL.Query()["_method"] {
+				if refused(n) {
+					return
+				}
 			}
 		}
 		next.ServeHTTP(w, r)
