@@ -179,17 +179,32 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		}
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 	}
-	var served http.Handler = mux
+	guarded := map[string]bool{}
+	byPattern := map[string]*route{}
+	for _, rt := range gw.routes {
+		byPattern[rt.cfg.Pattern] = rt
+		for m := range rt.methods {
+			guarded[m] = true
+		}
+	}
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
-		vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: map[string]bool{}}
-		for _, rt := range gw.routes {
-			for m := range rt.methods {
-				vm.methods[m] = true
-			}
-		}
-		served = vm
 	}
+	vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded, routes: byPattern}
+	// guards reports whether a route guards r sent with method m.
+	guards := func(r *http.Request, m string) bool {
+		if !guarded[m] {
+			return false
+		}
+		rm := r.WithContext(r.Context())
+		rm.Method = m
+		if _, p := mux.Mux().Handler(rm); byPattern[p] != nil && byPattern[p].methods[m] {
+			return true
+		}
+		vr, ok := vm.match(rm)
+		return ok && vr.rt.methods[m]
+	}
+	served := methodVariants(guards, vm)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"time"
@@ -21,6 +23,28 @@ import (
 // every forward whose unsent step could not be stored: when in doubt the
 // key answers outcome-unknown, never a second send. The upstream's
 // Idempotency-Key stays Lease.KeyFor("forward") for every forward.
+
+// forwardMark is what a forward step holds: when it was recorded, and the
+// fence of the claim that recorded it. The fence makes each claim's step
+// its own: step.lua stores a step the record already holds byte for byte
+// for anyone (a resent call), so with the time alone a holder whose lease
+// had run out could record "its" step in the millisecond its successor
+// did, take the successor's for its own, and send the request again.
+// Records of earlier gateways hold the time alone (a JSON number).
+type forwardMark struct {
+	At    int64 `json:"at"` // Unix milliseconds
+	Fence int64 `json:"fence"`
+}
+
+// UnmarshalJSON reads a mark, or the bare time earlier gateways stored.
+func (m *forwardMark) UnmarshalJSON(b []byte) error {
+	if b = bytes.TrimSpace(b); len(b) > 0 && b[0] != '{' {
+		*m = forwardMark{}
+		return json.Unmarshal(b, &m.At)
+	}
+	type plain forwardMark
+	return json.Unmarshal(b, (*plain)(m))
+}
 
 // errPeek is the error a step's function returns to look for the step
 // without recording it (guard.Step runs the function only for a step the
@@ -45,9 +69,9 @@ func unsentName(n int) string { return "unsent." + strconv.Itoa(n) }
 func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err error) {
 	for n := 1; ; n++ {
 		ran = false
-		ms, err := guard.Step(a.ctx, a.lease, forwardName(n), func(context.Context) (int64, error) {
+		mark, err := guard.Step(a.ctx, a.lease, forwardName(n), func(context.Context) (forwardMark, error) {
 			ran = true
-			return now.UnixMilli(), nil
+			return forwardMark{At: now.UnixMilli(), Fence: a.lease.Fence}, nil
 		})
 		switch {
 		case err != nil:
@@ -59,7 +83,7 @@ func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err erro
 		_, err = guard.Step(a.ctx, a.lease, unsentName(n), func(context.Context) (int64, error) { return 0, errPeek })
 		switch {
 		case errors.Is(err, errPeek):
-			return false, time.UnixMilli(ms), nil // that forward may have been delivered
+			return false, time.UnixMilli(mark.At), nil // that forward may have been delivered
 		case err != nil:
 			return false, time.Time{}, err
 		}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"net/http"
 	"path"
 	"strings"
@@ -12,22 +13,32 @@ import (
 // containers drop ;parameters from path segments), so a guarded request
 // sent to /Orders, /orders/ or /orders;v=1 would reach the same handler
 // of the upstream through the pass-through, unguarded. The gateway serves
-// such a request by the route its path loosens to (lower case, no
+// such a request by the route its path loosens to (case folded, no
 // ;parameters, no trailing slash), under that route's scope, for the
 // methods the route guards: the guarded set is at least as wide as what a
 // loose upstream takes for the route. The path goes to the upstream as
 // the client sent it; the same key on another variant is another request
 // (422), never a second effect. Two routes whose patterns loosen alike
-// are refused (checkPatterns).
+// are refused (checkPatterns). A route's host loosens too (lower case,
+// no trailing dot, any port): host names are case-insensitive, and the
+// pass-through may reach the same upstream. A request whose method is a
+// guarded method in another case ("post"), or that names one in a
+// method-override field (a POST with X-HTTP-Method-Override: PATCH), is
+// refused (501), never forwarded: ServeMux would pass it through, and
+// upstreams that take methods in any case (ASP.NET Core, Werkzeug) or
+// honour overrides would run it.
 
-// variantMux routes the pass-through's requests whose loosened path
-// matches a guarded route to that route.
+// variantMux routes a request that the route main matches it to does not
+// guard (the pass-through's, or another route's that guards other
+// methods: a subtree "/api/", a "/{path...}") to the route its loosened
+// path matches, if that one guards it.
 type variantMux struct {
 	main  *http.ServeMux // the gateway's routes, the pass-through at "/"
 	loose *http.ServeMux // the routes' loosened patterns, each to its variantRoute
 	next  http.Handler   // what serves everything else (main, wrapped)
 	// methods are those some route guards: no other request is looked at.
 	methods map[string]bool
+	routes  map[string]*route // by pattern
 }
 
 // variantRoute is a route's handler chain, as main serves it.
@@ -39,13 +50,13 @@ type variantRoute struct {
 func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
 
 // loosePattern is a route pattern loosened as loosePath loosens paths:
-// lower case, and "/x/{$}" (a path with its trailing slash) as "/x".
+// case folded, and "/x/{$}" (a path with its trailing slash) as "/x".
 func loosePattern(pattern string) string {
 	method, rest, err := splitPattern(pattern)
 	if err != nil {
 		return ""
 	}
-	rest = strings.ToLower(rest)
+	rest = fold(rest)
 	if i := strings.IndexByte(rest, '/'); i >= 0 && rest[i:] != "/{$}" {
 		rest = strings.TrimSuffix(rest, "/{$}")
 	}
@@ -55,8 +66,13 @@ func loosePattern(pattern string) string {
 	return method + " " + rest
 }
 
-// loosePath lowers p, drops each segment's ;parameters and the trailing
-// slashes.
+// fold folds s's case as the loosest upstreams do: to upper case, then
+// lower, so that letters whose upper case is another's ("ſ" is "S", "ı"
+// is "I", as Java's equalsIgnoreCase takes them) fold alike.
+func fold(s string) string { return strings.ToLower(strings.ToUpper(s)) }
+
+// loosePath folds p's case (fold), drops each segment's ;parameters, and
+// cleans it (dot segments, repeated and trailing slashes).
 func loosePath(p string) string {
 	if strings.IndexByte(p, ';') >= 0 {
 		segs := strings.Split(p, "/")
@@ -67,14 +83,70 @@ func loosePath(p string) string {
 		}
 		p = strings.Join(segs, "/")
 	}
-	p = strings.ToLower(p)
-	for len(p) > 1 && strings.HasSuffix(p, "/") {
-		p = p[:len(p)-1]
-	}
-	return p
+	// Cleaned: ServeMux redirects an unclean path, but one unclean only
+	// once decoded (/orders%2F%2F, /x%2F..%2Forders) it passes on, to
+	// upstreams that decode before they route.
+	return path.Clean(fold(p))
 }
 
-// clean reports whether ServeMux takes p as it is (else it redirects).
+// looseHost lowers h and drops its port and a trailing dot.
+func looseHost(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// overrideFields are the header fields frameworks take a request's
+// method from (Express's method-override, ASP.NET Core, Laravel, Jersey,
+// Google's APIs); _method is the query parameter (Laravel, Symfony).
+var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// methodVariants refuses (501) a request that spells a method another way
+// (in another case, or in a method-override field or _method query
+// parameter while its own method is another) when a route guards that
+// method for it (guards) and none guards the request as it is: upstreams
+// that take such a spelling would run the guarded method for a request
+// ServeMux passes through unguarded.
+// The rest go to next.
+func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// refused reports whether r names m, a method a route guards for
+		// it, spelt as n. A request a route guards itself is claimed:
+		// whatever the upstream runs it as, it runs once.
+		refused := func(n string) bool {
+			m := strings.ToUpper(strings.TrimSpace(n))
+			if m == r.Method || !validMethod(m) || !guards(r, m) || guards(r, r.Method) {
+				return false
+			}
+			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
+				Detail: "this " + r.Method + " request names the method " + m + ", which the gateway guards: " +
+					"send it as " + m + " itself (methods are case-sensitive; method overrides are not forwarded for guarded methods)"}).write(w)
+			return true
+		}
+		if refused(r.Method) {
+			return
+		}
+		for _, f := range overrideFields {
+			for _, n := range r.Header.Values(f) {
+				if refused(n) {
+					return
+				}
+			}
+		}
+		if strings.Contains(r.URL.RawQuery, "_method") {
+			for _, n := range r.URL.Query()["_method"] {
+				if refused(n) {
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clean reports whether ServeMux takes p, an escaped path, as it is (else
+// it redirects).
 func clean(p string) bool {
 	c := path.Clean(p)
 	if strings.HasSuffix(p, "/") && c != "/" {
@@ -88,7 +160,8 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v.next.ServeHTTP(w, r)
 		return
 	}
-	if _, p := v.main.Handler(r); p == "/" && r.Method != http.MethodConnect && clean(r.URL.Path) {
+	if _, p := v.main.Handler(r); (v.routes[p] == nil || !v.routes[p].methods[r.Method]) &&
+		r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
 		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
 			r2 := r.WithContext(r.Context())
 			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
@@ -107,7 +180,7 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 		u := *r.URL
 		u.Path, u.RawPath = p, ""
 		lr := r.WithContext(r.Context())
-		lr.URL = &u
+		lr.URL, lr.Host = &u, looseHost(r.Host)
 		if h, _ := v.loose.Handler(lr); h != nil {
 			if vr, ok := h.(variantRoute); ok {
 				return vr, true
