@@ -77,8 +77,10 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // whose statements reach a pool (an application's type embedding
 // *sql.DB, as sqlx.DB does), database/sql may send it again on another
 // connection, where it matches no row, the version having moved on by
-// this very update: Update sees the arguments converted again for the
-// repeat, and answers ErrUnavailable then too.
+// this very update (or, queued behind that first send under REPEATABLE
+// READ or SERIALIZABLE, fails with a serialization failure): Update sees
+// the arguments converted again for the repeat, and answers
+// ErrUnavailable then too, whatever error the repeat met.
 //
 // A version tells the states of a row apart only while the row lives: a
 // row deleted and inserted again under the same id starts again at the
@@ -139,16 +141,33 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	var next int64
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
+		if n := sent.n.Load(); n > 1 {
+			return 0, sentAgain(ctx, v.Name, idCol, id, n, err)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
-			if n := sent.n.Load(); n > 1 {
-				return 0, fmt.Errorf("%w: versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it",
-					ErrUnavailable, v.Name, idCol, id, n)
-			}
 			return 0, fmt.Errorf("%w: %s %s=%v is no longer at version %d", ErrConflict, v.Name, idCol, id, version)
 		}
 		return 0, dbErr(ctx, "versioned update", err)
 	}
 	return next, nil
+}
+
+// sentAgain is Update's error when database/sql sent the statement n > 1
+// times and the last send failed with err: whatever the repeat met (no
+// row, the version having moved on by an earlier send; a serialization
+// failure or deadlock while it queued behind that send, under REPEATABLE
+// READ or SERIALIZABLE), an earlier send may have applied the update, so
+// the error matches ErrUnavailable and never ErrConflict. A context error
+// stays matchable; a conflict is kept as text only.
+func sentAgain(ctx context.Context, table, idCol string, id any, n int32, err error) error {
+	what := fmt.Sprintf("versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it", table, idCol, id, n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrUnavailable, what)
+	}
+	if err = dbErr(ctx, "versioned update", err); IsConflict(err) || errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %s (the last: %v)", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("%w: %s (the last: %w)", ErrUnavailable, what, err)
 }
 
 // sendCount is Update's version argument. database/sql converts a
