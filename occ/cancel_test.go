@@ -68,3 +68,22 @@ func TestRetryOnConflictContextCause(t *testing.T) {
 		t.Fatalf("RetryOnConflict cancelled = %v after %d tries, want an error matching context.Canceled and its cause after 2", err, tries)
 	}
 }
+
+// TestRetryOnConflictCancelledBefore: a context cancelled with a cause
+// before RetryOnConflict is called (or between tries, as RetryOnConflict
+// looks before each) also ends it with the context's error and its cause.
+// The look before each try returned ctx.Err() alone: the cause was lost.
+func TestRetryOnConflictCancelledBefore(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("shutting down")
+	cctx, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	tries := 0
+	err := occ.RetryOnConflict(cctx, occ.RetryOptions{}, func(context.Context) error {
+		tries++
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || tries != 0 {
+		t.Fatalf("RetryOnConflict on a cancelled context = %v after %d tries, want an error matching context.Canceled and its cause, no try", err, tries)
+	}
+}

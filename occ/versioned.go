@@ -350,8 +350,8 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	o := opts.withDefaults()
 	b := o.backOff()
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		if err := ctx.Err(); err != nil {
-			return struct{}{}, backoff.Permanent(err)
+		if ctx.Err() != nil {
+			return struct{}{}, backoff.Permanent(ctxErr(ctx))
 		}
 		err := try(ctx)
 		if err != nil && !IsConflict(err) {
@@ -362,10 +362,20 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	if pe, ok := err.(*backoff.PermanentError); ok {
 		return pe.Unwrap() // Retry keeps its wrapper on the last try
 	}
-	if cerr := ctx.Err(); cerr != nil && err != nil && err == context.Cause(ctx) && err != cerr {
-		return fmt.Errorf("%w: %w", cerr, err) // Retry gives the cause alone
+	if ctx.Err() != nil && err != nil && err == context.Cause(ctx) {
+		return ctxErr(ctx) // Retry gives the cause alone
 	}
 	return err
+}
+
+// ctxErr is the error of ctx, which has ended: ctx.Err(), with the cause
+// beside it if it was cancelled with one.
+func ctxErr(ctx context.Context) error {
+	cerr, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == cerr {
+		return cerr
+	}
+	return fmt.Errorf("%w: %w", cerr, cause)
 }
 
 // IsConflict reports whether RetryOnConflict would try again after err:
