@@ -224,7 +224,7 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 func UnaryServerInterceptor(g *guard.Guard, opts Options) grpc.UnaryServerInterceptor {
 	cfg := core.Config{
 		Pkg: "grpcx", Methods: opts.Methods, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
-		Metadata: opts.Metadata, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		Metadata: opts.Metadata, Key: opts.Key, Optional: opts.Optional, Fingerprint: core.UnlessDefault(opts.Fingerprint, DefaultFingerprint),
 		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayMetadata, Wait: opts.Wait,
 		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
 	}

@@ -187,7 +187,7 @@ func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
 	}
 	cfg := core.Config{
 		Pkg: "connectx", Methods: opts.Procedures, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
-		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: core.UnlessDefault(opts.Fingerprint, DefaultFingerprint),
 		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayHeader, Wait: opts.Wait,
 		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
 	}
