@@ -265,7 +265,7 @@ func (v VersionedTable) Migration() (Migration, error) {
 type RetryOptions struct {
 	// MaxTries bounds the tries, the first included. Default 10.
 	MaxTries uint
-	// InitialInterval is the first wait. Default 5ms.
+	// InitialInterval is the first wait (at most MaxInterval). Default 5ms.
 	InitialInterval time.Duration
 	// MaxInterval caps one wait, jitter included. Default 1s.
 	MaxInterval time.Duration
@@ -311,6 +311,7 @@ func (o RetryOptions) withDefaults() RetryOptions {
 	if o.MaxInterval <= 0 {
 		o.MaxInterval = time.Second
 	}
+	o.InitialInterval = min(o.InitialInterval, o.MaxInterval) // no wait is above it
 	if o.Multiplier < 1 {
 		o.Multiplier = 2
 	}
