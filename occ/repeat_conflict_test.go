@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,7 +168,9 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 	// Both sends wait: the first for the lock, the repeat behind it.
 	testenv.WaitFor(t, 30*time.Second, "the update and its repeat to wait for the row lock", func() bool {
 		var n int
-		_ = direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "occ_accounts"%'`).Scan(&n)
+		_ = direct.QueryRowContext(ctx, `WITH first AS (SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))
+			SELECT count(*) FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)) OR pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)`, holder).Scan(&n)
 		return n >= 2
 	})
 	if err := lock.Commit(); err != nil {
@@ -181,6 +185,8 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 		t.Fatalf("UpdateRetry succeeded; its first send's connection was cut (balance moved by %d)", after-before)
 	case occ.IsConflict(err):
 		t.Fatalf("UpdateRetry = %v; an update sent twice, whose first send may have applied, is not a conflict", err)
+	case !errors.Is(err, occ.ErrUnavailable) || !strings.Contains(err.Error(), "could not serialize"):
+		t.Fatalf("UpdateRetry = %v; want ErrUnavailable after a repeat that met a serialization failure (else the test proves nothing)", err)
 	}
 	t.Logf("balance moved by %d; UpdateRetry: %v", after-before, err)
 }
