@@ -89,7 +89,8 @@ type Options struct {
 	// Fingerprint digests the request; the same key with another
 	// fingerprint gets FailedPrecondition (ReasonKeyReused). Default
 	// DefaultFingerprint: SHA-256 over the request message's full name and
-	// its deterministic protobuf encoding.
+	// its deterministic protobuf encoding. DefaultFingerprint named here is
+	// the default, with its comparison with the previous release's.
 	Fingerprint func(fullMethod string, req any) (string, error)
 	// MaxStoredResponse is the largest response message kept for replay,
 	// in bytes of its encoding. A larger one still reaches the client; the
