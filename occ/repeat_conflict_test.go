@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,8 @@ import (
 )
 
 // cutProxy is a TCP proxy to PostgreSQL that, armed with a piece of SQL,
-// passes on the client's bytes that carry it and at once closes the
-// client's connection, leaving the server's open: the server runs the
+// passes on the statement that holds it and at once closes the client's
+// connection, leaving the server's open: the server runs the
 // statement (and commits it) whenever it can, after the client has seen
 // its connection die. pgproxy loses a reply only once the statement has
 // committed; here the client's repeat can reach the server first.
@@ -29,7 +30,10 @@ type cutProxy struct {
 	mu     sync.Mutex
 	marker []byte
 	conns  []net.Conn
-	wg     sync.WaitGroup
+	// beforeCut, if set, runs before the client's connection is closed:
+	// it waits for the server to be at a point the test wants.
+	beforeCut func()
+	wg        sync.WaitGroup
 }
 
 // newCutProxy starts a proxy to the database dsn names and returns a
@@ -71,11 +75,36 @@ func newCutProxy(t *testing.T, dsn string, extra url.Values) (*cutProxy, *sql.DB
 	return p, db
 }
 
-// cutOnce arms the proxy for the next client write carrying sql.
+// cutOnce arms the proxy for the next statement whose SQL holds sql.
 func (p *cutProxy) cutOnce(sql string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.marker = []byte(sql)
+}
+
+// blocked reports whether at least n backends wait, directly or behind
+// another waiter, for the locks of the backend holder.
+func blocked(db *sql.DB, holder, n int) bool {
+	var got int
+	_ = db.QueryRowContext(ctx, `WITH first AS (SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))
+		SELECT count(*) FROM pg_stat_activity
+		WHERE $1 = ANY(pg_blocking_pids(pid)) OR pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)`, holder).Scan(&got)
+	return got >= n
+}
+
+// holdCut makes the proxy wait, once it has passed the statement on and
+// before it cuts the client's connection, until the test lets it: the
+// test's goroutine waits on the returned channel for the statement to be
+// passed on, checks what it wants, and closes release.
+func (p *cutProxy) holdCut(t *testing.T) (passed <-chan struct{}, release func()) {
+	c, r := make(chan struct{}), make(chan struct{})
+	p.beforeCut = func() {
+		close(c)
+		<-r
+	}
+	release = sync.OnceFunc(func() { close(r) })
+	t.Cleanup(release) // before the proxy's own, which waits for it
+	return c, release
 }
 
 func (p *cutProxy) accept() {
@@ -101,19 +130,28 @@ func (p *cutProxy) accept() {
 		go func() { // client to server, cut after the marker
 			defer p.wg.Done()
 			buf := make([]byte, 32<<10)
+			armed, bound := false, false // this connection prepared, bound the marker's statement
 			for {
 				n, err := client.Read(buf)
 				if n > 0 {
+					// lib/pq prepares the statement (Parse, its text),
+					// waits for the reply, then runs it (Bind, Execute,
+					// Sync): cut once the Sync that follows the marker's
+					// Bind has gone to the server.
+					bound = bound || armed && buf[0] == 'B'
+					cut := bound && bytes.HasSuffix(buf[:n], []byte{'S', 0, 0, 0, 4})
 					p.mu.Lock()
-					cut := p.marker != nil && bytes.Contains(buf[:n], p.marker)
-					if cut {
-						p.marker = nil
+					if p.marker != nil && bytes.Contains(buf[:n], p.marker) {
+						armed, p.marker = true, nil
 					}
 					p.mu.Unlock()
 					if _, err := server.Write(buf[:n]); err != nil {
 						return
 					}
 					if cut {
+						if p.beforeCut != nil {
+							p.beforeCut()
+						}
 						_ = client.Close()
 						return
 					}
@@ -140,7 +178,6 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 	direct, dsn := testenv.Postgres(t)
 	acc := accountsTable(t, direct)
 	p, db := newCutProxy(t, dsn, url.Values{
-		"binary_parameters":             {"yes"}, // the statement in one write
 		"default_transaction_isolation": {"repeatable read"},
 	})
 	before, _ := readAccount(t, direct)
@@ -155,6 +192,7 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	passed, release := p.holdCut(t)
 	p.cutOnce(`UPDATE "occ_accounts"`)
 	done := make(chan error, 1)
 	go func() {
@@ -166,13 +204,12 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 		done <- err
 	}()
 	// Both sends wait: the first for the lock, the repeat behind it.
-	testenv.WaitFor(t, 30*time.Second, "the update and its repeat to wait for the row lock", func() bool {
-		var n int
-		_ = direct.QueryRowContext(ctx, `WITH first AS (SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))
-			SELECT count(*) FROM pg_stat_activity
-			WHERE $1 = ANY(pg_blocking_pids(pid)) OR pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)`, holder).Scan(&n)
-		return n >= 2
-	})
+	// The first send queues for the row lock before its client sees the
+	// connection cut, and the repeat queues behind it.
+	<-passed
+	testenv.WaitFor(t, 30*time.Second, "the update to wait for the row lock", func() bool { return blocked(direct, holder, 1) })
+	release()
+	testenv.WaitFor(t, 30*time.Second, "its repeat to wait behind it", func() bool { return blocked(direct, holder, 2) })
 	if err := lock.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,4 +226,82 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 		t.Fatalf("UpdateRetry = %v; want ErrUnavailable after a repeat that met a serialization failure (else the test proves nothing)", err)
 	}
 	t.Logf("balance moved by %d; UpdateRetry: %v", after-before, err)
+}
+
+// TestVectorWriteRepeatSerializationFailure: the lost send of
+// TestVersionedUpdateRepeatSerializationFailure, for VectorTable.Write. The
+// repeat, queued behind the first send, fails with a serialization failure;
+// Write returned it as a conflict (carrying no versions: "run the
+// transaction again"), and the application, re-reading and writing its
+// change on what it read (its own first write already there), made a
+// deposit of 10 twice.
+func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
+	t.Parallel()
+	direct, dsn := testenv.Postgres(t)
+	tbl := cartsTable(t, direct, "w")
+	if _, err := tbl.Write(ctx, direct, "c", occ.Vector{}, []byte(`100`)); err != nil {
+		t.Fatal(err)
+	}
+	balance := func() int64 {
+		t.Helper()
+		v, err := tbl.Read(ctx, direct, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(string(v.Value), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	p, db := newCutProxy(t, dsn, url.Values{
+		"default_transaction_isolation": {"repeatable read"},
+	})
+	lock, err := direct.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback() }()
+	var holder int
+	if err := lock.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM occ_carts WHERE id = 'c' FOR UPDATE`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+
+	passed, release := p.holdCut(t)
+	p.cutOnce(`UPDATE "occ_carts"`)
+	done := make(chan error, 1)
+	go func() {
+		done <- occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) error {
+			v, err := tbl.Read(ctx, direct, "c")
+			if err != nil {
+				return err
+			}
+			n, err := strconv.ParseInt(string(v.Value), 10, 64)
+			if err != nil {
+				return err
+			}
+			_, err = tbl.Write(ctx, appDB{db}, "c", v.Vector, []byte(strconv.FormatInt(n+10, 10)))
+			return err
+		})
+	}()
+	// The first send queues for the row lock before its client sees the
+	// connection cut, and the repeat queues behind it.
+	<-passed
+	testenv.WaitFor(t, 30*time.Second, "the write to wait for the row lock", func() bool { return blocked(direct, holder, 1) })
+	release()
+	testenv.WaitFor(t, 30*time.Second, "its repeat to wait behind it", func() bool { return blocked(direct, holder, 2) })
+	if err := lock.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	switch moved := balance() - 100; {
+	case moved > 10:
+		t.Fatalf("a deposit of 10 sent twice moved the balance by %d (RetryOnConflict: %v)", moved, err)
+	case err == nil:
+		t.Fatalf("the write succeeded; its first send's connection was cut (balance moved by %d)", moved)
+	case occ.IsConflict(err):
+		t.Fatalf("Write = %v; a write sent twice, whose first send may have applied, is not a conflict", err)
+	case !errors.Is(err, occ.ErrUnavailable) || !strings.Contains(err.Error(), "could not serialize"):
+		t.Fatalf("Write = %v; want ErrUnavailable after a repeat that met a serialization failure (else the test proves nothing)", err)
+	}
 }

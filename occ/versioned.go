@@ -142,7 +142,7 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
 		if n := sent.n.Load(); n > 1 {
-			return 0, sentAgain(ctx, v.Name, idCol, id, n, err)
+			return 0, sentAgain(ctx, fmt.Sprintf("versioned update of %s %s=%v", v.Name, idCol, id), n, err)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("%w: %s %s=%v is no longer at version %d", ErrConflict, v.Name, idCol, id, version)
@@ -152,31 +152,31 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	return next, nil
 }
 
-// sentAgain is Update's error when database/sql sent the statement n > 1
-// times and the last send failed with err: whatever the repeat met (no
-// row, the version having moved on by an earlier send; a serialization
-// failure or deadlock while it queued behind that send, under REPEATABLE
-// READ or SERIALIZABLE), an earlier send may have applied the update, so
-// the error matches ErrUnavailable and never ErrConflict. A context error
-// stays matchable; a conflict is kept as text only.
-func sentAgain(ctx context.Context, table, idCol string, id any, n int32, err error) error {
-	what := fmt.Sprintf("versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it", table, idCol, id, n)
+// sentAgain is the error of a write (what) that database/sql sent n > 1
+// times, the last send failing with err: whatever the repeat met (no row,
+// the version having moved on by an earlier send; a serialization failure
+// or deadlock while it queued behind that send, under REPEATABLE READ or
+// SERIALIZABLE), an earlier send may have applied the write, so the error
+// matches ErrUnavailable and never ErrConflict. A context error stays
+// matchable; a conflict is kept as text only.
+func sentAgain(ctx context.Context, what string, n int32, err error) error {
+	what = fmt.Sprintf("%s sent %d times: an earlier send, whose reply was lost, may have applied it", what, n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s", ErrUnavailable, what)
 	}
-	if err = dbErr(ctx, "versioned update", err); IsConflict(err) || errors.Is(err, ErrUnavailable) {
+	if err = dbErr(ctx, "write", err); IsConflict(err) || errors.Is(err, ErrUnavailable) {
 		return fmt.Errorf("%w: %s (the last: %v)", ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("%w: %s (the last: %w)", ErrUnavailable, what, err)
 }
 
-// sendCount is Update's version argument. database/sql converts a
-// statement's arguments (calling Value) once for each time it sends the
-// statement, so more than one call means the update was sent again after
-// the driver reported its connection bad, possibly after PostgreSQL had
-// applied it.
+// sendCount is an argument of a write (Update's version, Write's base
+// vector). database/sql converts a statement's arguments (calling Value)
+// once for each time it sends the statement, so more than one call means
+// the write was sent again after the driver reported its connection bad,
+// possibly after PostgreSQL had applied it.
 type sendCount struct {
-	v int64
+	v driver.Value
 	n atomic.Int32
 }
 
