@@ -350,12 +350,16 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	}
 	o := opts.withDefaults()
 	b := o.backOff()
+	var tries uint
+	conflict := false // the last try ended in a conflict
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		if ctx.Err() != nil {
 			return struct{}{}, backoff.Permanent(ctxErr(ctx))
 		}
+		tries++
 		err := try(ctx)
-		if err != nil && !IsConflict(err) {
+		conflict = err != nil && IsConflict(err)
+		if err != nil && !conflict {
 			return struct{}{}, backoff.Permanent(err)
 		}
 		return struct{}{}, err
@@ -363,8 +367,10 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	if pe, ok := err.(*backoff.PermanentError); ok {
 		return pe.Unwrap() // Retry keeps its wrapper on the last try
 	}
-	if ctx.Err() != nil && err != nil && err == context.Cause(ctx) {
-		return ctxErr(ctx) // Retry gives the cause alone
+	if conflict && tries < o.MaxTries && ctx.Err() != nil {
+		// Retry ended on the context, and gives its cause alone. (Told
+		// apart without ==: a cause may be of an uncomparable type.)
+		return ctxErr(ctx)
 	}
 	return err
 }
@@ -373,7 +379,7 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 // beside it if it was cancelled with one.
 func ctxErr(ctx context.Context) error {
 	cerr, cause := ctx.Err(), context.Cause(ctx)
-	if cause == nil || cause == cerr {
+	if cause == nil || errors.Is(cerr, cause) && errors.Is(cause, cerr) { // not ==: see RetryOnConflict
 		return cerr
 	}
 	return fmt.Errorf("%w: %w", cerr, cause)
