@@ -195,3 +195,30 @@ func mustFingerprint(t testing.TB, m proto.Message) string {
 	}
 	return s
 }
+
+// TestFingerprintUpgradeExplicitDefault: a server that names
+// DefaultFingerprint in its Options (as code that spells out its defaults
+// does) gets DefaultFingerprint's comparison with the previous release's
+// fingerprint too: a retry of a record stored before the upgrade replays.
+// Only a nil Fingerprint got it; the explicit default refused the retry as
+// a reused key.
+func TestFingerprintUpgradeExplicitDefault(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	oldMD, newMD := chargeSchemas(t)
+	p := &payments{}
+	prev := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: previousFingerprint}), chargeService(p, oldMD))
+	cur := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: grpcx.DefaultFingerprint}), chargeService(p, oldMD))
+	ctx := context.Background()
+	req := newCharge(t, newMD, "rent")
+	first := invoke(ctx, prev, chargeV, "upgrade-explicit", req, asClient)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	retry := invoke(ctx, cur, chargeV, "upgrade-explicit", req, asClient)
+	if retry.err != nil || !retry.replayed() || !proto.Equal(retry.resp, first.resp) {
+		t.Fatalf("retry after the upgrade, Fingerprint: grpcx.DefaultFingerprint: %v (replayed %v); want the first's response replayed", retry.err, retry.replayed())
+	}
+	if n := p.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}

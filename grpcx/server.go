@@ -89,7 +89,8 @@ type Options struct {
 	// Fingerprint digests the request; the same key with another
 	// fingerprint gets FailedPrecondition (ReasonKeyReused). Default
 	// DefaultFingerprint: SHA-256 over the request message's full name and
-	// its deterministic protobuf encoding.
+	// its deterministic protobuf encoding. DefaultFingerprint named here is
+	// the default, with its comparison with the previous release's.
 	Fingerprint func(fullMethod string, req any) (string, error)
 	// MaxStoredResponse is the largest response message kept for replay,
 	// in bytes of its encoding. A larger one still reaches the client; the
@@ -224,7 +225,7 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 func UnaryServerInterceptor(g *guard.Guard, opts Options) grpc.UnaryServerInterceptor {
 	cfg := core.Config{
 		Pkg: "grpcx", Methods: opts.Methods, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
-		Metadata: opts.Metadata, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		Metadata: opts.Metadata, Key: opts.Key, Optional: opts.Optional, Fingerprint: core.UnlessDefault(opts.Fingerprint, DefaultFingerprint),
 		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayMetadata, Wait: opts.Wait,
 		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
 	}

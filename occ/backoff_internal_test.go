@@ -39,3 +39,18 @@ func TestRetryWaitsCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryInitialAboveCap: an InitialInterval above MaxInterval starts at
+// the cap, spread below it like every wait there. The first wait, drawn
+// around InitialInterval and reflected below the cap, came out 0 (an
+// immediate retry) whenever it was drawn above twice the cap.
+func TestRetryInitialAboveCap(t *testing.T) {
+	t.Parallel()
+	o := RetryOptions{InitialInterval: 5 * time.Second, MaxInterval: time.Second}.withDefaults()
+	for range 200 {
+		b := o.backOff()
+		if d, lo := b.NextBackOff(), time.Duration(float64(o.MaxInterval)*(1-o.Jitter)); d < lo || d > o.MaxInterval {
+			t.Fatalf("first wait %v, want within [%v, %v]", d, lo, o.MaxInterval)
+		}
+	}
+}

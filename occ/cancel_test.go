@@ -3,6 +3,7 @@ package occ_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +67,53 @@ func TestRetryOnConflictContextCause(t *testing.T) {
 	})
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || occ.IsConflict(err) || tries != 2 {
 		t.Fatalf("RetryOnConflict cancelled = %v after %d tries, want an error matching context.Canceled and its cause after 2", err, tries)
+	}
+}
+
+// TestRetryOnConflictCancelledBefore: a context cancelled with a cause
+// before RetryOnConflict is called (or between tries, as RetryOnConflict
+// looks before each) also ends it with the context's error and its cause.
+// The look before each try returned ctx.Err() alone: the cause was lost.
+func TestRetryOnConflictCancelledBefore(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("shutting down")
+	cctx, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	tries := 0
+	err := occ.RetryOnConflict(cctx, occ.RetryOptions{}, func(context.Context) error {
+		tries++
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || tries != 0 {
+		t.Fatalf("RetryOnConflict on a cancelled context = %v after %d tries, want an error matching context.Canceled and its cause, no try", err, tries)
+	}
+}
+
+// fieldErrors is a cause of an uncomparable type, as validators' error
+// lists are (a slice type with an Error method).
+type fieldErrors []string
+
+func (e fieldErrors) Error() string { return "invalid: " + strings.Join(e, ", ") }
+
+// TestRetryOnConflictUncomparableCause: a context cancelled with a cause
+// of an uncomparable type ends RetryOnConflict with the context's error
+// and the cause, as any other. Telling the cause backoff hands back by ==
+// panicked: comparing uncomparable type occ_test.fieldErrors.
+func TestRetryOnConflictUncomparableCause(t *testing.T) {
+	t.Parallel()
+	cause := fieldErrors{"amount"}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	tries := 0
+	err := occ.RetryOnConflict(cctx, occ.RetryOptions{InitialInterval: time.Microsecond}, func(context.Context) error {
+		tries++
+		if tries == 2 {
+			cancel(cause)
+		}
+		return occ.ErrConflict
+	})
+	var fe fieldErrors
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &fe) || occ.IsConflict(err) {
+		t.Fatalf("RetryOnConflict cancelled = %v, want an error matching context.Canceled and its cause", err)
 	}
 }

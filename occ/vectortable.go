@@ -114,7 +114,11 @@ func (t VectorTable) Read(ctx context.Context, q Querier, id any) (Version, erro
 // the error's MergedBase. One exception makes a repeated write harmless:
 // when the row already holds exactly this write (the vector
 // base.Increment(Writer) and an equal value, as after a retry whose first
-// reply was lost), Write returns that vector and no error.
+// reply was lost), Write returns that vector and no error. A write that
+// database/sql sent again after a lost reply (through a Querier whose
+// statements reach a pool) and whose repeat failed, as with a
+// serialization failure while it queued behind the first send, answers
+// ErrUnavailable, not a conflict: the first send may have applied it.
 //
 // q may be a transaction; a write that goes through keeps the row locked
 // until it ends. In a
@@ -157,11 +161,23 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 	// (a vector that shrinks, a row deleted and re-created): a bound
 	// keeps that from looping.
 	const rounds = 4
+	baseValue, err := base.Value()
+	if err != nil {
+		return Vector{}, fmt.Errorf("occ: VectorTable %s: base: %w", t.Name, err)
+	}
+	nextValue, err := next.Value()
+	if err != nil {
+		return Vector{}, fmt.Errorf("occ: VectorTable %s: next: %w", t.Name, err)
+	}
 	for range rounds {
 		var one int
-		err := q.QueryRowContext(ctx, update, id, base, next, value).Scan(&one)
+		sent := &sendCount{v: baseValue} // a repeat sent after a lost reply
+		err := q.QueryRowContext(ctx, update, id, sent, next, value).Scan(&one)
 		if err == nil {
 			return next, nil
+		}
+		if n := sent.n.Load(); n > 1 && !errors.Is(err, sql.ErrNoRows) {
+			return Vector{}, sentAgain(ctx, fmt.Sprintf("vector write of %s id=%v", t.Name, id), n, err)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return Vector{}, dbErr(ctx, "vector write", err)
@@ -172,9 +188,13 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 		err = q.QueryRowContext(ctx, read, id, value).Scan(&stored, &storedValue, &sameValue)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			err = q.QueryRowContext(ctx, insert, id, next, value).Scan(&one)
+			sent := &sendCount{v: nextValue}
+			err = q.QueryRowContext(ctx, insert, id, sent, value).Scan(&one)
 			if err == nil {
 				return next, nil
+			}
+			if n := sent.n.Load(); n > 1 && !errors.Is(err, sql.ErrNoRows) {
+				return Vector{}, sentAgain(ctx, fmt.Sprintf("vector insert of %s id=%v", t.Name, id), n, err)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return Vector{}, dbErr(ctx, "vector insert", err)

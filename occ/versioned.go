@@ -77,8 +77,10 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // whose statements reach a pool (an application's type embedding
 // *sql.DB, as sqlx.DB does), database/sql may send it again on another
 // connection, where it matches no row, the version having moved on by
-// this very update: Update sees the arguments converted again for the
-// repeat, and answers ErrUnavailable then too.
+// this very update (or, queued behind that first send under REPEATABLE
+// READ or SERIALIZABLE, fails with a serialization failure): Update sees
+// the arguments converted again for the repeat, and answers
+// ErrUnavailable then too, whatever error the repeat met.
 //
 // A version tells the states of a row apart only while the row lives: a
 // row deleted and inserted again under the same id starts again at the
@@ -139,11 +141,10 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	var next int64
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
+		if n := sent.n.Load(); n > 1 {
+			return 0, sentAgain(ctx, fmt.Sprintf("versioned update of %s %s=%v", v.Name, idCol, id), n, err)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
-			if n := sent.n.Load(); n > 1 {
-				return 0, fmt.Errorf("%w: versioned update of %s %s=%v sent %d times: an earlier send, whose reply was lost, may have applied it",
-					ErrUnavailable, v.Name, idCol, id, n)
-			}
 			return 0, fmt.Errorf("%w: %s %s=%v is no longer at version %d", ErrConflict, v.Name, idCol, id, version)
 		}
 		return 0, dbErr(ctx, "versioned update", err)
@@ -151,13 +152,31 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	return next, nil
 }
 
-// sendCount is Update's version argument. database/sql converts a
-// statement's arguments (calling Value) once for each time it sends the
-// statement, so more than one call means the update was sent again after
-// the driver reported its connection bad, possibly after PostgreSQL had
-// applied it.
+// sentAgain is the error of a write (what) that database/sql sent n > 1
+// times, the last send failing with err: whatever the repeat met (no row,
+// the version having moved on by an earlier send; a serialization failure
+// or deadlock while it queued behind that send, under REPEATABLE READ or
+// SERIALIZABLE), an earlier send may have applied the write, so the error
+// matches ErrUnavailable and never ErrConflict. A context error stays
+// matchable; a conflict is kept as text only.
+func sentAgain(ctx context.Context, what string, n int32, err error) error {
+	what = fmt.Sprintf("%s sent %d times: an earlier send, whose reply was lost, may have applied it", what, n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrUnavailable, what)
+	}
+	if err = dbErr(ctx, "write", err); IsConflict(err) || errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %s (the last: %v)", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("%w: %s (the last: %w)", ErrUnavailable, what, err)
+}
+
+// sendCount is an argument of a write (Update's version, Write's base
+// vector). database/sql converts a statement's arguments (calling Value)
+// once for each time it sends the statement, so more than one call means
+// the write was sent again after the driver reported its connection bad,
+// possibly after PostgreSQL had applied it.
 type sendCount struct {
-	v int64
+	v driver.Value
 	n atomic.Int32
 }
 
@@ -246,7 +265,7 @@ func (v VersionedTable) Migration() (Migration, error) {
 type RetryOptions struct {
 	// MaxTries bounds the tries, the first included. Default 10.
 	MaxTries uint
-	// InitialInterval is the first wait. Default 5ms.
+	// InitialInterval is the first wait (at most MaxInterval). Default 5ms.
 	InitialInterval time.Duration
 	// MaxInterval caps one wait, jitter included. Default 1s.
 	MaxInterval time.Duration
@@ -292,6 +311,7 @@ func (o RetryOptions) withDefaults() RetryOptions {
 	if o.MaxInterval <= 0 {
 		o.MaxInterval = time.Second
 	}
+	o.InitialInterval = min(o.InitialInterval, o.MaxInterval) // no wait is above it
 	if o.Multiplier < 1 {
 		o.Multiplier = 2
 	}
@@ -330,12 +350,16 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	}
 	o := opts.withDefaults()
 	b := o.backOff()
+	var tries uint
+	conflict := false // the last try ended in a conflict
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		if err := ctx.Err(); err != nil {
-			return struct{}{}, backoff.Permanent(err)
+		if ctx.Err() != nil {
+			return struct{}{}, backoff.Permanent(ctxErr(ctx))
 		}
+		tries++
 		err := try(ctx)
-		if err != nil && !IsConflict(err) {
+		conflict = err != nil && IsConflict(err)
+		if err != nil && !conflict {
 			return struct{}{}, backoff.Permanent(err)
 		}
 		return struct{}{}, err
@@ -343,10 +367,22 @@ func RetryOnConflict(ctx context.Context, opts RetryOptions, try func(ctx contex
 	if pe, ok := err.(*backoff.PermanentError); ok {
 		return pe.Unwrap() // Retry keeps its wrapper on the last try
 	}
-	if cerr := ctx.Err(); cerr != nil && err != nil && err == context.Cause(ctx) && err != cerr {
-		return fmt.Errorf("%w: %w", cerr, err) // Retry gives the cause alone
+	if conflict && tries < o.MaxTries && ctx.Err() != nil {
+		// Retry ended on the context, and gives its cause alone. (Told
+		// apart without ==: a cause may be of an uncomparable type.)
+		return ctxErr(ctx)
 	}
 	return err
+}
+
+// ctxErr is the error of ctx, which has ended: ctx.Err(), with the cause
+// beside it if it was cancelled with one.
+func ctxErr(ctx context.Context) error {
+	cerr, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || errors.Is(cerr, cause) && errors.Is(cause, cerr) { // not ==: see RetryOnConflict
+		return cerr
+	}
+	return fmt.Errorf("%w: %w", cerr, cause)
 }
 
 // IsConflict reports whether RetryOnConflict would try again after err:

@@ -90,7 +90,8 @@ type Options struct {
 	Key func(ctx context.Context, req any) (string, error)
 	// Optional lets a call without a key through, unguarded.
 	Optional bool
-	// Fingerprint digests the request. Default DefaultFingerprint.
+	// Fingerprint digests the request. Default DefaultFingerprint (named
+	// here too: with its comparison with the previous release's).
 	Fingerprint func(procedure string, req any) (string, error)
 	// MaxStoredResponse is the largest response kept for replay, in bytes
 	// of its encoding; a larger one is replayed as CodeAlreadyExists
@@ -187,7 +188,7 @@ func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
 	}
 	cfg := core.Config{
 		Pkg: "connectx", Methods: opts.Procedures, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
-		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: opts.Fingerprint,
+		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: core.UnlessDefault(opts.Fingerprint, DefaultFingerprint),
 		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayHeader, Wait: opts.Wait,
 		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
 	}

@@ -21,7 +21,9 @@ import (
 // so a field that one server knows and another does not (a rolling deploy
 // of a newer .proto) is written at another place by each. In number order
 // the place is the same. Reordering fields of different numbers changes
-// no message: decoding is independent of their order (docs/design.md,
+// no message (decoding is independent of their order) except two members
+// of one oneof that the schema does not know, sent in one message, of
+// which the last wins: no generated code sends two (docs/design.md,
 // section 11, "gRPC fingerprints").
 //
 // The result has b's length (it is a permutation of b's fields), so it is

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -311,6 +312,17 @@ func New(g *guard.Guard, cfg Config) *Server {
 	}
 	end := adapter.Ender{Guard: g, Logger: cfg.Logger, Prefix: p + ": ", LogKeys: cfg.LogKeys}
 	return &Server{g: g, cfg: cfg, previous: previous, methods: methods, end: end}
+}
+
+// UnlessDefault is fp, or nil when fp is def, the adapter's own
+// DefaultFingerprint named in its Options: New then compares a mismatch
+// with the previous release's fingerprint as for an Options without one,
+// as DefaultFingerprint's comment promises.
+func UnlessDefault(fp, def func(string, any) (string, error)) func(string, any) (string, error) {
+	if fp != nil && reflect.ValueOf(fp).Pointer() == reflect.ValueOf(def).Pointer() {
+		return nil
+	}
+	return fp
 }
 
 // Begun is what Begin decided.
