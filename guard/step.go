@@ -105,8 +105,11 @@ type StepStore interface {
 	// the caller does not hold the key (nothing is written), and a
 	// *StepOrderError when the record holds another number of steps or
 	// another step at index. Saving a step the record already holds at
-	// index, byte for byte, answers nil whoever holds the key now: it is
-	// this call sent again.
+	// index, byte for byte, answers the holder nil: it is this call sent
+	// again. A caller that no longer holds the key gets ErrLeaseLost
+	// whatever it sends, a step byte for byte one it or another holder
+	// recorded included, so a step that gates an effect lets through only
+	// the holder.
 	SaveStep(ctx context.Context, lease Lease, index int, step StepResult) error
 }
 

@@ -10,8 +10,8 @@ import (
 // SaveStep implements guard.StepStore, following the Redis store's
 // step.lua: the holder of a pending key appends a step after the index
 // steps it holds; a step the record already holds at index, byte for
-// byte, answers nil (the call repeated, whoever holds the key now); a
-// caller that does not hold a pending key gets guard.ErrLeaseLost; a
+// byte, answers the holder nil (the call repeated); a caller that does
+// not hold a pending key gets guard.ErrLeaseLost, whatever it sends; a
 // record with another number of steps, or another step at index, gives a
 // *guard.StepOrderError. Nothing changes but on success. A copy of
 // step.Result is kept. The steps are reported by Claim (Outcome.Steps)
@@ -29,7 +29,7 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 	now := s.now()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
-	if e == nil {
+	if e == nil || e.state != guard.StatePending || e.token != lease.Token {
 		return guard.ErrLeaseLost
 	}
 	held := ""
@@ -39,9 +39,6 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 			return nil // this step, recorded already: the call repeated
 		}
 		held = at.Name
-	}
-	if e.state != guard.StatePending || e.token != lease.Token {
-		return guard.ErrLeaseLost
 	}
 	if index != len(e.steps) {
 		return &guard.StepOrderError{Key: lease.Key, Index: index, Asked: step.Name, Recorded: held, Steps: len(e.steps)}

@@ -35,9 +35,10 @@ func (r *claimRow) withSteps(out guard.Outcome, act claimAction) (guard.Outcome,
 
 // SaveStep implements guard.StepStore: one conditional UPDATE appends the
 // step to the holder's pending row when it holds exactly index steps; when
-// it changes nothing, a read of the row says why (the step was recorded
-// already, byte for byte: nil; the caller does not hold a pending key:
-// guard.ErrLeaseLost; other steps: a *guard.StepOrderError).
+// it changes nothing, a read of the row says why (the caller does not
+// hold a pending key: guard.ErrLeaseLost, whatever it sends; the step was
+// recorded already, byte for byte: nil; other steps: a
+// *guard.StepOrderError).
 func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
 	if err := guard.CheckStep(index, step.Name); err != nil {
 		return err
@@ -65,6 +66,9 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
 		}
+		if status != "pending" || token != lease.Token {
+			return guard.ErrLeaseLost
+		}
 		held := ""
 		if index < len(steps) {
 			at := steps[index]
@@ -72,9 +76,6 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 				return nil // this step, recorded already: the call repeated
 			}
 			held = at.Name
-		}
-		if status != "pending" || token != lease.Token {
-			return guard.ErrLeaseLost
 		}
 		if index != len(steps) {
 			return &guard.StepOrderError{Key: k, Index: index, Asked: step.Name, Recorded: held, Steps: len(steps)}

@@ -22,8 +22,9 @@ func withSteps(o Output, lines ...string) Output {
 func TestModelAcceptsStepHistories(t *testing.T) {
 	a1, b1 := stepLine("a", "1"), stepLine("b", "1")
 	var h hist
-	// A records a; fails; B resumes seeing a, records b; its step sent
-	// again answers OK; C, a stale writer, is LOST; B completes, steps go.
+	// A records a (sent again: OK, A still holds the key); fails; B
+	// resumes seeing a, records b; A, a stale writer, is LOST whatever it
+	// sends, its own step a included; B completes, steps go.
 	h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
 	h.add(0, 2, 3, stepIn("A", 0, "a", "1"), Output{OK: true})
 	h.add(0, 4, 5, stepIn("A", 0, "a", "1"), Output{OK: true})
@@ -31,7 +32,7 @@ func TestModelAcceptsStepHistories(t *testing.T) {
 	h.add(1, 8, 9, claim("B"), withSteps(acquired(2, 2, false), a1))
 	h.add(1, 10, 11, stepIn("B", 1, "b", "1"), Output{OK: true})
 	h.add(0, 12, 13, stepIn("A", 1, "b", "A"), Output{OK: false})
-	h.add(0, 12, 13, stepIn("A", 0, "a", "1"), Output{OK: true})
+	h.add(0, 12, 13, stepIn("A", 0, "a", "1"), Output{OK: false})
 	h.add(1, 14, 15, stepIn("B", 1, "x", "1"), Output{Order: true})
 	h.add(1, 14, 15, stepIn("B", 3, "x", "1"), Output{Order: true})
 	h.add(2, 16, 17, Input{Op: OpGet}, Output{Found: true, Record: Snapshot{State: guard.StatePending, Token: "B",

@@ -31,17 +31,17 @@ func stepLines(s string) []string {
 }
 
 // stepSteps is the model of guard.StepStore.SaveStep, as step.lua does
-// it: a step the record holds at the index, byte for byte, is this call
-// repeated (OK, whoever holds the key); otherwise only the holder of a
-// pending record appends, right after the steps it holds.
+// it: only the holder of a pending record is answered OK, for a step the
+// record holds at the index byte for byte (this call repeated) or one it
+// appends right after the steps it holds.
 func stepSteps(s Snapshot, in Input) []transition {
 	line := stepLine(in.Name, in.Value)
 	held := stepLines(s.Steps)
 	switch {
-	case s.State != 0 && in.Index < len(held) && held[in.Index] == line:
-		return []transition{{Output{OK: true}, s}}
 	case s.State != guard.StatePending || s.Token != in.Token:
 		return []transition{{Output{OK: false}, s}}
+	case in.Index < len(held) && held[in.Index] == line:
+		return []transition{{Output{OK: true}, s}}
 	case in.Index != len(held):
 		return []transition{{Output{Order: true}, s}}
 	}

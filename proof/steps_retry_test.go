@@ -2,6 +2,7 @@ package proof
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -94,8 +95,12 @@ func TestStepScriptsUnderRetry(t *testing.T) {
 
 // TestStepRetryRacingRecovery: a step's reply is lost after it was
 // stored, the holder's lease runs out, and another claim recovers the key
-// (seeing the step) before go-redis' retry arrives. The retry must answer
-// OK: the step was stored, as the recovering holder saw.
+// (seeing the step) before go-redis' retry arrives. The step stays stored,
+// as the recovering holder saw, and the retry answers that the caller no
+// longer holds the key (ErrLeaseLost): the store cannot tell a resent
+// call from a former holder's step that happens to match one the new
+// holder stored, and an OK to the latter would let it past a step that
+// gates an effect.
 func TestStepRetryRacingRecovery(t *testing.T) {
 	r := newRetryRig(t)
 	ctx := context.Background()
@@ -111,7 +116,10 @@ func TestStepRetryRacingRecovery(t *testing.T) {
 	if rival.Status != guard.Acquired || !rival.Lease.Recovered || len(rival.Steps) != 1 || string(rival.Steps[0].Result) != "ch_1" {
 		t.Fatalf("rival: %+v, want a recovery that sees the step", rival)
 	}
-	if err != nil {
-		t.Fatalf("a step that was stored answered %v after a retry, want OK", err)
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("a step retried after another claim recovered the key answered %v, want ErrLeaseLost", err)
+	}
+	if rec := r.get(k); len(rec.Steps) != 1 || string(rec.Steps[0].Result) != "ch_1" {
+		t.Fatalf("record after the retry: %+v, want the step kept", rec)
 	}
 }

@@ -13,13 +13,12 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// TestZombieForwardStepNotTakenForItsSuccessors: a step the record holds
-// byte for byte is stored again for anyone (step.lua: a resent call), so
-// a forward step that is only a time in milliseconds let a holder whose
-// lease had run out (paused, cut off from Redis) record "its" forward
-// step in the millisecond its successor recorded one, take the successor's
-// step for its own, and send the request a second time. Each attempt's
-// forward step names its claim's fence: the old holder is refused.
+// TestZombieForwardStepNotTakenForItsSuccessors: a holder whose lease had
+// run out (paused, cut off from Redis) that records "its" forward step in
+// the millisecond its successor recorded one must not take the
+// successor's step for its own and send the request a second time. The
+// store refuses a former holder whatever step it sends (guard.StepStore),
+// and each attempt's forward step names its claim's fence besides.
 func TestZombieForwardStepNotTakenForItsSuccessors(t *testing.T) {
 	u := newUpstream(t)
 	e := startGateway(t, basicConfig, u.URL)

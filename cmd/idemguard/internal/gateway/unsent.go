@@ -25,12 +25,13 @@ import (
 // Idempotency-Key stays Lease.KeyFor("forward") for every forward.
 
 // forwardMark is what a forward step holds: when it was recorded, and the
-// fence of the claim that recorded it. The fence makes each claim's step
-// its own: step.lua stores a step the record already holds byte for byte
-// for anyone (a resent call), so with the time alone a holder whose lease
-// had run out could record "its" step in the millisecond its successor
-// did, take the successor's for its own, and send the request again.
-// Records of earlier gateways hold the time alone (a JSON number).
+// fence of the claim that recorded it, so each claim's step is its own.
+// Stores answer only the holder OK for a step byte for byte one the
+// record holds (guard.StepStore); before they did, a step holding the
+// time alone let a holder whose lease had run out record "its" step in
+// the millisecond its successor did, take the successor's for its own,
+// and send the request again. Records of earlier gateways hold the time
+// alone (a JSON number).
 type forwardMark struct {
 	At    int64 `json:"at"` // Unix milliseconds
 	Fence int64 `json:"fence"`
