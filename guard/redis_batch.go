@@ -27,21 +27,23 @@ var _ BatchStore = (*RedisStore)(nil)
 func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Outcome, []error) {
 	n := len(reqs)
 	out, errs := make([]Outcome, n), make([]error, n)
+	// A key's claim: 376 bytes (416 before its token, its command and its
+	// size were left out: a batch of 16 took 6784 bytes, now 6144). Its
+	// encoded token is a piece of its value (tok, below); its command is
+	// the next of cmds.
 	type claimCall struct {
 		setCall
-		p    pendingValue
-		tok  string
-		cmd  redis.Cmder
-		raw  redis.RawCmd // cmd on a *redis.Client, made in place
-		size int
+		p   pendingValue
+		raw redis.RawCmd // the command on a *redis.Client, made in place
 	}
 	calls := make([]claimCall, n)
 	cmds := make([]redis.Cmder, 0, n)
 	// Every key's name and first attempt share one allocation.
 	total := 0
 	for i := range reqs {
-		if calls[i].size, errs[i] = pendingLen(reqs[i]); errs[i] == nil {
-			total += s.nameLen() + calls[i].size
+		var size int
+		if size, errs[i] = pendingLen(reqs[i]); errs[i] == nil {
+			total += s.nameLen() + size
 		}
 	}
 	mem := make([]byte, 0, total)
@@ -49,22 +51,22 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		if errs[i] != nil {
 			continue
 		}
+		// The key's record goes after the ones before it, within the
+		// room pendingLen counted: appending never moves mem.
 		off := len(mem)
-		p, buf := appendPending(mem[off:off+s.nameLen():off+s.nameLen()+calls[i].size], reqs[i])
+		p, buf := appendPending(mem[off:off+s.nameLen()], reqs[i])
 		s.appendName(buf[:0], reqs[i].Key)
 		mem = mem[:off+len(buf)]
 		all := unsafeString(buf)
 		c := &calls[i]
 		c.p, c.name, c.value, c.px = p, all[:s.nameLen()], all[s.nameLen():], p.ttl
-		c.tok = c.value[p.tok[0]:p.tok[1]]
 		c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
 		if s.raw {
 			c.raw = *redis.NewRawCmd(ctx, c.args[:]...)
-			c.cmd = &c.raw
+			cmds = append(cmds, &c.raw)
 		} else {
-			c.cmd = redis.NewStringCmd(ctx, c.args[:]...)
+			cmds = append(cmds, redis.NewStringCmd(ctx, c.args[:]...))
 		}
-		cmds = append(cmds, c.cmd)
 	}
 	if err := s.exec(ctx, cmds); err != nil {
 		for i := range reqs {
@@ -76,12 +78,15 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	}
 
 	var again []int // keys for the claim script
-	for i := range reqs {
-		c := &calls[i]
-		if c.cmd == nil {
+	for i, k := 0, 0; i < len(reqs); i++ {
+		if errs[i] != nil {
 			continue
 		}
-		v, found, owned, err := setReply(c.cmd)
+		c := &calls[i]
+		cmd := cmds[k] // the commands are in the order of the keys sent
+		k++
+		v, found, owned, err := setReply(cmd)
+		tok := c.value[c.p.tok[0]:c.p.tok[1]]
 		switch {
 		case refusesWrites(err):
 			again = append(again, i) // the script reads first: see Claim
@@ -90,10 +95,10 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 			errs[i] = s.callErr(ctx, reqs[i].Key, c.name, err)
 			continue
 		case !found:
-			out[i] = acquired(&reqs[i], c.name, c.tok, 1, 1, false, c.value, c.p.body)
+			out[i] = acquired(&reqs[i], c.name, tok, 1, 1, false, c.value, c.p.body)
 			continue
 		}
-		o, ok, err := answerFound(&reqs[i], c.name, c.tok, c.value[c.p.fp[0]:c.p.fp[1]], v, owned)
+		o, ok, err := answerFound(&reqs[i], c.name, tok, c.value[c.p.fp[0]:c.p.fp[1]], v, owned)
 		if !ok {
 			again = append(again, i)
 			continue
@@ -108,7 +113,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	replies, err := s.scripts(ctx, len(again), func(j int) (*redis.Script, []any) {
 		i := again[j]
 		r, c := &reqs[i], &calls[i]
-		args[j] = [...]any{evalsha, nil, 1, c.name, c.tok, c.p.fpEnc(), ms(r.Lease), c.p.retention, r.MaxAttempts, c.p.keyEnc()}
+		args[j] = [...]any{evalsha, nil, 1, c.name, c.value[c.p.tok[0]:c.p.tok[1]], c.p.fpEnc(), ms(r.Lease), c.p.retention, r.MaxAttempts, c.p.keyEnc()}
 		return scripts.Claim, args[j][:]
 	})
 	for j, i := range again {
@@ -125,7 +130,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		o, err := decodeClaim(reply)
 		if err == nil && o.Status == Acquired {
 			l := o.Lease
-			o = acquired(r, c.name, c.tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
+			o = acquired(r, c.name, c.value[c.p.tok[0]:c.p.tok[1]], l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
 		}
 		out[i], errs[i] = o, err
 	}
