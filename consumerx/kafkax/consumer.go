@@ -120,12 +120,14 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // (the digest in unpadded base64url): a Kafka topic name holds no ':', so
 // the two forms never meet, and every record has an id the guard can store.
 func ID(r *kgo.Record) string {
-	po := "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+	// "/<partition>/<offset>" on the stack: the id is the one allocation.
+	var mem [1 + 11 + 1 + 20]byte
+	po := strconv.AppendInt(append(strconv.AppendInt(append(mem[:0], '/'), int64(r.Partition), 10), '/'), r.Offset, 10)
 	if len(r.Topic)+len(po) <= guard.MaxIDLen {
-		return r.Topic + po
+		return r.Topic + string(po)
 	}
 	sum := sha256.Sum256([]byte(r.Topic))
-	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + po
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + string(po)
 }
 
 // Run polls and processes records until ctx is cancelled or the client is
