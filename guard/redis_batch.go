@@ -556,9 +556,11 @@ func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) error {
 		defer s.inflight.Add(-1)
 		if s.inflight.Add(1) > 1 {
 			if ap, err := s.pipe(); err == nil {
-				fs := make([]redis.AutoFuture, len(cmds))
-				for i, c := range cmds {
-					fs[i] = ap.Submit(ctx, c)
+				// The futures of a batch of up to 16 stay on the stack.
+				var mem [16]redis.AutoFuture
+				fs := mem[:0]
+				for _, c := range cmds {
+					fs = append(fs, ap.Submit(ctx, c))
 				}
 				for _, f := range fs {
 					if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil {
