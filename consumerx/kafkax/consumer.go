@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -197,7 +198,20 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 // guarded runs a partition's records through the processor: their claims
 // in one round trip, the records in order, their completions in another.
 func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+	growStack()
 	return c.proc.ProcessBatch(ctx, msgs, c.h, consumerx.BatchOptions{Ordered: true})
+}
+
+// growStack grows the stack of a partition's goroutine, new with every
+// poll, while it holds a few frames: the batch's claims and writes run
+// some 8 KB deeper, where each growth would copy every frame above it
+// (franz-go's workers do the same: kgo's growStack).
+//
+//go:noinline
+func growStack() {
+	var b [8 << 10]byte
+	b[0] = 1
+	runtime.KeepAlive(&b)
 }
 
 // spawn runs one partition's records of a poll, recs, on a goroutine of
