@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -603,5 +604,103 @@ func TestDoBatchStorePanicReachesCaller(t *testing.T) {
 	}()
 	if got == nil || !strings.Contains(fmt.Sprint(got), "store bug on "+items[5].Key.ID) {
 		t.Fatalf("DoBatch over a panicking store: recovered %v, want the store's panic", got)
+	}
+}
+
+// DoBatch observes each item's claim as Do does (the same events, with
+// the same attempts: a fresh key acquired, one whose holder's lease ran
+// out recovered and acquired, a completed one replayed, one held by
+// another holder in progress, another payload a mismatch), and gives each
+// acquired lease its deadline, as Do's lease has.
+func TestDoBatchObservesAsDo(t *testing.T) {
+	s, mr := miniStore(t)
+	var (
+		mu     sync.Mutex
+		events = map[string][]string{} // by key ID, in order
+	)
+	g := guard.New(s, guard.Options{Lease: 30 * time.Second, Observer: guard.ObserverFunc(func(_ context.Context, e guard.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events[e.Key.ID] = append(events[e.Key.ID], fmt.Sprintf("%s %d", e.Kind, e.Attempt))
+	})})
+	ids := []string{"fresh", "crashed", "done", "busy", "other-payload"}
+	for _, scope := range []string{"do", "batch"} {
+		if _, err := g.Claim(bg, guard.Key{Scope: scope, ID: "crashed"}, "fp"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(bg, guard.Key{Scope: scope, ID: "done"}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			return []byte("v"), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mr.FastForward(31 * time.Second) // the crashed holders' leases run out
+	for _, scope := range []string{"do", "batch"} {
+		if _, err := g.Claim(bg, guard.Key{Scope: scope, ID: "busy"}, "fp"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Claim(bg, guard.Key{Scope: scope, ID: "other-payload"}, "fp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	clear(events)
+	mu.Unlock()
+	fp := func(id string) string {
+		if id == "other-payload" {
+			return "another fp"
+		}
+		return "fp"
+	}
+	effect := func(ctx context.Context, lease guard.Lease) ([]byte, error) {
+		if d, ok := ctx.Deadline(); ok && !d.IsZero() {
+			return nil, errors.New("the effect's context reports a deadline")
+		}
+		if lease.Deadline.IsZero() || lease.Deadline.Before(time.Now()) {
+			return nil, fmt.Errorf("lease deadline %v", lease.Deadline)
+		}
+		return []byte("ran"), nil
+	}
+	answer := func(res guard.Result, err error) string {
+		return fmt.Sprintf("%q replayed=%v in-progress=%v mismatch=%v err=%v", res.Value, res.Replayed,
+			errors.Is(err, guard.ErrInProgress), errors.Is(err, guard.ErrMismatch), err != nil)
+	}
+	doRes := map[string]string{}
+	for _, id := range ids {
+		res, err := g.Do(bg, guard.Key{Scope: "do", ID: id}, fp(id), effect)
+		doRes[id] = answer(res, err)
+	}
+	doEvents := map[string][]string{}
+	mu.Lock()
+	for id, evs := range events {
+		doEvents[id] = evs
+	}
+	clear(events)
+	mu.Unlock()
+
+	items := make([]guard.BatchItem, len(ids))
+	for i, id := range ids {
+		items[i] = guard.BatchItem{Key: guard.Key{Scope: "batch", ID: id}, Fingerprint: fp(id)}
+	}
+	for i, r := range g.DoBatch(bg, items, func(ctx context.Context, _ int, lease guard.Lease) ([]byte, error) {
+		return effect(ctx, lease)
+	}, guard.BatchOptions{}) {
+		id := ids[i]
+		if got := answer(r.Result, r.Err); got != doRes[id] {
+			t.Errorf("%s: DoBatch answered %s (%v), Do %s", id, got, r.Err, doRes[id])
+		}
+		if (id == "fresh" || id == "crashed") && (r.Err != nil || r.Lease.Deadline.IsZero()) {
+			t.Errorf("%s: %v, lease deadline %v; want it run under a lease with its deadline", id, r.Err, r.Lease.Deadline)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if got, want := events[id], doEvents[id]; !slices.Equal(got, want) {
+			t.Errorf("%s: DoBatch observed %q, Do %q", id, got, want)
+		}
+	}
+	if want := []string{"recovered 2", "acquired 2", "completed 2"}; !slices.Equal(doEvents["crashed"], want) {
+		t.Errorf("crashed: Do observed %q, want %q", doEvents["crashed"], want)
 	}
 }

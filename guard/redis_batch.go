@@ -27,21 +27,28 @@ var _ BatchStore = (*RedisStore)(nil)
 func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Outcome, []error) {
 	n := len(reqs)
 	out, errs := make([]Outcome, n), make([]error, n)
+	// A key's claim: 320 bytes (416 before its token, its command, its
+	// size and its pendingValue, whose buffer is value and whose ttl is
+	// px, were left out: a batch of 16 took 6784 bytes, now 5376). Its
+	// command is the next of cmds.
 	type claimCall struct {
 		setCall
-		p    pendingValue
-		tok  string
-		cmd  redis.Cmder
-		raw  redis.RawCmd // cmd on a *redis.Client, made in place
-		size int
+		// fp, tok, key: where value holds the fingerprint, the token and
+		// the key, encoded; body: where its body starts (pendingValue's).
+		fp, tok, key [2]int32
+		body         int32
+		retention    int64        // ms
+		raw          redis.RawCmd // the command on a *redis.Client, made in place
 	}
+	piece := func(c *claimCall, at [2]int32) string { return c.value[at[0]:at[1]] }
 	calls := make([]claimCall, n)
 	cmds := make([]redis.Cmder, 0, n)
 	// Every key's name and first attempt share one allocation.
 	total := 0
 	for i := range reqs {
-		if calls[i].size, errs[i] = pendingLen(reqs[i]); errs[i] == nil {
-			total += s.nameLen() + calls[i].size
+		var size int
+		if size, errs[i] = pendingLen(reqs[i]); errs[i] == nil {
+			total += s.nameLen() + size
 		}
 	}
 	mem := make([]byte, 0, total)
@@ -49,22 +56,24 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		if errs[i] != nil {
 			continue
 		}
+		// The key's record goes after the ones before it, within the
+		// room pendingLen counted: appending never moves mem.
 		off := len(mem)
-		p, buf := appendPending(mem[off:off+s.nameLen():off+s.nameLen()+calls[i].size], reqs[i])
+		p, buf := appendPending(mem[off:off+s.nameLen()], reqs[i])
 		s.appendName(buf[:0], reqs[i].Key)
 		mem = mem[:off+len(buf)]
 		all := unsafeString(buf)
 		c := &calls[i]
-		c.p, c.name, c.value, c.px = p, all[:s.nameLen()], all[s.nameLen():], p.ttl
-		c.tok = c.value[p.tok[0]:p.tok[1]]
+		c.name, c.value, c.px = all[:s.nameLen()], all[s.nameLen():], p.ttl
+		c.fp, c.tok, c.key = [2]int32{int32(p.fp[0]), int32(p.fp[1])}, [2]int32{int32(p.tok[0]), int32(p.tok[1])}, [2]int32{int32(p.key[0]), int32(p.key[1])}
+		c.body, c.retention = int32(p.body), p.retention
 		c.args = [...]any{"set", &c.name, &c.value, "nx", "get", "px", &c.px}
 		if s.raw {
 			c.raw = *redis.NewRawCmd(ctx, c.args[:]...)
-			c.cmd = &c.raw
+			cmds = append(cmds, &c.raw)
 		} else {
-			c.cmd = redis.NewStringCmd(ctx, c.args[:]...)
+			cmds = append(cmds, redis.NewStringCmd(ctx, c.args[:]...))
 		}
-		cmds = append(cmds, c.cmd)
 	}
 	if err := s.exec(ctx, cmds); err != nil {
 		for i := range reqs {
@@ -76,12 +85,15 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	}
 
 	var again []int // keys for the claim script
-	for i := range reqs {
-		c := &calls[i]
-		if c.cmd == nil {
+	for i, k := 0, 0; i < len(reqs); i++ {
+		if errs[i] != nil {
 			continue
 		}
-		v, found, owned, err := setReply(c.cmd)
+		c := &calls[i]
+		cmd := cmds[k] // the commands are in the order of the keys sent
+		k++
+		v, found, owned, err := setReply(cmd)
+		tok := piece(c, c.tok)
 		switch {
 		case refusesWrites(err):
 			again = append(again, i) // the script reads first: see Claim
@@ -90,10 +102,10 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 			errs[i] = s.callErr(ctx, reqs[i].Key, c.name, err)
 			continue
 		case !found:
-			out[i] = acquired(&reqs[i], c.name, c.tok, 1, 1, false, c.value, c.p.body)
+			out[i] = acquired(&reqs[i], c.name, tok, 1, 1, false, c.value, int(c.body))
 			continue
 		}
-		o, ok, err := answerFound(&reqs[i], c.name, c.tok, c.value[c.p.fp[0]:c.p.fp[1]], v, owned)
+		o, ok, err := answerFound(&reqs[i], c.name, tok, piece(c, c.fp), v, owned)
 		if !ok {
 			again = append(again, i)
 			continue
@@ -108,7 +120,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 	replies, err := s.scripts(ctx, len(again), func(j int) (*redis.Script, []any) {
 		i := again[j]
 		r, c := &reqs[i], &calls[i]
-		args[j] = [...]any{evalsha, nil, 1, c.name, c.tok, c.p.fpEnc(), ms(r.Lease), c.p.retention, r.MaxAttempts, c.p.keyEnc()}
+		args[j] = [...]any{evalsha, nil, 1, c.name, piece(c, c.tok), piece(c, c.fp), ms(r.Lease), c.retention, r.MaxAttempts, piece(c, c.key)}
 		return scripts.Claim, args[j][:]
 	})
 	for j, i := range again {
@@ -125,7 +137,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Out
 		o, err := decodeClaim(reply)
 		if err == nil && o.Status == Acquired {
 			l := o.Lease
-			o = acquired(r, c.name, c.tok, l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
+			o = acquired(r, c.name, piece(c, c.tok), l.Fence, int64(l.Attempt), l.Recovered, l.names.pending, l.names.body)
 		}
 		out[i], errs[i] = o, err
 	}
@@ -551,9 +563,11 @@ func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) error {
 		defer s.inflight.Add(-1)
 		if s.inflight.Add(1) > 1 {
 			if ap, err := s.pipe(); err == nil {
-				fs := make([]redis.AutoFuture, len(cmds))
-				for i, c := range cmds {
-					fs[i] = ap.Submit(ctx, c)
+				// The futures of a batch of up to 16 stay on the stack.
+				var mem [16]redis.AutoFuture
+				fs := mem[:0]
+				for _, c := range cmds {
+					fs = append(fs, ap.Submit(ctx, c))
 				}
 				for _, f := range fs {
 					if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil {

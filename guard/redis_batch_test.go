@@ -365,3 +365,54 @@ func TestWriteBatchCompleteBatchBounds(t *testing.T) {
 		}
 	}
 }
+
+// ClaimBatch reads each key's answer from that key's own command, also
+// when a request it refuses (an invalid key) sends none and the commands
+// after it are one place ahead of their keys: on a *redis.Client, whose
+// replies it reads raw, and on a Cluster, whose it reads by go-redis.
+func TestClaimBatchAnswersEachKeyItsOwnReply(t *testing.T) {
+	for _, name := range []string{"client", "cluster"} {
+		t.Run(name, func(t *testing.T) {
+			var s *guard.RedisStore
+			if name == "client" {
+				s = guardenv.Store(t, guard.RedisOptions{})
+			} else {
+				s = guardenv.StoreOn(t, testenv.Cluster(t), guard.RedisOptions{})
+			}
+			key := func(id string) guard.Key { return guard.Key{Scope: "claimbatch-replies", ID: id} }
+			req := func(k guard.Key, tok string) guard.ClaimRequest {
+				return guard.ClaimRequest{Key: k, Token: tok, Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+			}
+			out, err := s.Claim(bg, req(key("done"), "T1"))
+			if err != nil || out.Status != guard.Acquired {
+				t.Fatalf("claim done: %+v, %v", out, err)
+			}
+			if err := s.Complete(bg, out.Lease, []byte("done's result"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			reqs := []guard.ClaimRequest{req(key(""), "T2"), req(key("fresh"), "T2"), req(key("done"), "T2"), req(key("fresh2"), "T3")}
+			outs, errs := s.ClaimBatch(bg, reqs)
+			if !errors.Is(errs[0], guard.ErrInvalidKey) {
+				t.Errorf("empty id: %v, want ErrInvalidKey", errs[0])
+			}
+			for _, i := range []int{1, 3} {
+				if errs[i] != nil || outs[i].Status != guard.Acquired || outs[i].Lease.Key != reqs[i].Key {
+					t.Errorf("%s: %+v, %v; want it acquired", reqs[i].Key, outs[i], errs[i])
+				}
+			}
+			if errs[2] != nil || outs[2].Status != guard.Replay || string(outs[2].Result) != "done's result" {
+				t.Errorf("done: %+v, %v; want its result replayed", outs[2], errs[2])
+			}
+			// The leases name their own records: completing one replays it.
+			for _, i := range []int{1, 3} {
+				if err := s.Complete(bg, outs[i].Lease, []byte(reqs[i].Key.ID), time.Hour); err != nil {
+					t.Fatalf("complete %s: %v", reqs[i].Key, err)
+				}
+				o, err := s.Claim(bg, req(reqs[i].Key, "T4"))
+				if err != nil || o.Status != guard.Replay || string(o.Result) != reqs[i].Key.ID {
+					t.Errorf("%s after its completion: %+v, %v; want %q replayed", reqs[i].Key, o, err, reqs[i].Key.ID)
+				}
+			}
+		})
+	}
+}

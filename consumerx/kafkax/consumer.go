@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -120,12 +121,14 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // (the digest in unpadded base64url): a Kafka topic name holds no ':', so
 // the two forms never meet, and every record has an id the guard can store.
 func ID(r *kgo.Record) string {
-	po := "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+	// "/<partition>/<offset>" on the stack: the id is the one allocation.
+	var mem [1 + 11 + 1 + 20]byte
+	po := strconv.AppendInt(append(strconv.AppendInt(append(mem[:0], '/'), int64(r.Partition), 10), '/'), r.Offset, 10)
 	if len(r.Topic)+len(po) <= guard.MaxIDLen {
-		return r.Topic + po
+		return r.Topic + string(po)
 	}
 	sum := sha256.Sum256([]byte(r.Topic))
-	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + po
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + string(po)
 }
 
 // Run polls and processes records until ctx is cancelled or the client is
@@ -202,7 +205,20 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 // guarded runs a partition's records through the processor: their claims
 // in one round trip, the records in order, their completions in another.
 func (c *Consumer) guarded(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+	growStack()
 	return c.proc.ProcessBatch(ctx, msgs, c.h, consumerx.BatchOptions{Ordered: true})
+}
+
+// growStack grows the stack of a partition's goroutine, new with every
+// poll, while it holds a few frames: the batch's claims and writes run
+// some 8 KB deeper, where each growth would copy every frame above it
+// (franz-go's workers do the same: kgo's growStack).
+//
+//go:noinline
+func growStack() {
+	var b [8 << 10]byte
+	b[0] = 1
+	runtime.KeepAlive(&b)
 }
 
 // spawn runs one partition's records of a poll, recs, on a goroutine of

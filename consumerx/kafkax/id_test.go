@@ -2,7 +2,10 @@ package kafkax
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,6 +63,25 @@ func TestLongTopicRecordsHaveUsableKeys(t *testing.T) {
 	}
 	if id := ID(&kgo.Record{Topic: "orders", Partition: 3, Offset: 42}); id != "orders/3/42" {
 		t.Errorf("short topic's id %q, want orders/3/42", id)
+	}
+	sum := sha256.Sum256([]byte(long))
+	want := "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:]) + "/12/1000"
+	if id := ID(recs[2]); id != want {
+		t.Errorf("long topic's id %q, want %q", id, want)
+	}
+}
+
+// A record's id costs one allocation, made for every record of every
+// poll (two before: "/<partition>/<offset>" had its own), and keeps its
+// form at the extremes of partition and offset.
+func TestIDAllocatesOnce(t *testing.T) {
+	r := &kgo.Record{Topic: "orders", Partition: 12, Offset: 1 << 40}
+	if n := testing.AllocsPerRun(100, func() { _ = ID(r) }); n != 1 {
+		t.Errorf("ID allocates %v times, want 1", n)
+	}
+	r = &kgo.Record{Topic: "orders", Partition: math.MinInt32, Offset: math.MinInt64}
+	if id, want := ID(r), fmt.Sprintf("orders/%d/%d", int32(math.MinInt32), int64(math.MinInt64)); id != want {
+		t.Errorf("id %q, want %q", id, want)
 	}
 }
 
