@@ -327,6 +327,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		c.Routes = append(c.Routes, rt.r)
 	}
 	d.checkPatterns(c, n)
+	d.checkHostScopes(c, n)
 	return c
 }
 

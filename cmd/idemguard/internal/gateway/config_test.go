@@ -143,6 +143,20 @@ routes:
   - pattern: POST /orders
     caller: {single: true}
 `, []string{"7:20: routes[0].unknown_outcome: resend needs the derived key sent to the upstream"}},
+		{"two hosts' routes to one upstream", validBase + `defaults:
+  caller: {single: true}
+routes:
+  - pattern: POST api.example.com/orders
+  - pattern: /Orders
+    methods: [PUT, POST]
+  - pattern: POST b.example.com/orders
+    upstream: http://127.0.0.1:9001
+  - pattern: POST c.example.com/orders
+    upstream: HTTP://127.0.0.1:9001/
+  - pattern: POST d.example.com/orders
+    upstream: http://127.0.0.1:9002
+`, []string{`9:14: routes[1].pattern: "/Orders" and routes[0] "POST api.example.com/orders" (line 8) take the same POST requests to the same upstream`,
+			`13:14: routes[3].pattern: "POST c.example.com/orders" and routes[2] "POST b.example.com/orders" (line 11) take the same POST requests`}},
 		{"a second YAML document", validBase + `routes:
   - pattern: POST /orders
     caller: {single: true}

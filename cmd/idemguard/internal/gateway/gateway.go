@@ -156,7 +156,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if cfg.JWT != nil {
 		verify = newVerifier(cfg.JWT)
 	}
-	loose := http.NewServeMux() // variants.go
+	loose := http.NewServeMux()               // variants.go
+	byUpstream := map[string]*http.ServeMux{} // hosts.go
+	anyHost := false
 	for _, rc := range cfg.Routes {
 		g := guard.New(store, guard.Options{TTL: rc.TTL, Lease: rc.Lease, MaxRun: rc.Timeout + rc.Lease, Observer: observer})
 		rt := &route{gw: gw, cfg: rc, name: rc.Pattern, methods: map[string]bool{}}
@@ -178,6 +180,19 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 			chain = mw[i](chain)
 		}
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
+		patterns, host := hostless(rc)
+		anyHost = anyHost || host
+		um := byUpstream[upstreamID(rc.Upstream)]
+		if um == nil {
+			um = http.NewServeMux()
+			byUpstream[upstreamID(rc.Upstream)] = um
+		}
+		for _, p := range patterns {
+			tryHandle(um, p, variantRoute{rt: rt, handler: chain, host: host}) // checkHostScopes refused conflicts
+		}
+	}
+	if !anyHost {
+		byUpstream = nil
 	}
 	guarded := map[string]bool{}
 	byPattern := map[string]*route{}
@@ -190,7 +205,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if !routesMatchEverything(cfg.Routes) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
 	}
-	vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded, routes: byPattern}
+	vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded, routes: byPattern,
+		byUpstream: byUpstream, passThrough: upstreamID(cfg.Upstream)}
 	// guards reports whether a route guards r sent with method m.
 	guards := func(r *http.Request, m string) bool {
 		if !guarded[m] {

@@ -39,12 +39,17 @@ type variantMux struct {
 	// methods are those some route guards: no other request is looked at.
 	methods map[string]bool
 	routes  map[string]*route // by pattern
+	// byUpstream are the routes as each upstream sees them (hosts.go),
+	// by upstreamID; nil when no route names a host.
+	byUpstream  map[string]*http.ServeMux
+	passThrough string // the pass-through's upstreamID
 }
 
 // variantRoute is a route's handler chain, as main serves it.
 type variantRoute struct {
 	rt      *route
 	handler http.Handler
+	host    bool // the route's pattern names a host
 }
 
 func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
@@ -173,7 +178,8 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // match finds the route r's loosened path matches, as itself or, for a
-// subtree pattern ("/orders/"), with its slash.
+// subtree pattern ("/orders/"), with its slash; else the host route that
+// guards r under another host (otherHost).
 func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 	lp := loosePath(r.URL.Path)
 	for _, p := range []string{lp, lp + "/"} {
@@ -183,9 +189,12 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 		lr.URL, lr.Host = &u, looseHost(r.Host)
 		if h, _ := v.loose.Handler(lr); h != nil {
 			if vr, ok := h.(variantRoute); ok {
-				return vr, true
+				if vr.rt.methods[r.Method] {
+					return vr, true
+				}
+				break // a route not guarding r's method: only otherHost may
 			}
 		}
 	}
-	return variantRoute{}, false
+	return v.otherHost(r)
 }

@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Other hosts of host routes. The gateway forwards with the upstream's
+// own Host (ReverseProxy's SetURL): the upstream cannot tell
+// api.example.com/orders from 10.0.0.5/orders, or from a request naming
+// the gateway by its address. A route "POST api.example.com/orders"
+// would leave the same effect a request away, unguarded, through the
+// pass-through or another route forwarding to the same upstream. So a
+// request with a method a host route guards, on a path that route takes
+// (its variants too), under any other host, and that would be forwarded
+// unguarded to the route's upstream, is served by that route, under its
+// scope, as a variant is: the same key is the same request whatever the
+// Host (replayed, or 422 if it differs), the effect runs once. A request
+// the gateway forwards to another upstream (a route naming its own
+// upstream for its host) is that route's business and stays as it is.
+// X-Forwarded-Host (x_forwarded: set, the default) tells the upstream
+// the client's Host, but the gateway does not rely on the upstream
+// reading it: an upstream that routes by it still answers some host for
+// a name it does not know. An upstream that serves tenants by host is
+// told apart by its URL: give each host's route the upstream URL that
+// names its tenant. Two routes that would take the same requests to the
+// same upstream under different hosts are refused at start
+// (checkHostScopes): the same key would run once under each.
+
+// upstreamID names an upstream as the requests forwarded to it are sent:
+// scheme, host (lower case) and path prefix.
+func upstreamID(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return strings.ToLower(u.Scheme+"://"+u.Host) + strings.TrimSuffix(u.Path, "/")
+}
+
+// hostless returns a route's patterns as its upstream sees them, one per
+// method it guards: loosened (loosePattern), without the host, and
+// whether the pattern names a host.
+func hostless(r Route) (patterns []string, hasHost bool) {
+	_, rest, err := splitPattern(loosePattern(r.Pattern))
+	if err != nil {
+		return nil, false
+	}
+	if i := strings.IndexByte(rest, '/'); i > 0 {
+		rest, hasHost = rest[i:], true
+	}
+	for _, m := range r.Methods {
+		patterns = append(patterns, m+" "+rest)
+	}
+	return patterns, hasHost
+}
+
+// otherHost finds the host route that guards r, a request under another
+// host that main would forward unguarded (through the pass-through, or a
+// route that does not guard its method) to that route's upstream.
+func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
+	_, p := v.main.Handler(r)
+	target := v.passThrough
+	if rt := v.routes[p]; rt != nil {
+		if rt.methods[r.Method] {
+			return variantRoute{}, false // guarded as it is
+		}
+		target = upstreamID(rt.cfg.Upstream)
+	} else if p != "/" {
+		return variantRoute{}, false // not forwarded
+	}
+	hm := v.byUpstream[target]
+	if hm == nil {
+		return variantRoute{}, false
+	}
+	lp := loosePath(r.URL.Path)
+	for _, p := range []string{lp, lp + "/"} {
+		u := *r.URL
+		u.Path, u.RawPath = p, ""
+		lr := r.WithContext(r.Context())
+		lr.URL, lr.Host = &u, ""
+		if h, _ := hm.Handler(lr); h != nil {
+			if vr, ok := h.(variantRoute); ok && vr.host && vr.rt.methods[r.Method] {
+				return vr, true
+			}
+		}
+	}
+	return variantRoute{}, false
+}
+
+// checkHostScopes refuses two routes, one naming a host at least, that
+// would take the same requests (a guarded method, a path) to the same
+// upstream: the upstream cannot tell their hosts apart, and the same key
+// would run once under each route's scope.
+func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
+	type seen struct {
+		index    int
+		line     int
+		patterns []string
+		host     bool
+	}
+	byUpstream := map[string][]seen{}
+	for i, r := range c.Routes {
+		if r.Pattern == "" || r.Upstream == nil {
+			continue
+		}
+		patterns, host := hostless(r)
+		node := patternNode(routes.Content[i])
+		id := upstreamID(r.Upstream)
+	earlier:
+		for _, s := range byUpstream[id] {
+			if !host && !s.host {
+				continue // checkPatterns' business
+			}
+			m := http.NewServeMux()
+			for _, p := range s.patterns {
+				tryHandle(m, p)
+			}
+			for _, p := range patterns {
+				if tryHandle(m, p) != "" {
+					d.errorf(node, fmt.Sprintf("routes[%d].pattern", i), "%q and routes[%d] %q (line %d) take the same %s requests to the same upstream %s, "+
+						"which cannot tell their hosts apart (the gateway sends it its own Host): the same key would run once under each route; "+
+						"guard the path in one route, or give each host's route its own upstream",
+						r.Pattern, s.index, c.Routes[s.index].Pattern, s.line, strings.Fields(p)[0], r.Upstream)
+					break earlier
+				}
+			}
+		}
+		byUpstream[id] = append(byUpstream[id], seen{i, node.Line, patterns, host})
+	}
+}
+
+// patternNode is a route's pattern node (the route's own if it has none).
+func patternNode(route *yaml.Node) *yaml.Node {
+	for j := 0; j+1 < len(route.Content); j += 2 {
+		if route.Content[j].Value == "pattern" {
+			return route.Content[j+1]
+		}
+	}
+	return route
+}
