@@ -26,6 +26,10 @@ func TestOtherHostsOfAHostRouteAreGuarded(t *testing.T) {
     methods: [PUT]
     upstream: {upstream}
 `},
+		{"another route guarding the path for every host", basicConfig[:strings.Index(basicConfig, "routes:")] + `routes:
+  - pattern: POST api.example.com/orders
+  - pattern: POST /{path...}
+`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u, n := looseUpstream(t)

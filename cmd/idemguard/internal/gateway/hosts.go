@@ -57,17 +57,18 @@ func hostless(r Route) (patterns []string, hasHost bool) {
 	return patterns, hasHost
 }
 
-// otherHost finds the host route that guards r, a request under another
-// host that main would forward unguarded (through the pass-through, or a
-// route that does not guard its method) to that route's upstream.
+// otherHost finds the host route that serves r, a request under another
+// host that main would forward to that route's upstream: unguarded
+// (through the pass-through, or a route that does not guard its method),
+// or guarded by another route (a "/{path...}") whose pattern, as the
+// upstream sees it, is less specific. Main's route stands when the route
+// the upstream's view picks names no host (the variants' business).
 func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 	_, p := v.main.Handler(r)
 	target := v.passThrough
-	if rt := v.routes[p]; rt != nil {
-		if rt.methods[r.Method] {
-			return variantRoute{}, false // guarded as it is
-		}
-		target = upstreamID(rt.cfg.Upstream)
+	main := v.routes[p]
+	if main != nil {
+		target = upstreamID(main.cfg.Upstream)
 	} else if p != "/" {
 		return variantRoute{}, false // not forwarded
 	}
@@ -81,11 +82,15 @@ func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 		u.Path, u.RawPath = p, ""
 		lr := r.WithContext(r.Context())
 		lr.URL, lr.Host = &u, ""
-		if h, _ := hm.Handler(lr); h != nil {
-			if vr, ok := h.(variantRoute); ok && vr.host && vr.rt.methods[r.Method] {
-				return vr, true
-			}
+		h, _ := hm.Handler(lr)
+		vr, ok := h.(variantRoute)
+		if !ok {
+			continue
 		}
+		if vr.rt == main || !vr.rt.methods[r.Method] || !vr.host {
+			return variantRoute{}, false // main's, or no host route's
+		}
+		return vr, true
 	}
 	return variantRoute{}, false
 }

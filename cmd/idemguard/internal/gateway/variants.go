@@ -173,6 +173,14 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			vr.handler.ServeHTTP(w, r2)
 			return
 		}
+	} else if v.routes[p] != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
+		// Guarded by main's route; a host route may own it (hosts.go).
+		if vr, ok := v.otherHost(r); ok {
+			r2 := r.WithContext(r.Context())
+			r2.Pattern = vr.rt.cfg.Pattern
+			vr.handler.ServeHTTP(w, r2)
+			return
+		}
 	}
 	v.next.ServeHTTP(w, r)
 }
