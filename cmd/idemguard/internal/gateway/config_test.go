@@ -155,8 +155,13 @@ routes:
     upstream: HTTP://127.0.0.1:9001/
   - pattern: POST d.example.com/orders
     upstream: http://127.0.0.1:9002
+  - pattern: POST e.example.com/orders
+    upstream: http://localhost
+  - pattern: POST f.example.com/orders
+    upstream: http://LocalHost:80
 `, []string{`9:14: routes[1].pattern: "/Orders" and routes[0] "POST api.example.com/orders" (line 8) take the same POST requests to the same upstream`,
-			`13:14: routes[3].pattern: "POST c.example.com/orders" and routes[2] "POST b.example.com/orders" (line 11) take the same POST requests`}},
+			`13:14: routes[3].pattern: "POST c.example.com/orders" and routes[2] "POST b.example.com/orders" (line 11) take the same POST requests`,
+			`19:14: routes[6].pattern: "POST f.example.com/orders" and routes[5] "POST e.example.com/orders" (line 17) take the same POST requests`}},
 		{"a second YAML document", validBase + `routes:
   - pattern: POST /orders
     caller: {single: true}

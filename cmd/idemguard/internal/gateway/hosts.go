@@ -32,12 +32,17 @@ import (
 // (checkHostScopes): the same key would run once under each.
 
 // upstreamID names an upstream as the requests forwarded to it are sent:
-// scheme, host (lower case) and path prefix.
+// scheme, host (lower case, without the scheme's default port) and path
+// prefix.
 func upstreamID(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
-	return strings.ToLower(u.Scheme+"://"+u.Host) + strings.TrimSuffix(u.Path, "/")
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	if p := u.Port(); (scheme == "http" && p == "80") || (scheme == "https" && p == "443") {
+		host = strings.TrimSuffix(host, ":"+p)
+	}
+	return scheme + "://" + host + strings.TrimSuffix(u.Path, "/")
 }
 
 // hostless returns a route's patterns as its upstream sees them, one per
@@ -64,6 +69,9 @@ func hostless(r Route) (patterns []string, hasHost bool) {
 // upstream sees it, is less specific. Main's route stands when the route
 // the upstream's view picks names no host (the variants' business).
 func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
+	if v.byUpstream == nil {
+		return variantRoute{}, false // no route names a host
+	}
 	_, p := v.main.Handler(r)
 	target := v.passThrough
 	main := v.routes[p]
