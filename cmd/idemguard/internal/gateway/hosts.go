@@ -17,7 +17,8 @@ import (
 // pass-through or another route forwarding to the same upstream. So a
 // request with a method a host route guards, on a path that route takes
 // (its variants too), under any other host, and that would be forwarded
-// unguarded to the route's upstream, is served by that route, under its
+// to the route's upstream unguarded, or by a route whose pattern is less
+// specific as the upstream sees it, is served by that route, under its
 // scope, as a variant is: the same key is the same request whatever the
 // Host (replayed, or 422 if it differs), the effect runs once. A request
 // the gateway forwards to another upstream (a route naming its own
@@ -27,7 +28,7 @@ import (
 // reading it: an upstream that routes by it still answers some host for
 // a name it does not know. An upstream that serves tenants by host is
 // told apart by its URL: give each host's route the upstream URL that
-// names its tenant. Two routes that would take the same requests to the
+// names its tenant (its host is the Host the upstream gets). Two routes that would take the same requests to the
 // same upstream under different hosts are refused at start
 // (checkHostScopes): the same key would run once under each.
 
