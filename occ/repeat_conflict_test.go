@@ -1,85 +1,32 @@
 package occ_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/pgsql/pgproxy"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/occ"
 )
 
-// cutProxy is a TCP proxy to PostgreSQL that, armed with a piece of SQL,
-// passes on the statement that holds it and at once closes the client's
-// connection, leaving the server's open: the server runs the
-// statement (and commits it) whenever it can, after the client has seen
-// its connection die. pgproxy loses a reply only once the statement has
-// committed; here the client's repeat can reach the server first.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	marker []byte
-	conns  []net.Conn
-	// beforeCut, if set, runs before the client's connection is closed:
-	// it waits for the server to be at a point the test wants.
-	beforeCut func()
-	wg        sync.WaitGroup
-}
-
-// newCutProxy starts a proxy to the database dsn names and returns a
-// *sql.DB through it, opened with extra (URL parameters) added to dsn.
-func newCutProxy(t *testing.T, dsn string, extra url.Values) (*cutProxy, *sql.DB) {
+// repeatableRead is dsn with its connections' default transaction
+// isolation REPEATABLE READ, as a server's or role's default may make it.
+func repeatableRead(t *testing.T, dsn string) string {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: u.Host}
-	p.wg.Add(1)
-	go p.accept()
-	u.Host = ln.Addr().String()
 	q := u.Query()
-	for k, v := range extra {
-		q[k] = v
-	}
+	q.Set("default_transaction_isolation", "repeatable read")
 	u.RawQuery = q.Encode()
-	db, err := sql.Open("postgres", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = db.Close()
-		_ = ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = nil
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p, db
-}
-
-// cutOnce arms the proxy for the next statement whose SQL holds sql.
-func (p *cutProxy) cutOnce(sql string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.marker = []byte(sql)
+	return u.String()
 }
 
 // blocked reports whether at least n backends wait, directly or behind
@@ -90,78 +37,6 @@ func blocked(db *sql.DB, holder, n int) bool {
 		SELECT count(*) FROM pg_stat_activity
 		WHERE $1 = ANY(pg_blocking_pids(pid)) OR pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)`, holder).Scan(&got)
 	return got >= n
-}
-
-// holdCut makes the proxy wait, once it has passed the statement on and
-// before it cuts the client's connection, until the test lets it: the
-// test's goroutine waits on the returned channel for the statement to be
-// passed on, checks what it wants, and closes release.
-func (p *cutProxy) holdCut(t *testing.T) (passed <-chan struct{}, release func()) {
-	c, r := make(chan struct{}), make(chan struct{})
-	p.beforeCut = func() {
-		close(c)
-		<-r
-	}
-	release = sync.OnceFunc(func() { close(r) })
-	t.Cleanup(release) // before the proxy's own, which waits for it
-	return c, release
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, client, server)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { // server to client; the server's side stays open
-			defer p.wg.Done()
-			_, _ = io.Copy(client, server)
-		}()
-		go func() { // client to server, cut after the marker
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			armed, bound := false, false // this connection prepared, bound the marker's statement
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					// lib/pq prepares the statement (Parse, its text),
-					// waits for the reply, then runs it (Bind, Execute,
-					// Sync): cut once the Sync that follows the marker's
-					// Bind has gone to the server.
-					bound = bound || armed && buf[0] == 'B'
-					cut := bound && bytes.HasSuffix(buf[:n], []byte{'S', 0, 0, 0, 4})
-					p.mu.Lock()
-					if p.marker != nil && bytes.Contains(buf[:n], p.marker) {
-						armed, p.marker = true, nil
-					}
-					p.mu.Unlock()
-					if _, err := server.Write(buf[:n]); err != nil {
-						return
-					}
-					if cut {
-						if p.beforeCut != nil {
-							p.beforeCut()
-						}
-						_ = client.Close()
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
 }
 
 // TestVersionedUpdateRepeatSerializationFailure: an Update through a pool
@@ -177,9 +52,7 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	acc := accountsTable(t, direct)
-	p, db := newCutProxy(t, dsn, url.Values{
-		"default_transaction_isolation": {"repeatable read"},
-	})
+	p, db := pgproxy.New(t, repeatableRead(t, dsn))
 	before, _ := readAccount(t, direct)
 
 	lock, err := direct.BeginTx(ctx, nil)
@@ -192,8 +65,8 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	passed, release := p.holdCut(t)
-	p.cutOnce(`UPDATE "occ_accounts"`)
+	passed, release := p.HoldCut(t)
+	p.CutAfterSend(`UPDATE "occ_accounts"`)
 	done := make(chan error, 1)
 	go func() {
 		_, err := acc.UpdateRetry(ctx, appDB{db}, 1, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) (int64, map[string]any, error) {
@@ -254,9 +127,7 @@ func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
 		}
 		return n
 	}
-	p, db := newCutProxy(t, dsn, url.Values{
-		"default_transaction_isolation": {"repeatable read"},
-	})
+	p, db := pgproxy.New(t, repeatableRead(t, dsn))
 	lock, err := direct.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -267,8 +138,8 @@ func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	passed, release := p.holdCut(t)
-	p.cutOnce(`UPDATE "occ_carts"`)
+	passed, release := p.HoldCut(t)
+	p.CutAfterSend(`UPDATE "occ_carts"`)
 	done := make(chan error, 1)
 	go func() {
 		done <- occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) error {
