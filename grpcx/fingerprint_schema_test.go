@@ -2,9 +2,6 @@ package grpcx_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -16,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemguard/idemguard/grpcx"
+	"github.com/idemguard/idemguard/grpcx/internal/fporacle"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -128,23 +126,6 @@ func TestFingerprintSchemaIndependent(t *testing.T) {
 	}
 }
 
-// previousFingerprint is DefaultFingerprint as the previous release
-// computed it for a request without Anys: SHA-256 over the length-prefixed
-// full name and the deterministic encoding.
-func previousFingerprint(_ string, req any) (string, error) {
-	m := req.(proto.Message)
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	name := m.ProtoReflect().Descriptor().FullName()
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(name))))
-	h.Write([]byte(name))
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // TestFingerprintUpgrade: a request encoded in field order fingerprints as
 // the previous release did; a record stored by the previous release, whose
 // fingerprint was computed otherwise for this request (an old server with
@@ -154,7 +135,7 @@ func TestFingerprintUpgrade(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	oldMD, newMD := chargeSchemas(t)
 	p := &payments{}
-	prev := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: previousFingerprint}), chargeService(p, oldMD))
+	prev := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: fporacle.Previous}), chargeService(p, oldMD))
 	cur := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}}), chargeService(p, oldMD))
 	ctx := context.Background()
 	req := newCharge(t, newMD, "rent")
@@ -162,12 +143,12 @@ func TestFingerprintUpgrade(t *testing.T) {
 	// A request in field order (the common case) fingerprints as before:
 	// its old records match at the first claim.
 	for _, m := range []proto.Message{amountReq(100), decodeAs(t, newMD, clientBytes(t, req))} {
-		if was, _ := previousFingerprint("", m); was != mustFingerprint(t, m) {
+		if was, _ := fporacle.Previous("", m); was != mustFingerprint(t, m) {
 			t.Errorf("%v: fingerprint changed: %s, was %s", m, mustFingerprint(t, m), was)
 		}
 	}
 	b := clientBytes(t, req)
-	if was, _ := previousFingerprint("", decodeAs(t, oldMD, b)); was == mustFingerprint(t, decodeAs(t, oldMD, b)) {
+	if was, _ := fporacle.Previous("", decodeAs(t, oldMD, b)); was == mustFingerprint(t, decodeAs(t, oldMD, b)) {
 		t.Fatal("the test's request fingerprints as it did before: it proves nothing")
 	}
 	first := invoke(ctx, prev, chargeV, "upgrade-1", req, asClient)
@@ -206,7 +187,7 @@ func TestFingerprintUpgradeExplicitDefault(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	oldMD, newMD := chargeSchemas(t)
 	p := &payments{}
-	prev := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: previousFingerprint}), chargeService(p, oldMD))
+	prev := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: fporacle.Previous}), chargeService(p, oldMD))
 	cur := serveWith(t, p, guarded(e, grpcx.Options{Methods: []string{chargeV}, Fingerprint: grpcx.DefaultFingerprint}), chargeService(p, oldMD))
 	ctx := context.Background()
 	req := newCharge(t, newMD, "rent")

@@ -2,9 +2,6 @@ package connectx_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -13,24 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemguard/idemguard/grpcx/connectx"
+	"github.com/idemguard/idemguard/grpcx/internal/fporacle"
 )
-
-// previousFingerprint is DefaultFingerprint as the release before field
-// order computed it for a request without Anys: SHA-256 over the
-// length-prefixed full name and the deterministic encoding.
-func previousFingerprint(_ string, req any) (string, error) {
-	m := req.(proto.Message)
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	name := m.ProtoReflect().Descriptor().FullName()
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(name))))
-	h.Write([]byte(name))
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
 
 // TestFingerprintUpgradeExplicitDefault: a server whose Options name
 // DefaultFingerprint compares a mismatch with the previous release's
@@ -40,7 +21,7 @@ func previousFingerprint(_ string, req any) (string, error) {
 func TestFingerprintUpgradeExplicitDefault(t *testing.T) {
 	g := newGuard(t, "")
 	p := &payments{}
-	prev := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{Fingerprint: previousFingerprint})))
+	prev := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{Fingerprint: fporacle.Previous})))
 	cur := serve(t, p, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{Fingerprint: connectx.DefaultFingerprint})))
 	req := func() *connectRequest {
 		r := amountReq(100, "upgrade-explicit")
@@ -52,7 +33,7 @@ func TestFingerprintUpgradeExplicitDefault(t *testing.T) {
 		v.SetUnknown(protowire.AppendString(u, "x"))
 		return r
 	}
-	if a, _ := previousFingerprint("", req().Msg); a == mustFingerprint(t, req().Msg) {
+	if a, _ := fporacle.Previous("", req().Msg); a == mustFingerprint(t, req().Msg) {
 		t.Fatal("the request fingerprints as it did before: the test proves nothing")
 	}
 	first, err := newClient(prev).CallUnary(context.Background(), req())
