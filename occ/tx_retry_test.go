@@ -12,6 +12,10 @@ import (
 	"github.com/idemguard/idemguard/occ"
 )
 
+// appTx is a transaction in a type of the application's (sqlx.Tx is one):
+// it embeds *sql.Tx, so it is a Querier, but it is not a *sql.Tx.
+type appTx struct{ *sql.Tx }
+
 // TestUpdateRetryInTransactionConflict: UpdateRetry on a REPEATABLE READ
 // transaction whose update loses to a commit made after its snapshot.
 // PostgreSQL fails the update with a serialization failure (40001) and
@@ -20,31 +24,48 @@ import (
 // not try again inside the aborted transaction, whose next statement fails
 // with "current transaction is aborted" (25P02), an error that says nothing
 // of a conflict, so the caller cannot tell to run its transaction again.
+// The transaction is reached as a *sql.Tx, and through a type that is not
+// one: one embedding it, and a pool that runs statements on the context's
+// transaction (ctxDB). UpdateRetry told an aborted transaction by q's
+// type, so through these it read again in the aborted transaction and
+// returned 25P02, the serialization failure lost.
 func TestUpdateRetryInTransactionConflict(t *testing.T) {
 	t.Parallel()
-	db := database(t)
-	acc := accountsTable(t, db)
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	reads := 0
-	_, err = acc.UpdateRetry(ctx, tx, 1, occ.RetryOptions{}, func(ctx context.Context) (int64, map[string]any, error) {
-		reads++
-		var balance, version int64
-		err := tx.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
-		if err == nil && reads == 1 { // another writer commits after this transaction's snapshot
-			mustExec(t, db, `UPDATE occ_accounts SET balance = balance + 1, version = version + 1 WHERE id = 1`)
-		}
-		return version, map[string]any{"balance": balance + 10}, err
-	})
-	var pe *pq.Error
-	if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" {
-		t.Fatalf("UpdateRetry in a transaction that lost the race = %v after %d reads; want ErrConflict with SQLSTATE 40001", err, reads)
-	}
-	if reads != 1 {
-		t.Fatalf("read %d times: tried again inside an aborted transaction", reads)
+	for name, wrap := range map[string]func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier){
+		"sql.Tx":   func(_ *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) { return ctx, tx },
+		"embedded": func(_ *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) { return ctx, appTx{tx} },
+		"context": func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) {
+			return context.WithValue(ctx, txKey{}, tx), ctxDB{db}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := database(t)
+			acc := accountsTable(t, db)
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			qctx, q := wrap(db, tx)
+			reads := 0
+			_, err = acc.UpdateRetry(qctx, q, 1, occ.RetryOptions{}, func(ctx context.Context) (int64, map[string]any, error) {
+				reads++
+				var balance, version int64
+				err := q.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
+				if err == nil && reads == 1 { // another writer commits after this transaction's snapshot
+					mustExec(t, db, `UPDATE occ_accounts SET balance = balance + 1, version = version + 1 WHERE id = 1`)
+				}
+				return version, map[string]any{"balance": balance + 10}, err
+			})
+			var pe *pq.Error
+			if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" {
+				t.Fatalf("UpdateRetry in a transaction that lost the race = %v after %d reads; want ErrConflict with SQLSTATE 40001", err, reads)
+			}
+			if reads != 1 {
+				t.Fatalf("read %d times: tried again inside an aborted transaction", reads)
+			}
+		})
 	}
 }
 
@@ -122,56 +143,5 @@ func TestRetryOnConflictLastTryError(t *testing.T) {
 		if err != boom || tries != int(maxTries) { // identity is the point
 			t.Errorf("MaxTries %d: RetryOnConflict = %#v after %d tries, want boom itself after %d", maxTries, err, tries, maxTries)
 		}
-	}
-}
-
-// appTx is a transaction in a type of the application's (sqlx.Tx is one):
-// it embeds *sql.Tx, so it is a Querier, but it is not a *sql.Tx.
-type appTx struct{ *sql.Tx }
-
-// TestUpdateRetryInWrappedTransactionConflict: the lost race of
-// TestUpdateRetryInTransactionConflict, with the transaction reached
-// through a type that is not *sql.Tx: one embedding it, and a pool that
-// runs statements on the context's transaction (ctxDB). UpdateRetry told
-// an aborted transaction by q's type, so through these it read again in
-// the aborted transaction and returned PostgreSQL's 25P02 ("current
-// transaction is aborted"), no conflict: the caller could not tell to run
-// its transaction again, and the serialization failure was lost.
-func TestUpdateRetryInWrappedTransactionConflict(t *testing.T) {
-	t.Parallel()
-	for name, wrap := range map[string]func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier){
-		"embedded": func(_ *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) { return ctx, appTx{tx} },
-		"context": func(db *sql.DB, tx *sql.Tx) (context.Context, occ.Querier) {
-			return context.WithValue(ctx, txKey{}, tx), ctxDB{db}
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			db := database(t)
-			acc := accountsTable(t, db)
-			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback() }()
-			qctx, q := wrap(db, tx)
-			reads := 0
-			_, err = acc.UpdateRetry(qctx, q, 1, occ.RetryOptions{}, func(ctx context.Context) (int64, map[string]any, error) {
-				reads++
-				var balance, version int64
-				err := q.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
-				if err == nil && reads == 1 { // another writer commits after this transaction's snapshot
-					mustExec(t, db, `UPDATE occ_accounts SET balance = balance + 1, version = version + 1 WHERE id = 1`)
-				}
-				return version, map[string]any{"balance": balance + 10}, err
-			})
-			var pe *pq.Error
-			if !errors.Is(err, occ.ErrConflict) || !errors.As(err, &pe) || pe.Code != "40001" {
-				t.Fatalf("UpdateRetry in a transaction that lost the race = %v after %d reads; want ErrConflict with SQLSTATE 40001", err, reads)
-			}
-			if reads != 1 {
-				t.Fatalf("read %d times: tried again inside an aborted transaction", reads)
-			}
-		})
 	}
 }
