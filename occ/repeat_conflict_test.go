@@ -39,6 +39,38 @@ func blocked(db *sql.DB, holder, n int) bool {
 	return got >= n
 }
 
+// sentTwiceBehindLock runs write, whose statement holding marker goes
+// through p, while the test holds the row lock lockRow takes (a SELECT
+// pg_backend_pid() ... FOR UPDATE): p cuts the client's connection once
+// the statement has been sent, and holds the cut until that first send
+// queues for the row lock at the server; database/sql sends the statement
+// again on another connection, which queues behind it. Then the lock is
+// released, and write's error returned.
+func sentTwiceBehindLock(t *testing.T, p *pgproxy.Proxy, direct *sql.DB, lockRow, marker string, write func() error) error {
+	t.Helper()
+	lock, err := direct.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback() }()
+	var holder int
+	if err := lock.QueryRowContext(ctx, lockRow).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	sent, release := p.HoldCut(t)
+	p.CutAfterSend(marker)
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	<-sent
+	testenv.WaitFor(t, 30*time.Second, "the first send to wait for the row lock", func() bool { return blocked(direct, holder, 1) })
+	release()
+	testenv.WaitFor(t, 30*time.Second, "its repeat to wait behind it", func() bool { return blocked(direct, holder, 2) })
+	if err := lock.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return <-done
+}
+
 // TestVersionedUpdateRepeatSerializationFailure: an Update through a pool
 // type whose connection died after the statement went out, while
 // PostgreSQL still had it waiting for a row lock. database/sql sends it
@@ -55,38 +87,14 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 	p, db := pgproxy.New(t, repeatableRead(t, dsn))
 	before, _ := readAccount(t, direct)
 
-	lock, err := direct.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback() }()
-	var holder int
-	if err := lock.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM occ_accounts WHERE id = 1 FOR UPDATE`).Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
-
-	passed, release := p.HoldCut(t)
-	p.CutAfterSend(`UPDATE "occ_accounts"`)
-	done := make(chan error, 1)
-	go func() {
+	err := sentTwiceBehindLock(t, p, direct, `SELECT pg_backend_pid() FROM occ_accounts WHERE id = 1 FOR UPDATE`, `UPDATE "occ_accounts"`, func() error {
 		_, err := acc.UpdateRetry(ctx, appDB{db}, 1, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) (int64, map[string]any, error) {
 			var balance, version int64
 			err := direct.QueryRowContext(ctx, `SELECT balance, version FROM occ_accounts WHERE id = 1`).Scan(&balance, &version)
 			return version, map[string]any{"balance": balance + 10}, err
 		})
-		done <- err
-	}()
-	// Both sends wait: the first for the lock, the repeat behind it.
-	// The first send queues for the row lock before its client sees the
-	// connection cut, and the repeat queues behind it.
-	<-passed
-	testenv.WaitFor(t, 30*time.Second, "the update to wait for the row lock", func() bool { return blocked(direct, holder, 1) })
-	release()
-	testenv.WaitFor(t, 30*time.Second, "its repeat to wait behind it", func() bool { return blocked(direct, holder, 2) })
-	if err := lock.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	err = <-done
+		return err
+	})
 	after, _ := readAccount(t, direct)
 	switch {
 	case after-before > 10:
@@ -128,21 +136,8 @@ func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
 		return n
 	}
 	p, db := pgproxy.New(t, repeatableRead(t, dsn))
-	lock, err := direct.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback() }()
-	var holder int
-	if err := lock.QueryRowContext(ctx, `SELECT pg_backend_pid() FROM occ_carts WHERE id = 'c' FOR UPDATE`).Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
-
-	passed, release := p.HoldCut(t)
-	p.CutAfterSend(`UPDATE "occ_carts"`)
-	done := make(chan error, 1)
-	go func() {
-		done <- occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) error {
+	err := sentTwiceBehindLock(t, p, direct, `SELECT pg_backend_pid() FROM occ_carts WHERE id = 'c' FOR UPDATE`, `UPDATE "occ_carts"`, func() error {
+		return occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) error {
 			v, err := tbl.Read(ctx, direct, "c")
 			if err != nil {
 				return err
@@ -154,17 +149,7 @@ func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
 			_, err = tbl.Write(ctx, appDB{db}, "c", v.Vector, []byte(strconv.FormatInt(n+10, 10)))
 			return err
 		})
-	}()
-	// The first send queues for the row lock before its client sees the
-	// connection cut, and the repeat queues behind it.
-	<-passed
-	testenv.WaitFor(t, 30*time.Second, "the write to wait for the row lock", func() bool { return blocked(direct, holder, 1) })
-	release()
-	testenv.WaitFor(t, 30*time.Second, "its repeat to wait behind it", func() bool { return blocked(direct, holder, 2) })
-	if err := lock.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	err = <-done
+	})
 	switch moved := balance() - 100; {
 	case moved > 10:
 		t.Fatalf("a deposit of 10 sent twice moved the balance by %d (RetryOnConflict: %v)", moved, err)
