@@ -1,9 +1,11 @@
 package guard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,37 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
+
+// movedCluster is a client of the Cluster that believes every slot is on
+// the first master: each command for a key of another node is answered
+// MOVED and follows the redirection. The test fails unless the first
+// master answered MOVED meanwhile (its INFO errorstats).
+func movedCluster(t *testing.T) *redis.ClusterClient {
+	addrs := testenv.List(t, testenv.EnvCluster)
+	first := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	movedSoFar := func() int64 {
+		info, err := first.Info(bg, "errorstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(info, "errorstat_MOVED:count=")
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		return n
+	}
+	before := movedSoFar()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64,
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addrs[0]}}}}, nil
+		}})
+	t.Cleanup(func() {
+		if !t.Failed() && movedSoFar() == before {
+			t.Error("no command was redirected (MOVED)")
+		}
+		_ = c.Close()
+		_ = first.Close()
+	})
+	return c
+}
 
 // ClaimBatch gives every key of a batch the answer Claim gives a twin key
 // in the same state, whatever else the batch holds: invalid requests
@@ -26,14 +59,17 @@ import (
 // key's record. On the standalone server and the Cluster, each through a
 // pipeline of its own and through the client's autopipeliner.
 func TestClaimBatchAnswersAsClaim(t *testing.T) {
-	for _, on := range []string{"client", "cluster"} {
+	for _, on := range []string{"client", "cluster", "cluster-moved"} {
 		for _, shared := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/autopipelined=%v", on, shared), func(t *testing.T) {
 				var c redis.UniversalClient
-				if on == "client" {
+				switch on {
+				case "client":
 					c = testenv.Redis(t)
-				} else {
+				case "cluster":
 					c = testenv.Cluster(t)
+				default:
+					c = movedCluster(t)
 				}
 				s := guardenv.StoreOn(t, c, guard.RedisOptions{})
 				cases := claimStates(t, s, c)
