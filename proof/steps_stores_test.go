@@ -149,5 +149,16 @@ func stepsAsModel(t *testing.T, rec *Recorder) {
 		t.Fatal(err)
 	}
 
+	// A holder whose lease ran out, the key not taken over: still the
+	// record's holder, as for Complete (the fence guards what it does).
+	k3 := key("k3")
+	a3 := claim(k3, "A", 50*time.Millisecond).Lease
+	testenv.WaitFor(t, 10*time.Second, "A's lease to run out", func() bool {
+		r, err := rec.inner.Get(ctx, k3) // not recorded: LeaseLeft is not in the model
+		return err == nil && r.LeaseLeft <= 0
+	})
+	save("A's step after its lease ran out, the key not taken over", a3, 0, step("a", "1"), nil)
+	save("that step sent again", a3, 0, step("a", "1"), nil)
+
 	save("a step of an absent key", guard.Lease{Key: key("absent"), Token: "A"}, 0, step("a", "1"), lost)
 }
