@@ -153,6 +153,12 @@ func claimStates(t *testing.T, s *guard.RedisStore, c redis.UniversalClient) []c
 			must(s.SaveStep(bg, l, 0, guard.StepResult{Name: "charge", Result: []byte("ch")}))
 			must(s.Fail(bg, l, strings.Repeat("e", 200), time.Hour))
 		}, req: longReq},
+		{name: "long-replay", key: long, setup: func(k guard.Key) {
+			must(s.Complete(bg, claim(longReq(k, "T0")), []byte("replayed"), time.Hour))
+		}, req: longReq},
+		{name: "long-mismatch", key: long, setup: func(k guard.Key) {
+			must(s.Complete(bg, claim(longReq(k, "T0")), []byte("replayed"), time.Hour))
+		}, req: func(k guard.Key, tok string) guard.ClaimRequest { r := longReq(k, tok); r.Fingerprint += "x"; return r }},
 		{name: "other-type", key: short, setup: func(k guard.Key) { must(c.HSet(bg, s.Name(k), "f", "v").Err()) }, req: req},
 		{name: "corrupt", key: short, setup: func(k guard.Key) { must(c.Set(bg, s.Name(k), "not a record", time.Hour).Err()) }, req: req},
 	}
