@@ -56,25 +56,37 @@ func movedCluster(t *testing.T) *redis.ClusterClient {
 // tokens, digested fingerprints, records with steps, a key of another type
 // and a corrupt record. And the leases it hands out name their own
 // records: a step saved and a completion written with one land in its
-// key's record. On the standalone server and the Cluster, each through a
+// key's record. On the standalone server, the Cluster (also with every
+// command redirected) and a server without the scripts, each through a
 // pipeline of its own and through the client's autopipeliner.
 func TestClaimBatchAnswersAsClaim(t *testing.T) {
-	for _, on := range []string{"client", "cluster", "cluster-moved"} {
+	for _, on := range []string{"client", "cluster", "cluster-moved", "scripts-flushed"} {
 		for _, shared := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/autopipelined=%v", on, shared), func(t *testing.T) {
 				var c redis.UniversalClient
+				before := func() {}
 				switch on {
 				case "client":
 					c = testenv.Redis(t)
 				case "cluster":
 					c = testenv.Cluster(t)
-				default:
+				case "cluster-moved":
 					c = movedCluster(t)
+				default:
+					// A server of the test's own, whose scripts are flushed
+					// before each batch: the claim scripts go by EVALSHA,
+					// NOSCRIPT, then EVAL.
+					c = testenv.StartRedis(t).Client()
+					before = func() {
+						if err := c.ScriptFlush(bg).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 				s := guardenv.StoreOn(t, c, guard.RedisOptions{})
 				cases := claimStates(t, s, c)
-				t.Run("large", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases, 2, shared) })
-				t.Run("small", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases[:5], 1, shared) })
+				t.Run("large", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases, 2, shared, before) })
+				t.Run("small", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases[:5], 1, shared, before) })
 			})
 		}
 	}
@@ -164,7 +176,7 @@ func claimStates(t *testing.T, s *guard.RedisStore, c redis.UniversalClient) []c
 	}
 }
 
-func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []claimState, copies int, shared bool) {
+func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []claimState, copies int, shared bool, before func()) {
 	run := testenv.Prefix(t) // fresh keys for each run
 	id := func(tc claimState, twin string) string { return run + tc.name + "/" + twin }
 	// The requests of the batch: each case's copies, invalid requests
@@ -226,6 +238,7 @@ func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []cla
 
 	var outs []guard.Outcome
 	var errs []error
+	before()
 	if shared {
 		done := s.Busy()
 		outs, errs = s.ClaimBatch(bg, reqs)
