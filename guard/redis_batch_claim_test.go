@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,4 +360,51 @@ func briefOutcome(o guard.Outcome) string {
 
 func brief(r guard.Record) string {
 	return fmt.Sprintf("{%v token %.20q fence %d result %.40q steps %d}", r.State, r.Token, r.Fence, r.Result, len(r.Steps))
+}
+
+// Concurrent batches on one store share the client's autopipeliner (and
+// on a Cluster, its per-node pipelines): each key still gets its own
+// reply, its lease names its own record, and its record holds its own
+// token, whatever the other batches sent in the same pipelines.
+func TestClaimBatchConcurrentBatchesOwnReplies(t *testing.T) {
+	for _, on := range []string{"client", "cluster"} {
+		t.Run(on, func(t *testing.T) {
+			var c redis.UniversalClient = testenv.Redis(t)
+			if on == "cluster" {
+				c = testenv.Cluster(t)
+			}
+			s := guardenv.StoreOn(t, c, guard.RedisOptions{})
+			run := testenv.Prefix(t)
+			const batches, keys = 6, 20
+			outs := make([][]guard.Outcome, batches)
+			errs := make([][]error, batches)
+			reqs := make([][]guard.ClaimRequest, batches)
+			for b := range batches {
+				for k := range keys {
+					id := fmt.Sprintf("%s%d/%d", run, b, k)
+					reqs[b] = append(reqs[b], guard.ClaimRequest{Key: guard.Key{Scope: "concurrent-batches", ID: id},
+						Token: fmt.Sprintf("T%d-%d", b, k), Fingerprint: fmt.Sprintf("f%d-%d", b, k), Lease: time.Minute, TTL: time.Hour})
+				}
+			}
+			var wg sync.WaitGroup
+			for b := range batches {
+				wg.Go(func() { outs[b], errs[b] = s.ClaimBatch(bg, reqs[b]) })
+			}
+			wg.Wait()
+			for b := range batches {
+				for k, r := range reqs[b] {
+					o, err := outs[b][k], errs[b][k]
+					if err != nil || o.Status != guard.Acquired || o.Lease.Key != r.Key || o.Lease.Token != r.Token {
+						t.Fatalf("%s: %s, %v; want it acquired with its own lease", r.Key, briefOutcome(o), err)
+					}
+					if err := s.Complete(bg, o.Lease, []byte(r.Token), time.Hour); err != nil {
+						t.Fatalf("%s: complete: %v", r.Key, err)
+					}
+					if rec, err := s.Get(bg, r.Key); err != nil || rec.Token != r.Token || string(rec.Result) != r.Token || rec.Fingerprint != r.Fingerprint {
+						t.Fatalf("%s: record %s, %v", r.Key, brief(rec), err)
+					}
+				}
+			}
+		})
+	}
 }
