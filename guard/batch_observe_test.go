@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
+	"github.com/idemguard/idemguard/memstore"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
-// On Redis, standalone and Cluster, DoBatch answers and observes every
+// On Redis, standalone and Cluster (and on memstore and pgstore), DoBatch answers and observes every
 // claim answer as Do does for a twin key in the same state (the events,
 // their attempt numbers and their order; the result, the lease's fence,
 // attempt and recovery), besides those TestDoBatchObservesAsDo covers on
@@ -24,21 +25,26 @@ import (
 // of attempts, a released key, a crashed holder's steps (the effect's
 // Step answers from them), an invalid key between the others. Every lease
 // it runs has its deadline and its steps.
-func TestDoBatchObservesAsDoOnRedis(t *testing.T) {
-	for _, on := range []string{"client", "cluster"} {
+func TestDoBatchObservesAsDoOnStores(t *testing.T) {
+	for _, on := range []string{"client", "cluster", "memstore", "pgstore"} {
 		t.Run(on, func(t *testing.T) {
-			var c redis.UniversalClient
-			if on == "client" {
-				c = testenv.Redis(t)
-			} else {
-				c = testenv.Cluster(t)
+			var s guard.StepStore
+			switch on {
+			case "client":
+				s = guardenv.Store(t, guard.RedisOptions{})
+			case "cluster":
+				s = guardenv.StoreOn(t, testenv.Cluster(t), guard.RedisOptions{})
+			case "memstore":
+				s = memstore.New(memstore.Options{})
+			default:
+				s = pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
 			}
-			testDoBatchObservesAsDoOnRedis(t, guardenv.StoreOn(t, c, guard.RedisOptions{}))
+			testDoBatchObservesAsDoOnStores(t, s)
 		})
 	}
 }
 
-func testDoBatchObservesAsDoOnRedis(t *testing.T, s *guard.RedisStore) {
+func testDoBatchObservesAsDoOnStores(t *testing.T, s guard.StepStore) {
 	var (
 		mu     sync.Mutex
 		events = map[guard.Key][]string{}
