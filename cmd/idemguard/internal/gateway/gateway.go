@@ -338,6 +338,9 @@ func (gw *Gateway) openStore() error {
 		return nil
 	}
 	fo := fallback.Options{Timeout: fc.Timeout, OpenTimeout: fc.OpenTimeout, FailuresToOpen: fc.FailuresToOpen, Logger: gw.log}
+	if !gw.cfg.Log.Keys {
+		fo.Logger = slog.New(keyDigests{gw.log.Handler()})
+	}
 	switch fc.Policy {
 	case "fail-open":
 		fo.Policy = fallback.FailOpen
