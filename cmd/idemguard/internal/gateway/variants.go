@@ -173,9 +173,17 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			vr.handler.ServeHTTP(w, r2)
 			return
 		}
-	} else if v.routes[p] != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
-		// Guarded by main's route; a host route may own it (hosts.go).
-		if vr, ok := v.otherHost(r); ok {
+	} else if main := v.routes[p]; main != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
+		// Guarded by main's route (a "/{path...}", a subtree "/api/"); the
+		// route its path loosens to owns it if it guards it for the same
+		// upstream, which takes both for one request: else the same key
+		// would run once under each scope. A host route may own it too
+		// (hosts.go).
+		vr, ok := v.looseMatch(r)
+		if !ok || vr.rt == main || upstreamID(vr.rt.cfg.Upstream) != upstreamID(main.cfg.Upstream) {
+			vr, ok = v.otherHost(r)
+		}
+		if ok {
 			r2 := r.WithContext(r.Context())
 			r2.Pattern = vr.rt.cfg.Pattern
 			vr.handler.ServeHTTP(w, r2)
@@ -189,6 +197,15 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // subtree pattern ("/orders/"), with its slash; else the host route that
 // guards r under another host (otherHost).
 func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
+	if vr, ok := v.looseMatch(r); ok {
+		return vr, true
+	}
+	return v.otherHost(r)
+}
+
+// looseMatch finds the route r's loosened path matches, as itself or, for
+// a subtree pattern ("/orders/"), with its slash, if it guards r's method.
+func (v *variantMux) looseMatch(r *http.Request) (variantRoute, bool) {
 	lp := loosePath(r.URL.Path)
 	for _, p := range []string{lp, lp + "/"} {
 		u := *r.URL
@@ -204,5 +221,5 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 			}
 		}
 	}
-	return v.otherHost(r)
+	return variantRoute{}, false
 }
