@@ -220,7 +220,15 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		vr, ok := vm.match(rm)
 		return ok && vr.rt.methods[m]
 	}
-	served := methodVariants(guards, vm)
+	var methods []string
+	maxBody := int64(DefaultMaxBody)
+	for m := range guarded {
+		methods = append(methods, m)
+	}
+	for _, rc := range cfg.Routes {
+		maxBody = max(maxBody, rc.MaxBody)
+	}
+	served := methodVariants(guards, methods, maxBody, vm)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"path"
@@ -23,8 +24,9 @@ import (
 // no trailing dot, any port): host names are case-insensitive, and the
 // pass-through may reach the same upstream. A request whose method is a
 // guarded method in another case ("post"), or that names one in a
-// method-override field (a POST with X-HTTP-Method-Override: PATCH), is
-// refused (501), never forwarded: ServeMux would pass it through, and
+// method-override field (a POST with X-HTTP-Method-Override: PATCH) or
+// _method parameter (query or form body: overrideparams.go), is refused
+// (501), never forwarded: ServeMux would pass it through, and
 // upstreams that take methods in any case (ASP.NET Core, Werkzeug) or
 // honour overrides would run it.
 
@@ -104,17 +106,19 @@ func looseHost(h string) string {
 
 // overrideFields are the header fields frameworks take a request's
 // method from (Express's method-override, ASP.NET Core, Laravel, Jersey,
-// Google's APIs); _method is the query parameter (Laravel, Symfony).
+// Google's APIs); the _method parameter is overrideparams.go's.
 var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 // methodVariants refuses (501) a request that spells a method another way
-// (in another case, or in a method-override field or _method query
-// parameter while its own method is another) when a route guards that
+// (in another case, or in a method-override field or _method parameter,
+// in its query or form body, while its own method is another) when a route guards that
 // method for it (guards) and none guards the request as it is: upstreams
 // that take such a spelling would run the guarded method for a request
 // ServeMux passes through unguarded.
 // The rest go to next.
-func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
+// A form body is read (overrideparams.go) only when a route guards one of
+// methods, other than the request's own, for it, up to maxBody bytes.
+func methodVariants(guards func(r *http.Request, method string) bool, methods []string, maxBody int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// refused reports whether r names m, a method a route guards for
 		// it, spelt as n. A request a route guards itself is claimed:
@@ -139,8 +143,23 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 				}
 			}
 		}
-		if strings.Contains(r.URL.RawQuery, "_method") {
-			for _, n := range r.URL.Query()["_method"] {
+		for _, n := range queryOverrides(r) {
+			if refused(n) {
+				return
+			}
+		}
+		if form, boundary := formBody(r); form && otherGuarded(r, guards, methods) {
+			names, err := bodyOverrides(r, boundary, maxBody)
+			switch {
+			case errors.Is(err, errFormTooLarge):
+				(&problem{Type: "about:blank", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+					Detail: err.Error() + ", and a route guards another method for this request"}).write(w)
+				return
+			case err != nil:
+				(&problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest, Detail: err.Error()}).write(w)
+				return
+			}
+			for _, n := range names {
 				if refused(n) {
 					return
 				}
@@ -148,6 +167,17 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// otherGuarded reports whether a route guards one of methods, other than
+// r's own, for r, and none guards r as it is.
+func otherGuarded(r *http.Request, guards func(r *http.Request, method string) bool, methods []string) bool {
+	for _, m := range methods {
+		if m != r.Method && guards(r, m) {
+			return !guards(r, r.Method)
+		}
+	}
+	return false
 }
 
 // clean reports whether ServeMux takes p, an escaped path, as it is (else
