@@ -137,9 +137,15 @@ func methodVariants(guards func(r *http.Request, method string) bool, methods []
 			return
 		}
 		for _, f := range overrideFields {
-			for _, n := range r.Header.Values(f) {
-				if refused(n) {
-					return
+			for _, v := range r.Header.Values(f) {
+				// A list: Express's method-override takes its first
+				// element ("PATCH, GET" is a PATCH); each is looked at.
+				for v != "" {
+					var n string
+					n, v, _ = strings.Cut(v, ",")
+					if refused(n) {
+						return
+					}
 				}
 			}
 		}
