@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 )
@@ -45,6 +47,10 @@ type variantMux struct {
 	// by upstreamID; nil when no route names a host.
 	byUpstream  map[string]*http.ServeMux
 	passThrough string // the pass-through's upstreamID
+	// byServer are the routes as each server that gets requests under
+	// more than one prefix sees them (prefixes.go), by serverID.
+	byServer       map[string]*http.ServeMux
+	passThroughURL *url.URL
 }
 
 // variantRoute is a route's handler chain, as main serves it.
@@ -52,6 +58,19 @@ type variantRoute struct {
 	rt      *route
 	handler http.Handler
 	host    bool // the route's pattern names a host
+	// via, if set, is the proxy the route forwards with (prefixes.go).
+	via transparent
+}
+
+// serve serves r by vr's route, under its scope.
+func (vr variantRoute) serve(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if vr.via.ReverseProxy != nil {
+		ctx = context.WithValue(ctx, viaKey{}, vr.via)
+	}
+	r2 := r.WithContext(ctx)
+	r2.Pattern = vr.rt.cfg.Pattern // the route's scope
+	vr.handler.ServeHTTP(w, r2)
 }
 
 func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
@@ -204,9 +223,7 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, p := v.main.Handler(r); (v.routes[p] == nil || !v.routes[p].methods[r.Method]) &&
 		r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
 		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
-			r2 := r.WithContext(r.Context())
-			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
-			vr.handler.ServeHTTP(w, r2)
+			vr.serve(w, r)
 			return
 		}
 	} else if main := v.routes[p]; main != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
@@ -215,14 +232,17 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// upstream, which takes both for one request: else the same key
 		// would run once under each scope. A host route may own it too
 		// (hosts.go).
-		vr, ok := v.looseMatch(r)
-		if !ok || vr.rt == main || upstreamID(vr.rt.cfg.Upstream) != upstreamID(main.cfg.Upstream) {
+		// A route its path, as main's upstream gets it, matches under
+		// another prefix owns it too (prefixes.go).
+		vr, ok := v.viewMatch(r, main, p)
+		if !ok {
+			vr, ok = v.looseMatch(r)
+		}
+		if !ok || vr.rt == main || vr.via.ReverseProxy == nil && upstreamID(vr.rt.cfg.Upstream) != upstreamID(main.cfg.Upstream) {
 			vr, ok = v.otherHost(r)
 		}
 		if ok {
-			r2 := r.WithContext(r.Context())
-			r2.Pattern = vr.rt.cfg.Pattern
-			vr.handler.ServeHTTP(w, r2)
+			vr.serve(w, r)
 			return
 		}
 	}
@@ -233,7 +253,12 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // subtree pattern ("/orders/"), with its slash; else the host route that
 // guards r under another host (otherHost).
 func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
-	if vr, ok := v.looseMatch(r); ok {
+	_, p := v.main.Handler(r)
+	main := v.routes[p]
+	if vr, ok := v.viewMatch(r, main, p); ok {
+		return vr, true // prefixes.go
+	}
+	if vr, ok := v.looseMatch(r); ok && !v.elsewhere(vr, main, p) {
 		return vr, true
 	}
 	return v.otherHost(r)
