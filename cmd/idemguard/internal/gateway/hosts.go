@@ -107,7 +107,9 @@ func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 // checkHostScopes refuses two routes, one naming a host at least, that
 // would take the same requests (a guarded method, a path) to the same
 // upstream: the upstream cannot tell their hosts apart, and the same key
-// would run once under each route's scope.
+// would run once under each route's scope. So are two routes to one
+// server under different path prefixes whose paths are the same there
+// (prefixes.go).
 func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 	type seen struct {
 		index    int
@@ -116,6 +118,13 @@ func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 		host     bool
 	}
 	byUpstream := map[string][]seen{}
+	type prefixed struct {
+		index    int
+		line     int
+		patterns []string // with the upstream's path prefix
+		id       string   // the upstream's upstreamID
+	}
+	byServer := map[string][]prefixed{}
 	for i, r := range c.Routes {
 		if r.Pattern == "" || r.Upstream == nil {
 			continue
@@ -143,6 +152,33 @@ func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 			}
 		}
 		byUpstream[id] = append(byUpstream[id], seen{i, node.Line, patterns, host})
+		// Routes to one server under different path prefixes
+		// (prefixes.go): their paths as the server gets them.
+		prefix := fold(strings.TrimSuffix(r.Upstream.Path, "/"))
+		var full []string
+		for _, p := range patterns {
+			m, rest, _ := strings.Cut(p, " ")
+			full = append(full, m+" "+prefix+rest)
+		}
+	server:
+		for _, s := range byServer[serverID(r.Upstream)] {
+			if s.id == id {
+				continue // the same prefix: above, or checkPatterns'
+			}
+			m := http.NewServeMux()
+			for _, p := range s.patterns {
+				tryHandle(m, p)
+			}
+			for _, p := range full {
+				if tryHandle(m, p) != "" {
+					d.errorf(node, fmt.Sprintf("routes[%d].pattern", i), "%q and routes[%d] %q (line %d) take the same %s requests to the same upstream server, "+
+						"the path prefixes of their upstreams (%s, %s) added: the same key would run once under each route; guard the path in one route",
+						r.Pattern, s.index, c.Routes[s.index].Pattern, s.line, strings.Fields(p)[0], r.Upstream, c.Routes[s.index].Upstream)
+					break server
+				}
+			}
+		}
+		byServer[serverID(r.Upstream)] = append(byServer[serverID(r.Upstream)], prefixed{i, node.Line, full, id})
 	}
 }
 
