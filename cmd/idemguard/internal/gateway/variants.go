@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -142,9 +143,30 @@ func methodVariants(guards func(r *http.Request, method string) bool, methods []
 		// refused reports whether r names m, a method a route guards for
 		// it, spelt as n. A request a route guards itself is claimed:
 		// whatever the upstream runs it as, it runs once.
+		// Each guarded method is looked up once: a request may name one
+		// in many thousand fields or parameters, each lookup as long as
+		// its path.
+		var looked uint64
+		self := 0 // guards(r, r.Method): 0 not asked, 1 no, 2 yes
 		refused := func(n string) bool {
 			m := strings.ToUpper(strings.TrimSpace(n))
-			if m == r.Method || !validMethod(m) || !guards(r, m) || guards(r, r.Method) {
+			i := slices.Index(methods, m)
+			if m == r.Method || i < 0 || i < 64 && looked&(1<<i) != 0 {
+				return false
+			}
+			if i < 64 {
+				looked |= 1 << i
+			}
+			if !guards(r, m) {
+				return false
+			}
+			if self == 0 {
+				self = 1
+				if guards(r, r.Method) {
+					self = 2
+				}
+			}
+			if self == 2 {
 				return false
 			}
 			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,

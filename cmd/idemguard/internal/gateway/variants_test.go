@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -116,5 +117,27 @@ func TestVariantsUnderAGuardingRouteAreTheRoutes(t *testing.T) {
 	}
 	if na, nb := a.count("o1"), b.count("o1"); na != 1 || nb != 1 {
 		t.Errorf("orders run: /orders's upstream %d, the wide route's %d; want 1 each (/Orders stays the wide route's)", na, nb)
+	}
+}
+
+// TestManyOverridesLookedUpOnce: a request may name a guarded method in
+// thousands of override fields, list elements and _method parameters;
+// each was looked up on the routes (guards: ServeMux and the variants,
+// each as long as the path), so a request of a megabyte of header and
+// path cost billions of steps. Each guarded method is looked up once.
+func TestManyOverridesLookedUpOnce(t *testing.T) {
+	calls := 0
+	guards := func(r *http.Request, m string) bool { calls++; return false }
+	h := methodVariants(guards, []string{"PATCH", "POST", "PUT"}, 1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	r := httptest.NewRequest("POST", "/"+strings.Repeat("a", 1<<16)+"?"+strings.Repeat("_method=PATCH&%5Fmethod=put&", 1000), nil)
+	for range 1000 {
+		r.Header.Add("X-HTTP-Method-Override", "PATCH, patch ,PUT")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusNoContent || calls > 3 {
+		t.Errorf("%d, %d route lookups; want it passed on after one lookup per method named (2)", rec.Code, calls)
 	}
 }
