@@ -23,6 +23,12 @@ func overrideUpstream(t *testing.T) (u *httptest.Server, patches *atomic.Int64, 
 		lastBody.Store(string(body))
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		m := r.Method
+		for k, v := range r.Header {
+			// CGI-style (Puma, PHP): '-' and '_' are one.
+			if strings.ToUpper(strings.ReplaceAll(k, "-", "_")) == "X_HTTP_METHOD_OVERRIDE" {
+				m = strings.ToUpper(v[0])
+			}
+		}
 		if r.Method == http.MethodPost {
 			if r.Header.Get("Content-Type") == "" {
 				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -48,8 +54,9 @@ func overrideUpstream(t *testing.T) (u *httptest.Server, patches *atomic.Int64, 
 
 // TestMethodOverrideParametersRefused: a POST naming PATCH in a _method
 // form field (Rails' default middleware reads it, Laravel's forms send
-// it) or in a query parameter PHP reads as _method (%5Fmethod, .method)
-// went through the pass-through, unguarded, and ran the PATCH that
+// it), in a query parameter PHP reads as _method (%5Fmethod, .method),
+// or in an override field spelt with '_' (X_HTTP_METHOD_OVERRIDE, which
+// Puma and PHP read as X-HTTP-Method-Override) went through the pass-through, unguarded, and ran the PATCH that
 // "PATCH /orders/{id}" guards again under a key already used: only the
 // query's literal "_method" was looked at. Such requests are refused
 // (501); a form without the field passes through with its body intact,
@@ -58,11 +65,14 @@ func overrideUpstream(t *testing.T) (u *httptest.Server, patches *atomic.Int64, 
 func TestMethodOverrideParametersRefused(t *testing.T) {
 	u, patches, lastBody := overrideUpstream(t)
 	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "PATCH /orders/{id}", 1), u.URL)
-	do := func(method, path, ct, body string) int {
+	do := func(method, path, ct, body string, header ...string) int {
 		t.Helper()
 		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header[header[i]] = []string{header[i+1]}
 		}
 		req.Header.Set("Idempotency-Key", "k-param")
 		req.Header.Set("X-Account-Id", "acme")
@@ -96,6 +106,11 @@ func TestMethodOverrideParametersRefused(t *testing.T) {
 	} {
 		if s := do("POST", c.path, c.ct, c.body); s != http.StatusNotImplemented {
 			t.Errorf("POST %s (%q) %q with the key of PATCH /orders/1: %d; want it refused (501)", c.path, c.ct, c.body, s)
+		}
+	}
+	for _, f := range []string{"X_HTTP_METHOD_OVERRIDE", "X_Http_Method_Override"} {
+		if s := do("POST", "/orders/1", "", "", f, "PATCH"); s != http.StatusNotImplemented {
+			t.Errorf("POST /orders/1 with %s: PATCH and the key of PATCH /orders/1: %d; want it refused (501)", f, s)
 		}
 	}
 	if got := patches.Load(); got != 1 {

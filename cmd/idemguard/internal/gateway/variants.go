@@ -129,6 +129,16 @@ func looseHost(h string) string {
 // Google's APIs); the _method parameter is overrideparams.go's.
 var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// isOverrideField reports whether a request's header field name is one of
+// overrideFields, also spelt with '_' for '-' (X_HTTP_METHOD_OVERRIDE):
+// CGI-style servers (Puma, PHP) read both as HTTP_X_HTTP_METHOD_OVERRIDE.
+func isOverrideField(name string) bool {
+	if strings.IndexByte(name, '_') >= 0 {
+		name = http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))
+	}
+	return slices.Contains(overrideFields, name)
+}
+
 // methodVariants refuses (501) a request that spells a method another way
 // (in another case, or in a method-override field or _method parameter,
 // in its query or form body, while its own method is another) when a route guards that
@@ -177,8 +187,11 @@ func methodVariants(guards func(r *http.Request, method string) bool, methods []
 		if refused(r.Method) {
 			return
 		}
-		for _, f := range overrideFields {
-			for _, v := range r.Header.Values(f) {
+		for f, vs := range r.Header {
+			if !isOverrideField(f) {
+				continue
+			}
+			for _, v := range vs {
 				// A list: Express's method-override takes its first
 				// element ("PATCH, GET" is a PATCH); each is looked at.
 				for v != "" {
