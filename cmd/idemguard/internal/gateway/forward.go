@@ -307,6 +307,7 @@ type route struct {
 	name    string // the pattern, for metrics and logs
 	proxy   transparent
 	methods map[string]bool
+	host    bool // the pattern names a host (hosts.go)
 	// via are the route's proxies to the other prefixes of its upstream's
 	// server, by upstreamID (prefixes.go).
 	via map[string]transparent

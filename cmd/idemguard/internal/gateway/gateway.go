@@ -184,6 +184,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 		patterns, host := hostless(rc)
 		anyHost = anyHost || host
+		rt.host = host
 		um := byUpstream[upstreamID(rc.Upstream)]
 		if um == nil {
 			um = http.NewServeMux()

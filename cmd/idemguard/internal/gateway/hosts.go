@@ -63,23 +63,22 @@ func hostless(r Route) (patterns []string, hasHost bool) {
 	return patterns, hasHost
 }
 
-// otherHost finds the host route that serves r, a request under another
-// host that main would forward to that route's upstream: unguarded
-// (through the pass-through, or a route that does not guard its method),
-// or guarded by another route (a "/{path...}") whose pattern, as the
-// upstream sees it, is less specific. Main's route stands when the route
-// the upstream's view picks names no host (the variants' business).
-func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
+// upstreamView finds the route that serves r instead of owner (the route
+// serving it, nil for the pass-through): the one whose pattern, as their
+// upstream sees it (no host), is the most specific for r, when one of the
+// two names a host. Both routes naming no host are the variants' business.
+// So a host route serves its path under any other host, and a route for
+// every host serves its path under a host whose route ServeMux prefers
+// but which is less specific ("POST api.example.com/{path...}" beside
+// "POST /orders"): else the same key would run once under each, as
+// api.example.com/orders and 10.0.0.5/orders.
+func (v *variantMux) upstreamView(r *http.Request, owner *route) (variantRoute, bool) {
 	if v.byUpstream == nil {
 		return variantRoute{}, false // no route names a host
 	}
-	_, p := v.main.Handler(r)
 	target := v.passThrough
-	main := v.routes[p]
-	if main != nil {
-		target = upstreamID(main.cfg.Upstream)
-	} else if p != "/" {
-		return variantRoute{}, false // not forwarded
+	if owner != nil {
+		target = upstreamID(owner.cfg.Upstream)
 	}
 	hm := v.byUpstream[target]
 	if hm == nil {
@@ -96,8 +95,8 @@ func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 		if !ok {
 			continue
 		}
-		if vr.rt == main || !vr.rt.methods[r.Method] || !vr.host {
-			return variantRoute{}, false // main's, or no host route's
+		if vr.rt == owner || !vr.rt.methods[r.Method] || !vr.host && (owner == nil || !owner.host) {
+			return variantRoute{}, false
 		}
 		return vr, true
 	}

@@ -271,10 +271,13 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// another prefix owns it too (prefixes.go).
 		vr, ok := v.viewMatch(r, main, p)
 		if !ok {
-			vr, ok = v.looseMatch(r)
-		}
-		if !ok || vr.rt == main || vr.via.ReverseProxy == nil && upstreamID(vr.rt.cfg.Upstream) != upstreamID(main.cfg.Upstream) {
-			vr, ok = v.otherHost(r)
+			owner := main
+			if lv, lok := v.looseMatch(r); lok && lv.rt != main && upstreamID(lv.rt.cfg.Upstream) == upstreamID(main.cfg.Upstream) {
+				vr, ok, owner = lv, true, lv.rt
+			}
+			if hv, hok := v.upstreamView(r, owner); hok {
+				vr, ok = hv, true
+			}
 		}
 		if ok {
 			vr.serve(w, r)
@@ -286,7 +289,7 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // match finds the route r's loosened path matches, as itself or, for a
 // subtree pattern ("/orders/"), with its slash; else the host route that
-// guards r under another host (otherHost).
+// guards r under another host (upstreamView).
 func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 	_, p := v.main.Handler(r)
 	main := v.routes[p]
@@ -294,9 +297,15 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 		return vr, true // prefixes.go
 	}
 	if vr, ok := v.looseMatch(r); ok && !v.elsewhere(vr, main, p) {
+		if hv, ok := v.upstreamView(r, vr.rt); ok {
+			return hv, true // hosts.go
+		}
 		return vr, true
 	}
-	return v.otherHost(r)
+	if main == nil && p != "/" {
+		return variantRoute{}, false // not forwarded
+	}
+	return v.upstreamView(r, main)
 }
 
 // looseMatch finds the route r's loosened path matches, as itself or, for
@@ -313,7 +322,7 @@ func (v *variantMux) looseMatch(r *http.Request) (variantRoute, bool) {
 				if vr.rt.methods[r.Method] {
 					return vr, true
 				}
-				break // a route not guarding r's method: only otherHost may
+				break // a route not guarding r's method: only upstreamView may
 			}
 		}
 	}
