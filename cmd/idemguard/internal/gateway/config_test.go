@@ -162,6 +162,20 @@ routes:
 `, []string{`9:14: routes[1].pattern: "/Orders" and routes[0] "POST api.example.com/orders" (line 8) take the same POST requests to the same upstream`,
 			`13:14: routes[3].pattern: "POST c.example.com/orders" and routes[2] "POST b.example.com/orders" (line 11) take the same POST requests`,
 			`19:14: routes[6].pattern: "POST f.example.com/orders" and routes[5] "POST e.example.com/orders" (line 17) take the same POST requests`}},
+		{"two routes to one server's path under different prefixes", validBase + `defaults:
+  caller: {single: true}
+routes:
+  - pattern: POST /orders
+    upstream: http://127.0.0.1:9000/api/
+  - pattern: POST /api/orders
+  - pattern: /v2/orders/{id}
+    methods: [POST]
+  - pattern: POST /orders/{x}
+    upstream: http://127.0.0.1:9000/v2
+  - pattern: POST /x/{path...}
+    upstream: http://127.0.0.1:9000/v3
+`, []string{`10:14: routes[1].pattern: "POST /api/orders" and routes[0] "POST /orders" (line 8) take the same POST requests to the same upstream server`,
+			`13:14: routes[3].pattern: "POST /orders/{x}" and routes[2] "/v2/orders/{id}" (line 11) take the same POST requests`}},
 		{"a second YAML document", validBase + `routes:
   - pattern: POST /orders
     caller: {single: true}

@@ -307,6 +307,10 @@ type route struct {
 	name    string // the pattern, for metrics and logs
 	proxy   transparent
 	methods map[string]bool
+	host    bool // the pattern names a host (hosts.go)
+	// via are the route's proxies to the other prefixes of its upstream's
+	// server, by upstreamID (prefixes.go).
+	via map[string]transparent
 }
 
 // outer is the route's outermost middleware. For a guarded method it
@@ -371,7 +375,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := exchangeFrom(r.Context())
 	if !guarded || ex == nil {
 		rt.gw.metrics.request(rt.name, resultPassthrough)
-		rt.proxy.ServeHTTP(w, r)
+		viaProxy(r.Context(), rt.proxy).ServeHTTP(w, r)
 		return
 	}
 	a := &attempt{lease: lease, resend: rt.cfg.UnknownOutcome == Resend}
@@ -419,7 +423,7 @@ func (rt *route) serveProxy(w http.ResponseWriter, r *http.Request) (aborted boo
 			aborted = true
 		}
 	}()
-	rt.proxy.ServeHTTP(w, r)
+	viaProxy(r.Context(), rt.proxy).ServeHTTP(w, r)
 	return false
 }
 

@@ -158,6 +158,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	}
 	loose := http.NewServeMux()               // variants.go
 	byUpstream := map[string]*http.ServeMux{} // hosts.go
+	var chains []http.Handler                 // prefixes.go
 	anyHost := false
 	for _, rc := range cfg.Routes {
 		g := guard.New(store, guard.Options{TTL: rc.TTL, Lease: rc.Lease, MaxRun: rc.Timeout + rc.Lease, Observer: observer})
@@ -179,9 +180,11 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		for i := len(mw) - 1; i >= 0; i-- {
 			chain = mw[i](chain)
 		}
+		chains = append(chains, chain)
 		tryHandle(loose, loosePattern(rc.Pattern), variantRoute{rt: rt, handler: chain}) // checkPatterns refused conflicts
 		patterns, host := hostless(rc)
 		anyHost = anyHost || host
+		rt.host = host
 		um := byUpstream[upstreamID(rc.Upstream)]
 		if um == nil {
 			um = http.NewServeMux()
@@ -206,7 +209,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		mux.Handle("/", gw.newProxy(nil, cfg.Upstream))
 	}
 	vm := &variantMux{main: mux.Mux(), loose: loose, next: mux, methods: guarded, routes: byPattern,
-		byUpstream: byUpstream, passThrough: upstreamID(cfg.Upstream)}
+		byUpstream: byUpstream, passThrough: upstreamID(cfg.Upstream),
+		byServer: gw.prefixes(gw.routes, chains), passThroughURL: cfg.Upstream}
 	// guards reports whether a route guards r sent with method m.
 	guards := func(r *http.Request, m string) bool {
 		if !guarded[m] {
@@ -220,7 +224,15 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		vr, ok := vm.match(rm)
 		return ok && vr.rt.methods[m]
 	}
-	served := methodVariants(guards, vm)
+	var methods []string
+	maxBody := int64(DefaultMaxBody)
+	for m := range guarded {
+		methods = append(methods, m)
+	}
+	for _, rc := range cfg.Routes {
+		maxBody = max(maxBody, rc.MaxBody)
+	}
+	served := methodVariants(guards, methods, maxBody, vm)
 
 	gw.admin = http.NewServeMux()
 	gw.admin.HandleFunc("GET /healthz", gw.healthz)

@@ -82,3 +82,39 @@ func TestHostRoutesToTheirOwnUpstreams(t *testing.T) {
 		t.Errorf("orders run: a's upstream %d, b's %d, the pass-through's %d; want 1, 1, 2 (c.example.com is passed through)", a, b, p)
 	}
 }
+
+// TestAWideHostRouteLeavesARouteForEveryHostItsPath: beside "POST
+// /orders", a route "POST api.example.com/{path...}" to the same upstream
+// took api.example.com/orders (ServeMux prefers a pattern naming the
+// host) under its scope while 10.0.0.5/orders went to "POST /orders": the
+// upstream cannot tell them apart, and the same key ran the order once
+// under each. The route more specific as the upstream sees it serves
+// both; the host route keeps its other paths.
+func TestAWideHostRouteLeavesARouteForEveryHostItsPath(t *testing.T) {
+	u, n := looseUpstream(t)
+	e := startGateway(t, basicConfig[:strings.Index(basicConfig, "routes:")]+`routes:
+  - pattern: POST api.example.com/{path...}
+  - pattern: POST /orders
+`, u.URL)
+	for _, h := range []string{"api.example.com", "10.0.0.5", "API.example.com"} {
+		if s := send(t, e.srv.URL+"/orders", "POST", h, "k-wide-host"); s != http.StatusCreated {
+			t.Errorf("POST %s/orders: %d, want the order's answer (201) or its replay", h, s)
+		}
+	}
+	for _, h := range []string{"API.example.com", "10.0.0.5"} {
+		if s := send(t, e.srv.URL+"/Orders/", "POST", h, "k-wide-host"); s < 400 {
+			t.Errorf("POST %s/Orders/ with the key of POST /orders: %d; want it guarded under that key", h, s)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("the upstream ran the order %d times, want 1", got)
+	}
+	for range 2 {
+		if s := send(t, e.srv.URL+"/payments", "POST", "api.example.com", "k-wide-host-2"); s != http.StatusCreated {
+			t.Errorf("POST api.example.com/payments: %d", s)
+		}
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("the upstream ran %d POSTs, want 2 (/payments once, guarded by the host route)", got)
+	}
+}

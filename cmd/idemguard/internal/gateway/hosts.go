@@ -63,23 +63,22 @@ func hostless(r Route) (patterns []string, hasHost bool) {
 	return patterns, hasHost
 }
 
-// otherHost finds the host route that serves r, a request under another
-// host that main would forward to that route's upstream: unguarded
-// (through the pass-through, or a route that does not guard its method),
-// or guarded by another route (a "/{path...}") whose pattern, as the
-// upstream sees it, is less specific. Main's route stands when the route
-// the upstream's view picks names no host (the variants' business).
-func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
+// upstreamView finds the route that serves r instead of owner (the route
+// serving it, nil for the pass-through): the one whose pattern, as their
+// upstream sees it (no host), is the most specific for r, when one of the
+// two names a host. Both routes naming no host are the variants' business.
+// So a host route serves its path under any other host, and a route for
+// every host serves its path under a host whose route ServeMux prefers
+// but which is less specific ("POST api.example.com/{path...}" beside
+// "POST /orders"): else the same key would run once under each, as
+// api.example.com/orders and 10.0.0.5/orders.
+func (v *variantMux) upstreamView(r *http.Request, owner *route) (variantRoute, bool) {
 	if v.byUpstream == nil {
 		return variantRoute{}, false // no route names a host
 	}
-	_, p := v.main.Handler(r)
 	target := v.passThrough
-	main := v.routes[p]
-	if main != nil {
-		target = upstreamID(main.cfg.Upstream)
-	} else if p != "/" {
-		return variantRoute{}, false // not forwarded
+	if owner != nil {
+		target = upstreamID(owner.cfg.Upstream)
 	}
 	hm := v.byUpstream[target]
 	if hm == nil {
@@ -96,8 +95,8 @@ func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 		if !ok {
 			continue
 		}
-		if vr.rt == main || !vr.rt.methods[r.Method] || !vr.host {
-			return variantRoute{}, false // main's, or no host route's
+		if vr.rt == owner || !vr.rt.methods[r.Method] || !vr.host && (owner == nil || !owner.host) {
+			return variantRoute{}, false
 		}
 		return vr, true
 	}
@@ -107,7 +106,9 @@ func (v *variantMux) otherHost(r *http.Request) (variantRoute, bool) {
 // checkHostScopes refuses two routes, one naming a host at least, that
 // would take the same requests (a guarded method, a path) to the same
 // upstream: the upstream cannot tell their hosts apart, and the same key
-// would run once under each route's scope.
+// would run once under each route's scope. So are two routes to one
+// server under different path prefixes whose paths are the same there
+// (prefixes.go).
 func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 	type seen struct {
 		index    int
@@ -116,6 +117,13 @@ func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 		host     bool
 	}
 	byUpstream := map[string][]seen{}
+	type prefixed struct {
+		index    int
+		line     int
+		patterns []string // with the upstream's path prefix
+		id       string   // the upstream's upstreamID
+	}
+	byServer := map[string][]prefixed{}
 	for i, r := range c.Routes {
 		if r.Pattern == "" || r.Upstream == nil {
 			continue
@@ -143,6 +151,33 @@ func (d *decoder) checkHostScopes(c *Config, routes *yaml.Node) {
 			}
 		}
 		byUpstream[id] = append(byUpstream[id], seen{i, node.Line, patterns, host})
+		// Routes to one server under different path prefixes
+		// (prefixes.go): their paths as the server gets them.
+		prefix := fold(strings.TrimSuffix(r.Upstream.Path, "/"))
+		var full []string
+		for _, p := range patterns {
+			m, rest, _ := strings.Cut(p, " ")
+			full = append(full, m+" "+prefix+rest)
+		}
+	server:
+		for _, s := range byServer[serverID(r.Upstream)] {
+			if s.id == id {
+				continue // the same prefix: above, or checkPatterns'
+			}
+			m := http.NewServeMux()
+			for _, p := range s.patterns {
+				tryHandle(m, p)
+			}
+			for _, p := range full {
+				if tryHandle(m, p) != "" {
+					d.errorf(node, fmt.Sprintf("routes[%d].pattern", i), "%q and routes[%d] %q (line %d) take the same %s requests to the same upstream server, "+
+						"the path prefixes of their upstreams (%s, %s) added: the same key would run once under each route; guard the path in one route",
+						r.Pattern, s.index, c.Routes[s.index].Pattern, s.line, strings.Fields(p)[0], r.Upstream, c.Routes[s.index].Upstream)
+					break server
+				}
+			}
+		}
+		byServer[serverID(r.Upstream)] = append(byServer[serverID(r.Upstream)], prefixed{i, node.Line, full, id})
 	}
 }
 

@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -23,8 +27,9 @@ import (
 // no trailing dot, any port): host names are case-insensitive, and the
 // pass-through may reach the same upstream. A request whose method is a
 // guarded method in another case ("post"), or that names one in a
-// method-override field (a POST with X-HTTP-Method-Override: PATCH), is
-// refused (501), never forwarded: ServeMux would pass it through, and
+// method-override field (a POST with X-HTTP-Method-Override: PATCH) or
+// _method parameter (query or form body: overrideparams.go), is refused
+// (501), never forwarded: ServeMux would pass it through, and
 // upstreams that take methods in any case (ASP.NET Core, Werkzeug) or
 // honour overrides would run it.
 
@@ -43,6 +48,10 @@ type variantMux struct {
 	// by upstreamID; nil when no route names a host.
 	byUpstream  map[string]*http.ServeMux
 	passThrough string // the pass-through's upstreamID
+	// byServer are the routes as each server that gets requests under
+	// more than one prefix sees them (prefixes.go), by serverID.
+	byServer       map[string]*http.ServeMux
+	passThroughURL *url.URL
 }
 
 // variantRoute is a route's handler chain, as main serves it.
@@ -50,6 +59,19 @@ type variantRoute struct {
 	rt      *route
 	handler http.Handler
 	host    bool // the route's pattern names a host
+	// via, if set, is the proxy the route forwards with (prefixes.go).
+	via transparent
+}
+
+// serve serves r by vr's route, under its scope.
+func (vr variantRoute) serve(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if vr.via.ReverseProxy != nil {
+		ctx = context.WithValue(ctx, viaKey{}, vr.via)
+	}
+	r2 := r.WithContext(ctx)
+	r2.Pattern = vr.rt.cfg.Pattern // the route's scope
+	vr.handler.ServeHTTP(w, r2)
 }
 
 func (v variantRoute) ServeHTTP(http.ResponseWriter, *http.Request) {} // never served by loose
@@ -104,24 +126,57 @@ func looseHost(h string) string {
 
 // overrideFields are the header fields frameworks take a request's
 // method from (Express's method-override, ASP.NET Core, Laravel, Jersey,
-// Google's APIs); _method is the query parameter (Laravel, Symfony).
+// Google's APIs); the _method parameter is overrideparams.go's.
 var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// isOverrideField reports whether a request's header field name is one of
+// overrideFields, also spelt with '_' for '-' (X_HTTP_METHOD_OVERRIDE):
+// CGI-style servers (Puma, PHP) read both as HTTP_X_HTTP_METHOD_OVERRIDE.
+func isOverrideField(name string) bool {
+	if strings.IndexByte(name, '_') >= 0 {
+		name = http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))
+	}
+	return slices.Contains(overrideFields, name)
+}
+
 // methodVariants refuses (501) a request that spells a method another way
-// (in another case, or in a method-override field or _method query
-// parameter while its own method is another) when a route guards that
+// (in another case, or in a method-override field or _method parameter,
+// in its query or form body, while its own method is another) when a route guards that
 // method for it (guards) and none guards the request as it is: upstreams
 // that take such a spelling would run the guarded method for a request
 // ServeMux passes through unguarded.
 // The rest go to next.
-func methodVariants(guards func(r *http.Request, method string) bool, next http.Handler) http.Handler {
+// A form body is read (overrideparams.go) only when a route guards one of
+// methods, other than the request's own, for it, up to maxBody bytes.
+func methodVariants(guards func(r *http.Request, method string) bool, methods []string, maxBody int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// refused reports whether r names m, a method a route guards for
 		// it, spelt as n. A request a route guards itself is claimed:
 		// whatever the upstream runs it as, it runs once.
+		// Each guarded method is looked up once: a request may name one
+		// in many thousand fields or parameters, each lookup as long as
+		// its path.
+		var looked uint64
+		self := 0 // guards(r, r.Method): 0 not asked, 1 no, 2 yes
 		refused := func(n string) bool {
 			m := strings.ToUpper(strings.TrimSpace(n))
-			if m == r.Method || !validMethod(m) || !guards(r, m) || guards(r, r.Method) {
+			i := slices.Index(methods, m)
+			if m == r.Method || i < 0 || i < 64 && looked&(1<<i) != 0 {
+				return false
+			}
+			if i < 64 {
+				looked |= 1 << i
+			}
+			if !guards(r, m) {
+				return false
+			}
+			if self == 0 {
+				self = 1
+				if guards(r, r.Method) {
+					self = 2
+				}
+			}
+			if self == 2 {
 				return false
 			}
 			(&problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented,
@@ -132,15 +187,39 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 		if refused(r.Method) {
 			return
 		}
-		for _, f := range overrideFields {
-			for _, n := range r.Header.Values(f) {
-				if refused(n) {
-					return
+		for f, vs := range r.Header {
+			if !isOverrideField(f) {
+				continue
+			}
+			for _, v := range vs {
+				// A list: Express's method-override takes its first
+				// element ("PATCH, GET" is a PATCH); each is looked at.
+				for v != "" {
+					var n string
+					n, v, _ = strings.Cut(v, ",")
+					if refused(n) {
+						return
+					}
 				}
 			}
 		}
-		if strings.Contains(r.URL.RawQuery, "_method") {
-			for _, n := range r.URL.Query()["_method"] {
+		for _, n := range queryOverrides(r) {
+			if refused(n) {
+				return
+			}
+		}
+		if form, boundary := formBody(r); form && otherGuarded(r, guards, methods) {
+			names, err := bodyOverrides(r, boundary, maxBody)
+			switch {
+			case errors.Is(err, errFormTooLarge):
+				(&problem{Type: "about:blank", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+					Detail: err.Error() + ", and a route guards another method for this request"}).write(w)
+				return
+			case err != nil:
+				(&problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest, Detail: err.Error()}).write(w)
+				return
+			}
+			for _, n := range names {
 				if refused(n) {
 					return
 				}
@@ -148,6 +227,17 @@ func methodVariants(guards func(r *http.Request, method string) bool, next http.
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// otherGuarded reports whether a route guards one of methods, other than
+// r's own, for r, and none guards r as it is.
+func otherGuarded(r *http.Request, guards func(r *http.Request, method string) bool, methods []string) bool {
+	for _, m := range methods {
+		if m != r.Method && guards(r, m) {
+			return !guards(r, r.Method)
+		}
+	}
+	return false
 }
 
 // clean reports whether ServeMux takes p, an escaped path, as it is (else
@@ -168,17 +258,29 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, p := v.main.Handler(r); (v.routes[p] == nil || !v.routes[p].methods[r.Method]) &&
 		r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
 		if vr, ok := v.match(r); ok && vr.rt.methods[r.Method] {
-			r2 := r.WithContext(r.Context())
-			r2.Pattern = vr.rt.cfg.Pattern // the route's scope
-			vr.handler.ServeHTTP(w, r2)
+			vr.serve(w, r)
 			return
 		}
-	} else if v.routes[p] != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
-		// Guarded by main's route; a host route may own it (hosts.go).
-		if vr, ok := v.otherHost(r); ok {
-			r2 := r.WithContext(r.Context())
-			r2.Pattern = vr.rt.cfg.Pattern
-			vr.handler.ServeHTTP(w, r2)
+	} else if main := v.routes[p]; main != nil && r.Method != http.MethodConnect && clean(r.URL.EscapedPath()) {
+		// Guarded by main's route (a "/{path...}", a subtree "/api/"); the
+		// route its path loosens to owns it if it guards it for the same
+		// upstream, which takes both for one request: else the same key
+		// would run once under each scope. A host route may own it too
+		// (hosts.go).
+		// A route its path, as main's upstream gets it, matches under
+		// another prefix owns it too (prefixes.go).
+		vr, ok := v.viewMatch(r, main, p)
+		if !ok {
+			owner := main
+			if lv, lok := v.looseMatch(r); lok && lv.rt != main && upstreamID(lv.rt.cfg.Upstream) == upstreamID(main.cfg.Upstream) {
+				vr, ok, owner = lv, true, lv.rt
+			}
+			if hv, hok := v.upstreamView(r, owner); hok {
+				vr, ok = hv, true
+			}
+		}
+		if ok {
+			vr.serve(w, r)
 			return
 		}
 	}
@@ -187,8 +289,28 @@ func (v *variantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // match finds the route r's loosened path matches, as itself or, for a
 // subtree pattern ("/orders/"), with its slash; else the host route that
-// guards r under another host (otherHost).
+// guards r under another host (upstreamView).
 func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
+	_, p := v.main.Handler(r)
+	main := v.routes[p]
+	if vr, ok := v.viewMatch(r, main, p); ok {
+		return vr, true // prefixes.go
+	}
+	if vr, ok := v.looseMatch(r); ok && !v.elsewhere(vr, main, p) {
+		if hv, ok := v.upstreamView(r, vr.rt); ok {
+			return hv, true // hosts.go
+		}
+		return vr, true
+	}
+	if main == nil && p != "/" {
+		return variantRoute{}, false // not forwarded
+	}
+	return v.upstreamView(r, main)
+}
+
+// looseMatch finds the route r's loosened path matches, as itself or, for
+// a subtree pattern ("/orders/"), with its slash, if it guards r's method.
+func (v *variantMux) looseMatch(r *http.Request) (variantRoute, bool) {
 	lp := loosePath(r.URL.Path)
 	for _, p := range []string{lp, lp + "/"} {
 		u := *r.URL
@@ -200,9 +322,9 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 				if vr.rt.methods[r.Method] {
 					return vr, true
 				}
-				break // a route not guarding r's method: only otherHost may
+				break // a route not guarding r's method: only upstreamView may
 			}
 		}
 	}
-	return v.otherHost(r)
+	return variantRoute{}, false
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -72,5 +73,71 @@ routes:
 		if !errors.As(err, &fe) || fe.Field != "routes[1].pattern" || !strings.Contains(fe.Msg, "case") {
 			t.Errorf("%q beside \"POST /orders\": %v; want routes[1].pattern refused (variants of one path)", second, err)
 		}
+	}
+}
+
+// TestVariantsUnderAGuardingRouteAreTheRoutes: beside "POST /orders", a
+// route guarding POST for every path ("POST /{path...}", or a subtree)
+// to the same upstream took /Orders, /orders/ and /orders;v=1 itself,
+// under its own scope: the same key ran the order once under each route,
+// twice on an upstream that takes them for /orders. A variant is served
+// by the route it loosens to when both forward to the same upstream;
+// other paths stay the wider route's, and a wider route with an upstream
+// of its own keeps its variants (that upstream never sees /orders).
+func TestVariantsUnderAGuardingRouteAreTheRoutes(t *testing.T) {
+	for _, wide := range []string{"POST /{path...}", "POST /"} {
+		u := newUpstream(t)
+		e := startGateway(t, basicConfig+"  - pattern: "+wide+"\n", u.URL)
+		if r := post(t, e.srv.URL+"/orders", "k-wide", `{"order":"w1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+			t.Fatalf("%s: first: %d %q", wide, r.status, r.body)
+		}
+		for _, p := range []string{"/Orders", "/orders/", "/orders;v=1"} {
+			if r := post(t, e.srv.URL+p, "k-wide", `{"order":"w1"}`, "X-Account-Id", "acme"); r.status < 400 {
+				t.Errorf("%s: POST %s with the key of POST /orders: %d %q; want it guarded under that key", wide, p, r.status, r.body)
+			}
+		}
+		if n := u.count("w1"); n != 1 {
+			t.Errorf("%s: the upstream ran the order %d times, want 1", wide, n)
+		}
+		for i := range 2 {
+			if r := post(t, e.srv.URL+"/payments", "k-wide-2", `{"order":"w2"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated || r.replayed() != (i > 0) {
+				t.Errorf("%s: POST /payments, try %d: %d replayed=%v; want the wide route's answer, then its replay", wide, i, r.status, r.replayed())
+			}
+		}
+		if n := u.count("w2"); n != 1 {
+			t.Errorf("%s: the upstream ran /payments %d times, want 1", wide, n)
+		}
+	}
+	a, b := newUpstream(t), newUpstream(t)
+	e := startGateway(t, basicConfig+"  - pattern: POST /{path...}\n    upstream: "+b.URL+"\n", a.URL)
+	for _, p := range []string{"/orders", "/Orders"} {
+		if r := post(t, e.srv.URL+p, "k-own", `{"order":"o1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+			t.Errorf("POST %s: %d %q", p, r.status, r.body)
+		}
+	}
+	if na, nb := a.count("o1"), b.count("o1"); na != 1 || nb != 1 {
+		t.Errorf("orders run: /orders's upstream %d, the wide route's %d; want 1 each (/Orders stays the wide route's)", na, nb)
+	}
+}
+
+// TestManyOverridesLookedUpOnce: a request may name a guarded method in
+// thousands of override fields, list elements and _method parameters;
+// each was looked up on the routes (guards: ServeMux and the variants,
+// each as long as the path), so a request of a megabyte of header and
+// path cost billions of steps. Each guarded method is looked up once.
+func TestManyOverridesLookedUpOnce(t *testing.T) {
+	calls := 0
+	guards := func(r *http.Request, m string) bool { calls++; return false }
+	h := methodVariants(guards, []string{"PATCH", "POST", "PUT"}, 1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	r := httptest.NewRequest("POST", "/"+strings.Repeat("a", 1<<16)+"?"+strings.Repeat("_method=PATCH&%5Fmethod=put&", 1000), nil)
+	for range 1000 {
+		r.Header.Add("X-HTTP-Method-Override", "PATCH, patch ,PUT")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusNoContent || calls > 3 {
+		t.Errorf("%d, %d route lookups; want it passed on after one lookup per method named (2)", rec.Code, calls)
 	}
 }

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Method-override parameters. Besides header fields, frameworks take a
+// POST's method from a _method parameter: in its form body (Rails, whose
+// default middleware Rack::MethodOverride reads it, Laravel's and
+// Symfony's forms, urlencoded or multipart; Rack reads a POST without a
+// Content-Type as a form too) or its query (Laravel, Symfony). PHP
+// decodes the name first and turns '.', ' ' and '[' in it into '_', so
+// %5Fmethod, .method and +method are _method there. Such a request that
+// no route guards as it is would run a guarded method unguarded: its
+// names are read here, for methodVariants to refuse. A body is read only
+// when a route guards another method for the request, up to max_body
+// (the largest of the routes'); one larger cannot be read whole and is
+// refused (413). Other bodies (JSON) are not looked into.
+
+// errFormTooLarge is a form body over the limit the gateway reads.
+var errFormTooLarge = errors.New("gateway: the form body is larger than max_body; its method-override parameter cannot be read")
+
+// isOverrideParam reports whether a parameter's decoded name is _method as
+// the frameworks above read it.
+func isOverrideParam(name string) bool {
+	name = strings.TrimLeft(name, " ")
+	if len(name) != len("_method") || name[1:] != "method" {
+		return false
+	}
+	switch name[0] {
+	case '_', '.', ' ', '[':
+		return true
+	}
+	return false
+}
+
+// queryOverrides returns the values of r's _method query parameters.
+func queryOverrides(r *http.Request) []string {
+	q := r.URL.RawQuery
+	if !strings.Contains(q, "method") && !strings.Contains(q, "%") {
+		return nil
+	}
+	return formPairs(q)
+}
+
+// formPairs returns the values of the _method parameters of an
+// urlencoded string, its pairs split at '&' and ';' (either, as parsers
+// differ), undecodable pairs skipped.
+func formPairs(s string) []string {
+	var vs []string
+	for s != "" {
+		var pair string
+		if i := strings.IndexAny(s, "&;"); i >= 0 {
+			pair, s = s[:i], s[i+1:]
+		} else {
+			pair, s = s, ""
+		}
+		name, value, _ := strings.Cut(pair, "=")
+		if !strings.Contains(name, "method") && !strings.Contains(name, "%") {
+			continue
+		}
+		n, err := url.QueryUnescape(name)
+		if err != nil || !isOverrideParam(n) {
+			continue
+		}
+		if v, err := url.QueryUnescape(value); err == nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// formBody reports whether r's body may be a form a framework reads a
+// _method parameter from, and its multipart boundary if it is multipart.
+func formBody(r *http.Request) (form bool, boundary string) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return false, ""
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return true, ""
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	switch {
+	case err != nil:
+		return false, ""
+	case mt == "application/x-www-form-urlencoded":
+		return true, ""
+	case mt == "multipart/form-data" && params["boundary"] != "":
+		return true, params["boundary"]
+	}
+	return false, ""
+}
+
+// bodyOverrides reads r's form body, up to limit bytes, puts it back for
+// the upstream, and returns the values of its _method fields.
+func bodyOverrides(r *http.Request, boundary string, limit int64) ([]string, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: reading the form body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, errFormTooLarge
+	}
+	if boundary == "" {
+		return formPairs(string(body)), nil
+	}
+	var vs []string
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart()
+		if err != nil {
+			return vs, nil // the end, or what does not parse
+		}
+		if isOverrideParam(p.FormName()) {
+			v, _ := io.ReadAll(io.LimitReader(p, 64))
+			vs = append(vs, string(v))
+		}
+	}
+}
