@@ -306,7 +306,7 @@ func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, f
 		if rec.Result == nil {
 			rec.Result = []byte{}
 		}
-		return guard.Record{Key: key, State: guard.StateCompleted, Fence: rec.Fence, Result: rec.Result}, true, nil
+		return guard.Record{Key: key, State: guard.StateCompleted, Fingerprint: rec.Fingerprint, Fence: rec.Fence, Result: rec.Result}, true, nil
 	}
 	rec.State, rec.Result, rec.LeaseLeft = guard.StatePending, nil, time.Duration(leftUS)*time.Microsecond
 	return rec, true, nil
