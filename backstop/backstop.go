@@ -156,6 +156,11 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 	}
 }
 
+// checkLease refuses a lease no store hands out. Fence 0 is accepted: it
+// is the unguarded lease of fallback's FailOpen (recorded nowhere), below
+// every fence a store gives, so its commit takes only a key no holder is
+// known for (no row, or an expired one) and is refused as stale beside
+// any holder's row.
 func checkLease(lease guard.Lease) error {
 	if err := lease.Key.Validate(); err != nil {
 		return err
@@ -163,8 +168,8 @@ func checkLease(lease guard.Lease) error {
 	if lease.Token == "" {
 		return errors.New("backstop: lease without an owner token")
 	}
-	if lease.Fence < 1 {
-		return fmt.Errorf("backstop: lease fence %d is not positive", lease.Fence)
+	if lease.Fence < 0 {
+		return fmt.Errorf("backstop: lease fence %d is negative", lease.Fence)
 	}
 	return nil
 }
@@ -194,7 +199,10 @@ func checkLease(lease guard.Lease) error {
 // own (same token) or its fence is lower than the caller's. A holder
 // whose lease was recovered by someone else therefore cannot commit once
 // the recovering holder has claimed the key, even before that holder
-// commits.
+// commits. An unguarded lease (fallback's FailOpen: fence 0, recorded
+// nowhere) commits only where no row stands, or an expired one: the row
+// keeps an effect run unguarded during an outage single, a duplicate
+// gets ErrAlreadyCommitted, and any holder's row refuses it as stale.
 //
 // tx must run at READ COMMITTED (PostgreSQL's default): the row of a
 // concurrent commit must be visible once its lock is granted.
@@ -208,7 +216,10 @@ func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fi
 	if result == nil {
 		result = []byte{}
 	}
-	args := []any{lease.Key.Scope, lease.Key.ID, fingerprint, lease.Token, lease.Fence, lease.Attempt,
+	// An unguarded lease's row is stored with fence 1, the least a row
+	// has: it is completed at once, and 1 replaces no holder's row (at
+	// least 1, with another token), as 0 would not.
+	args := []any{lease.Key.Scope, lease.Key.ID, fingerprint, lease.Token, max(lease.Fence, 1), lease.Attempt,
 		lease.Recovered, result, b.opts.TTL.Microseconds()}
 	for range 4 {
 		res, err := tx.ExecContext(ctx, b.q.commit, args...)
@@ -295,7 +306,7 @@ func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, f
 		if rec.Result == nil {
 			rec.Result = []byte{}
 		}
-		return guard.Record{Key: key, State: guard.StateCompleted, Fence: rec.Fence, Result: rec.Result}, true, nil
+		return guard.Record{Key: key, State: guard.StateCompleted, Fingerprint: rec.Fingerprint, Fence: rec.Fence, Result: rec.Result}, true, nil
 	}
 	rec.State, rec.Result, rec.LeaseLeft = guard.StatePending, nil, time.Duration(leftUS)*time.Microsecond
 	return rec, true, nil

@@ -134,7 +134,7 @@ func TestCommitBadInput(t *testing.T) {
 	for name, l := range map[string]guard.Lease{
 		"empty key": {Token: "A", Fence: 1},
 		"no token":  {Key: good.Key, Fence: 1},
-		"fence 0":   {Key: good.Key, Token: "A"},
+		"fence -1":  {Key: good.Key, Token: "A", Fence: -1},
 	} {
 		if err := b.Commit(ctx, tx, l, "fp", nil); err == nil {
 			t.Errorf("%s: Commit succeeded", name)
@@ -597,6 +597,11 @@ func TestCommitFenceRule(t *testing.T) {
 		{"failed", 2, "B", 3, "A", nil},
 		{"failed", 4, "B", 3, "A", backstop.ErrStaleFence},
 		{"completed", 1, "B", 5, "A", backstop.ErrAlreadyCommitted},
+		// An unguarded lease (fallback's FailOpen, fence 0) never
+		// replaces a holder's row, even the least fenced one.
+		{"pending", 1, "B", 0, "A", backstop.ErrStaleFence},
+		{"failed", 1, "B", 0, "A", backstop.ErrStaleFence},
+		{"completed", 1, "B", 0, "A", backstop.ErrAlreadyCommitted},
 	} {
 		key := newKey(t)
 		pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)

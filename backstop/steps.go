@@ -77,7 +77,9 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 	q := b.sq
 	sc, id := lease.Key.Scope, lease.Key.ID
 	var one int
-	err := tx.QueryRowContext(ctx, q.insert, sc, id, name, result, lease.Fence, lease.Token, b.opts.TTL.Microseconds()).Scan(&one)
+	// An unguarded lease's step row has fence 1, the least a row has (see
+	// Commit); the check below still compares the lease's own fence.
+	err := tx.QueryRowContext(ctx, q.insert, sc, id, name, result, max(lease.Fence, 1), lease.Token, b.opts.TTL.Microseconds()).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		// The step's row exists: its effect was committed.
 		var stored []byte

@@ -124,7 +124,7 @@ func TestCommitStep(t *testing.T) {
 		"nil tx":         b.CommitStep(ctx, nil, a, "x", nil),
 		"empty name":     b.CommitStep(ctx, tx, a, "", nil),
 		"no token":       b.CommitStep(ctx, tx, guard.Lease{Key: key, Fence: 1}, "x", nil),
-		"zero fence":     b.CommitStep(ctx, tx, guard.Lease{Key: key, Token: "A"}, "x", nil),
+		"negative fence": b.CommitStep(ctx, tx, guard.Lease{Key: key, Token: "A", Fence: -1}, "x", nil),
 		"invalid key":    b.CommitStep(ctx, tx, guard.Lease{Key: guard.Key{Scope: "s"}, Token: "A", Fence: 1}, "x", nil),
 		"name too long":  b.CommitStep(ctx, tx, a, string(make([]byte, guard.MaxStepNameLen+1)), nil),
 		"control in key": b.CommitStep(ctx, tx, guard.Lease{Key: guard.Key{Scope: "s", ID: "a\nb"}, Token: "A", Fence: 1}, "x", nil),

@@ -48,7 +48,7 @@ import (
 // row leaves its mark's lease to run out: should primary lose the record
 // meanwhile, the key answers InProgress until then.
 // Get reads primary and, when it has no record, PostgreSQL: the key's
-// committed row (a completed record with its result and fence), or else a
+// committed row (a completed record with its result, fingerprint and fence), or else a
 // holder's mark whose lease is live (a pending record with the lease it
 // has left, LeaseLeft; every claim is told InProgress until then), so
 // that guard.Wait reads, rather than claims, until that holder commits,

@@ -68,7 +68,9 @@
 //
 // Every primary call runs on a goroutine of its own so that the bound holds
 // whatever the client does with the context; a call abandoned at its bound
-// finishes in the background. A primary that says its calls end by their
+// finishes in the background, and a claim it takes there (its caller was
+// answered ErrUnavailable) is released, not left pending for a lease
+// nobody holds. A primary that says its calls end by their
 // context's deadline (guard.DeadlineStore: a RedisStore whose go-redis
 // client has ContextTimeoutEnabled, or a wrapper that forwards its answer)
 // is called on the caller's goroutine instead, which saves a goroutine and

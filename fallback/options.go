@@ -29,8 +29,11 @@ const (
 	// FailOpen lets the effect run unguarded: Claim answers Acquired with a
 	// lease that is recorded nowhere (Fence 0, see Unguarded), and the
 	// holder's Complete, Fail, Release and Extend succeed without writing.
-	// Duplicates are not stopped. Every claim let through is logged at
-	// warning level. Choose it only where a duplicate costs less than a
+	// Duplicates are not stopped by the store; an effect that commits its
+	// row with package backstop (Backstop.Func, Commit) is still kept
+	// single by that row, which takes the unguarded lease only where no
+	// holder's row stands. Every claim let through is logged at warning
+	// level. Choose it only where a duplicate costs less than a
 	// refusal.
 	FailOpen
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
@@ -12,9 +13,7 @@ import (
 // claimPrimary claims in the primary, admitted by the breaker.
 func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
 	defer reportPanic(done)
-	out, err := call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (guard.Outcome, error) {
-		return s.primary.Claim(ctx, req)
-	})
+	out, err := callClaim(ctx, s.opts.Timeout, s.inline, s.primary, req)
 	report(ctx, done, err)
 	if err != nil {
 		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
@@ -72,7 +71,7 @@ func (s *Store) primaryCall(ctx context.Context, holder bool, f func(context.Con
 		return fmt.Errorf("%w: %w", guard.ErrUnavailable, err)
 	}
 	defer reportPanic(done)
-	_, err = call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	_, err = call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) }, nil)
 	report(ctx, done, err)
 	return err
 }
@@ -85,13 +84,35 @@ func honoursDeadline(st guard.Store) bool {
 	return ok && ds.HonoursDeadline()
 }
 
+// callClaim is st.Claim(req) through call, bounded by d. A claim that
+// outlives its bound, or its caller's context, and is then answered
+// Acquired has no holder: the caller was answered an error. It is
+// released, as guard releases a claim answered after its lease's
+// deadline, so that the key is not left pending for a lease nobody holds
+// (every retry told it is in progress, then an attempt counted for an
+// effect that never ran). The release is bounded by d.
+func callClaim(ctx context.Context, d time.Duration, inline bool, st guard.Store, req guard.ClaimRequest) (guard.Outcome, error) {
+	return call(ctx, d, inline, func(ctx context.Context) (guard.Outcome, error) {
+		return st.Claim(ctx, req)
+	}, func(out guard.Outcome, err error) {
+		if err != nil || out.Status != guard.Acquired {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+		defer cancel()
+		_ = st.Release(rctx, out.Lease)
+	})
+}
+
 // call runs f with a context bounded by d, and returns by then even if f
 // does not (a go-redis client without ContextTimeoutEnabled ignores the
 // context's deadline on the socket): f runs on a goroutine of its own, and
-// one that outlives its bound finishes in the background, its answer
-// dropped. A panic in f is raised in the caller. With inline, f is trusted
-// to end by the deadline and runs on the caller's goroutine.
-func call[T any](ctx context.Context, d time.Duration, inline bool, f func(context.Context) (T, error)) (T, error) {
+// one that outlives its bound (or ctx) finishes in the background, its
+// answer given to abandoned (if not nil) on that goroutine. A panic in f
+// is raised in the caller (dropped once f is abandoned). With inline, f
+// is trusted to end by the deadline and runs on the caller's goroutine.
+func call[T any](ctx context.Context, d time.Duration, inline bool, f func(context.Context) (T, error),
+	abandoned func(T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	if inline {
@@ -110,13 +131,25 @@ func call[T any](ctx context.Context, d time.Duration, inline bool, f func(conte
 		p        any
 	}
 	ch := make(chan answer, 1)
+	var (
+		mu   sync.Mutex
+		gone bool // the caller returned without the answer
+	)
 	go func() {
 		a := answer{panicked: true}
 		defer func() {
 			if a.panicked {
 				a.p = recover()
 			}
-			ch <- a
+			mu.Lock()
+			late := gone
+			if !late {
+				ch <- a
+			}
+			mu.Unlock()
+			if late && !a.panicked && abandoned != nil {
+				abandoned(a.v, a.err)
+			}
 		}()
 		a.v, a.err = f(cctx)
 		a.panicked = false
@@ -125,9 +158,13 @@ func call[T any](ctx context.Context, d time.Duration, inline bool, f func(conte
 	select {
 	case a = <-ch:
 	case <-cctx.Done():
+		mu.Lock()
 		select {
 		case a = <-ch: // answered at the deadline: keep the answer
+			mu.Unlock()
 		default:
+			gone = true
+			mu.Unlock()
 			var zero T
 			if err := ctx.Err(); err != nil {
 				return zero, context.Cause(ctx)

@@ -77,9 +77,7 @@ func (s *Store) claimSecondary(ctx context.Context, req guard.ClaimRequest) (gua
 		}
 	}
 	s.wroteSecondary(satAdd(req.TTL, req.Lease))
-	out, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (guard.Outcome, error) {
-		return s.secondary.Claim(ctx, req)
-	})
+	out, err := callClaim(ctx, s.opts.SecondaryTimeout, false, s.secondary, req)
 	if err != nil {
 		return guard.Outcome{}, fmt.Errorf("fallback: secondary: %w", err)
 	}
@@ -93,7 +91,7 @@ func (s *Store) claimSecondary(ctx context.Context, req guard.ClaimRequest) (gua
 func (s *Store) getSecondary(ctx context.Context, key guard.Key) (guard.Record, error) {
 	return call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (guard.Record, error) {
 		return s.secondary.Get(ctx, key)
-	})
+	}, nil)
 }
 
 // switchBack checks a lease just acquired in the primary against the

@@ -218,7 +218,7 @@ func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Co
 	onSecondary := func() error {
 		_, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, op(ctx, s.secondary, true)
-		})
+		}, nil)
 		return err
 	}
 	if s.secondary != nil && s.owners.has(key, token) {
