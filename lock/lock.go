@@ -55,7 +55,8 @@ type Options struct {
 	Prefix string
 	// Expiry is how long a lock lives on a node without being extended. A
 	// holder that dies frees the lock after at most Expiry; while Do's
-	// function runs, the lock is extended every Expiry/3. It is rounded
+	// function runs, the lock is extended when its validity left falls
+	// to 2/3 of Expiry (about every Expiry/3). It is rounded
 	// down to whole milliseconds, the resolution of Redis's expiry (the
 	// nodes are told whole milliseconds, and the validity is reckoned
 	// from what they are told). Default DefaultExpiry (8s).
@@ -445,11 +446,17 @@ func (k *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	return err
 }
 
-// watch extends k every Expiry/3 until stop is called, and cancels with
-// cause ErrLost when an extension finds the lock lost or the lock's
-// validity runs out before an extension succeeds. The validity deadline
-// fires on time even while an extension is under way. stop waits for the
-// watchdog to end and may be called more than once.
+// watch extends k until stop is called, and cancels with cause ErrLost
+// when an extension finds the lock lost or the lock's validity runs out
+// before an extension succeeds. The validity deadline fires on time even
+// while an extension is under way. stop waits for the watchdog to end and
+// may be called more than once.
+//
+// An extension starts when the validity left falls to 2/3 of Expiry
+// (about every Expiry/3), reckoned from the lock's Until, not from when
+// watch starts: the fence rounds between acquisition and fn (each up to
+// Expiry*TimeoutFactor) have used some of the validity already. After a
+// failed one (ErrUnavailable), the next starts Expiry/3 after it did.
 func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
@@ -462,31 +469,37 @@ func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 	go func() {
 		defer close(done)
 		defer deadline.Stop()
-		ticker := time.NewTicker(k.locker.opts.Expiry / 3)
-		defer ticker.Stop()
+		expiry := k.locker.opts.Expiry
+		next := time.NewTimer(max(0, time.Until(until)-2*expiry/3))
+		defer next.Stop()
 		for {
 			select {
 			case <-quit:
 				return
 			case <-expired:
 				return
-			case <-ticker.C:
+			case <-next.C:
 			}
+			at := time.Now()
 			err := k.Extend(context.Background())
 			switch {
 			case err == nil:
 				if !deadline.Stop() {
 					return // validity ran out before the extension landed
 				}
-				deadline.Reset(time.Until(k.Until()))
+				until := k.Until()
+				deadline.Reset(time.Until(until))
+				next.Reset(max(0, time.Until(until)-2*expiry/3))
 			case errors.Is(err, ErrLost):
 				if deadline.Stop() {
 					cancel(err)
 				}
 				return
+			default:
+				// ErrUnavailable: try again Expiry/3 after this attempt
+				// began; the deadline cancels if none succeeds in time.
+				next.Reset(max(0, expiry/3-time.Since(at)))
 			}
-			// ErrUnavailable: try again at the next tick; the deadline
-			// cancels if none succeeds in time.
 		}
 	}()
 	var once sync.Once
