@@ -282,19 +282,23 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 			if !l.opts.Fencing {
 				return k, nil
 			}
+			// A fence round that reaches no quorum (ErrUnavailable) is
+			// an attempt like an acquisition that reaches none: release
+			// and try again, up to unavailableTries in a row.
 			if k.fence, err = l.fence(context.WithoutCancel(ctx), name); err != nil {
 				k.releaseNow(ctx)
-				return nil, err
-			}
-			// The fence is above every earlier holder's only if it was
-			// raised while this holder still had the lock: a holder that
-			// stalled after reading the counters, past its validity, may
-			// raise them to the number the next holder already took.
-			if time.Now().Before(k.Until()) {
+				last = err
+			} else if time.Now().Before(k.Until()) {
+				// The fence is above every earlier holder's only if it
+				// was raised while this holder still had the lock: a
+				// holder that stalled after reading the counters, past
+				// its validity, may raise them to the number the next
+				// holder already took.
 				return k, nil
+			} else {
+				k.releaseNow(ctx)
+				last = fmt.Errorf("%w: lock %q: its validity ran out while the fence was taken", ErrNotObtained, name)
 			}
-			k.releaseNow(ctx)
-			last = fmt.Errorf("%w: lock %q: its validity ran out while the fence was taken", ErrNotObtained, name)
 		} else {
 			last = l.acquireErr(name, err)
 		}
