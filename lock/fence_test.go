@@ -189,3 +189,29 @@ func TestFenceRoundRetried(t *testing.T) {
 	}
 	_ = k.Release(bg)
 }
+
+// TestFenceOutlivesBrokenLock: the classic Redlock objection. Two of three
+// nodes restart empty at once while A holds the lock, and B gets it too:
+// two holders. The lock cannot prevent it (see the package doc), but the
+// fence still tells them apart: the third node kept A's number and B's
+// fence read reaches it, so B's fence is above A's and a store that keeps
+// the highest fence refuses A's later writes.
+func TestFenceOutlivesBrokenLock(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	l := newLocker(t, nodes, lock.Options{Fencing: true, Expiry: 10 * time.Second, RetryDelay: 10 * time.Millisecond})
+	a, err := l.Obtain(bg, "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[:2] {
+		s.Kill()
+		s.Restart() // at once, empty: against the package doc's advice
+	}
+	b, err := l.TryObtain(bg, "broken")
+	if err != nil {
+		t.Fatalf("B after two nodes restarted empty = %v; want the lock (the nodes forgot A's)", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("A's fence %d, B's %d: B's must be greater", a.Fence(), b.Fence())
+	}
+}

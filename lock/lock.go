@@ -18,6 +18,11 @@
 // Lease.Fence and the SQL backstop's unique row do the same per key.
 // Nodes should persist (AOF with fsync) or stay down longer than Expiry
 // after a crash, or a restarted empty node can hand the lock out twice.
+// A node that evicts keys, or whose clock steps forward (it lets keys go
+// early), is as faulty as one restarted empty: use maxmemory-policy
+// noeviction (a full node then refuses new locks, but still extends and
+// releases held ones) and a clock that slews. The holder's own clock may
+// jump: validity is reckoned on its monotonic clock.
 package lock
 
 import (
@@ -88,8 +93,13 @@ type Options struct {
 	// number it has seen can reject writes of a holder that lost the lock.
 	// It costs two more rounds to the nodes per acquisition, and a counter
 	// key per lock name (Prefix+name+":fence") that never expires. The
-	// numbers only grow while a quorum of nodes keeps its counters: a
-	// majority of nodes restarted empty starts them again from low values.
+	// numbers only grow while a quorum of nodes keeps its counters: each
+	// fence is written to a quorum at least and read from every node that
+	// answers, so with 3 nodes one restarted empty is survived, but a
+	// second fault before the next acquisition (another restart, or the
+	// one node left with the number being down) can start them again
+	// from low values. Two holders at once (a restart that broke the lock)
+	// still get growing fences while the nodes keep their counters.
 	Fencing bool
 }
 
@@ -399,7 +409,9 @@ func (k *Lock) Extend(ctx context.Context) error {
 // Release frees the lock on every node that still holds it. ErrLost: it
 // had already expired or been taken over on too many nodes to have been
 // held; ErrUnavailable: too few nodes answered (the lock expires by itself
-// within Options.Expiry).
+// within Options.Expiry). A ctx that has already ended reaches no node:
+// release with a context of its own (as Do does), not a request's that
+// may be cancelled, or the lock stays taken until it expires.
 func (k *Lock) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()
