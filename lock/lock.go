@@ -60,8 +60,8 @@ type Options struct {
 	Prefix string
 	// Expiry is how long a lock lives on a node without being extended. A
 	// holder that dies frees the lock after at most Expiry; while Do's
-	// function runs, the lock is extended when its validity left falls
-	// to 2/3 of Expiry (about every Expiry/3). It is rounded
+	// function runs, the lock is extended every Expiry/3 (from the start
+	// of the round that acquired or last extended it). It is rounded
 	// down to whole milliseconds, the resolution of Redis's expiry (the
 	// nodes are told whole milliseconds, and the validity is reckoned
 	// from what they are told). Default DefaultExpiry (8s).
@@ -468,11 +468,12 @@ func (k *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 // while an extension is under way. stop waits for the watchdog to end and
 // may be called more than once.
 //
-// An extension starts when the validity left falls to 2/3 of Expiry
-// (about every Expiry/3), reckoned from the lock's Until, not from when
-// watch starts: the fence rounds between acquisition and fn (each up to
-// Expiry*TimeoutFactor) have used some of the validity already. After a
-// failed one (ErrUnavailable), the next starts Expiry/3 after it did.
+// An extension starts Expiry/3 after the round that gave the lock its
+// validity (the acquisition or the last extension) began, reckoned from
+// the lock's Until, not from when watch starts: the fence rounds between
+// acquisition and fn (each up to Expiry*TimeoutFactor) have used some of
+// the validity already. After a failed one (ErrUnavailable), the next
+// starts Expiry/3 after it did.
 func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
@@ -486,7 +487,9 @@ func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 		defer close(done)
 		defer deadline.Stop()
 		expiry := k.locker.opts.Expiry
-		next := time.NewTimer(max(0, time.Until(until)-2*expiry/3))
+		// Until is the round's start + Expiry - the drift allowance.
+		lead := 2*expiry/3 - time.Duration(int64(float64(expiry)*k.locker.opts.DriftFactor))
+		next := time.NewTimer(max(0, time.Until(until)-lead))
 		defer next.Stop()
 		for {
 			select {
@@ -505,7 +508,7 @@ func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 				}
 				until := k.Until()
 				deadline.Reset(time.Until(until))
-				next.Reset(max(0, time.Until(until)-2*expiry/3))
+				next.Reset(max(0, time.Until(until)-lead))
 			case errors.Is(err, ErrLost):
 				if deadline.Stop() {
 					cancel(err)
