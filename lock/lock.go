@@ -150,8 +150,12 @@ type Locker struct {
 
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
-// 5; a single node gives a lock with no fault tolerance. It does not touch
-// the network.
+// 5; a single node gives a lock with no fault tolerance. Every Locker that
+// takes a lock name must have the same nodes: quorums of different sets
+// need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
+// and {c, d, e} share none), so a move to other nodes must not overlap
+// old holders (stop them all, or wait out Expiry). It does not touch the
+// network.
 //
 // The clients should honour context deadlines (go-redis
 // ContextTimeoutEnabled), as NewNodes makes them: otherwise a node that
