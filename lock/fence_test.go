@@ -2,9 +2,14 @@ package lock_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/lock"
@@ -113,5 +118,100 @@ func TestFenceOff(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// failFenceReads is a go-redis hook that fails the next n GETs of a fence
+// counter on its client, as a node that times out once would.
+type failFenceReads struct{ n atomic.Int32 }
+
+func (h *failFenceReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFenceReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failFenceReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if cmd.Name() == "get" && len(args) == 2 && strings.HasSuffix(args[1].(string), ":fence") && h.n.Add(-1) >= 0 {
+			err := errors.New("injected: fence read timed out")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFenceRoundRetried: a fence round that reaches too few nodes is an
+// attempt that found no quorum, as an acquisition that does: Obtain
+// releases the lock and tries again (up to Options.UnavailableTries in a
+// row) instead of giving up at the first one; TryObtain still makes one.
+func TestFenceRoundRetried(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() {
+		for _, c := range redlockNodes(t) {
+			_ = c.Del(bg, prefix+"flaky:fence").Err()
+		}
+	})
+	nodes := redlockNodes(t)
+	hooks := make([]*failFenceReads, len(nodes))
+	for i, c := range nodes {
+		hooks[i] = &failFenceReads{}
+		c.AddHook(hooks[i])
+	}
+	l := newLocker(t, nodes, lock.Options{Prefix: prefix, Fencing: true, RetryDelay: 10 * time.Millisecond})
+	fail := func() { // the next round of fence reads fails on two nodes of three
+		hooks[0].n.Store(1)
+		hooks[1].n.Store(1)
+	}
+
+	fail()
+	k, err := l.Obtain(bg, "flaky")
+	if err != nil {
+		t.Fatalf("Obtain after one failed fence round = %v, want the lock at the next attempt", err)
+	}
+	if k.Fence() < 1 {
+		t.Fatalf("fence %d", k.Fence())
+	}
+	if err := k.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+
+	fail()
+	if _, err := l.TryObtain(bg, "flaky"); !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("TryObtain with a failed fence round = %v, want ErrUnavailable", err)
+	}
+	// It released the lock it had taken.
+	k, err = l.TryObtain(bg, "flaky")
+	if err != nil {
+		t.Fatalf("TryObtain after the failed one = %v", err)
+	}
+	_ = k.Release(bg)
+}
+
+// TestFenceOutlivesBrokenLock: the classic Redlock objection. Two of three
+// nodes restart empty at once while A holds the lock, and B gets it too:
+// two holders. The lock cannot prevent it (see the package doc), but the
+// fence still tells them apart: the third node kept A's number and B's
+// fence read reaches it, so B's fence is above A's and a store that keeps
+// the highest fence refuses A's later writes.
+func TestFenceOutlivesBrokenLock(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	l := newLocker(t, nodes, lock.Options{Fencing: true, Expiry: 10 * time.Second, RetryDelay: 10 * time.Millisecond})
+	a, err := l.Obtain(bg, "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[:2] {
+		s.Kill()
+		s.Restart() // at once, empty: against the package doc's advice
+	}
+	b, err := l.TryObtain(bg, "broken")
+	if err != nil {
+		t.Fatalf("B after two nodes restarted empty = %v; want the lock (the nodes forgot A's)", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("A's fence %d, B's %d: B's must be greater", a.Fence(), b.Fence())
 	}
 }

@@ -18,6 +18,11 @@
 // Lease.Fence and the SQL backstop's unique row do the same per key.
 // Nodes should persist (AOF with fsync) or stay down longer than Expiry
 // after a crash, or a restarted empty node can hand the lock out twice.
+// A node that evicts keys, or whose clock steps forward (it lets keys go
+// early), is as faulty as one restarted empty: use maxmemory-policy
+// noeviction (a full node then refuses new locks, but still extends and
+// releases held ones) and a clock that slews. The holder's own clock may
+// jump: validity is reckoned on its monotonic clock.
 package lock
 
 import (
@@ -55,7 +60,8 @@ type Options struct {
 	Prefix string
 	// Expiry is how long a lock lives on a node without being extended. A
 	// holder that dies frees the lock after at most Expiry; while Do's
-	// function runs, the lock is extended every Expiry/3. It is rounded
+	// function runs, the lock is extended every Expiry/3 (from the start
+	// of the round that acquired or last extended it). It is rounded
 	// down to whole milliseconds, the resolution of Redis's expiry (the
 	// nodes are told whole milliseconds, and the validity is reckoned
 	// from what they are told). Default DefaultExpiry (8s).
@@ -87,8 +93,13 @@ type Options struct {
 	// number it has seen can reject writes of a holder that lost the lock.
 	// It costs two more rounds to the nodes per acquisition, and a counter
 	// key per lock name (Prefix+name+":fence") that never expires. The
-	// numbers only grow while a quorum of nodes keeps its counters: a
-	// majority of nodes restarted empty starts them again from low values.
+	// numbers only grow while a quorum of nodes keeps its counters: each
+	// fence is written to a quorum at least and read from every node that
+	// answers, so with 3 nodes one restarted empty is survived, but a
+	// second fault before the next acquisition (another restart, or the
+	// one node left with the number being down) can start them again
+	// from low values. Two holders at once (a restart that broke the lock)
+	// still get growing fences while the nodes keep their counters.
 	Fencing bool
 }
 
@@ -139,8 +150,12 @@ type Locker struct {
 
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
-// 5; a single node gives a lock with no fault tolerance. It does not touch
-// the network.
+// 5; a single node gives a lock with no fault tolerance. Every Locker that
+// takes a lock name must have the same nodes: quorums of different sets
+// need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
+// and {c, d, e} share none), so a move to other nodes must not overlap
+// old holders (stop them all, or wait out Expiry). It does not touch the
+// network.
 //
 // The clients should honour context deadlines (go-redis
 // ContextTimeoutEnabled), as NewNodes makes them: otherwise a node that
@@ -281,19 +296,23 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 			if !l.opts.Fencing {
 				return k, nil
 			}
+			// A fence round that reaches no quorum (ErrUnavailable) is
+			// an attempt like an acquisition that reaches none: release
+			// and try again, up to unavailableTries in a row.
 			if k.fence, err = l.fence(context.WithoutCancel(ctx), name); err != nil {
 				k.releaseNow(ctx)
-				return nil, err
-			}
-			// The fence is above every earlier holder's only if it was
-			// raised while this holder still had the lock: a holder that
-			// stalled after reading the counters, past its validity, may
-			// raise them to the number the next holder already took.
-			if time.Now().Before(k.Until()) {
+				last = err
+			} else if time.Now().Before(k.Until()) {
+				// The fence is above every earlier holder's only if it
+				// was raised while this holder still had the lock: a
+				// holder that stalled after reading the counters, past
+				// its validity, may raise them to the number the next
+				// holder already took.
 				return k, nil
+			} else {
+				k.releaseNow(ctx)
+				last = fmt.Errorf("%w: lock %q: its validity ran out while the fence was taken", ErrNotObtained, name)
 			}
-			k.releaseNow(ctx)
-			last = fmt.Errorf("%w: lock %q: its validity ran out while the fence was taken", ErrNotObtained, name)
 		} else {
 			last = l.acquireErr(name, err)
 		}
@@ -394,7 +413,9 @@ func (k *Lock) Extend(ctx context.Context) error {
 // Release frees the lock on every node that still holds it. ErrLost: it
 // had already expired or been taken over on too many nodes to have been
 // held; ErrUnavailable: too few nodes answered (the lock expires by itself
-// within Options.Expiry).
+// within Options.Expiry). A ctx that has already ended reaches no node:
+// release with a context of its own (as Do does), not a request's that
+// may be cancelled, or the lock stays taken until it expires.
 func (k *Lock) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()
@@ -445,11 +466,18 @@ func (k *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err
 	return err
 }
 
-// watch extends k every Expiry/3 until stop is called, and cancels with
-// cause ErrLost when an extension finds the lock lost or the lock's
-// validity runs out before an extension succeeds. The validity deadline
-// fires on time even while an extension is under way. stop waits for the
-// watchdog to end and may be called more than once.
+// watch extends k until stop is called, and cancels with cause ErrLost
+// when an extension finds the lock lost or the lock's validity runs out
+// before an extension succeeds. The validity deadline fires on time even
+// while an extension is under way. stop waits for the watchdog to end and
+// may be called more than once.
+//
+// An extension starts Expiry/3 after the round that gave the lock its
+// validity (the acquisition or the last extension) began, reckoned from
+// the lock's Until, not from when watch starts: the fence rounds between
+// acquisition and fn (each up to Expiry*TimeoutFactor) have used some of
+// the validity already. After a failed one (ErrUnavailable), the next
+// starts Expiry/3 after it did.
 func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
@@ -462,31 +490,39 @@ func (k *Lock) watch(cancel context.CancelCauseFunc) (stop func()) {
 	go func() {
 		defer close(done)
 		defer deadline.Stop()
-		ticker := time.NewTicker(k.locker.opts.Expiry / 3)
-		defer ticker.Stop()
+		expiry := k.locker.opts.Expiry
+		// Until is the round's start + Expiry - the drift allowance.
+		lead := 2*expiry/3 - time.Duration(int64(float64(expiry)*k.locker.opts.DriftFactor))
+		next := time.NewTimer(max(0, time.Until(until)-lead))
+		defer next.Stop()
 		for {
 			select {
 			case <-quit:
 				return
 			case <-expired:
 				return
-			case <-ticker.C:
+			case <-next.C:
 			}
+			at := time.Now()
 			err := k.Extend(context.Background())
 			switch {
 			case err == nil:
 				if !deadline.Stop() {
 					return // validity ran out before the extension landed
 				}
-				deadline.Reset(time.Until(k.Until()))
+				until := k.Until()
+				deadline.Reset(time.Until(until))
+				next.Reset(max(0, time.Until(until)-lead))
 			case errors.Is(err, ErrLost):
 				if deadline.Stop() {
 					cancel(err)
 				}
 				return
+			default:
+				// ErrUnavailable: try again Expiry/3 after this attempt
+				// began; the deadline cancels if none succeeds in time.
+				next.Reset(max(0, expiry/3-time.Since(at)))
 			}
-			// ErrUnavailable: try again at the next tick; the deadline
-			// cancels if none succeeds in time.
 		}
 	}()
 	var once sync.Once
