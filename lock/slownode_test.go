@@ -26,20 +26,26 @@ func TestFencedDoKeepsLockWithSlowNode(t *testing.T) {
 	if err := servers[0].Client().Do(bg, "CLIENT", "PAUSE", 20000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
-	err := l.Do(ctx, "slow", func(ctx context.Context) error {
-		hold := time.NewTimer(2 * expiry) // the section outlives its first validity
-		defer hold.Stop()
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-hold.C:
-			return nil
+	// A loaded machine can miss a round's per-node timeout (120 ms) on the
+	// two live nodes too: ErrUnavailable is then asked again, a few times,
+	// and never skipped.
+	var err error
+	for try := 0; try < 5; try++ {
+		err = l.Do(ctx, "slow", func(ctx context.Context) error {
+			hold := time.NewTimer(2 * expiry) // the section outlives its first validity
+			defer hold.Stop()
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-hold.C:
+				return nil
+			}
+		})
+		if !errors.Is(err, lock.ErrUnavailable) {
+			break
 		}
-	})
-	if errors.Is(err, lock.ErrUnavailable) {
-		t.Skipf("rounds missed their timeout on an overloaded machine: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("Do with one slow node of three = %v, want nil", err)
