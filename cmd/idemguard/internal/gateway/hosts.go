@@ -84,23 +84,11 @@ func (v *variantMux) upstreamView(r *http.Request, owner *route) (variantRoute, 
 	if hm == nil {
 		return variantRoute{}, false
 	}
-	lp := loosePath(r.URL.Path)
-	for _, p := range []string{lp, lp + "/"} {
-		u := *r.URL
-		u.Path, u.RawPath = p, ""
-		lr := r.WithContext(r.Context())
-		lr.URL, lr.Host = &u, ""
-		h, _ := hm.Handler(lr)
-		vr, ok := h.(variantRoute)
-		if !ok {
-			continue
-		}
-		if vr.rt == owner || !vr.rt.methods[r.Method] || !vr.host && (owner == nil || !owner.host) {
-			return variantRoute{}, false
-		}
-		return vr, true
+	vr, ok := lookupLoose(hm, r, loosePath(r.URL.Path), "")
+	if !ok || vr.rt == owner || !vr.rt.methods[r.Method] || !vr.host && (owner == nil || !owner.host) {
+		return variantRoute{}, false
 	}
-	return variantRoute{}, false
+	return vr, true
 }
 
 // checkHostScopes refuses two routes, one naming a host at least, that

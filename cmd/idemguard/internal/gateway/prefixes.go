@@ -112,24 +112,12 @@ func (v *variantMux) viewMatch(r *http.Request, main *route, pattern string) (va
 	if t == nil || sm == nil {
 		return variantRoute{}, false
 	}
-	vp := loosePath(singleJoiningSlash(t.Path, r.URL.Path))
-	for _, p := range []string{vp, vp + "/"} {
-		u := *r.URL
-		u.Path, u.RawPath = p, ""
-		lr := r.WithContext(r.Context())
-		lr.URL, lr.Host = &u, ""
-		h, _ := sm.Handler(lr)
-		vr, ok := h.(variantRoute)
-		if !ok {
-			continue
-		}
-		if vr.rt == main || !vr.rt.methods[r.Method] || upstreamID(vr.rt.cfg.Upstream) == upstreamID(t) {
-			return variantRoute{}, false // main's, or the same prefix's (variants, hosts.go)
-		}
-		vr.via = vr.rt.via[upstreamID(t)]
-		return vr, true
+	vr, ok := lookupLoose(sm, r, loosePath(singleJoiningSlash(t.Path, r.URL.Path)), "")
+	if !ok || vr.rt == main || !vr.rt.methods[r.Method] || upstreamID(vr.rt.cfg.Upstream) == upstreamID(t) {
+		return variantRoute{}, false // none, main's, or the same prefix's (variants, hosts.go)
 	}
-	return variantRoute{}, false
+	vr.via = vr.rt.via[upstreamID(t)]
+	return vr, true
 }
 
 // elsewhere reports whether vr's route sends requests to another prefix

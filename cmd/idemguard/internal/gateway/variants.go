@@ -311,19 +311,25 @@ func (v *variantMux) match(r *http.Request) (variantRoute, bool) {
 // looseMatch finds the route r's loosened path matches, as itself or, for
 // a subtree pattern ("/orders/"), with its slash, if it guards r's method.
 func (v *variantMux) looseMatch(r *http.Request) (variantRoute, bool) {
-	lp := loosePath(r.URL.Path)
+	vr, ok := lookupLoose(v.loose, r, loosePath(r.URL.Path), looseHost(r.Host))
+	if !ok || !vr.rt.methods[r.Method] {
+		return variantRoute{}, false // none, or not guarding r's method: only upstreamView may
+	}
+	return vr, true
+}
+
+// lookupLoose returns the route m takes r to with its path replaced by lp
+// or, for a subtree pattern ("/orders/"), by lp with its slash, and its
+// Host by host: the first of the two that reaches a route.
+func lookupLoose(m *http.ServeMux, r *http.Request, lp, host string) (variantRoute, bool) {
 	for _, p := range []string{lp, lp + "/"} {
 		u := *r.URL
 		u.Path, u.RawPath = p, ""
 		lr := r.WithContext(r.Context())
-		lr.URL, lr.Host = &u, looseHost(r.Host)
-		if h, _ := v.loose.Handler(lr); h != nil {
-			if vr, ok := h.(variantRoute); ok {
-				if vr.rt.methods[r.Method] {
-					return vr, true
-				}
-				break // a route not guarding r's method: only upstreamView may
-			}
+		lr.URL, lr.Host = &u, host
+		h, _ := m.Handler(lr)
+		if vr, ok := h.(variantRoute); ok {
+			return vr, true
 		}
 	}
 	return variantRoute{}, false
