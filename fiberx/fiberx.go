@@ -153,10 +153,26 @@ func (r *request) Route() string {
 
 func segments(p string) int { return strings.Count(strings.TrimSuffix(p, "/"), "/") }
 
+// HeaderValues returns the values of the request's header fields named
+// name (canonical), whatever case the client spelled the name in: with
+// Fiber's DisableHeaderNormalizing, fasthttp keeps names as sent and
+// PeekAll matches them exactly, but an HTTP/2 client sends
+// "idempotency-key", and header names are case-insensitive (RFC 9110
+// section 5.1).
 func (r *request) HeaderValues(name string) []string {
-	all := r.c.Request().Header.PeekAll(name)
+	h := &r.c.Request().Header
+	all := h.PeekAll(name)
 	if len(all) == 0 {
-		return nil
+		if !r.c.App().Config().DisableHeaderNormalizing {
+			return nil
+		}
+		var vs []string
+		for k, v := range h.All() {
+			if strings.EqualFold(string(k), name) {
+				vs = append(vs, string(v))
+			}
+		}
+		return vs
 	}
 	vs := make([]string, len(all))
 	for i, v := range all {
