@@ -18,9 +18,13 @@
 // matched (c.Path()). An error the handler returns is rendered by Echo's
 // HTTPErrorHandler inside the guarded run (c.Error), so it is part of the
 // response: a 4xx is stored and replayed, a 5xx releases the key; the
-// middleware then returns nil. Inside the handler, ClaimFrom gives the
-// lease (for Step, KeyFor, a SQL backstop commit); so does
-// httpx.ClaimFrom(c.Request().Context()).
+// middleware then returns nil. The handler writes to an echo.Response of
+// its own: the fields a Before hook it registers sets are its response's
+// (stored and replayed); the hooks of middleware outside the guard run
+// when the response goes out, on a replay too, and what they set is not
+// stored, as for middleware wrapping httpx.Guard. Inside the handler,
+// ClaimFrom gives the lease (for Step, KeyFor, a SQL backstop commit); so
+// does httpx.ClaimFrom(c.Request().Context()).
 package echox
 
 import (
@@ -78,11 +82,15 @@ func serve(e *httpcore.Engine, c echo.Context, next echo.HandlerFunc) error {
 	case !b.Run:
 		return nil // answered
 	}
-	raw, req := res.Writer, c.Request()
-	e.RunCaptured(&synced{ResponseWriter: raw, res: res}, v, b, func(ctx context.Context, capture *httpcore.Capture) {
-		res.Writer = capture
+	req := c.Request()
+	e.RunCaptured(sent{res}, v, b, func(ctx context.Context, capture *httpcore.Capture) {
+		// The handler writes to a Response of its own over the capture:
+		// its Before and After hooks are the handler's (stored), those
+		// outer middleware registered on res run when the response goes
+		// out, as an outer wrapper's around httpx.Guard.
+		c.SetResponse(echo.NewResponse(capture, c.Echo()))
 		c.SetRequest(req.WithContext(ctx))
-		defer func() { res.Writer = raw; c.SetRequest(req) }()
+		defer func() { c.SetResponse(res); c.SetRequest(req) }()
 		if err := next(c); err != nil {
 			c.Error(err) // Echo renders it now, into the captured response
 		}
@@ -113,20 +121,18 @@ func (r request) ReadBody(w http.ResponseWriter, max int64) ([]byte, error) {
 	return httpcore.ReadHTTPBody(w, r.c.Request(), max)
 }
 
-// synced is the writer under Echo's Response that the capture sends the
-// response to (or the core its 500 after a panic): it keeps the Response's
-// Status and Committed true to what went out, for middleware outside.
-type synced struct {
-	http.ResponseWriter
-	res *echo.Response
-}
+// sent is the writer the capture sends the response to (or the core its
+// 500 after a panic): Echo's Response of the request, so that outer
+// middleware's Before and After hooks run as it goes out and its Status,
+// Size and Committed say what went out; except an informational status
+// (103 Early Hints), which goes to the writer under it at once: Response
+// would take it for the final one.
+type sent struct{ *echo.Response }
 
-func (s *synced) WriteHeader(code int) {
-	if code >= 200 {
-		s.res.Status, s.res.Committed = code, true
+func (s sent) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		s.Response.Writer.WriteHeader(code)
+		return
 	}
-	s.ResponseWriter.WriteHeader(code)
+	s.Response.WriteHeader(code)
 }
-
-// Unwrap gives http.ResponseController the writer underneath.
-func (s *synced) Unwrap() http.ResponseWriter { return s.ResponseWriter }
