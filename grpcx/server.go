@@ -306,22 +306,27 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 // capture is the ServerTransportStream the handler sees: it keeps a copy
 // of every header and trailer, which is what a replay sends, and passes
 // them on to the call's own stream. A copy is kept even when the stream
-// refuses them (the client left, or headers were sent already): the
-// replay carries what the handler meant to send.
+// refuses them because the client left: the replay carries what the
+// handler meant to send. Header metadata after SendHeader is not kept:
+// gRPC refuses it (the header went out), so the client never gets it, as
+// httpx stores the header as it was when the status went out.
 type capture struct {
 	inner  grpc.ServerTransportStream // nil when the interceptor runs outside a server
 	method string
 
-	mu      sync.Mutex
-	header  metadata.MD
-	trailer metadata.MD
+	mu         sync.Mutex
+	header     metadata.MD
+	trailer    metadata.MD
+	headerSent bool // SendHeader was called: the header is final
 }
 
 func (c *capture) Method() string { return c.method }
 
 func (c *capture) SetHeader(md metadata.MD) error {
 	c.mu.Lock()
-	c.header = metadata.Join(c.header, md)
+	if !c.headerSent {
+		c.header = metadata.Join(c.header, md)
+	}
 	c.mu.Unlock()
 	if c.inner == nil {
 		return nil
@@ -331,7 +336,10 @@ func (c *capture) SetHeader(md metadata.MD) error {
 
 func (c *capture) SendHeader(md metadata.MD) error {
 	c.mu.Lock()
-	c.header = metadata.Join(c.header, md)
+	if !c.headerSent {
+		c.header = metadata.Join(c.header, md)
+		c.headerSent = true
+	}
 	c.mu.Unlock()
 	if c.inner == nil {
 		return nil
