@@ -44,9 +44,12 @@
 package fiberx
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 
 	"github.com/gofiber/fiber/v3"
@@ -61,8 +64,9 @@ import (
 // Options configure Guard: httpx.Options, whose fields mean what they
 // mean for httpx.Guard, and a Fiber way to name the caller. The funcs of
 // httpx.Options written for net/http (Tenant, Scope, Fingerprint) work
-// too: they get the request converted to a *http.Request, which costs an
-// allocation of the whole request per call; prefer Tenant here.
+// too: they get the request converted to a *http.Request with copies of
+// its own (what they return may be kept), which costs an allocation of
+// the whole request; prefer Tenant here.
 type Options struct {
 	httpx.Options
 	// Tenant names the caller from the Fiber context, e.g. a value an
@@ -208,9 +212,46 @@ func (r *request) HTTPRequest() *http.Request {
 			// take; give the funcs what can be had.
 			hr = &http.Request{Method: r.Method(), Header: http.Header{}}
 		}
+		own(hr)
 		r.hr = hr
 	}
 	return r.hr
+}
+
+// own gives hr strings and a body of its own: fasthttp's adaptor makes
+// them views of fasthttp's buffers, which the next request on the
+// connection overwrites, and what the funcs return from them may be kept
+// past the request (the guard keeps Scope's, for the route's run times).
+func own(hr *http.Request) {
+	hr.Method = strings.Clone(hr.Method)
+	hr.Proto = strings.Clone(hr.Proto)
+	hr.Host = strings.Clone(hr.Host)
+	hr.RequestURI = strings.Clone(hr.RequestURI)
+	if hr.URL != nil {
+		// Its fields are views of the request URI it was parsed from.
+		// (It parsed before, so it parses again.)
+		u, err := url.ParseRequestURI(hr.RequestURI)
+		if err != nil {
+			u = &url.URL{Path: strings.Clone(hr.URL.Path)}
+		}
+		hr.URL = u
+	}
+	h := make(http.Header, len(hr.Header))
+	for k, vs := range hr.Header {
+		c := make([]string, len(vs))
+		for i, v := range vs {
+			c[i] = strings.Clone(v)
+		}
+		h[strings.Clone(k)] = c
+	}
+	hr.Header = h
+	for i, v := range hr.TransferEncoding {
+		hr.TransferEncoding[i] = strings.Clone(v)
+	}
+	if hr.Body != nil && hr.Body != http.NoBody {
+		body, _ := io.ReadAll(hr.Body) // a reader over fasthttp's body
+		hr.Body = io.NopCloser(bytes.NewReader(body))
+	}
 }
 
 // header returns the response's header fields as an http.Header, leaving
