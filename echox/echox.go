@@ -88,7 +88,9 @@ func serve(e *httpcore.Engine, c echo.Context, next echo.HandlerFunc) error {
 		// its Before and After hooks are the handler's (stored), those
 		// outer middleware registered on res run when the response goes
 		// out, as an outer wrapper's around httpx.Guard.
-		c.SetResponse(echo.NewResponse(capture, c.Echo()))
+		inner := echo.NewResponse(capture, c.Echo())
+		inner.Status = http.StatusOK // as Echo resets a request's Response
+		c.SetResponse(inner)
 		c.SetRequest(req.WithContext(ctx))
 		defer func() { c.SetResponse(res); c.SetRequest(req) }()
 		if err := next(c); err != nil {

@@ -24,11 +24,12 @@ import (
 // httpx.Guard is: not stored as the handler's, so a replay carries the
 // new request's value once, not the first request's beside it. The
 // handler's own hook is the handler's: stored and replayed. Outer
-// middleware still sees the status and size that went out.
+// middleware still sees the status and size that went out; the handler
+// sees a Response as Echo gives it (Status 200 before it writes).
 func TestOuterHooksNotStored(t *testing.T) {
 	g := guardenv.Guard(t, guard.Options{})
 	var runs, hooks atomic.Int64
-	var status, size []int
+	var status, size, handlerSaw []int
 	e := newEcho()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -42,6 +43,7 @@ func TestOuterHooksNotStored(t *testing.T) {
 	})
 	guarded := e.Group("", echox.Guard(g, echox.Options{Options: httpx.Options{SingleCaller: true}}))
 	guarded.POST("/pay", func(c echo.Context) error {
+		handlerSaw = append(handlerSaw, c.Response().Status)
 		n := strconv.FormatInt(runs.Add(1), 10)
 		c.Response().Before(func() { c.Response().Header().Set("X-Run", n) })
 		return c.String(http.StatusCreated, "run "+n)
@@ -82,6 +84,9 @@ func TestOuterHooksNotStored(t *testing.T) {
 	}
 	if size[0] != len("run 1") || size[1] != len("run 1") || size[2] == 0 || size[2] != size[3] {
 		t.Errorf("outer middleware saw sizes %v", size)
+	}
+	if !slices.Equal(handlerSaw, []int{http.StatusOK}) {
+		t.Errorf("the handler saw Response.Status %v before writing, want [200] as unguarded", handlerSaw)
 	}
 	if runs.Load() != 2 {
 		t.Errorf("handlers ran %d times, want 2", runs.Load())
