@@ -134,12 +134,22 @@ func ClaimFrom(c fiber.Ctx) (lease guard.Lease, fingerprint string, ok bool) {
 
 // request is httpcore.Request over a Fiber context.
 type request struct {
-	c  fiber.Ctx
-	hr *http.Request // HTTPRequest, converted once
+	c    fiber.Ctx
+	hr   *http.Request // HTTPRequest, converted once
+	path string        // Path, copied once
 }
 
-func (r *request) Method() string      { return r.c.Method() }
-func (r *request) Path() string        { return r.c.Path() }
+func (r *request) Method() string { return r.c.Method() }
+
+// Path is the request's path, a copy: Fiber's is a view of a buffer the
+// next request overwrites, and the guard logs it (a handler that keeps
+// records writes them later).
+func (r *request) Path() string {
+	if r.path == "" {
+		r.path = strings.Clone(r.c.Path())
+	}
+	return r.path
+}
 func (r *request) EscapedPath() string { return string(r.c.Request().URI().PathOriginal()) }
 func (r *request) RawQuery() string    { return string(r.c.Request().URI().QueryString()) }
 
