@@ -172,14 +172,11 @@ func segments(p string) int { return strings.Count(strings.TrimSuffix(p, "/"), "
 // Fiber's DisableHeaderNormalizing, fasthttp keeps names as sent and
 // PeekAll matches them exactly, but an HTTP/2 client sends
 // "idempotency-key", and header names are case-insensitive (RFC 9110
-// section 5.1).
+// section 5.1): two fields whose names differ only in case are two
+// values, as net/http sees them.
 func (r *request) HeaderValues(name string) []string {
 	h := &r.c.Request().Header
-	all := h.PeekAll(name)
-	if len(all) == 0 {
-		if !r.c.App().Config().DisableHeaderNormalizing {
-			return nil
-		}
+	if r.c.App().Config().DisableHeaderNormalizing {
 		var vs []string
 		for k, v := range h.All() {
 			if strings.EqualFold(string(k), name) {
@@ -187,6 +184,10 @@ func (r *request) HeaderValues(name string) []string {
 			}
 		}
 		return vs
+	}
+	all := h.PeekAll(name)
+	if len(all) == 0 {
+		return nil
 	}
 	vs := make([]string, len(all))
 	for i, v := range all {

@@ -51,4 +51,16 @@ func TestHeaderNamesNotNormalized(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs.Load())
 	}
+	// Two fields whose names differ only in case are two keys: 400, as
+	// under net/http.
+	req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+	req.Header = http.Header{"idempotency-key": {"k-a"}, "Idempotency-Key": {"k-b"}}
+	res, err := app.Test(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || runs.Load() != 1 {
+		t.Fatalf("two key fields: %d, runs %d; want 400 and no run", res.StatusCode, runs.Load())
+	}
 }
