@@ -213,6 +213,11 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 //     stored the client still gets it, and the key is released if it can
 //     be.
 //
+// The handler's context carries a grpc.ServerTransportStream of the
+// interceptor's, which keeps the metadata the handler sets (for replays):
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which need
+// gRPC's own stream, return an error in a guarded handler.
+//
 // The scope of a key is the quoted caller (Options.Caller) and the full
 // method name; the fingerprint is DefaultFingerprint's. Put the
 // interceptor after the authentication interceptor that Caller reads, and
