@@ -47,7 +47,9 @@ type Options struct {
 	// Stream is the key of the stream to read.
 	Stream string
 	// Group is the Redis consumer group, created (with MKSTREAM) if it does
-	// not exist. It is also the consumerx group: effects run once per Group
+	// not exist, and created again (from Start) when a command of the
+	// running consumer finds it gone (NOGROUP: the group destroyed, the
+	// stream deleted). It is also the consumerx group: effects run once per Group
 	// and Message.ID, which names the stream (see ID), so groups of one
 	// name on several streams each run their own entries.
 	Group string
@@ -218,7 +220,9 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		if !time.Now().Before(nextClaim) {
 			next, err := c.reclaim(ctx, cursor, batch)
 			if err != nil {
-				pause = c.failed(ctx, "xautoclaim", err, pause)
+				// Retried at once (the pass is still due): without the
+				// group made again, it would fail for ever.
+				pause = c.failed(ctx, "xautoclaim", c.noGroup(ctx, err), pause)
 				continue
 			}
 			if cursor = next; cursor == "0-0" { // a pass over the pending list is done
@@ -235,10 +239,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 			continue
 		}
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
-				err = errors.Join(err, c.createGroup(ctx))
-			}
-			pause = c.failed(ctx, "xreadgroup", err, pause)
+			pause = c.failed(ctx, "xreadgroup", c.noGroup(ctx, err), pause)
 			continue
 		}
 		pause = 0
@@ -256,6 +257,16 @@ func (c *Consumer) failed(ctx context.Context, op string, err error, wait time.D
 	}
 	c.log.WarnContext(ctx, "redisstream: "+op+" failed", "err", err)
 	return min(max(2*wait, 50*time.Millisecond), 5*time.Second)
+}
+
+// noGroup creates the group again if err says it is gone (NOGROUP: the
+// group was destroyed, or the stream deleted), and returns err with the
+// creation's error, if any.
+func (c *Consumer) noGroup(ctx context.Context, err error) error {
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		err = errors.Join(err, c.createGroup(ctx))
+	}
+	return err
 }
 
 func (c *Consumer) createGroup(ctx context.Context) error {
