@@ -81,7 +81,9 @@ type Options struct {
 	ClaimEvery time.Duration
 	// DeadLetterStream receives, with XADD, every entry that cannot succeed
 	// (see consumerx.DeadLettered), with its fields and the Field* fields
-	// above. Default Stream + ":dead".
+	// above, and every pending entry found deleted from the stream before
+	// its effect completed (ErrDeleted), with the Field* fields alone.
+	// Default Stream + ":dead".
 	DeadLetterStream string
 	// Process configures deduplication: key and fingerprint functions,
 	// attempts, logging. Its DeadLetter, if set, is called after the
@@ -99,10 +101,14 @@ type Options struct {
 // Consumers (with distinct names) for concurrency.
 type Consumer struct {
 	client  redis.UniversalClient
+	g       *guard.Guard
 	opts    Options
 	proc    *consumerx.Processor
 	handler consumerx.Handler
 	log     *slog.Logger
+	// deadLetterFn is the processor's DeadLetter: the dead-letter stream,
+	// then Options.Process.DeadLetter.
+	deadLetterFn func(ctx context.Context, msg consumerx.Message, cause error) error
 }
 
 // batchFunc runs a batch of entries and reports which to acknowledge:
@@ -160,7 +166,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Consumer{client: client, opts: opts, handler: h,
+	c := &Consumer{client: client, g: g, opts: opts, handler: h,
 		log: log.With("stream", opts.Stream, "group", opts.Group, "consumer", opts.Consumer)}
 	popts := opts.Process
 	user := popts.DeadLetter
@@ -173,6 +179,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		}
 		return user(ctx, msg, cause)
 	}
+	c.deadLetterFn = popts.DeadLetter
 	proc, err := consumerx.NewProcessor(g, opts.Group, popts)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: %w", err)
@@ -279,15 +286,14 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 
 // reclaim takes over and handles up to Count entries pending longer than
 // MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
-// end of the pending list.
+// end of the pending list. Pending entries found deleted from the stream
+// are dead-lettered (see deleted).
 func (c *Consumer) reclaim(ctx context.Context, cursor string, batch batchFunc) (string, error) {
-	msgs, next, err := c.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: c.opts.Stream, Group: c.opts.Group, Consumer: c.opts.Consumer,
-		MinIdle: c.opts.MinIdle, Start: cursor, Count: c.opts.Count,
-	}).Result()
+	next, msgs, gone, err := c.autoClaim(ctx, cursor)
 	if err != nil {
 		return cursor, err
 	}
+	c.deleted(ctx, gone)
 	c.handle(ctx, msgs, batch)
 	if next == "" {
 		next = "0-0"
