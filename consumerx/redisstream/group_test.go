@@ -38,15 +38,16 @@ func TestGroupDeletedBeforeAClaimPassIsCreatedAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			var (
-				mu      sync.Mutex
-				ran     = map[string]int{}
-				removed atomic.Bool
+				mu          sync.Mutex
+				ran         = map[string]int{}
+				first, gone atomic.Bool
 			)
 			c := e.consumer(func(_ context.Context, msg consumerx.Message) error {
-				if !removed.Swap(true) {
+				if !first.Swap(true) {
 					if err := remove(e.rdb, stream); err != nil {
 						t.Error(err)
 					}
+					gone.Store(true)
 				}
 				mu.Lock()
 				defer mu.Unlock()
@@ -57,7 +58,7 @@ func TestGroupDeletedBeforeAClaimPassIsCreatedAgain(t *testing.T) {
 				// deletion starts with XAUTOCLAIM.
 				MinIdle: time.Minute, ClaimEvery: time.Nanosecond})
 			stop := e.run(c)
-			testenv.WaitFor(t, 10*time.Second, "the first entry run", removed.Load)
+			testenv.WaitFor(t, 10*time.Second, "the group removed", gone.Load)
 			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"payload", "charge 2"}}).Err(); err != nil {
 				t.Fatal(err)
 			}
