@@ -49,9 +49,9 @@ type Options struct {
 	// Group is the Redis consumer group, created (with MKSTREAM) if it does
 	// not exist, and created again (from Start) when a command of the
 	// running consumer finds it gone (NOGROUP: the group destroyed, the
-	// stream deleted). It is also the consumerx group: effects run once per Group
-	// and Message.ID, which names the stream (see ID), so groups of one
-	// name on several streams each run their own entries.
+	// stream deleted). It is also the consumerx group: effects run once
+	// per Group and Message.ID, which names the stream (see ID), so groups
+	// of one name on several streams each run their own entries.
 	Group string
 	// Consumer names this consumer inside the group; each concurrent
 	// consumer needs its own name.
