@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,7 +118,7 @@ func (c *Consumer) deleted(ctx context.Context, ids []string) {
 			}
 		}
 		cause := fmt.Errorf("%w (its record: %s)", ErrDeleted, record)
-		if err := c.deadLetterFn(ctx, msg, cause); err != nil {
+		if err := c.sendDeleted(ctx, msg, cause); err != nil {
 			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream and not dead-lettered: its effect may not have run",
 				"id", id, "cause", cause, "err", err)
 			continue
@@ -141,4 +142,16 @@ func (c *Consumer) record(ctx context.Context, msg consumerx.Message) (guard.Rec
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return c.g.Get(ctx, key)
+}
+
+// sendDeleted dead-letters msg, a pending entry deleted from the stream;
+// a panic of Options.Process.DeadLetter goes no further than an error,
+// as consumerx's does (it would take the consumer down).
+func (c *Consumer) sendDeleted(ctx context.Context, msg consumerx.Message, cause error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &guard.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return c.deadLetterFn(ctx, msg, cause)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,5 +97,50 @@ func TestPendingEntryTrimmedIsDeadLettered(t *testing.T) {
 	if v := entries[0].Values; v[FieldDeadID] != "1-1" || v[FieldDeadGroup] != "billing" || v[FieldDeadStream] != stream ||
 		!strings.Contains(fmt.Sprint(v[FieldDeadError]), "deleted") {
 		t.Errorf("dead-letter entry = %v", v)
+	}
+}
+
+// Options.Process.DeadLetter panics for a pending entry deleted from the
+// stream: the consumer goes on (the entry still in the stream runs), as
+// when it panics for an entry that cannot succeed; the dead-letter
+// stream, written before the hook, has the deleted entry.
+func TestPendingEntryTrimmedDeadLetterPanicKeepsConsumer(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	for i := 1; i <= 2; i++ {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", fmt.Sprint("charge ", i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "dead", Streams: []string{stream, ">"}, Count: 2}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ran, hooked atomic.Int32
+	c := e.consumer(func(context.Context, consumerx.Message) error {
+		ran.Add(1)
+		return nil
+	}, Options{Stream: stream, Group: "billing", Consumer: "c", MinIdle: time.Millisecond, ClaimEvery: 10 * time.Millisecond,
+		Process: consumerx.Options{DeadLetter: func(context.Context, consumerx.Message, error) error {
+			hooked.Add(1)
+			panic("pager down")
+		}}})
+	stop := e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "the entry in the stream run, none pending", func() bool {
+		return ran.Load() == 1 && pending(t, e.rdb, stream, "billing") == 0
+	})
+	stop()
+	n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || hooked.Load() != 1 {
+		t.Errorf("dead-letter stream has %d entries, hook called %d times; want 1, 1", n, hooked.Load())
 	}
 }
