@@ -199,9 +199,11 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // batch through consumerx.Processor.ProcessBatch: the batch's claims in
 // one round trip, the handlers (Concurrency at once), the completions,
 // failures and releases in one more, then one XACK for the entries to
-// acknowledge. Once ctx is cancelled it sends
-// nothing more: entries it had not acknowledged stay pending, and the
-// consumer that takes them over finds them done (Duplicate) or not. A
+// acknowledge. Once ctx is cancelled it sends nothing more (but the dead
+// letters of pending entries Redis has just reported deleted from the
+// stream: see ErrDeleted): entries it had not acknowledged stay pending,
+// and the consumer that takes them over finds them done (Duplicate) or
+// not. A
 // handler running when ctx is cancelled sees its context cancelled; if it
 // then returns an error, the entry is Interrupted: its claim is released,
 // no attempt is counted and nothing is dead-lettered, and the consumer

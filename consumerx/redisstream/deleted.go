@@ -96,8 +96,14 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 // dead-lettered. Those answered are acknowledged (Redis 6.2 keeps them
 // pending); a dead letter that fails is logged at Error level with the
 // id, for Redis 7 has already dropped the entry and will not name it
-// again.
+// again. For that reason too they are sent even once ctx has ended (a
+// shutdown), within deletedTimeout.
 func (c *Consumer) deleted(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deletedTimeout)
+	defer cancel()
 	ack := make([]string, 0, len(ids))
 	for _, id := range ids {
 		msg := consumerx.Message{ID: ID(c.opts.Stream, id), Metadata: map[string]string{}, Raw: redis.XMessage{ID: id}}
@@ -127,11 +133,14 @@ func (c *Consumer) deleted(ctx context.Context, ids []string) {
 		ack = append(ack, id)
 	}
 	if len(ack) > 0 {
-		if err := c.client.XAck(ctx, c.opts.Stream, c.opts.Group, ack...).Err(); err != nil && ctx.Err() == nil {
+		if err := c.client.XAck(ctx, c.opts.Stream, c.opts.Group, ack...).Err(); err != nil {
 			c.log.WarnContext(ctx, "redisstream: xack failed", "ids", len(ack), "err", err)
 		}
 	}
 }
+
+// deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries.
+const deletedTimeout = 5 * time.Second
 
 // record reads the guard record of msg's key.
 func (c *Consumer) record(ctx context.Context, msg consumerx.Message) (guard.Record, error) {
@@ -139,8 +148,6 @@ func (c *Consumer) record(ctx context.Context, msg consumerx.Message) (guard.Rec
 	if err != nil {
 		return guard.Record{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	return c.g.Get(ctx, key)
 }
 

@@ -144,3 +144,64 @@ func TestPendingEntryTrimmedDeadLetterPanicKeepsConsumer(t *testing.T) {
 		t.Errorf("dead-letter stream has %d entries, hook called %d times; want 1, 1", n, hooked.Load())
 	}
 }
+
+// The consumer's context ends just as the XAUTOCLAIM that dropped a
+// deleted pending entry answers: the entry is dead-lettered all the
+// same, for Redis will not name it again and nothing else would.
+func TestPendingEntryTrimmedDeadLetteredDuringShutdown(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "dead", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	e.rdb.AddHook(cancelAfter{name: "xautoclaim", cancel: stop})
+	var hooked atomic.Int32
+	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "c", MinIdle: time.Millisecond,
+			Process: consumerx.Options{DeadLetter: func(context.Context, consumerx.Message, error) error {
+				hooked.Add(1)
+				return nil
+			}}})
+	if err := c.Run(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || hooked.Load() != 1 {
+		t.Errorf("dead-letter stream has %d entries, hook called %d times; want 1, 1", n, hooked.Load())
+	}
+}
+
+// cancelAfter calls cancel once a command named name has answered.
+type cancelAfter struct {
+	name   string
+	cancel context.CancelFunc
+}
+
+func (h cancelAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cancelAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == h.name {
+			h.cancel()
+		}
+		return err
+	}
+}
+func (h cancelAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
