@@ -47,9 +47,11 @@ type Options struct {
 	// Stream is the key of the stream to read.
 	Stream string
 	// Group is the Redis consumer group, created (with MKSTREAM) if it does
-	// not exist. It is also the consumerx group: effects run once per Group
-	// and Message.ID, which names the stream (see ID), so groups of one
-	// name on several streams each run their own entries.
+	// not exist, and created again (from Start) when a command of the
+	// running consumer finds it gone (NOGROUP: the group destroyed, the
+	// stream deleted). It is also the consumerx group: effects run once
+	// per Group and Message.ID, which names the stream (see ID), so groups
+	// of one name on several streams each run their own entries.
 	Group string
 	// Consumer names this consumer inside the group; each concurrent
 	// consumer needs its own name.
@@ -79,7 +81,9 @@ type Options struct {
 	ClaimEvery time.Duration
 	// DeadLetterStream receives, with XADD, every entry that cannot succeed
 	// (see consumerx.DeadLettered), with its fields and the Field* fields
-	// above. Default Stream + ":dead".
+	// above, and every pending entry found deleted from the stream before
+	// its effect completed (ErrDeleted), with the Field* fields alone.
+	// Default Stream + ":dead".
 	DeadLetterStream string
 	// Process configures deduplication: key and fingerprint functions,
 	// attempts, logging. Its DeadLetter, if set, is called after the
@@ -97,10 +101,14 @@ type Options struct {
 // Consumers (with distinct names) for concurrency.
 type Consumer struct {
 	client  redis.UniversalClient
+	g       *guard.Guard
 	opts    Options
 	proc    *consumerx.Processor
 	handler consumerx.Handler
 	log     *slog.Logger
+	// deadLetterFn is the processor's DeadLetter: the dead-letter stream,
+	// then Options.Process.DeadLetter.
+	deadLetterFn func(ctx context.Context, msg consumerx.Message, cause error) error
 }
 
 // batchFunc runs a batch of entries and reports which to acknowledge:
@@ -158,7 +166,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Consumer{client: client, opts: opts, handler: h,
+	c := &Consumer{client: client, g: g, opts: opts, handler: h,
 		log: log.With("stream", opts.Stream, "group", opts.Group, "consumer", opts.Consumer)}
 	popts := opts.Process
 	user := popts.DeadLetter
@@ -171,6 +179,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		}
 		return user(ctx, msg, cause)
 	}
+	c.deadLetterFn = popts.DeadLetter
 	proc, err := consumerx.NewProcessor(g, opts.Group, popts)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: %w", err)
@@ -190,9 +199,11 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // batch through consumerx.Processor.ProcessBatch: the batch's claims in
 // one round trip, the handlers (Concurrency at once), the completions,
 // failures and releases in one more, then one XACK for the entries to
-// acknowledge. Once ctx is cancelled it sends
-// nothing more: entries it had not acknowledged stay pending, and the
-// consumer that takes them over finds them done (Duplicate) or not. A
+// acknowledge. Once ctx is cancelled it sends nothing more (but the dead
+// letters of pending entries Redis has just reported deleted from the
+// stream: see ErrDeleted): entries it had not acknowledged stay pending,
+// and the consumer that takes them over finds them done (Duplicate) or
+// not. A
 // handler running when ctx is cancelled sees its context cancelled; if it
 // then returns an error, the entry is Interrupted: its claim is released,
 // no attempt is counted and nothing is dead-lettered, and the consumer
@@ -218,7 +229,9 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		if !time.Now().Before(nextClaim) {
 			next, err := c.reclaim(ctx, cursor, batch)
 			if err != nil {
-				pause = c.failed(ctx, "xautoclaim", err, pause)
+				// Retried at once (the pass is still due): without the
+				// group made again, it would fail for ever.
+				pause = c.failed(ctx, "xautoclaim", c.noGroup(ctx, err), pause)
 				continue
 			}
 			if cursor = next; cursor == "0-0" { // a pass over the pending list is done
@@ -235,10 +248,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 			continue
 		}
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
-				err = errors.Join(err, c.createGroup(ctx))
-			}
-			pause = c.failed(ctx, "xreadgroup", err, pause)
+			pause = c.failed(ctx, "xreadgroup", c.noGroup(ctx, err), pause)
 			continue
 		}
 		pause = 0
@@ -258,6 +268,16 @@ func (c *Consumer) failed(ctx context.Context, op string, err error, wait time.D
 	return min(max(2*wait, 50*time.Millisecond), 5*time.Second)
 }
 
+// noGroup creates the group again if err says it is gone (NOGROUP: the
+// group was destroyed, or the stream deleted), and returns err with the
+// creation's error, if any.
+func (c *Consumer) noGroup(ctx context.Context, err error) error {
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		err = errors.Join(err, c.createGroup(ctx))
+	}
+	return err
+}
+
 func (c *Consumer) createGroup(ctx context.Context) error {
 	err := c.client.XGroupCreateMkStream(ctx, c.opts.Stream, c.opts.Group, c.opts.Start).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
@@ -268,15 +288,14 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 
 // reclaim takes over and handles up to Count entries pending longer than
 // MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
-// end of the pending list.
+// end of the pending list. Pending entries found deleted from the stream
+// are dead-lettered (see deleted).
 func (c *Consumer) reclaim(ctx context.Context, cursor string, batch batchFunc) (string, error) {
-	msgs, next, err := c.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: c.opts.Stream, Group: c.opts.Group, Consumer: c.opts.Consumer,
-		MinIdle: c.opts.MinIdle, Start: cursor, Count: c.opts.Count,
-	}).Result()
+	next, msgs, gone, err := c.autoClaim(ctx, cursor)
 	if err != nil {
 		return cursor, err
 	}
+	c.deleted(ctx, gone)
 	c.handle(ctx, msgs, batch)
 	if next == "" {
 		next = "0-0"
