@@ -27,7 +27,9 @@ import (
 // outside the Guard. Set the response's header fields on w before calling
 // it. The outcomes (see the package documentation, "Recipes"):
 //
-//   - nil: the row and tx are committed; the response is sent and stored.
+//   - nil: the row and tx are committed; the response is sent and stored,
+//     even if the handler panics afterwards (the panic is logged; with
+//     http.ErrAbortHandler the response is stored and the connection cut).
 //   - an error matching backstop.ErrAlreadyCommitted: the key's effect
 //     was committed before (Redis had forgotten it); tx is rolled back,
 //     and the stored response is answered with its own status, header

@@ -143,7 +143,10 @@ type Options struct {
 //   - a request rejected before the handler (400, 401, 413, 422, 409,
 //     503) stores nothing;
 //   - a handler that panics gets the client a 500 and releases the key, so
-//     a retry runs it again; a 5xx response does too unless Store5xx,
+//     a retry runs it again (unless CommitResponse committed its effect
+//     before the panic: that response is then stored and sent, or stored
+//     and the connection cut for http.ErrAbortHandler); a 5xx response
+//     does too unless Store5xx,
 //     also one written after the handler's effect (say, because a call
 //     made with the request's context failed when the client hung up):
 //     once the effect has happened, answer its outcome;

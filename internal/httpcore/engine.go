@@ -697,7 +697,8 @@ type bufferedRun struct {
 // execute calls the handler (invoke) under the held lease, kept alive,
 // and stores or releases the outcome; the handler's context ends when
 // that write returns. A panic releases the key and answers 500 (or cuts
-// the response off when part of it is out).
+// the response off when part of it is out), unless CommitResponse
+// committed the effect before it: that response is then stored and sent.
 func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invoke func()) {
 	held := b.Held
 	lease := held.Lease()
@@ -714,6 +715,22 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			return
 		}
 		p := recover()
+		if c := rc.info.c; c != nil && c.stored != nil {
+			// CommitResponse committed the effect with its response
+			// before the panic: that response is the key's answer, and
+			// the client's, not a 500 that reads as a failed request.
+			m.opts.Logger.Error(m.log+"handler panicked after CommitResponse; its committed response is stored and sent",
+				append(m.logKey(lease.Key), "path", r.Path(), "panic", p)...)
+			m.end.Complete(held, c.stored, "path", r.Path())
+			switch p {
+			case nil:
+				return // runtime.Goexit: let it go on
+			case http.ErrAbortHandler:
+				panic(p) // stored; the connection is cut, as the handler asked
+			}
+			resp.Send()
+			return
+		}
 		m.end.Release(held)
 		if p == nil {
 			return // runtime.Goexit: let it go on
