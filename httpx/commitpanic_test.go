@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
@@ -68,6 +69,53 @@ func TestCommitResponseThenAbort(t *testing.T) {
 	if again.status != http.StatusCreated || !again.replayed() {
 		t.Fatalf("retry: %d replayed %v %q", again.status, again.replayed(), again.body)
 	}
+	if rows, _ := s.rows(t); rows != 1 {
+		t.Fatalf("%d charges, want 1", rows)
+	}
+}
+
+// A second CommitResponse after one that committed (a helper that commits
+// again on its own path) is refused and rolls its transaction back, but it
+// does not undo the first: the committed response stays the key's answer,
+// stored in Redis, not released for the handler to run again.
+func TestCommitResponseTwice(t *testing.T) {
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{})
+	second := make(chan error, 1)
+	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, err := s.db.BeginTx(r.Context(), nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		lease, _, _ := httpx.ClaimFrom(r.Context())
+		if _, err := tx.Exec(`INSERT INTO charges (idem_key, fence) VALUES ($1, $2)`, lease.Key.ID, lease.Fence); err != nil {
+			t.Error(err)
+		}
+		if err := httpx.CommitResponse(w, r, tx, s.b, http.StatusCreated, []byte(`{"charge":1}`)); err != nil {
+			t.Error(err)
+		}
+		again, err := s.db.BeginTx(r.Context(), nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		second <- httpx.CommitResponse(w, r, again, s.b, http.StatusCreated, []byte(`{"charge":1}`))
+	})
+	srv, c := serve(t, authenticate(httpx.Guard(s.g, httpx.Options{Logger: testenv.Logger(t),
+		Tenant: httpx.TenantFromContext[string](accountKey{}, nil)})(charge)))
+
+	first := chargeReq(t, c, srv.URL, "ch-twice")
+	if first.status != http.StatusCreated || first.replayed() {
+		t.Fatalf("first: %d %q", first.status, first.body)
+	}
+	if err := <-second; err == nil {
+		t.Fatal("the second CommitResponse returned nil")
+	}
+	rec, err := s.rs.Get(context.Background(), s.key("ch-twice"))
+	if err != nil || rec.State != guard.StateCompleted {
+		t.Fatalf("redis record %+v, %v; want completed with the first commit's response", rec, err)
+	}
+	sameResponse(t, "replay", first, chargeReq(t, c, srv.URL, "ch-twice"))
 	if rows, _ := s.rows(t); rows != 1 {
 		t.Fatalf("%d charges, want 1", rows)
 	}

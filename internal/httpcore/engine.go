@@ -780,8 +780,10 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	status := res.Status
 	var result []byte
 	switch {
-	case res.Release:
+	case res.Release && res.Stored == nil:
 		// CommitResponse answered without committing: nothing is final.
+		// (One that committed stays the answer, whatever a later call
+		// refused.)
 		m.end.Release(held)
 		resp.Send()
 		return
