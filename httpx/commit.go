@@ -50,8 +50,10 @@ import (
 //     another request; 422, nothing stored.
 //   - any other error: 500 (ProblemStoreError), nothing stored.
 //
-// A 5xx status is not committed unless Options.Store5xx: tx is rolled
-// back, the response is sent and the key released, as for any 5xx. A body
+// A status that releases the key (a 5xx, 408, 429 or 499: see
+// Options.Store5xx) is not committed unless Options.Store5xx: tx is rolled
+// back, the response is sent and the key released, as for any such
+// response. A body
 // over Options.MaxStoredResponse reaches the client, and the key keeps a
 // marker (replays say the response was not kept), in both stores.
 //

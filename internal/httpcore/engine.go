@@ -807,7 +807,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 			status = http.StatusOK
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
-	case status >= 500 && !m.opts.Store5xx:
+	case m.releases(status):
 		m.end.Release(held)
 		resp.Send()
 		return
@@ -826,6 +826,28 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		resp.Send()
 	}
 }
+
+// releases reports whether a response with status releases the key
+// rather than being stored: a 5xx, and the statuses that say the request
+// was not done and ask for it again (408 Request Timeout, 429 Too Many
+// Requests, 499 client closed request: grpcx's DeadlineExceeded,
+// ResourceExhausted and Canceled), unless Options.Store5xx. Stored, one
+// of these would answer the retry it asks for, under the same key, for
+// the whole TTL.
+func (m *Engine) releases(status int) bool {
+	if m.opts.Store5xx {
+		return false
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, statusClientClosed:
+		return true
+	}
+	return status >= 500
+}
+
+// statusClientClosed is nginx's 499 (the client closed the request), the
+// HTTP status of gRPC's Canceled.
+const statusClientClosed = 499
 
 // asksUpgrade reports whether r asks to switch protocols: an Upgrade
 // field, and "upgrade" among the Connection field's options (RFC 9110
