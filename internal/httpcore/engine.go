@@ -774,7 +774,8 @@ func (c *runContext) Value(key any) any {
 }
 
 // finish stores the handler's response (or a marker, or releases the key
-// for a 5xx or a 101) and then lets the held response go to the client.
+// for a status that releases it, or a 101) and then lets the held response
+// go to the client.
 func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	res := resp.Result()
 	status := res.Status
