@@ -63,8 +63,10 @@ type Options struct {
 	// when that is wrong). The choice is per Guard, so per route or route
 	// group.
 	Key KeySource
-	// Methods are the request methods that are guarded; others pass
-	// through untouched and never reach the store. Default POST and PATCH.
+	// Methods are the request methods that are guarded, in any case
+	// ("patch", as browsers' fetch sends PATCH, is guarded with PATCH,
+	// under its own spelling); others pass through untouched and never
+	// reach the store. Default POST and PATCH.
 	Methods []string
 	// Optional lets a request without a key through, unguarded. By default
 	// a guarded method without a key gets 400. It cannot be set with

@@ -274,7 +274,7 @@ type Begin struct {
 // fingerprint, the claim (with Wait), and answers a replay, 409, 422 or
 // 503 on w itself.
 func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
-	if !m.methods[r.Method()] {
+	if !m.guards(r.Method()) {
 		return Begin{Pass: true}
 	}
 	route := m.opts.Scope(r)
@@ -329,6 +329,22 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
+}
+
+// guards reports whether requests of method are guarded: a method of
+// Options.Methods, spelled in any case. A handler registered without a
+// method serves "patch" (as browsers' fetch sends PATCH) as it serves
+// PATCH; an exact match would let every copy of such a request run.
+func (m *Engine) guards(method string) bool {
+	if m.methods[method] {
+		return true
+	}
+	for g := range m.methods {
+		if strings.EqualFold(g, method) {
+			return true
+		}
+	}
+	return false
 }
 
 // requestKey finds the request's key where Options.Key says. It answers
