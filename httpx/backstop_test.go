@@ -394,6 +394,8 @@ func TestCommitResponseRules(t *testing.T) {
 		switch r.URL.Path {
 		case "/5xx":
 			err2 = httpx.CommitResponse(w, r, tx, b, http.StatusBadGateway, []byte("upstream down"))
+		case "/429":
+			err2 = httpx.CommitResponse(w, r, tx, b, http.StatusTooManyRequests, []byte("slow down"))
 		case "/wrote-first":
 			w.WriteHeader(http.StatusAccepted)
 			err2 = httpx.CommitResponse(w, r, tx, b, http.StatusCreated, []byte("x"))
@@ -426,6 +428,15 @@ func TestCommitResponseRules(t *testing.T) {
 	}
 	if v, _ := errs.Load("/5xx"); v == nil {
 		t.Fatal("5xx: CommitResponse returned nil")
+	}
+
+	// A 429 asks for the retry: not committed, released, as a 5xx.
+	r = do(t, c, "POST", srv.URL+"/429", "a", key("r-429")...)
+	if r.status != http.StatusTooManyRequests || string(r.body) != "slow down" || count("/429") != 0 {
+		t.Fatalf("429: %d %q, %d effects", r.status, r.body, count("/429"))
+	}
+	if _, err := e.g.Get(context.Background(), guard.Key{Scope: "POST /429", ID: "r-429"}); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("429: key %v, want released", err)
 	}
 
 	r = do(t, c, "POST", srv.URL+"/wrote-first", "a", key("r-wf")...)

@@ -68,7 +68,9 @@ type TransportOptions struct {
 // request whose method is in Methods and that has no key a new one, and
 // retries a keyed request with the same key after a transport error or a
 // 409, 429, 502, 503 or 504 response, with exponential backoff and full
-// jitter, honouring Retry-After (seconds or an HTTP date).
+// jitter, honouring Retry-After (seconds or an HTTP date). A replayed
+// response (Idempotent-Replayed: true) is returned whatever its status:
+// it is the key's stored answer, which asking again would only replay.
 //
 // A 409 that carries Retry-After means the key's first request is still
 // running: the transport asks again after min(Retry-After, InFlightDelay),
@@ -208,6 +210,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			wait = adapter.Backoff(t.opts.BaseDelay, t.opts.MaxDelay, attempt)
 			attempt++
 			inFlightSince = time.Time{}
+		case resp.Header.Get(ReplayedHeader) == "true":
+			// The key's stored answer: asking again can only replay it.
+			return resp, nil
 		case resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "":
 			// The key's first request is still running: ask again soon.
 			now := time.Now()

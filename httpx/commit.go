@@ -27,7 +27,9 @@ import (
 // outside the Guard. Set the response's header fields on w before calling
 // it. The outcomes (see the package documentation, "Recipes"):
 //
-//   - nil: the row and tx are committed; the response is sent and stored.
+//   - nil: the row and tx are committed; the response is sent and stored,
+//     even if the handler panics afterwards (the panic is logged; with
+//     http.ErrAbortHandler the response is stored and the connection cut).
 //   - an error matching backstop.ErrAlreadyCommitted: the key's effect
 //     was committed before (Redis had forgotten it); tx is rolled back,
 //     and the stored response is answered with its own status, header
@@ -48,8 +50,10 @@ import (
 //     another request; 422, nothing stored.
 //   - any other error: 500 (ProblemStoreError), nothing stored.
 //
-// A 5xx status is not committed unless Options.Store5xx: tx is rolled
-// back, the response is sent and the key released, as for any 5xx. A body
+// A status that releases the key (a 5xx, 408, 429 or 499: see
+// Options.Store5xx) is not committed unless Options.Store5xx: tx is rolled
+// back, the response is sent and the key released, as for any such
+// response. A body
 // over Options.MaxStoredResponse reaches the client, and the key keeps a
 // marker (replays say the response was not kept), in both stores.
 //

@@ -88,7 +88,8 @@
 //
 //   - Committed (nil): the charge, the key's row and the response are
 //     committed together; the response goes out and Redis stores the same
-//     bytes. After Redis forgets the key, the next request is answered
+//     bytes, even if the handler panics afterwards (the money moved: a
+//     500 would read as a failed payment). After Redis forgets the key, the next request is answered
 //     from PostgreSQL: the same status, header fields and body, with
 //     Idempotent-Replayed: true, and Redis learns it again.
 //   - backstop.ErrAlreadyCommitted: the key's effect was committed
@@ -121,5 +122,6 @@
 //
 // Transport is the client side: it gives POST and PATCH requests a key and
 // retries them with that same key, asking again about a key in flight
-// within a second.
+// within a second; a replayed answer (Idempotent-Replayed: true) is the
+// key's stored one, and is returned at once.
 package httpx

@@ -63,8 +63,10 @@ type Options struct {
 	// when that is wrong). The choice is per Guard, so per route or route
 	// group.
 	Key KeySource
-	// Methods are the request methods that are guarded; others pass
-	// through untouched and never reach the store. Default POST and PATCH.
+	// Methods are the request methods that are guarded, in any case
+	// ("patch", as browsers' fetch sends PATCH, is guarded with PATCH,
+	// under its own spelling); others pass through untouched and never
+	// reach the store. Default POST and PATCH.
 	Methods []string
 	// Optional lets a request without a key through, unguarded. By default
 	// a guarded method without a key gets 400. It cannot be set with
@@ -95,7 +97,11 @@ type Options struct {
 	// hop-by-hop fields (see DefaultReplayHeader for the whole rule).
 	ReplayHeader func(name string) bool
 	// Store5xx keeps 5xx responses like any other. By default a 5xx
-	// releases the key, so a retry runs the handler again.
+	// releases the key, so a retry runs the handler again; so do the
+	// statuses that say the request was not done and ask for it again:
+	// 408 Request Timeout, 429 Too Many Requests and 499 (client closed
+	// request), as grpcx's DefaultRelease releases DeadlineExceeded,
+	// ResourceExhausted and Canceled. Store5xx keeps those too.
 	Store5xx bool
 	// InFlightStatus is the status for a key whose first request still
 	// runs. Default 409 Conflict; some APIs use 429. Its Retry-After says
@@ -143,7 +149,10 @@ type Options struct {
 //   - a request rejected before the handler (400, 401, 413, 422, 409,
 //     503) stores nothing;
 //   - a handler that panics gets the client a 500 and releases the key, so
-//     a retry runs it again; a 5xx response does too unless Store5xx,
+//     a retry runs it again (unless CommitResponse committed its effect
+//     before the panic: that response is then stored and sent, or stored
+//     and the connection cut for http.ErrAbortHandler); a 5xx, 408, 429
+//     or 499 response does too unless Store5xx,
 //     also one written after the handler's effect (say, because a call
 //     made with the request's context failed when the client hung up):
 //     once the effect has happened, answer its outcome;

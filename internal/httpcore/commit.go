@@ -49,11 +49,11 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 		// the committed response has it too.
 		h.Set("Content-Type", http.DetectContentType(body))
 	}
-	if status >= 500 && !m.opts.Store5xx {
+	if m.releases(status) {
 		_ = tx.Rollback()
 		c.release = true
 		c.writeSealed(status, body)
-		return fmt.Errorf("httpx: status %d not committed (Options.Store5xx is off); transaction rolled back, key released", status)
+		return fmt.Errorf("httpx: status %d not committed (it releases the key: Options.Store5xx is off); transaction rolled back, key released", status)
 	}
 	var result []byte
 	var trailers []snapField

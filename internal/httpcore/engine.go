@@ -274,7 +274,7 @@ type Begin struct {
 // fingerprint, the claim (with Wait), and answers a replay, 409, 422 or
 // 503 on w itself.
 func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
-	if !m.methods[r.Method()] {
+	if !m.guards(r.Method()) {
 		return Begin{Pass: true}
 	}
 	route := m.opts.Scope(r)
@@ -329,6 +329,22 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
+}
+
+// guards reports whether requests of method are guarded: a method of
+// Options.Methods, spelled in any case. A handler registered without a
+// method serves "patch" (as browsers' fetch sends PATCH) as it serves
+// PATCH; an exact match would let every copy of such a request run.
+func (m *Engine) guards(method string) bool {
+	if m.methods[method] {
+		return true
+	}
+	for g := range m.methods {
+		if strings.EqualFold(g, method) {
+			return true
+		}
+	}
+	return false
 }
 
 // requestKey finds the request's key where Options.Key says. It answers
@@ -697,7 +713,8 @@ type bufferedRun struct {
 // execute calls the handler (invoke) under the held lease, kept alive,
 // and stores or releases the outcome; the handler's context ends when
 // that write returns. A panic releases the key and answers 500 (or cuts
-// the response off when part of it is out).
+// the response off when part of it is out), unless CommitResponse
+// committed the effect before it: that response is then stored and sent.
 func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invoke func()) {
 	held := b.Held
 	lease := held.Lease()
@@ -714,6 +731,22 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			return
 		}
 		p := recover()
+		if c := rc.info.c; c != nil && c.stored != nil {
+			// CommitResponse committed the effect with its response
+			// before the panic: that response is the key's answer, and
+			// the client's, not a 500 that reads as a failed request.
+			m.opts.Logger.Error(m.log+"handler panicked after CommitResponse; its committed response is stored and sent",
+				append(m.logKey(lease.Key), "path", r.Path(), "panic", p)...)
+			m.end.Complete(held, c.stored, "path", r.Path())
+			switch p {
+			case nil:
+				return // runtime.Goexit: let it go on
+			case http.ErrAbortHandler:
+				panic(p) // stored; the connection is cut, as the handler asked
+			}
+			resp.Send()
+			return
+		}
 		m.end.Release(held)
 		if p == nil {
 			return // runtime.Goexit: let it go on
@@ -757,14 +790,17 @@ func (c *runContext) Value(key any) any {
 }
 
 // finish stores the handler's response (or a marker, or releases the key
-// for a 5xx or a 101) and then lets the held response go to the client.
+// for a status that releases it, or a 101) and then lets the held response
+// go to the client.
 func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 	res := resp.Result()
 	status := res.Status
 	var result []byte
 	switch {
-	case res.Release:
+	case res.Release && res.Stored == nil:
 		// CommitResponse answered without committing: nothing is final.
+		// (One that committed stays the answer, whatever a later call
+		// refused.)
 		m.end.Release(held)
 		resp.Send()
 		return
@@ -788,7 +824,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 			status = http.StatusOK
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
-	case status >= 500 && !m.opts.Store5xx:
+	case m.releases(status):
 		m.end.Release(held)
 		resp.Send()
 		return
@@ -807,6 +843,28 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		resp.Send()
 	}
 }
+
+// releases reports whether a response with status releases the key
+// rather than being stored: a 5xx, and the statuses that say the request
+// was not done and ask for it again (408 Request Timeout, 429 Too Many
+// Requests, 499 client closed request: grpcx's DeadlineExceeded,
+// ResourceExhausted and Canceled), unless Options.Store5xx. Stored, one
+// of these would answer the retry it asks for, under the same key, for
+// the whole TTL.
+func (m *Engine) releases(status int) bool {
+	if m.opts.Store5xx {
+		return false
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, statusClientClosed:
+		return true
+	}
+	return status >= 500
+}
+
+// statusClientClosed is nginx's 499 (the client closed the request), the
+// HTTP status of gRPC's Canceled.
+const statusClientClosed = 499
 
 // asksUpgrade reports whether r asks to switch protocols: an Upgrade
 // field, and "upgrade" among the Connection field's options (RFC 9110
