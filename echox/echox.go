@@ -17,7 +17,8 @@
 // The scope of a key is the caller, the method and the route pattern Echo
 // matched (c.Path()). An error the handler returns is rendered by Echo's
 // HTTPErrorHandler inside the guarded run (c.Error), so it is part of the
-// response: a 4xx is stored and replayed, a 5xx releases the key; the
+// response: a 4xx is stored and replayed, a 5xx (and a 408, 429 or 499,
+// which ask for the retry) releases the key; the
 // middleware then returns nil. The handler writes to an echo.Response of
 // its own: the fields a Before hook it registers sets are its response's
 // (stored and replayed); the hooks of middleware outside the guard run

@@ -28,7 +28,7 @@
 // (SetBodyStreamWriter) is sent but not kept (replays say so). An error a
 // handler returns is rendered by the app's ErrorHandler inside the guarded
 // run, so it is part of the response: a 4xx is stored and replayed, a 5xx
-// releases the key; the middleware then returns nil. Fiber's BodyLimit
+// (and a 408, 429 or 499, which ask for the retry) releases the key; the middleware then returns nil. Fiber's BodyLimit
 // (4 MiB by default) answers larger bodies before the guard sees them.
 // A handler that switches protocols (a WebSocket, through fasthttp's
 // Hijack, answering 101 or writing its own on the connection) stores
