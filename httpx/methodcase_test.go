@@ -38,3 +38,26 @@ func TestMethodSpelling(t *testing.T) {
 		t.Fatalf("get: replayed %v, runs %d", r.replayed(), runs.Load())
 	}
 }
+
+// TestMethodSpellingOneScope: a retry that spells the guarded method
+// otherwise than its first request ("PATCH", then "patch") reaches the
+// same handler, so it is under the same key's scope: it is not run a
+// second time (the fingerprint, which keeps the method as sent, tells
+// the two apart: 422).
+func TestMethodSpellingOneScope(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/items/{id}", guarded(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "updated %d", runs.Add(1))
+	}), httpx.Options{}))
+	srv, c := serve(t, mux)
+	first := do(t, c, "PATCH", srv.URL+"/items/1", "a", key("one-scope")...)
+	again := do(t, c, "patch", srv.URL+"/items/1", "a", key("one-scope")...)
+	if first.status != http.StatusOK || runs.Load() != 1 {
+		t.Fatalf("first %d %q, runs %d", first.status, first.body, runs.Load())
+	}
+	if again.status != http.StatusUnprocessableEntity {
+		t.Fatalf("patch after PATCH under one key: %d %q (runs %d), want 422", again.status, again.body, runs.Load())
+	}
+}

@@ -64,8 +64,8 @@ type Options struct {
 	// group.
 	Key KeySource
 	// Methods are the request methods that are guarded, in any case
-	// ("patch", as browsers' fetch sends PATCH, is guarded with PATCH,
-	// under its own spelling); others pass through untouched and never
+	// ("patch", as browsers' fetch sends PATCH, is guarded as PATCH,
+	// under PATCH's default scope); others pass through untouched and never
 	// reach the store. Default POST and PATCH.
 	Methods []string
 	// Optional lets a request without a key through, unguarded. By default
@@ -250,7 +250,7 @@ func (h *guardedHandler) IdempotencyPolicy() inventory.Policy { return h.m.Polic
 // Unwrap returns the handler the guard runs.
 func (h *guardedHandler) Unwrap() http.Handler { return h.next }
 
-// DefaultScope is the method and the route pattern the router matched
+// DefaultScope is the method, in upper case, and the route pattern the router matched
 // (r.Pattern, set by ServeMux and by chi for route-level middleware), or the
 // escaped path when no pattern is known (chi's r.Use, gorilla/mux).
 func DefaultScope(r *http.Request) string { return httpcore.DefaultScope(httpcore.NetRequest{R: r}) }

@@ -214,13 +214,16 @@ func (m *Engine) makePolicy(methods []string) inventory.Policy {
 	return p
 }
 
-// DefaultScope is the method and the route pattern the router matched
-// (Request.Route), or the escaped path when no pattern is known. A
-// pattern that starts with a method (ServeMux's "POST /orders") has it
-// replaced by the request's.
+// DefaultScope is the method, in upper case, and the route pattern the
+// router matched (Request.Route), or the escaped path when no pattern is
+// known. A pattern that starts with a method (ServeMux's "POST /orders")
+// has it replaced by the request's. The case is dropped because a handler
+// registered without a method serves "patch" as it serves PATCH: a retry
+// spelled otherwise than its first request is under the same key (and
+// the fingerprint, which keeps the method as sent, answers 422).
 func DefaultScope(r Request) string {
 	route := r.Route()
-	method := r.Method()
+	method := strings.ToUpper(r.Method()) // as is, without allocating, when upper already
 	if route == "" {
 		route = r.EscapedPath()
 	} else if i := strings.IndexAny(route, " \t"); i >= 0 {
