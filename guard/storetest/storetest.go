@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"Exhausted", c.exhausted},
 		{"ReleaseFirstAttempt", c.releaseFirst},
 		{"ReleaseLaterAttempt", c.releaseLater},
+		{"RetriedAfterTakeover", c.retriedAfterTakeover}, // retries.go
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
