@@ -176,6 +176,8 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	if err := checkClaim(req); err != nil {
 		return guard.Outcome{}, err
 	}
+	// From here on, the fingerprint as the row keeps it (any bytes).
+	req.Fingerprint = StoredText(req.Fingerprint)
 	// A claimed row is kept until its lease ends and for the TTL after
 	// that, as the Redis store keeps a pending record (retention + lease):
 	// a TTL shorter than the lease must not forget an abandoned claim
@@ -285,7 +287,11 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 		if recovering {
 			return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: "lease expired"}, actExhaust, nil
 		}
-		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: r.lastErr.String}, actNone, nil
+		reason, err := readText(req.Key, "last_error", r.lastErr.String)
+		if err != nil {
+			return guard.Outcome{}, actNone, err
+		}
+		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: reason}, actNone, nil
 	}
 	return r.withSteps(acquired(req, r.fence.Int64+1, attempt+1, recovering), actRetake)
 }
@@ -341,7 +347,7 @@ func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, 
 
 // Fail implements guard.Store.
 func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return s.finish(ctx, "fail", s.q.fail, "failed", true, lease, reason, ttl)
+	return s.finish(ctx, "fail", s.q.fail, "failed", true, lease, StoredText(reason), ttl)
 }
 
 // finish moves the holder's pending record to state; repeating it after it
@@ -440,6 +446,12 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 		return guard.Record{}, fmt.Errorf("%w: %s has state %q", guard.ErrCorrupt, key, status)
 	}
 	rec.State = st
+	if rec.Fingerprint, err = readText(key, "fingerprint", rec.Fingerprint); err != nil {
+		return guard.Record{}, err
+	}
+	if rec.LastError, err = readText(key, "last_error", rec.LastError); err != nil {
+		return guard.Record{}, err
+	}
 	if st == guard.StatePending && leftUS > 0 {
 		rec.LeaseLeft = time.Duration(leftUS) * time.Microsecond
 	}

@@ -112,6 +112,7 @@ func Run(t *testing.T, h Harness) {
 		{"LongFingerprints", c.longFingerprints},
 		{"TokenShapes", c.tokenShapes},
 		{"LargeValues", c.largeValues},
+		{"BinaryValues", c.binaryValues}, // bytes.go
 		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
