@@ -39,7 +39,7 @@ func TestClaimCommitReplyLost(t *testing.T) {
 	}
 
 	r.Token = "B"
-	p.LoseReply("COMMIT")
+	p.LoseReply("COMMIT\x00") // the statement, not BEGIN ISOLATION LEVEL READ COMMITTED
 	out, err := s.Claim(ctx, r)
 	p.KeepReplies()
 	if p.Cuts() != 1 {

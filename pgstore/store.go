@@ -190,8 +190,8 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	for range 8 {
 		var inserted int
 		var r claimRow
-		err := s.db.QueryRowContext(ctx, s.q.claimNew, req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS).
-			Scan(append([]any{&inserted}, r.dest()...)...)
+		err := s.queryRow(ctx, s.q.claimNew, []any{req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS},
+			append([]any{&inserted}, r.dest()...)...)
 		if err != nil {
 			return guard.Outcome{}, dbErr(ctx, "claim", err)
 		}
@@ -300,7 +300,10 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 // and makes the write the decision needs. found is false when the row is
 // gone.
 func (s *Store) claimLocked(ctx context.Context, req guard.ClaimRequest, leaseUS, keepUS int64) (out guard.Outcome, found bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// READ COMMITTED, whatever the database's default: the row lock
+	// orders the claims of one key, and each reads what the one before
+	// it committed (a stricter level would refuse it instead).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return out, false, dbErr(ctx, "claim", err)
 	}
@@ -358,7 +361,7 @@ func (s *Store) finish(ctx context.Context, what, q, state string, byPtok bool, 
 	if ttl <= 0 {
 		return fmt.Errorf("pgstore: %s: ttl %s is not positive", what, ttl)
 	}
-	res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token, value, ttl.Microseconds())
+	res, err := s.exec(ctx, q, key.Scope, key.ID, token, value, ttl.Microseconds())
 	if err != nil {
 		return dbErr(ctx, what, err)
 	}
@@ -367,7 +370,7 @@ func (s *Store) finish(ctx context.Context, what, q, state string, byPtok bool, 
 	}
 	var st string
 	var holds bool
-	err = s.db.QueryRowContext(ctx, s.q.checkDone, key.Scope, key.ID, token).Scan(&st, &holds)
+	err = s.queryRow(ctx, s.q.checkDone, []any{key.Scope, key.ID, token}, &st, &holds)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return guard.ErrLeaseLost
@@ -388,7 +391,7 @@ func (s *Store) finish(ctx context.Context, what, q, state string, byPtok bool, 
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	key, token := lease.Key, lease.Token
 	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {
-		res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token)
+		res, err := s.exec(ctx, q, key.Scope, key.ID, token)
 		if err != nil {
 			return dbErr(ctx, "release", err)
 		}
@@ -397,7 +400,7 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 		}
 	}
 	var st, tok, ptok string
-	err := s.db.QueryRowContext(ctx, s.q.releaseCheck, key.Scope, key.ID).Scan(&st, &tok, &ptok)
+	err := s.queryRow(ctx, s.q.releaseCheck, []any{key.Scope, key.ID}, &st, &tok, &ptok)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // already gone
@@ -417,7 +420,7 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 	if d <= 0 {
 		return fmt.Errorf("pgstore: extend: lease %s is not positive", d)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
+	res, err := s.exec(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
 	if err != nil {
 		return dbErr(ctx, "extend", err)
 	}
@@ -433,7 +436,7 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	var status string
 	var leftUS, ttlUS int64
 	var steps []byte
-	err := s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.ID).Scan(&rec.Fingerprint, &status, &rec.Token,
+	err := s.queryRow(ctx, s.q.get, []any{key.Scope, key.ID}, &rec.Fingerprint, &status, &rec.Token,
 		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &rec.LastError, &leftUS, &ttlUS, &steps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return guard.Record{}, guard.ErrNotFound
