@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
@@ -76,5 +77,16 @@ const (
 var (
 	dur     = pgsql.Dur
 	untilUS = pgsql.UntilUS
-	dbErr   = pgsql.Err
 )
+
+// dbErr is pgsql.Err, with a statement the driver cancelled because ctx
+// ended (lib/pq sends PostgreSQL a cancel request and returns its answer,
+// SQLSTATE 57014 query_canceled) reported as ctx's end, as a call that
+// never began is: a deadline as guard.ErrUnavailable, a cancellation as
+// context.Canceled.
+func dbErr(ctx context.Context, what string, err error) error {
+	if code, _ := pgsql.SQLState(err); code == "57014" && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
+	}
+	return pgsql.Err(ctx, what, err)
+}
