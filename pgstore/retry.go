@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/sqlstate"
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // The Store's statements run one at a time, each in a transaction of its
@@ -40,7 +40,7 @@ func retrySerialization(ctx context.Context, run func() error) error {
 	pause := time.Millisecond
 	for i := 0; ; i++ {
 		err := run()
-		if err == nil || i == serializationRetries || !sqlstate.Retryable(err) {
+		if err == nil || i == serializationRetries || !lostRace(err) {
 			return err
 		}
 		t := time.NewTimer(pause + rand.N(pause))
@@ -52,4 +52,10 @@ func retrySerialization(ctx context.Context, run func() error) error {
 		}
 		pause = min(2*pause, 32*time.Millisecond)
 	}
+}
+
+// lostRace reports a serialization failure (40001) or a deadlock (40P01).
+func lostRace(err error) bool {
+	code, _ := pgsql.SQLState(err)
+	return code == "40001" || code == "40P01"
 }
