@@ -216,6 +216,7 @@ func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fi
 	if result == nil {
 		result = []byte{}
 	}
+	fingerprint = pgstore.StoredText(fingerprint) // as the keys table keeps it: any bytes
 	// An unguarded lease's row is stored with fence 1, the least a row
 	// has: it is completed at once, and 1 replaces no holder's row (at
 	// least 1, with another token), as 0 would not.
@@ -408,9 +409,10 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 		keep = math.MaxInt64
 	}
 	keepUS := keep.Microseconds()
+	storedFP := pgstore.StoredText(req.Fingerprint) // as the keys table keeps it: any bytes
 	for range 4 {
 		var fence int64
-		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, req.Fingerprint, lease.Token,
+		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, storedFP, lease.Token,
 			lease.Fence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
 		if err == nil {
 			return markResult{fence: fence}, nil
@@ -429,7 +431,7 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 		if err != nil {
 			return markResult{}, dbErr(ctx, "mark", err)
 		}
-		if fp != req.Fingerprint {
+		if fp != storedFP {
 			return markResult{mismatch: true}, nil
 		}
 		if status == "completed" {

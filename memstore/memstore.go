@@ -98,11 +98,12 @@ const releaseMemory = time.Minute
 const sweepBatch = 16
 
 // Store is a guard.Store in process memory. It is safe for concurrent use;
-// every call is atomic (one mutex guards all records). See the package
+// every call is atomic (one mutex guards all records). The zero value is
+// an empty store, as New(Options{}) returns. See the package
 // documentation for what it does not guarantee: nothing across processes,
 // nothing across a restart.
 type Store struct {
-	now        func() time.Time
+	now        func() time.Time // nil: time.Now (the zero Store)
 	maxRecords int
 	maxBytes   int64
 
@@ -208,7 +209,7 @@ func checkClaim(req guard.ClaimRequest) error {
 }
 
 func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.lookup(req.Key, now)
 
@@ -299,6 +300,9 @@ func (s *Store) claimNew(req guard.ClaimRequest, tomb *entry, now, leaseUntil, e
 	}
 	e.size = e.estimate()
 	s.bytes += e.size
+	if s.records == nil { // the zero Store
+		s.records = make(map[guard.Key]*entry)
+	}
 	s.records[key] = e
 	heap.Push(&s.expiry, e)
 	return acquired(e), nil
@@ -356,7 +360,7 @@ func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, 
 	stored := append([]byte{}, result...) // non-nil: an empty result is a result
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
 	switch {
@@ -388,7 +392,7 @@ func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
 	switch {
@@ -424,7 +428,7 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
 	switch {
@@ -469,7 +473,7 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
 	if e == nil || e.state != guard.StatePending || e.token != lease.Token {
@@ -489,7 +493,7 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 		return guard.Record{}, err
 	}
 	s.mu.Lock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.lookup(key, now)
 	if e == nil || e.state == released {
@@ -535,6 +539,14 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Records: len(s.records) - s.tombs.Len(), Released: s.tombs.Len(), Bytes: s.bytes}
+}
+
+// clock is Options.Now's time, or the real clock's in a zero Store.
+func (s *Store) clock() time.Time {
+	if s.now == nil {
+		return time.Now()
+	}
+	return s.now()
 }
 
 // lookup returns key's entry, removing it if it has expired.

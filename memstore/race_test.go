@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/guard/storetest"
 	"github.com/idemguard/idemguard/memstore"
 )
 
@@ -148,4 +149,11 @@ func TestRaceThroughGuard(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls answered, %d retried (in progress or first-run failures)", answered.Load(), retries.Load())
+}
+
+// TestLeasesNeverOverlap: on the real clock, holders that fail, release
+// or die (and are recovered once their lease ran out) never hold the key
+// at once, and fences grow.
+func TestLeasesNeverOverlap(t *testing.T) {
+	storetest.LeasesNeverOverlap(t, memstore.New(memstore.Options{}), 50*time.Millisecond, 16, 2*time.Second)
 }

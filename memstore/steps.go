@@ -26,7 +26,7 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock()
 	s.sweep(now, sweepBatch)
 	e := s.held(lease, now)
 	if e == nil || e.state != guard.StatePending || e.token != lease.Token {

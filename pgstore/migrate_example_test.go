@@ -31,6 +31,7 @@ func ExampleNewMigrator() {
 	// 2 consumed_messages
 	// 3 webhook_deliveries
 	// 4 steps
+	// 5 ptok
 }
 
 // Migrate at start-up; it is a no-op when the tables are current.

@@ -46,7 +46,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if err := pgstore.Migrate(ctx, db, opts); err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if v, _ := m.Version(ctx); v != m.Latest() || v != 4 {
+	if v, _ := m.Version(ctx); v != m.Latest() || v != 5 {
 		t.Fatalf("version after up = %d, want %d", v, m.Latest())
 	}
 	var applied1 string
@@ -127,11 +127,11 @@ func TestMigrateSteps(t *testing.T) {
 	if err := m.Steps(ctx, 1); err != nil || version() != 1 || !tableExists(t, db, "idemguard_keys") || tableExists(t, db, "idemguard_consumed_messages") {
 		t.Fatalf("after 1 step up: version %d, %v", version(), err)
 	}
-	if err := m.Steps(ctx, 5); err == nil || version() != 4 {
-		t.Fatalf("5 steps from 1 = %v at version %d, want an error at 4", err, version())
+	if err := m.Steps(ctx, 6); err == nil || version() != 5 {
+		t.Fatalf("6 steps from 1 = %v at version %d, want an error at 5", err, version())
 	}
-	if err := m.Steps(ctx, -3); err != nil || version() != 1 || tableExists(t, db, "idemguard_webhook_deliveries") || tableExists(t, db, "idemguard_steps") {
-		t.Fatalf("3 steps down: version %d, %v", version(), err)
+	if err := m.Steps(ctx, -4); err != nil || version() != 1 || tableExists(t, db, "idemguard_webhook_deliveries") || tableExists(t, db, "idemguard_steps") {
+		t.Fatalf("4 steps down: version %d, %v", version(), err)
 	}
 	if err := m.Steps(ctx, -1); err != nil || version() != 0 || tableExists(t, db, "idemguard_keys") {
 		t.Fatalf("last step down: version %d, %v", version(), err)
@@ -157,8 +157,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	var n int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 4 {
-		t.Fatalf("versions recorded = %d, %v; want 4", n, err)
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 5 {
+		t.Fatalf("versions recorded = %d, %v; want 5", n, err)
 	}
 }
 

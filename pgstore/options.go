@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
@@ -76,5 +77,26 @@ const (
 var (
 	dur     = pgsql.Dur
 	untilUS = pgsql.UntilUS
-	dbErr   = pgsql.Err
 )
+
+// dbErr is pgsql.Err, with a statement the driver cancelled because ctx
+// ended (lib/pq sends PostgreSQL a cancel request and returns its answer,
+// SQLSTATE 57014 query_canceled) reported as ctx's end, as a call that
+// never began is: a deadline as guard.ErrUnavailable, a cancellation as
+// context.Canceled.
+//
+// A column the statement names that the table lacks (42703,
+// undefined_column) means tables migrated by an older release: its error
+// says to migrate.
+func dbErr(ctx context.Context, what string, err error) error {
+	switch code, _ := pgsql.SQLState(err); {
+	case code == "57014" && ctx.Err() != nil:
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
+	case code == "42703":
+		return fmt.Errorf("postgres %s: %w (%s)", what, err, oldSchemaHint)
+	}
+	return pgsql.Err(ctx, what, err)
+}
+
+const oldSchemaHint = "the tables lack a column: an older release migrated them; " +
+	"bring them to the latest version with pgstore.Migrate or the command idemguard migrate up, given the same Schema and TablePrefix"

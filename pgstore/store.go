@@ -88,7 +88,11 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 			FROM (SELECT 1) AS one LEFT JOIN ` + k + ` ON scope = $1 AND id = $2`,
 		selectForUpdate: `SELECT ` + claimColumns + ` FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 lease µs, $6 keep µs
+		// ptok: a released first attempt's row (pending without a lease;
+		// releaseFirst) names its releaser, as the Redis store's released
+		// marker does, so that a retry of that release still answers OK.
 		resetExpired: `UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
+				ptok = CASE WHEN status = 'pending' AND leased_until IS NULL THEN token ELSE '' END,
 				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
 				leased_until = ` + clockNow + ` + ` + dur("$5") + `,
 				created_at = ` + clockNow + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
@@ -101,8 +105,12 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$3") + ` + (expires_at - leased_until))
 			WHERE scope = $1 AND id = $2`,
 		exhaust: `UPDATE ` + k + ` SET status = 'failed', last_error = $3, leased_until = NULL WHERE scope = $1 AND id = $2`,
-		// $1 scope, $2 id, $3 token, $4 recovered, $5 lease µs, $6 keep µs
+		// $1 scope, $2 id, $3 token, $4 recovered, $5 lease µs, $6 keep µs.
+		// ptok: the holder that ended its claim by a failure or a release
+		// (not one whose lease ran out), so that a retry of that call still
+		// answers OK after this claim took the key over.
 		retake: `UPDATE ` + k + ` SET status = 'pending', token = $3, fence = fence + 1, attempt = attempt + 1,
+				ptok = CASE WHEN status = 'failed' THEN token ELSE '' END,
 				recovered = $4, leased_until = ` + clockNow + ` + ` + dur("$5") + `, expires_at = ` + clockNow + ` + ` + dur("$6") + `
 			WHERE scope = $1 AND id = $2`,
 		// $1 scope, $2 id, $3 token, $4 result, $5 ttl µs
@@ -113,7 +121,9 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		fail: `UPDATE ` + k + ` SET status = 'failed', last_error = $4, leased_until = NULL,
 				expires_at = ` + clockNow + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
-		checkDone: `SELECT status FROM ` + k + ` WHERE scope = $1 AND id = $2 AND token = $3 AND ` + live,
+		// The record's state and whether the caller holds it, when it holds
+		// it or held it before the current holder (ptok).
+		checkDone: `SELECT status, token = $3 FROM ` + k + ` WHERE scope = $1 AND id = $2 AND (token = $3 OR ptok = $3) AND ` + live,
 		// A released first attempt reads as absent: its row is expired,
 		// not deleted, so its fence still grows on the next claim (a first
 		// attempt after retention passed has a fence above 1; deleting
@@ -126,7 +136,7 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0 AND ` + live,
 		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
-		releaseCheck: `SELECT status, token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
+		releaseCheck: `SELECT status, token, ptok FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 lease µs
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + (expires_at - leased_until))
@@ -166,6 +176,8 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	if err := checkClaim(req); err != nil {
 		return guard.Outcome{}, err
 	}
+	// From here on, the fingerprint as the row keeps it (any bytes).
+	req.Fingerprint = StoredText(req.Fingerprint)
 	// A claimed row is kept until its lease ends and for the TTL after
 	// that, as the Redis store keeps a pending record (retention + lease):
 	// a TTL shorter than the lease must not forget an abandoned claim
@@ -178,8 +190,8 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	for range 8 {
 		var inserted int
 		var r claimRow
-		err := s.db.QueryRowContext(ctx, s.q.claimNew, req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS).
-			Scan(append([]any{&inserted}, r.dest()...)...)
+		err := s.queryRow(ctx, s.q.claimNew, []any{req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS},
+			append([]any{&inserted}, r.dest()...)...)
 		if err != nil {
 			return guard.Outcome{}, dbErr(ctx, "claim", err)
 		}
@@ -275,7 +287,11 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 		if recovering {
 			return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: "lease expired"}, actExhaust, nil
 		}
-		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: r.lastErr.String}, actNone, nil
+		reason, err := readText(req.Key, "last_error", r.lastErr.String)
+		if err != nil {
+			return guard.Outcome{}, actNone, err
+		}
+		return guard.Outcome{Status: guard.Exhausted, Attempts: attempt, LastError: reason}, actNone, nil
 	}
 	return r.withSteps(acquired(req, r.fence.Int64+1, attempt+1, recovering), actRetake)
 }
@@ -284,7 +300,10 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 // and makes the write the decision needs. found is false when the row is
 // gone.
 func (s *Store) claimLocked(ctx context.Context, req guard.ClaimRequest, leaseUS, keepUS int64) (out guard.Outcome, found bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// READ COMMITTED, whatever the database's default: the row lock
+	// orders the claims of one key, and each reads what the one before
+	// it committed (a stricter level would refuse it instead).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return out, false, dbErr(ctx, "claim", err)
 	}
@@ -326,22 +345,23 @@ func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, 
 	if result == nil {
 		result = []byte{}
 	}
-	return s.finish(ctx, "complete", s.q.complete, "completed", lease, result, ttl)
+	return s.finish(ctx, "complete", s.q.complete, "completed", false, lease, result, ttl)
 }
 
 // Fail implements guard.Store.
 func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return s.finish(ctx, "fail", s.q.fail, "failed", lease, reason, ttl)
+	return s.finish(ctx, "fail", s.q.fail, "failed", true, lease, StoredText(reason), ttl)
 }
 
 // finish moves the holder's pending record to state; repeating it after it
-// succeeded succeeds again.
-func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.Lease, value any, ttl time.Duration) error {
+// succeeded succeeds again, and so does repeating a failure (byPtok) after
+// another claim took the key over from it (the record's ptok).
+func (s *Store) finish(ctx context.Context, what, q, state string, byPtok bool, lease guard.Lease, value any, ttl time.Duration) error {
 	key, token := lease.Key, lease.Token
 	if ttl <= 0 {
 		return fmt.Errorf("pgstore: %s: ttl %s is not positive", what, ttl)
 	}
-	res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token, value, ttl.Microseconds())
+	res, err := s.exec(ctx, q, key.Scope, key.ID, token, value, ttl.Microseconds())
 	if err != nil {
 		return dbErr(ctx, what, err)
 	}
@@ -349,14 +369,17 @@ func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.L
 		return nil
 	}
 	var st string
-	err = s.db.QueryRowContext(ctx, s.q.checkDone, key.Scope, key.ID, token).Scan(&st)
+	var holds bool
+	err = s.queryRow(ctx, s.q.checkDone, []any{key.Scope, key.ID, token}, &st, &holds)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return guard.ErrLeaseLost
 	case err != nil:
 		return dbErr(ctx, what, err)
-	case st == state:
-		return nil
+	case holds && st == state:
+		return nil // the same call again
+	case !holds && byPtok && token != "":
+		return nil // a retry of this failure, after another claim took the key over
 	}
 	return guard.ErrLeaseLost
 }
@@ -368,7 +391,7 @@ func (s *Store) finish(ctx context.Context, what, q, state string, lease guard.L
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	key, token := lease.Key, lease.Token
 	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {
-		res, err := s.db.ExecContext(ctx, q, key.Scope, key.ID, token)
+		res, err := s.exec(ctx, q, key.Scope, key.ID, token)
 		if err != nil {
 			return dbErr(ctx, "release", err)
 		}
@@ -376,8 +399,8 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 			return nil
 		}
 	}
-	var st, tok string
-	err := s.db.QueryRowContext(ctx, s.q.releaseCheck, key.Scope, key.ID).Scan(&st, &tok)
+	var st, tok, ptok string
+	err := s.queryRow(ctx, s.q.releaseCheck, []any{key.Scope, key.ID}, &st, &tok, &ptok)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // already gone
@@ -385,6 +408,8 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 		return dbErr(ctx, "release", err)
 	case tok == token && st == "failed":
 		return nil // released before
+	case tok != token && ptok == token && token != "":
+		return nil // a retry of this release, after another claim took the key over
 	}
 	return guard.ErrLeaseLost
 }
@@ -395,7 +420,7 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 	if d <= 0 {
 		return fmt.Errorf("pgstore: extend: lease %s is not positive", d)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
+	res, err := s.exec(ctx, s.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token, d.Microseconds())
 	if err != nil {
 		return dbErr(ctx, "extend", err)
 	}
@@ -411,7 +436,7 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	var status string
 	var leftUS, ttlUS int64
 	var steps []byte
-	err := s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.ID).Scan(&rec.Fingerprint, &status, &rec.Token,
+	err := s.queryRow(ctx, s.q.get, []any{key.Scope, key.ID}, &rec.Fingerprint, &status, &rec.Token,
 		&rec.Fence, &rec.Attempt, &rec.Recovered, &rec.Result, &rec.LastError, &leftUS, &ttlUS, &steps)
 	if errors.Is(err, sql.ErrNoRows) {
 		return guard.Record{}, guard.ErrNotFound
@@ -424,6 +449,12 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 		return guard.Record{}, fmt.Errorf("%w: %s has state %q", guard.ErrCorrupt, key, status)
 	}
 	rec.State = st
+	if rec.Fingerprint, err = readText(key, "fingerprint", rec.Fingerprint); err != nil {
+		return guard.Record{}, err
+	}
+	if rec.LastError, err = readText(key, "last_error", rec.LastError); err != nil {
+		return guard.Record{}, err
+	}
 	if st == guard.StatePending && leftUS > 0 {
 		rec.LeaseLeft = time.Duration(leftUS) * time.Microsecond
 	}

@@ -46,7 +46,7 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 	k := lease.Key
 	enc := appendStepBytes(nil, step)
 	for range 4 {
-		res, err := s.db.ExecContext(ctx, s.q.saveStep, k.Scope, k.ID, lease.Token, index, enc)
+		res, err := s.exec(ctx, s.q.saveStep, k.Scope, k.ID, lease.Token, index, enc)
 		if err != nil {
 			return dbErr(ctx, "step", err)
 		}
@@ -55,7 +55,7 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 		}
 		var status, token string
 		var raw []byte
-		err = s.db.QueryRowContext(ctx, s.q.readSteps, k.Scope, k.ID).Scan(&status, &token, &raw)
+		err = s.queryRow(ctx, s.q.readSteps, []any{k.Scope, k.ID}, &status, &token, &raw)
 		if errors.Is(err, sql.ErrNoRows) {
 			return guard.ErrLeaseLost
 		}

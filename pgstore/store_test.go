@@ -119,3 +119,12 @@ func TestReleaseKeepsFenceGrowing(t *testing.T) {
 		t.Fatalf("claim after the release = %+v, want a first attempt with a fence above %d", c, b.Fence)
 	}
 }
+
+// TestLeasesNeverOverlap: holders that fail, release or die (and are
+// recovered once their lease ran out on the database's clock) never hold
+// the key at once, and fences grow.
+func TestLeasesNeverOverlap(t *testing.T) {
+	t.Parallel()
+	s := pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
+	storetest.LeasesNeverOverlap(t, s, 100*time.Millisecond, 16, 3*time.Second)
+}

@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"Exhausted", c.exhausted},
 		{"ReleaseFirstAttempt", c.releaseFirst},
 		{"ReleaseLaterAttempt", c.releaseLater},
+		{"RetriedAfterTakeover", c.retriedAfterTakeover}, // retries.go
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
@@ -111,6 +112,7 @@ func Run(t *testing.T, h Harness) {
 		{"LongFingerprints", c.longFingerprints},
 		{"TokenShapes", c.tokenShapes},
 		{"LargeValues", c.largeValues},
+		{"BinaryValues", c.binaryValues}, // bytes.go
 		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},

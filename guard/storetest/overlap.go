@@ -1,0 +1,107 @@
+package storetest
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+)
+
+// LeasesNeverOverlap races workers claimants on one key of s for about
+// run, on the real clock (a store whose leases run out in real time: a
+// real server, memstore on its default clock). Each holder then fails,
+// releases, or dies (does nothing, so the next claim recovers the key
+// once its lease ran out). A holder owns the key from its claim's answer
+// until it sends its failure or release, or, dying, until the deadline
+// the guard gives it (sent + lease − guard.LeaseMargin; docs/design.md,
+// "Leases"). No two of these windows may overlap, and every acquisition
+// has a larger fence than the one before (or fence 1 after a released
+// first attempt, which leaves the key absent: docs/design.md, rule 4). Windows are measured on this
+// process's clock from causally ordered events (a claim's answer comes
+// after the write that ended the previous holder's window), so a loaded
+// machine cannot make a correct store fail.
+func LeasesNeverOverlap(t *testing.T, s guard.Store, lease time.Duration, workers int, run time.Duration) {
+	t.Helper()
+	type window struct {
+		start, end time.Time
+		fence      int64
+		attempt    int
+		how        string
+	}
+	key := guard.Key{Scope: "overlap", ID: t.Name() + "/" + rand.Text()[:10]}
+	var (
+		mu      sync.Mutex
+		windows []window
+		wg      sync.WaitGroup
+	)
+	stop := time.Now().Add(run)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; time.Now().Before(stop); n++ {
+				tok := fmt.Sprintf("w%d-%d-%s", w, n, rand.Text()[:6])
+				sent := time.Now()
+				out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: tok, Fingerprint: "fp", Lease: lease, TTL: time.Hour})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if out.Status != guard.Acquired {
+					time.Sleep(time.Millisecond) // a claimant polling a busy key, not synchronisation
+					continue
+				}
+				win := window{start: time.Now(), fence: out.Lease.Fence, attempt: out.Lease.Attempt}
+				switch n % 3 {
+				case 0:
+					win.how, win.end = "failed", time.Now()
+					err = s.Fail(ctx, out.Lease, "boom", time.Hour)
+				case 1:
+					win.how, win.end = "released", time.Now()
+					err = s.Release(ctx, out.Lease)
+				default:
+					win.how, win.end = "died", sent.Add(lease-guard.LeaseMargin(lease))
+				}
+				if err != nil && !errors.Is(err, guard.ErrLeaseLost) {
+					t.Errorf("%s: %v", win.how, err)
+				}
+				mu.Lock()
+				windows = append(windows, win)
+				mu.Unlock()
+				if win.how == "died" {
+					time.Sleep(time.Until(win.end)) // a dead holder claims nothing until its window has passed
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(windows, func(a, b window) int { return a.start.Compare(b.start) })
+	died := 0
+	for i, w := range windows {
+		if w.how == "died" {
+			died++
+		}
+		if i == 0 {
+			continue
+		}
+		p := windows[i-1]
+		if w.start.Before(p.end) {
+			t.Errorf("holder with fence %d acquired %s before the holder with fence %d (%s) ended its window",
+				w.fence, p.end.Sub(w.start), p.fence, p.how)
+		}
+		// A released first attempt leaves the key absent: the next
+		// starts again at fence 1 (rule 4), unless the store keeps it.
+		if w.fence <= p.fence && (p.how != "released" || p.attempt != 1 || w.fence != 1) {
+			t.Errorf("fence %d acquired after fence %d (%s)", w.fence, p.fence, p.how)
+		}
+	}
+	if len(windows) < 3 || died == 0 {
+		t.Errorf("%d holders, %d of them died: the race proves nothing", len(windows), died)
+	}
+	t.Logf("%d holders (%d died and were recovered), no two windows overlap", len(windows), died)
+}

@@ -1,0 +1,1 @@
+ALTER TABLE {{.Keys}} DROP COLUMN ptok;
