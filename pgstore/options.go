@@ -79,20 +79,11 @@ var (
 	untilUS = pgsql.UntilUS
 )
 
-// dbErr is pgsql.Err, with a statement the driver cancelled because ctx
-// ended (lib/pq sends PostgreSQL a cancel request and returns its answer,
-// SQLSTATE 57014 query_canceled) reported as ctx's end, as a call that
-// never began is: a deadline as guard.ErrUnavailable, a cancellation as
-// context.Canceled.
-//
-// A column the statement names that the table lacks (42703,
-// undefined_column) means tables migrated by an older release: its error
-// says to migrate.
+// dbErr is pgsql.Err, with a column the statement names that the table
+// lacks (42703, undefined_column: tables migrated by an older release)
+// saying to migrate.
 func dbErr(ctx context.Context, what string, err error) error {
-	switch code, _ := pgsql.SQLState(err); {
-	case code == "57014" && ctx.Err() != nil:
-		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
-	case code == "42703":
+	if code, _ := pgsql.SQLState(err); code == "42703" {
 		return fmt.Errorf("postgres %s: %w (%s)", what, err, oldSchemaHint)
 	}
 	return pgsql.Err(ctx, what, err)

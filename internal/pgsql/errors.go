@@ -25,9 +25,18 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 // again); a cancelled context is returned as it is; anything else is
 // wrapped plainly, a missing table (42P01, not unavailable: no retry
 // makes it) with MigrateHint. what names the operation in the message.
+//
+// A statement the driver cancelled because ctx ended (lib/pq sends
+// PostgreSQL a cancel request and returns its answer, SQLSTATE 57014
+// query_canceled) is reported as ctx's end, as a call that never began:
+// a deadline as guard.ErrUnavailable, a cancellation as context.Canceled.
+// A 57014 with ctx alive (a server statement_timeout) stays a plain error.
 func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if code, _ := SQLState(err); code == "57014" && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return err
