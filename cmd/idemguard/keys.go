@@ -38,19 +38,32 @@ func addRedisFlags(fs *flag.FlagSet) redisFlags {
 	}
 }
 
-// open connects to Redis and checks it answers. The caller closes the client.
-func (f redisFlags) open(ctx context.Context) (*redis.Client, *guard.RedisStore, error) {
+// open connects to Redis and checks it answers. A node of a Redis Cluster
+// stands for the whole Cluster: the client then follows every key to its
+// master, and list scans every master. The caller closes the client.
+func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.RedisStore, error) {
 	if _, _, err := net.SplitHostPort(*f.addr); err != nil {
 		return nil, nil, usagef("--redis %q: want host:port", *f.addr)
 	}
 	c := redis.NewClient(&redis.Options{Addr: *f.addr, DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
+	info, err := c.Info(pctx, "cluster").Result()
+	if err != nil {
 		_ = c.Close()
 		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", *f.addr, err)
 	}
-	return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
+	if !strings.Contains(info, "cluster_enabled:1") {
+		return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
+	}
+	_ = c.Close()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{*f.addr},
+		DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
+	if err := cc.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		_ = cc.Close()
+		return nil, nil, fmt.Errorf("redis cluster at %s: a master does not answer: %w", *f.addr, err)
+	}
+	return cc, guard.NewRedisStore(cc, guard.RedisOptions{Prefix: *f.prefix}), nil
 }
 
 // postgresConnector reads dsn (a postgres:// URL or key=value settings)

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+)
+
+// An operator's release of a first attempt must not hand the next holder
+// the fence of the holder it freed: that holder may still be running (a
+// live lease freed with --force, or a paused process whose lease ran out),
+// and a downstream write fenced by Lease.Fence would take both. Its later
+// writes are refused.
+func TestReleaseNextHolderGetsALargerFence(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	flags := []string{"--redis", addr, "--prefix", prefix}
+	for _, c := range []struct {
+		id    string
+		lease time.Duration
+		force bool
+	}{
+		{"live", time.Minute, true},              // freed while its holder runs
+		{"paused", 100 * time.Millisecond, false}, // a holder whose lease ran out
+	} {
+		key := guard.Key{Scope: "POST /pay", ID: c.id}
+		holder := guard.New(g.Store(), guard.Options{Lease: c.lease})
+		first, err := holder.Claim(ctx, key, "fp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.force {
+			testenv.WaitFor(t, 5*time.Second, "the holder's lease to run out", func() bool {
+				rec, err := g.Get(ctx, key)
+				return err == nil && rec.LeaseLeft == 0
+			})
+		}
+		args := append([]string{"release"}, flags...)
+		if c.force {
+			args = append(args, "--force")
+		}
+		code, out, stderr := cli(t, append(args, key.Scope, key.ID)...)
+		if code != 0 {
+			t.Fatalf("%s: release: exit %d: %s %s", c.id, code, out, stderr)
+		}
+		next, err := g.Claim(ctx, key, "fp")
+		if err != nil {
+			t.Fatalf("%s: the claim after the release: %v", c.id, err)
+		}
+		if next.Lease.Fence <= first.Lease.Fence {
+			t.Errorf("%s: the next holder has fence %d, the freed holder %d: a fenced write cannot tell them apart",
+				c.id, next.Lease.Fence, first.Lease.Fence)
+		}
+		if err := g.Store().Complete(ctx, first.Lease, []byte("zombie"), time.Hour); !errors.Is(err, guard.ErrLeaseLost) {
+			t.Errorf("%s: the freed holder's Complete: %v, want ErrLeaseLost", c.id, err)
+		}
+		if err := g.Store().Extend(ctx, first.Lease, time.Minute); !errors.Is(err, guard.ErrLeaseLost) {
+			t.Errorf("%s: the freed holder's Extend: %v, want ErrLeaseLost", c.id, err)
+		}
+	}
+}
+
+// A freed holder that is still alive cannot take its key back by keeping
+// its lease alive (before anyone claims it again).
+func TestReleasedHolderCannotExtendBack(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /pay", ID: "alive"}
+	first, err := g.Claim(ctx, key, "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, "--force", key.Scope, key.ID); code != 0 {
+		t.Fatalf("release --force: exit %d: %s %s", code, out, stderr)
+	}
+	if err := g.Store().Extend(ctx, first.Lease, time.Minute); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("the freed holder's Extend: %v, want ErrLeaseLost", err)
+	}
+	if _, err := g.Claim(ctx, key, "fp"); err != nil {
+		t.Errorf("the key is not free after release --force: %v", err)
+	}
+}
+
+// --force says what it risks, on stderr, and only when the lease is alive.
+func TestReleaseForceWarns(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /pay", ID: "warn"}
+	if _, err := g.Claim(ctx, key, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, "--force", key.Scope, key.ID)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "may still be running") {
+		t.Errorf("release --force of a live lease does not warn on stderr: %q (stdout %q)", stderr, out)
+	}
+}
+
+// Text from the store (a failure's reason, a key) goes to the operator's
+// terminal: escape sequences and line breaks in it are shown quoted, never
+// sent raw.
+func TestInspectQuotesControlCharacters(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /pay", ID: "evil"}
+	evil := "declined\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\n  state        completed\r\u202e"
+	if _, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return nil, errors.New(evil)
+	}); err == nil {
+		t.Fatal("want the failure back")
+	}
+	code, out, stderr := cli(t, "inspect", "--redis", addr, "--prefix", prefix, key.Scope, key.ID)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count(out, "state") != 1 {
+		t.Errorf("inspect writes the stored error raw:\n%q", out)
+	}
+	if !strings.Contains(out, `\x1b]52`) {
+		t.Errorf("the escape is not shown quoted:\n%s", out)
+	}
+}
+
+// list says when it stopped at --limit, so a count is not read as the total.
+func TestListSaysLimitReached(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: strconv.Itoa(i)}, "fp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix, "--limit", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if n := strings.Count(out, "pending"); n != 3 { // the header and two rows
+		t.Errorf("want 2 rows:\n%s", out)
+	}
+	if !strings.Contains(stderr, "--limit 2") {
+		t.Errorf("list does not say it stopped at --limit 2: %q", stderr)
+	}
+	code, _, stderr = cli(t, "list", "--redis", addr, "--prefix", prefix, "--limit", "3")
+	if code != 0 || strings.Contains(stderr, "--limit") {
+		t.Errorf("all 3 listed under --limit 3: exit %d, %q", code, stderr)
+	}
+}
+
+// A record list cannot read is a failure a script must notice: list shows
+// the rest, names the first bad one, and exits 1. inspect names it too.
+func TestCorruptRecords(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: "ok"}, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	rdb := testenv.Redis(t)
+	bad := prefix + "{" + strings.Repeat("B", 22) + "}"
+	hash := prefix + "{" + strings.Repeat("H", 22) + "}"
+	if err := rdb.Set(ctx, bad, "\x01p\x1b[2Jgarbage", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, hash, "state", "pending").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), bad, hash) })
+
+	code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix)
+	if !regexp.MustCompile(`s\s+ok\s+pending`).MatchString(out) {
+		t.Errorf("list does not show the readable record:\n%s", out)
+	}
+	if code != 1 || !strings.Contains(stderr, "2 records could not be read") {
+		t.Errorf("list over corrupt records: exit %d, %q", code, stderr)
+	}
+	if strings.Contains(stderr, "\x1b") {
+		t.Errorf("stderr carries raw escapes: %q", stderr)
+	}
+	for _, name := range []string{bad, hash} {
+		code, _, stderr = cli(t, "inspect", "--redis", addr, "--prefix", prefix, name)
+		wantError(t, code, stderr, 1, "corrupt")
+	}
+}
+
+// On a Cluster, given the address of any one node, the commands reach
+// every master: list shows the keys of all of them, inspect and release
+// find a key wherever its slot lives.
+func TestKeyCommandsOnCluster(t *testing.T) {
+	cluster := testenv.Cluster(t)
+	prefix := testenv.Prefix(t)
+	store := guardenv.StoreOn(t, cluster, guard.RedisOptions{Prefix: prefix})
+	g := guard.New(store, guard.Options{Lease: time.Minute})
+	ctx := context.Background()
+	const n = 24
+	for i := range n {
+		if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: strconv.Itoa(i)}, "fp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := testenv.List(t, testenv.EnvCluster)[0]
+	flags := []string{"--redis", node, "--prefix", prefix}
+	code, out, stderr := cli(t, append([]string{"list"}, flags...)...)
+	if code != 0 || !strings.Contains(stderr, fmt.Sprintf("%d pending keys", n)) {
+		t.Errorf("list on a Cluster node: exit %d, %q\n%s", code, stderr, out)
+	}
+	for i := range n {
+		id := strconv.Itoa(i)
+		code, out, stderr := cli(t, append(append([]string{"inspect"}, flags...), "s", id)...)
+		if code != 0 || !strings.Contains(out, "state        pending") {
+			t.Fatalf("inspect s/%s on a Cluster node: exit %d, %s %s", id, code, out, stderr)
+		}
+	}
+	code, out, stderr = cli(t, append(append([]string{"release", "--force"}, flags...), "s", "7")...)
+	if code != 0 {
+		t.Fatalf("release on a Cluster node: exit %d, %s %s", code, out, stderr)
+	}
+	if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: "7"}, "fp"); err != nil {
+		t.Errorf("released key not free: %v", err)
+	}
+}
