@@ -327,7 +327,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("release")
 	rf := addRedisFlags(fs)
-	force := fs.Bool("force", false, "release even though the holder's lease is still alive (it may still be running)")
+	force := fs.Bool("force", false, "release even though the holder's lease is still alive: it may still be running, and its effect happen twice unless downstream writes check the fence")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -357,12 +357,29 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rec.LeaseLeft > 0 && !*force {
 		return fmt.Errorf("%s is pending and its holder's lease is alive for %s: it may still be running; wait, or use --force", key, rec.LeaseLeft.Round(time.Millisecond))
 	}
-	if err := store.Release(ctx, guard.Lease{Key: key, Token: rec.Token}); err != nil {
+	if rec.TTL <= 0 {
+		return fmt.Errorf("%s is pending without an expiry, which idemguard never writes; nothing done", key)
+	}
+	if rec.LeaseLeft > 0 {
+		fmt.Fprintf(stderr, "warning: %s: its holder's lease is alive for %s: it may still be running, and its effect may then happen twice unless downstream writes check Lease.Fence or the backstop\n",
+			key, rec.LeaseLeft.Round(time.Millisecond))
+	}
+	// Not the holder's Release: that undoes a first attempt as if it was
+	// never made, and the next claim would get the freed holder's fence
+	// again (docs/design.md, rule 4), though it may still be running. The
+	// holder's attempt fails instead, as a lease that ran out: its later
+	// writes are refused and the next claim takes over with fence+1.
+	if err := store.Fail(ctx, guard.Lease{Key: key, Token: rec.Token}, releaseReason, rec.TTL); err != nil {
 		if errors.Is(err, guard.ErrLeaseLost) {
-			return fmt.Errorf("%s changed while releasing (another holder took it); nothing done", key)
+			return fmt.Errorf("%s changed while releasing (its holder ended it, or another holder took it); nothing done", key)
 		}
 		return fmt.Errorf("release %s: %w", key, err)
 	}
-	fmt.Fprintf(stdout, "released %s (was pending, fence %d, attempt %d)\n", key, rec.Fence, rec.Attempt)
+	fmt.Fprintf(stdout, "released %s: its attempt %d (fence %d) is failed, its holder's later writes are refused; the next claim takes it over with fence %d (a key at its guard's MaxAttempts is exhausted)\n",
+		key, rec.Attempt, rec.Fence, rec.Fence+1)
 	return nil
 }
+
+// releaseReason is the failure release records for the holder it frees:
+// the next holder and a dead letter see it as the last error.
+const releaseReason = "released by an operator (idemguard release): the holder may have run part of its effect"

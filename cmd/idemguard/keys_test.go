@@ -29,7 +29,7 @@ func TestReleaseNextHolderGetsALargerFence(t *testing.T) {
 		lease time.Duration
 		force bool
 	}{
-		{"live", time.Minute, true},              // freed while its holder runs
+		{"live", time.Minute, true},               // freed while its holder runs
 		{"paused", 100 * time.Millisecond, false}, // a holder whose lease ran out
 	} {
 		key := guard.Key{Scope: "POST /pay", ID: c.id}

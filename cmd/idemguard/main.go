@@ -49,7 +49,7 @@ func commands() []command {
 		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
 		{"inspect", "[--redis ADDR] [--prefix P] [--postgres DSN] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
 		{"list", "[--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N]", "list keys in a state (SCAN)", runList},
-		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key (never a completed one)", runRelease},
+		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key: its attempt fails, the next claim takes over with a larger fence (never a completed key)", runRelease},
 		{"migrate", "--postgres DSN up | --postgres DSN --force down", "apply, or roll back and drop, the SQL backstop's schema", runMigrate},
 		{"purge", "--postgres DSN [--before DURATION] [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
 		{"inventory", "[--format markdown|json] [--unsafe METHODS]", "list what the demo service deduplicates, and its gaps", runInventory},
