@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/lib/pq" // PostgreSQL driver for --postgres
 	"github.com/redis/go-redis/v9"
@@ -174,7 +177,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	default:
 		name := store.Name(key)
-		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, shown(name))
 		printRecord(stdout, rec)
 	}
 	if pgStore != nil {
@@ -212,9 +215,42 @@ func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Wr
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", name, err)
 	}
-	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, shown(name))
 	printRecord(stdout, rec)
 	return nil
+}
+
+// shown is s as the operator's terminal may show it: text read from the
+// store (a failure's reason, a key, a Redis key name) is anyone's, and a
+// control character, an escape sequence, a bidirectional override or a
+// byte of invalid UTF-8 in it is written as a Go escape (\x1b, \n,
+// \u202e), never sent raw for the terminal to obey.
+func shown(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && w == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += w
+	}
+	return b.String()
 }
 
 func printRecord(w io.Writer, r guard.Record) {
@@ -233,8 +269,8 @@ func printRecord(w io.Writer, r guard.Record) {
 	if r.Key == (guard.Key{}) {
 		fmt.Fprintf(tw, "  scope, id\tnot kept (a completed record keeps neither)\n")
 	} else {
-		fmt.Fprintf(tw, "  scope\t%s\n", r.Key.Scope)
-		fmt.Fprintf(tw, "  id\t%s\n", r.Key.ID)
+		fmt.Fprintf(tw, "  scope\t%s\n", shown(r.Key.Scope))
+		fmt.Fprintf(tw, "  id\t%s\n", shown(r.Key.ID))
 	}
 	fmt.Fprintf(tw, "  state\t%s\n", r.State)
 	fmt.Fprintf(tw, "  fence\t%d\n", r.Fence)
@@ -244,7 +280,7 @@ func printRecord(w io.Writer, r guard.Record) {
 	fmt.Fprintf(tw, "  expires in\t%s\n", ttl)
 	fmt.Fprintf(tw, "  result size\t%d bytes\n", len(r.Result))
 	if r.LastError != "" {
-		fmt.Fprintf(tw, "  last error\t%s\n", r.LastError)
+		fmt.Fprintf(tw, "  last error\t%s\n", shown(r.LastError))
 	}
 	_ = tw.Flush()
 }
@@ -276,11 +312,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
 	n, scanned, unreadable := 0, 0, 0
+	limited := false
 	var firstBad error
 	err = store.ScanRecords(ctx, func(name string, rec guard.Record, err error) bool {
-		if *limit > 0 && n >= *limit {
-			return false
-		}
 		scanned++
 		switch {
 		case err != nil:
@@ -291,6 +325,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return true
 		case rec.State != state:
 			return true
+		case *limit > 0 && n >= *limit:
+			limited = true // one more than the limit
+			return false
 		}
 		lease := "-"
 		if rec.State == guard.StatePending {
@@ -305,7 +342,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if rec.Key == (guard.Key{}) {
 			scope, id = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", scope, id, rec.State, rec.Fence, rec.Attempt, lease, name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(scope), shown(id), rec.State, rec.Fence, rec.Attempt, lease, shown(name))
 		n++
 		return true
 	})
@@ -314,12 +351,16 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	if limited {
+		fmt.Fprintf(stderr, "stopped at --limit %d: there are more %s keys; --limit 0 lists them all\n", *limit, state)
+	}
 	if scanned == 0 {
 		// Most often a guard given another RedisOptions.Prefix.
 		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.addr)
 	}
 	if unreadable > 0 {
-		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
+		// A failure a script must notice: a stuck key may be among them.
+		return fmt.Errorf("%d records could not be read (corrupt, or kept by another idemguard version); the first: %w", unreadable, firstBad)
 	}
 	return nil
 }

@@ -124,7 +124,7 @@ func TestInspectQuotesControlCharacters(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count(out, "state") != 1 {
+	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count(out, "\n  state") != 1 {
 		t.Errorf("inspect writes the stored error raw:\n%q", out)
 	}
 	if !strings.Contains(out, `\x1b]52`) {
@@ -145,7 +145,7 @@ func TestListSaysLimitReached(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if n := strings.Count(out, "pending"); n != 3 { // the header and two rows
+	if n := strings.Count(out, "pending"); n != 2 {
 		t.Errorf("want 2 rows:\n%s", out)
 	}
 	if !strings.Contains(stderr, "--limit 2") {
@@ -168,27 +168,34 @@ func TestCorruptRecords(t *testing.T) {
 	rdb := testenv.Redis(t)
 	bad := prefix + "{" + strings.Repeat("B", 22) + "}"
 	hash := prefix + "{" + strings.Repeat("H", 22) + "}"
-	if err := rdb.Set(ctx, bad, "\x01p\x1b[2Jgarbage", time.Minute).Err(); err != nil {
-		t.Fatal(err)
+	// SCAN's pattern takes any 22 bytes: a name can carry an escape.
+	escaped := prefix + "{\x1b[2J" + strings.Repeat("E", 18) + "}"
+	for _, name := range []string{bad, escaped} {
+		if err := rdb.Set(ctx, name, "\x01p\x1b[2Jgarbage", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := rdb.HSet(ctx, hash, "state", "pending").Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rdb.Del(context.Background(), bad, hash) })
+	t.Cleanup(func() { rdb.Del(context.Background(), bad, hash, escaped) })
 
 	code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix)
 	if !regexp.MustCompile(`s\s+ok\s+pending`).MatchString(out) {
 		t.Errorf("list does not show the readable record:\n%s", out)
 	}
-	if code != 1 || !strings.Contains(stderr, "2 records could not be read") {
+	if code != 1 || !strings.Contains(stderr, "3 records could not be read") {
 		t.Errorf("list over corrupt records: exit %d, %q", code, stderr)
 	}
 	if strings.Contains(stderr, "\x1b") {
 		t.Errorf("stderr carries raw escapes: %q", stderr)
 	}
-	for _, name := range []string{bad, hash} {
+	for _, name := range []string{bad, hash, escaped} {
 		code, _, stderr = cli(t, "inspect", "--redis", addr, "--prefix", prefix, name)
 		wantError(t, code, stderr, 1, "corrupt")
+		if strings.Contains(stderr, "\x1b") {
+			t.Errorf("inspect: stderr carries raw escapes: %q", stderr)
+		}
 	}
 }
 

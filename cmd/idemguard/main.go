@@ -108,9 +108,10 @@ func printUsage(w io.Writer) {
 	}
 }
 
-// oneLine folds an error onto one line.
+// oneLine folds an error onto one line, with what a terminal could obey
+// in it (an escape sequence in a key or a stored reason) shown escaped.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return shown(strings.Join(strings.Fields(s), " "))
 }
 
 // newFlags returns a flag set that reports mistakes as errors and prints
