@@ -73,11 +73,26 @@ func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.Red
 // without connecting: one that cannot be read is a mistake in the command
 // line, reported before any service is touched.
 func postgresConnector(dsn string) (*pq.Connector, error) {
-	c, err := pq.NewConnector(dsn)
+	cfg, err := postgresConfig(dsn)
 	if err != nil {
-		return nil, usagef("--postgres: %v", redactDSN(err, dsn))
+		return nil, err
 	}
-	return c, nil
+	return pq.NewConnectorConfig(cfg)
+}
+
+// postgresConfig reads dsn. Without a connect_timeout of its own it gets
+// connectTimeout: lib/pq ignores the context's deadline while it waits
+// for the server's first answer, so a server that accepts the connection
+// and never answers would hang the command for good.
+func postgresConfig(dsn string) (pq.Config, error) {
+	cfg, err := pq.NewConfig(dsn)
+	if err != nil {
+		return pq.Config{}, usagef("--postgres: %v", redactDSN(err, dsn))
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	return cfg, nil
 }
 
 // openPostgres opens dsn and checks the database answers.
