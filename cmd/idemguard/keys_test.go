@@ -235,3 +235,27 @@ func TestKeyCommandsOnCluster(t *testing.T) {
 		t.Errorf("released key not free: %v", err)
 	}
 }
+
+// Go's flag parsing stops at the first argument: a flag after SCOPE ID
+// (release s i --force, migrate down --force) is refused naming it, not
+// read as an argument or ignored. After --, it is an argument.
+func TestFlagAfterArguments(t *testing.T) {
+	dead := deadAddr(t)
+	pg := "postgres://nobody@" + dead + "/db?sslmode=disable"
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"release", "--redis", dead, "s", "i", "--force"}, 2, "flag --force after the arguments"},
+		{[]string{"release", "--redis", dead, "s", "i", "-force=true"}, 2, "flag -force=true after the arguments"},
+		{[]string{"inspect", "--redis", dead, "s", "i", "--postgres", pg}, 2, "flag --postgres after the arguments"},
+		{[]string{"migrate", "--postgres", pg, "down", "--force"}, 2, "flag --force after the arguments"},
+		{[]string{"list", "--redis", dead, "pending", "--limit", "5"}, 2, "flag --limit after the arguments"},
+		{[]string{"release", "--redis", dead, "--", "s", "--force"}, 1, "does not answer"}, // an ID
+		{[]string{"release", "--redis", dead, "s", "--not-a-flag"}, 1, "does not answer"},  // an ID
+	} {
+		code, _, stderr := cli(t, c.args...)
+		wantError(t, code, stderr, c.code, c.text)
+	}
+}

@@ -136,6 +136,18 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	// The flag package stops at the first argument: a flag after it
+	// (release SCOPE ID --force) would be read as one more argument.
+	rest := fs.Args()
+	if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+		return nil // the caller ended the flags: these are arguments
+	}
+	for _, a := range rest {
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && name != "" && fs.Lookup(name) != nil {
+			return usagef("flag %s after the arguments: give flags before them (an argument that starts with - goes after --)", a)
+		}
+	}
 	return nil
 }
 
