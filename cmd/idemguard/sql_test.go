@@ -3,11 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"net"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // silentServer accepts connections and never answers: a hung server, a
@@ -110,5 +120,114 @@ func TestPostgresConnectTimeoutKept(t *testing.T) {
 	}
 	if _, err := postgresConfig("postgres://u:pw@h:bad/db"); err == nil || !errors.As(err, new(usageError)) {
 		t.Errorf("a bad DSN: %v, want a usage error", err)
+	}
+}
+
+// expiredRows writes n completed rows under scope whose TTL (50ms) has
+// passed by the database's clock.
+func expiredRows(t *testing.T, db *sql.DB, scope string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(store, guard.Options{TTL: 50 * time.Millisecond, Lease: time.Second})
+	for i := range n {
+		if _, err := g.Do(ctx, guard.Key{Scope: scope, ID: strconv.Itoa(i)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			return []byte("old"), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 5*time.Second, "the rows to expire", func() bool {
+		var live int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE scope = $1 AND expires_at > now()`, scope).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		return live == 0
+	})
+}
+
+// purge neither deletes nor waits on an expired row that a business
+// transaction is re-using (backstop.Commit holds its lock): the commit
+// keeps its row. (No bug: pins pgstore.Purge's SKIP LOCKED as the
+// operator command runs it.)
+func TestPurgeSkipsARowBeingRecommitted(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+		t.Fatal(stderr)
+	}
+	expiredRows(t, db, "pay", 2)
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	lease := guard.Lease{Key: guard.Key{Scope: "pay", ID: "0"}, Token: "retry", Fence: 2, Attempt: 1}
+	if err := b.Commit(ctx, tx, lease, "fp", []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := bounded(t, 20*time.Second, "purge", "--postgres", dsn)
+	if code != 0 {
+		t.Fatalf("purge: exit %d: %s", code, stderr)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var result string
+	if err := db.QueryRowContext(ctx, `SELECT result FROM idemguard_keys WHERE scope = 'pay' AND id = '0' AND status = 'completed'`).Scan(&result); err != nil || result != "new" {
+		t.Errorf("the re-committed row: %q, %v", result, err)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_keys WHERE scope = 'pay'`).Scan(&left); err != nil || left != 1 {
+		t.Errorf("%d rows left (%v), want the re-committed one alone", left, err)
+	}
+}
+
+// Two purges at once, from two hosts, with and without --lock-addrs: both
+// succeed, and together they delete each expired row once.
+func TestConcurrentPurges(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+		t.Fatal(stderr)
+	}
+	lockAddrs := strings.Join(testenv.List(t, testenv.EnvRedlock), ",")
+	purged := regexp.MustCompile(`purged (\d+) expired rows|another purge holds the lock`)
+	for _, withLock := range []bool{false, true} {
+		scope := fmt.Sprintf("lock-%t", withLock)
+		expiredRows(t, db, scope, 40)
+		args := []string{"purge", "--postgres", dsn, "--batch", "3"}
+		if withLock {
+			args = append(args, "--lock-addrs", lockAddrs)
+		}
+		var wg sync.WaitGroup
+		outs := make([]string, 2)
+		codes := make([]int, 2)
+		for i := range 2 {
+			wg.Go(func() { codes[i], outs[i], _ = cli(t, args...) })
+		}
+		wg.Wait()
+		total := 0
+		for i := range 2 {
+			m := purged.FindStringSubmatch(outs[i])
+			if codes[i] != 0 || m == nil {
+				t.Fatalf("lock %t: purge %d: exit %d: %q", withLock, i, codes[i], outs[i])
+			}
+			n, _ := strconv.Atoi(m[1])
+			total += n
+		}
+		if total != 40 {
+			t.Errorf("lock %t: the purges report %d rows deleted, want 40: %q", withLock, total, outs)
+		}
+		var left int
+		if err := db.QueryRow(`SELECT count(*) FROM idemguard_keys WHERE scope = $1`, scope).Scan(&left); err != nil || left != 0 {
+			t.Errorf("lock %t: %d rows left (%v)", withLock, left, err)
+		}
 	}
 }
