@@ -416,10 +416,6 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rec.TTL <= 0 {
 		return fmt.Errorf("%s is pending without an expiry, which idemguard never writes; nothing done", key)
 	}
-	if rec.LeaseLeft > 0 {
-		fmt.Fprintf(stderr, "warning: %s: its holder's lease is alive for %s: it may still be running, and its effect may then happen twice unless downstream writes check Lease.Fence or the backstop\n",
-			key, rec.LeaseLeft.Round(time.Millisecond))
-	}
 	// Not the holder's Release: that undoes a first attempt as if it was
 	// never made, and the next claim would get the freed holder's fence
 	// again (docs/design.md, rule 4), though it may still be running. The
@@ -429,7 +425,14 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if errors.Is(err, guard.ErrLeaseLost) {
 			return fmt.Errorf("%s changed while releasing (its holder ended it, or another holder took it); nothing done", key)
 		}
+		if strings.Contains(err.Error(), "READONLY") {
+			return fmt.Errorf("release %s: --redis %s is a replica: give its master (%w)", key, *rf.addr, err)
+		}
 		return fmt.Errorf("release %s: %w", key, err)
+	}
+	if rec.LeaseLeft > 0 {
+		fmt.Fprintf(stderr, "warning: %s: its holder's lease was alive for %s: it may still be running, and its effect may then happen twice unless downstream writes check Lease.Fence or the backstop\n",
+			key, rec.LeaseLeft.Round(time.Millisecond))
 	}
 	fmt.Fprintf(stdout, "released %s: its attempt %d (fence %d) is failed, its holder's later writes are refused; the next claim takes it over with fence %d (a key at its guard's MaxAttempts is exhausted)\n",
 		key, rec.Attempt, rec.Fence, rec.Fence+1)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
@@ -257,5 +259,28 @@ func TestFlagAfterArguments(t *testing.T) {
 	} {
 		code, _, stderr := cli(t, c.args...)
 		wantError(t, code, stderr, c.code, c.text)
+	}
+}
+
+// release against a replica fails in one line naming why, and warns of
+// nothing it did not do.
+func TestReleaseOnReplica(t *testing.T) {
+	pair := testenv.List(t, testenv.EnvReplication)
+	master := redis.NewClient(&redis.Options{Addr: pair[0]})
+	t.Cleanup(func() { _ = master.Close() })
+	prefix := testenv.Prefix(t)
+	g := guard.New(guardenv.StoreOn(t, master, guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: time.Minute})
+	ctx := context.Background()
+	key := guard.Key{Scope: "s", ID: "i"}
+	if _, err := g.Claim(ctx, key, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Wait(ctx, 1, 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "release", "--redis", pair[1], "--prefix", prefix, "--force", key.Scope, key.ID)
+	wantError(t, code, stderr, 1, "READONLY")
+	if rec, err := g.Get(ctx, key); err != nil || rec.State != guard.StatePending {
+		t.Errorf("the key changed: %v %v", rec.State, err)
 	}
 }
