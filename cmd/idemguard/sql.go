@@ -68,6 +68,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("read the schema version: %w", err)
 	}
+	if fs.Arg(0) == "up" && before > m.Latest() {
+		// Up would find nothing to do and say so as if all was well.
+		return fmt.Errorf("the database is at schema version %d, newer than this build knows (latest %d): "+
+			"a newer idemguard migrated it; use that one", before, m.Latest())
+	}
 	if fs.Arg(0) == "up" {
 		err = m.Up(ctx)
 	} else {

@@ -231,3 +231,17 @@ func TestConcurrentPurges(t *testing.T) {
 		}
 	}
 }
+
+// migrate up against a database a newer idemguard migrated says so and
+// fails: the schema is not this build's, and "up" changed nothing.
+func TestMigrateUpNewerSchema(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if _, err := db.Exec(`INSERT INTO idemguard_schema_migrations (version, name) VALUES (9999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up")
+	wantError(t, code, stderr, 1, "schema version 9999, newer than this build")
+}
