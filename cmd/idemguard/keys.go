@@ -32,41 +32,85 @@ const connectTimeout = 3 * time.Second
 type redisFlags struct {
 	addr   *string
 	prefix *string
+	shown  *string // the server's host:port, without a password: what messages name
 }
 
 func addRedisFlags(fs *flag.FlagSet) redisFlags {
 	return redisFlags{
-		addr:   fs.String("redis", defaultRedis, "Redis host:port"),
+		addr:   fs.String("redis", defaultRedis, "Redis host:port, or a redis:// (rediss:// for TLS) URL with the user, password and database"),
 		prefix: fs.String("prefix", guard.DefaultPrefix, "key prefix the guard was given (guard.RedisOptions.Prefix)"),
+		shown:  new(string),
 	}
+}
+
+// options reads --redis: host:port, or a redis:// or rediss:// URL.
+func (f redisFlags) options() (*redis.Options, error) {
+	var opts *redis.Options
+	if strings.Contains(*f.addr, "://") {
+		o, err := redis.ParseURL(*f.addr)
+		if err != nil {
+			return nil, usagef("--redis: %v", redactDSN(err, *f.addr))
+		}
+		opts = o
+	} else {
+		if _, _, err := net.SplitHostPort(*f.addr); err != nil {
+			return nil, usagef("--redis %q: want host:port or a redis:// URL", *f.addr)
+		}
+		opts = &redis.Options{Addr: *f.addr}
+	}
+	opts.DialTimeout, opts.DialerRetries, opts.MaxRetries = connectTimeout, 1, 1
+	*f.shown = opts.Addr
+	return opts, nil
 }
 
 // open connects to Redis and checks it answers. A node of a Redis Cluster
 // stands for the whole Cluster: the client then follows every key to its
 // master, and list scans every master. The caller closes the client.
 func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.RedisStore, error) {
-	if _, _, err := net.SplitHostPort(*f.addr); err != nil {
-		return nil, nil, usagef("--redis %q: want host:port", *f.addr)
+	opts, err := f.options()
+	if err != nil {
+		return nil, nil, err
 	}
-	c := redis.NewClient(&redis.Options{Addr: *f.addr, DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
+	c := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	info, err := c.Info(pctx, "cluster").Result()
-	if err != nil {
+	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", *f.addr, err)
+		return nil, nil, redisErr(*f.shown, err)
+	}
+	info, err := c.Info(pctx, "cluster").Result()
+	var refused redis.Error
+	switch {
+	case errors.As(err, &refused):
+		// INFO not allowed (ACL, a renamed command): a standalone server,
+		// as far as can be told.
+	case err != nil:
+		_ = c.Close()
+		return nil, nil, redisErr(*f.shown, err)
 	}
 	if !strings.Contains(info, "cluster_enabled:1") {
 		return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
 	}
 	_ = c.Close()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{*f.addr},
-		DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{opts.Addr},
+		Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLSConfig,
+		DialTimeout: opts.DialTimeout, DialerRetries: opts.DialerRetries, MaxRetries: opts.MaxRetries})
 	if err := cc.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
 		_ = cc.Close()
-		return nil, nil, fmt.Errorf("redis cluster at %s: a master does not answer: %w", *f.addr, err)
+		return nil, nil, redisErr("a master of the cluster of "+*f.shown, err)
 	}
 	return cc, guard.NewRedisStore(cc, guard.RedisOptions{Prefix: *f.prefix}), nil
+}
+
+// redisErr says whether the server at addr refused (an error reply: a
+// password wanted or wrong, a loading or misconfigured server) or did not
+// answer at all.
+func redisErr(addr string, err error) error {
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return fmt.Errorf("redis at %s refused: %w", addr, err)
+	}
+	return fmt.Errorf("redis at %s does not answer: %w", addr, err)
 }
 
 // postgresConnector reads dsn (a postgres:// URL or key=value settings)
@@ -187,12 +231,12 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	found := err == nil
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.addr, key)
+		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, key)
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	default:
 		name := store.Name(key)
-		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, shown(name))
+		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.shown, shown(name))
 		printRecord(stdout, rec)
 	}
 	if pgStore != nil {
@@ -225,12 +269,12 @@ func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Wr
 	rec, err := store.GetByName(ctx, name)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.addr, name)
+		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.shown, name)
 		return fmt.Errorf("no record under %s", name)
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", name, err)
 	}
-	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, shown(name))
+	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.shown, shown(name))
 	printRecord(stdout, rec)
 	return nil
 }
@@ -362,7 +406,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", *rf.addr, err)
+		return fmt.Errorf("scan %s: %w", *rf.shown, err)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
@@ -371,7 +415,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if scanned == 0 {
 		// Most often a guard given another RedisOptions.Prefix.
-		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.addr)
+		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.shown)
 	}
 	if unreadable > 0 {
 		// A failure a script must notice: a stuck key may be among them.
@@ -426,7 +470,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("%s changed while releasing (its holder ended it, or another holder took it); nothing done", key)
 		}
 		if strings.Contains(err.Error(), "READONLY") {
-			return fmt.Errorf("release %s: --redis %s is a replica: give its master (%w)", key, *rf.addr, err)
+			return fmt.Errorf("release %s: --redis %s is a replica: give its master (%w)", key, *rf.shown, err)
 		}
 		return fmt.Errorf("release %s: %w", key, err)
 	}

@@ -284,3 +284,38 @@ func TestReleaseOnReplica(t *testing.T) {
 		t.Errorf("the key changed: %v %v", rec.State, err)
 	}
 }
+
+// A Redis that asks for a password: --redis takes a redis:// URL with it
+// (rediss:// for TLS), the password never shows in an error, and a server
+// that refuses is not reported as one that does not answer.
+func TestRedisURLAndRefusal(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{Prefix: prefix}), guard.Options{Lease: time.Minute})
+	if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: "i"}, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client().ConfigSet(ctx, "requirepass", "hunter2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "list", "--redis", srv.Addr(), "--prefix", prefix)
+	wantError(t, code, stderr, 1, "NOAUTH")
+	if strings.Contains(stderr, "does not answer") {
+		t.Errorf("a server that refused is said not to answer: %s", stderr)
+	}
+	code, out, stderr := cli(t, "list", "--redis", "redis://:hunter2@"+srv.Addr(), "--prefix", prefix)
+	if code != 0 || !regexp.MustCompile(`s\s+i\s+pending`).MatchString(out) {
+		t.Errorf("list with a redis:// URL: exit %d: %s %s", code, out, stderr)
+	}
+	code, _, stderr = cli(t, "inspect", "--redis", "redis://:wrong-hunter2@"+srv.Addr(), "--prefix", prefix, "s", "i")
+	wantError(t, code, stderr, 1, "WRONGPASS")
+	if strings.Contains(stderr, "hunter2") {
+		t.Errorf("the password is in the error: %s", stderr)
+	}
+	code, _, stderr = cli(t, "list", "--redis", "redis://:hunter2@host:badport")
+	wantError(t, code, stderr, 2, "--redis")
+	if strings.Contains(stderr, "hunter2") {
+		t.Errorf("the password is in the error: %s", stderr)
+	}
+}
