@@ -451,7 +451,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case guard.StateCompleted:
 		return fmt.Errorf("%s is completed (fence %d): its effect happened, releasing it would let it run again; refusing", key, rec.Fence)
 	case guard.StateFailed:
-		fmt.Fprintf(stdout, "%s is failed (attempt %d): it is already free for a retry; nothing to do\n", key, rec.Attempt)
+		fmt.Fprintf(stdout, "%s is failed (attempt %d): no holder has it, the next claim retries it unless its guard's MaxAttempts are spent; nothing to do\n", key, rec.Attempt)
 		return nil
 	}
 	if rec.LeaseLeft > 0 && !*force {

@@ -319,3 +319,22 @@ func TestRedisURLAndRefusal(t *testing.T) {
 		t.Errorf("the password is in the error: %s", stderr)
 	}
 }
+
+// release of a failed key changes nothing, and does not promise a retry
+// its guard's MaxAttempts may refuse.
+func TestReleaseFailedKey(t *testing.T) {
+	addr, prefix, _ := keysFixture(t)
+	g := guard.New(guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{Prefix: prefix}), guard.Options{MaxAttempts: 1})
+	ctx := context.Background()
+	key := guard.Key{Scope: "s", ID: "spent"}
+	if _, err := g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) { return nil, errors.New("declined") }); err == nil {
+		t.Fatal("want the failure")
+	}
+	code, out, stderr := cli(t, "release", "--redis", addr, "--prefix", prefix, key.Scope, key.ID)
+	if code != 0 || !strings.Contains(out, "nothing to do") || !strings.Contains(out, "MaxAttempts") {
+		t.Errorf("release of a failed key: exit %d: %q %q", code, out, stderr)
+	}
+	if _, err := g.Claim(ctx, key, "fp"); !errors.Is(err, guard.ErrExhausted) {
+		t.Errorf("the key's attempts are spent, the claim says %v", err)
+	}
+}
