@@ -338,3 +338,22 @@ func TestReleaseFailedKey(t *testing.T) {
 		t.Errorf("the key's attempts are spent, the claim says %v", err)
 	}
 }
+
+// list under a prefix shows that prefix's records only, not those of a
+// guard whose prefix merely starts the same (no bug: pins ScanRecords'
+// pattern as list uses it).
+func TestListOtherPrefixes(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	other := guard.New(guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{Prefix: prefix + "v2:"}), guard.Options{})
+	if _, err := g.Claim(ctx, guard.Key{Scope: "s", ID: "mine"}, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Claim(ctx, guard.Key{Scope: "s", ID: "theirs"}, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix)
+	if code != 0 || !strings.Contains(out, "mine") || strings.Contains(out, "theirs") || !strings.Contains(stderr, "1 pending keys (of 1 records") {
+		t.Errorf("exit %d:\n%s%s", code, out, stderr)
+	}
+}
