@@ -192,6 +192,19 @@ func TestCorruptRecords(t *testing.T) {
 	if strings.Contains(stderr, "\x1b") {
 		t.Errorf("stderr carries raw escapes: %q", stderr)
 	}
+	// By scope and ID too, and release writes nothing over it.
+	named := g.Store().(*guard.RedisStore).Name(guard.Key{Scope: "s", ID: "bad"})
+	if err := rdb.Set(ctx, named, "\x01c\x01", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), named) })
+	for _, cmd := range []string{"inspect", "release"} {
+		code, _, stderr = cli(t, cmd, "--redis", addr, "--prefix", prefix, "--", "s", "bad")
+		wantError(t, code, stderr, 1, "corrupt record: s/bad (redis key "+named)
+	}
+	if v, err := rdb.Get(ctx, named).Result(); err != nil || v != "\x01c\x01" {
+		t.Errorf("release changed a corrupt record: %q %v", v, err)
+	}
 	for _, name := range []string{bad, hash, escaped} {
 		code, _, stderr = cli(t, "inspect", "--redis", addr, "--prefix", prefix, name)
 		wantError(t, code, stderr, 1, "corrupt")
