@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/lock"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -244,4 +245,58 @@ func TestMigrateUpNewerSchema(t *testing.T) {
 	}
 	code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up")
 	wantError(t, code, stderr, 1, "schema version 9999, newer than this build")
+}
+
+// Purges of different tables (another database, schema or server) do not
+// skip each other under one set of lock nodes; two purges of the same
+// tables still take turns.
+func TestPurgeLockPerTables(t *testing.T) {
+	ctx := context.Background()
+	dbA, dsnA := testenv.Postgres(t)
+	dbB, dsnB := testenv.Postgres(t)
+	for _, dsn := range []string{dsnA, dsnB} {
+		if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	expiredRows(t, dbA, "x", 3)
+	expiredRows(t, dbB, "x", 3)
+	addrs := testenv.List(t, testenv.EnvRedlock)
+	nodes := lock.NewNodes(addrs...)
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	l, err := lock.New(nodes, lock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nameA, err := purgeLock(ctx, dbA, dsnA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.Obtain(ctx, nameA) // a purge of A under way
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockAddrs := strings.Join(addrs, ",")
+	_, out, stderr := cli(t, "purge", "--postgres", dsnB, "--lock-addrs", lockAddrs)
+	if !strings.Contains(out, "purged 3 expired rows") {
+		t.Errorf("a purge of other tables: %q %q", out, stderr)
+	}
+	_, out, stderr = cli(t, "purge", "--postgres", dsnA, "--lock-addrs", lockAddrs)
+	if !strings.Contains(out, "another purge holds the lock") {
+		t.Errorf("a second purge of the same tables: %q %q", out, stderr)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, out, stderr = cli(t, "purge", "--postgres", dsnA, "--lock-addrs", lockAddrs)
+	if !strings.Contains(out, "purged 3 expired rows") {
+		t.Errorf("the purge of A once its lock is free: %q %q", out, stderr)
+	}
+	if strings.Contains(nameA, "@") || strings.Contains(nameA, "password") {
+		t.Errorf("the lock name %q carries credentials", nameA)
+	}
 }
