@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/lib/pq" // PostgreSQL driver for --postgres
 	"github.com/redis/go-redis/v9"
@@ -29,39 +32,111 @@ const connectTimeout = 3 * time.Second
 type redisFlags struct {
 	addr   *string
 	prefix *string
+	shown  *string // the server's host:port, without a password: what messages name
 }
 
 func addRedisFlags(fs *flag.FlagSet) redisFlags {
 	return redisFlags{
-		addr:   fs.String("redis", defaultRedis, "Redis host:port"),
+		addr:   fs.String("redis", defaultRedis, "Redis host:port, or a redis:// (rediss:// for TLS) URL with the user, password and database"),
 		prefix: fs.String("prefix", guard.DefaultPrefix, "key prefix the guard was given (guard.RedisOptions.Prefix)"),
+		shown:  new(string),
 	}
 }
 
-// open connects to Redis and checks it answers. The caller closes the client.
-func (f redisFlags) open(ctx context.Context) (*redis.Client, *guard.RedisStore, error) {
-	if _, _, err := net.SplitHostPort(*f.addr); err != nil {
-		return nil, nil, usagef("--redis %q: want host:port", *f.addr)
+// options reads --redis: host:port, or a redis:// or rediss:// URL.
+func (f redisFlags) options() (*redis.Options, error) {
+	var opts *redis.Options
+	if strings.Contains(*f.addr, "://") {
+		o, err := redis.ParseURL(*f.addr)
+		if err != nil {
+			return nil, usagef("--redis: %v", redactDSN(err, *f.addr))
+		}
+		opts = o
+	} else {
+		if _, _, err := net.SplitHostPort(*f.addr); err != nil {
+			return nil, usagef("--redis %q: want host:port or a redis:// URL", *f.addr)
+		}
+		opts = &redis.Options{Addr: *f.addr}
 	}
-	c := redis.NewClient(&redis.Options{Addr: *f.addr, DialTimeout: connectTimeout, DialerRetries: 1, MaxRetries: 1})
+	opts.DialTimeout, opts.DialerRetries, opts.MaxRetries = connectTimeout, 1, 1
+	*f.shown = opts.Addr
+	return opts, nil
+}
+
+// open connects to Redis and checks it answers. A node of a Redis Cluster
+// stands for the whole Cluster: the client then follows every key to its
+// master, and list scans every master. The caller closes the client.
+func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.RedisStore, error) {
+	opts, err := f.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", *f.addr, err)
+		return nil, nil, redisErr(*f.shown, err)
 	}
-	return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
+	info, err := c.Info(pctx, "cluster").Result()
+	var refused redis.Error
+	switch {
+	case errors.As(err, &refused):
+		// INFO not allowed (ACL, a renamed command): a standalone server,
+		// as far as can be told.
+	case err != nil:
+		_ = c.Close()
+		return nil, nil, redisErr(*f.shown, err)
+	}
+	if !strings.Contains(info, "cluster_enabled:1") {
+		return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
+	}
+	_ = c.Close()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{opts.Addr},
+		Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLSConfig,
+		DialTimeout: opts.DialTimeout, DialerRetries: opts.DialerRetries, MaxRetries: opts.MaxRetries})
+	if err := cc.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		_ = cc.Close()
+		return nil, nil, redisErr("a master of the cluster of "+*f.shown, err)
+	}
+	return cc, guard.NewRedisStore(cc, guard.RedisOptions{Prefix: *f.prefix}), nil
+}
+
+// redisErr says whether the server at addr refused (an error reply: a
+// password wanted or wrong, a loading or misconfigured server) or did not
+// answer at all.
+func redisErr(addr string, err error) error {
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return fmt.Errorf("redis at %s refused: %w", addr, err)
+	}
+	return fmt.Errorf("redis at %s does not answer: %w", addr, err)
 }
 
 // postgresConnector reads dsn (a postgres:// URL or key=value settings)
 // without connecting: one that cannot be read is a mistake in the command
 // line, reported before any service is touched.
 func postgresConnector(dsn string) (*pq.Connector, error) {
-	c, err := pq.NewConnector(dsn)
+	cfg, err := postgresConfig(dsn)
 	if err != nil {
-		return nil, usagef("--postgres: %v", redactDSN(err, dsn))
+		return nil, err
 	}
-	return c, nil
+	return pq.NewConnectorConfig(cfg)
+}
+
+// postgresConfig reads dsn. Without a connect_timeout of its own it gets
+// connectTimeout: lib/pq ignores the context's deadline while it waits
+// for the server's first answer, so a server that accepts the connection
+// and never answers would hang the command for good.
+func postgresConfig(dsn string) (pq.Config, error) {
+	cfg, err := pq.NewConfig(dsn)
+	if err != nil {
+		return pq.Config{}, usagef("--postgres: %v", redactDSN(err, dsn))
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	return cfg, nil
 }
 
 // openPostgres opens dsn and checks the database answers.
@@ -156,12 +231,12 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	found := err == nil
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.addr, key)
+		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, key)
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	default:
 		name := store.Name(key)
-		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.shown, shown(name))
 		printRecord(stdout, rec)
 	}
 	if pgStore != nil {
@@ -194,14 +269,47 @@ func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Wr
 	rec, err := store.GetByName(ctx, name)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.addr, name)
+		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.shown, name)
 		return fmt.Errorf("no record under %s", name)
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", name, err)
 	}
-	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.addr, name)
+	fmt.Fprintf(stdout, "redis %s  %s\n", *rf.shown, shown(name))
 	printRecord(stdout, rec)
 	return nil
+}
+
+// shown is s as the operator's terminal may show it: text read from the
+// store (a failure's reason, a key, a Redis key name) is anyone's, and a
+// control character, an escape sequence, a bidirectional override or a
+// byte of invalid UTF-8 in it is written as a Go escape (\x1b, \n,
+// \u202e), never sent raw for the terminal to obey.
+func shown(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && w == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += w
+	}
+	return b.String()
 }
 
 func printRecord(w io.Writer, r guard.Record) {
@@ -220,8 +328,8 @@ func printRecord(w io.Writer, r guard.Record) {
 	if r.Key == (guard.Key{}) {
 		fmt.Fprintf(tw, "  scope, id\tnot kept (a completed record keeps neither)\n")
 	} else {
-		fmt.Fprintf(tw, "  scope\t%s\n", r.Key.Scope)
-		fmt.Fprintf(tw, "  id\t%s\n", r.Key.ID)
+		fmt.Fprintf(tw, "  scope\t%s\n", shown(r.Key.Scope))
+		fmt.Fprintf(tw, "  id\t%s\n", shown(r.Key.ID))
 	}
 	fmt.Fprintf(tw, "  state\t%s\n", r.State)
 	fmt.Fprintf(tw, "  fence\t%d\n", r.Fence)
@@ -231,7 +339,7 @@ func printRecord(w io.Writer, r guard.Record) {
 	fmt.Fprintf(tw, "  expires in\t%s\n", ttl)
 	fmt.Fprintf(tw, "  result size\t%d bytes\n", len(r.Result))
 	if r.LastError != "" {
-		fmt.Fprintf(tw, "  last error\t%s\n", r.LastError)
+		fmt.Fprintf(tw, "  last error\t%s\n", shown(r.LastError))
 	}
 	_ = tw.Flush()
 }
@@ -263,11 +371,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
 	n, scanned, unreadable := 0, 0, 0
+	limited := false
 	var firstBad error
 	err = store.ScanRecords(ctx, func(name string, rec guard.Record, err error) bool {
-		if *limit > 0 && n >= *limit {
-			return false
-		}
 		scanned++
 		switch {
 		case err != nil:
@@ -278,6 +384,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return true
 		case rec.State != state:
 			return true
+		case *limit > 0 && n >= *limit:
+			limited = true // one more than the limit
+			return false
 		}
 		lease := "-"
 		if rec.State == guard.StatePending {
@@ -292,21 +401,25 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if rec.Key == (guard.Key{}) {
 			scope, id = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", scope, id, rec.State, rec.Fence, rec.Attempt, lease, name)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(scope), shown(id), rec.State, rec.Fence, rec.Attempt, lease, shown(name))
 		n++
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", *rf.addr, err)
+		return fmt.Errorf("scan %s: %w", *rf.shown, err)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
+	if limited {
+		fmt.Fprintf(stderr, "stopped at --limit %d: there are more %s keys; --limit 0 lists them all\n", *limit, state)
+	}
 	if scanned == 0 {
 		// Most often a guard given another RedisOptions.Prefix.
-		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.addr)
+		fmt.Fprintf(stderr, "no idemguard records under %s* on %s: if the guard has keys, give its RedisOptions.Prefix with --prefix\n", *rf.prefix, *rf.shown)
 	}
 	if unreadable > 0 {
-		fmt.Fprintf(stderr, "%d records could not be read (corrupt, or kept by another idemguard version); the first: %v\n", unreadable, firstBad)
+		// A failure a script must notice: a stuck key may be among them.
+		return fmt.Errorf("%d records could not be read (corrupt, or kept by another idemguard version); the first: %w", unreadable, firstBad)
 	}
 	return nil
 }
@@ -314,7 +427,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("release")
 	rf := addRedisFlags(fs)
-	force := fs.Bool("force", false, "release even though the holder's lease is still alive (it may still be running)")
+	force := fs.Bool("force", false, "release even though the holder's lease is still alive: it may still be running, and its effect happen twice unless downstream writes check the fence")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -338,18 +451,38 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case guard.StateCompleted:
 		return fmt.Errorf("%s is completed (fence %d): its effect happened, releasing it would let it run again; refusing", key, rec.Fence)
 	case guard.StateFailed:
-		fmt.Fprintf(stdout, "%s is failed (attempt %d): it is already free for a retry; nothing to do\n", key, rec.Attempt)
+		fmt.Fprintf(stdout, "%s is failed (attempt %d): no holder has it, the next claim retries it unless its guard's MaxAttempts are spent; nothing to do\n", key, rec.Attempt)
 		return nil
 	}
 	if rec.LeaseLeft > 0 && !*force {
 		return fmt.Errorf("%s is pending and its holder's lease is alive for %s: it may still be running; wait, or use --force", key, rec.LeaseLeft.Round(time.Millisecond))
 	}
-	if err := store.Release(ctx, guard.Lease{Key: key, Token: rec.Token}); err != nil {
+	if rec.TTL <= 0 {
+		return fmt.Errorf("%s is pending without an expiry, which idemguard never writes; nothing done", key)
+	}
+	// Not the holder's Release: that undoes a first attempt as if it was
+	// never made, and the next claim would get the freed holder's fence
+	// again (docs/design.md, rule 4), though it may still be running. The
+	// holder's attempt fails instead, as a lease that ran out: its later
+	// writes are refused and the next claim takes over with fence+1.
+	if err := store.Fail(ctx, guard.Lease{Key: key, Token: rec.Token}, releaseReason, rec.TTL); err != nil {
 		if errors.Is(err, guard.ErrLeaseLost) {
-			return fmt.Errorf("%s changed while releasing (another holder took it); nothing done", key)
+			return fmt.Errorf("%s changed while releasing (its holder ended it, or another holder took it); nothing done", key)
+		}
+		if strings.Contains(err.Error(), "READONLY") {
+			return fmt.Errorf("release %s: --redis %s is a replica: give its master (%w)", key, *rf.shown, err)
 		}
 		return fmt.Errorf("release %s: %w", key, err)
 	}
-	fmt.Fprintf(stdout, "released %s (was pending, fence %d, attempt %d)\n", key, rec.Fence, rec.Attempt)
+	if rec.LeaseLeft > 0 {
+		fmt.Fprintf(stderr, "warning: %s: its holder's lease was alive for %s: it may still be running, and its effect may then happen twice unless downstream writes check Lease.Fence or the backstop\n",
+			key, rec.LeaseLeft.Round(time.Millisecond))
+	}
+	fmt.Fprintf(stdout, "released %s: its attempt %d (fence %d) is failed, its holder's later writes are refused; the next claim takes it over with fence %d (a key at its guard's MaxAttempts is exhausted)\n",
+		key, rec.Attempt, rec.Fence, rec.Fence+1)
 	return nil
 }
+
+// releaseReason is the failure release records for the holder it frees:
+// the next holder and a dead letter see it as the last error.
+const releaseReason = "released by an operator (idemguard release): the holder may have run part of its effect"

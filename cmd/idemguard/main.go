@@ -49,7 +49,7 @@ func commands() []command {
 		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
 		{"inspect", "[--redis ADDR] [--prefix P] [--postgres DSN] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
 		{"list", "[--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N]", "list keys in a state (SCAN)", runList},
-		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key (never a completed one)", runRelease},
+		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key: its attempt fails, the next claim takes over with a larger fence (never a completed key)", runRelease},
 		{"migrate", "--postgres DSN up | --postgres DSN --force down", "apply, or roll back and drop, the SQL backstop's schema", runMigrate},
 		{"purge", "--postgres DSN [--before DURATION] [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
 		{"inventory", "[--format markdown|json] [--unsafe METHODS]", "list what the demo service deduplicates, and its gaps", runInventory},
@@ -108,9 +108,10 @@ func printUsage(w io.Writer) {
 	}
 }
 
-// oneLine folds an error onto one line.
+// oneLine folds an error onto one line, with what a terminal could obey
+// in it (an escape sequence in a key or a stored reason) shown escaped.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return shown(strings.Join(strings.Fields(s), " "))
 }
 
 // newFlags returns a flag set that reports mistakes as errors and prints
@@ -134,6 +135,18 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	}
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	// The flag package stops at the first argument: a flag after it
+	// (release SCOPE ID --force) would be read as one more argument.
+	rest := fs.Args()
+	if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+		return nil // the caller ended the flags: these are arguments
+	}
+	for _, a := range rest {
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && name != "" && fs.Lookup(name) != nil {
+			return usagef("flag %s after the arguments: give flags before them (an argument that starts with - goes after --)", a)
+		}
 	}
 	return nil
 }

@@ -419,8 +419,8 @@ func TestInspectListRelease(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "released POST /orders/stuck") {
 		t.Fatalf("release stuck: exit %d: %s %s", code, out, stderr)
 	}
-	if _, err := g.Get(ctx, k("stuck")); !errors.Is(err, guard.ErrNotFound) {
-		t.Errorf("after release the stuck key reads %v, want ErrNotFound", err)
+	if rec, err := g.Get(ctx, k("stuck")); err != nil || rec.State != guard.StateFailed || rec.LastError != releaseReason {
+		t.Errorf("after release the stuck key reads %v %q (%v), want failed by the release", rec.State, rec.LastError, err)
 	}
 	ran := false
 	if _, err := g.Do(ctx, k("stuck"), "fp", func(context.Context, guard.Lease) ([]byte, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +15,8 @@ import (
 	"github.com/idemguard/idemguard/pgstore"
 )
 
-// purgeLockName is the Redlock name under which at most one purge runs.
+// purgeLockName starts the Redlock name under which at most one purge of
+// the same tables runs (purgeLock).
 const purgeLockName = "idemguard-purge"
 
 func addPostgresFlags(fs *flag.FlagSet) (dsn, schema *string) {
@@ -68,6 +70,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("read the schema version: %w", err)
 	}
+	if fs.Arg(0) == "up" && before > m.Latest() {
+		// Up would find nothing to do and say so as if all was well.
+		return fmt.Errorf("the database is at schema version %d, newer than this build knows (latest %d): "+
+			"a newer idemguard migrated it; use that one", before, m.Latest())
+	}
 	if fs.Arg(0) == "up" {
 		err = m.Up(ctx)
 	} else {
@@ -89,7 +96,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dsn, schema := addPostgresFlags(fs)
 	before := fs.Duration("before", 0, "delete rows that expired this long ago or more (0: every expired row)")
 	batch := fs.Int("batch", pgstore.DefaultPurgeBatch, "rows deleted per statement")
-	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge runs at a time")
+	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge of the same tables (server, database, schema) runs at a time")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -145,10 +152,14 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		err = lock.Singleton(l, purgeLockName, job)(ctx)
+		name, err := purgeLock(ctx, db, *dsn, *schema)
+		if err != nil {
+			return err
+		}
+		err = lock.Singleton(l, name, job)(ctx)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):
-			fmt.Fprintf(stdout, "another purge holds the lock %q: skipped\n", purgeLockName)
+			fmt.Fprintf(stdout, "another purge holds the lock %q: skipped\n", name)
 			return nil
 		case errors.Is(err, lock.ErrUnavailable):
 			return fmt.Errorf("lock nodes %s: no quorum answers: %w", strings.Join(nodes, ","), err)
@@ -160,4 +171,25 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "purged %d expired rows in %s\n", deleted, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// purgeLock is the Redlock name under which at most one purge of the
+// tables dsn and schema name runs: purgeLockName, the server, the
+// database and the schema (as the server resolves the search_path when
+// schema is empty), so purges of other tables sharing the lock nodes do
+// not skip this one. No credential is in it.
+func purgeLock(ctx context.Context, db *sql.DB, dsn, schema string) (string, error) {
+	cfg, err := postgresConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	var database string
+	var current sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &current); err != nil {
+		return "", fmt.Errorf("name the purge lock: %w", err)
+	}
+	if schema == "" {
+		schema = current.String
+	}
+	return fmt.Sprintf("%s:%s:%d/%s/%s", purgeLockName, cfg.Host, cfg.Port, database, schema), nil
 }
