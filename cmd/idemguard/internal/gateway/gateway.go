@@ -54,7 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/lib/pq" // the PostgreSQL driver, for the secondary store
+	"github.com/lib/pq" // the PostgreSQL driver, for the secondary store
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -357,10 +357,21 @@ func (gw *Gateway) openStore() error {
 	case "fail-open":
 		fo.Policy = fallback.FailOpen
 	case "secondary":
-		db, err := sql.Open("postgres", fc.PostgresDSN)
+		pcfg, err := pq.NewConfig(fc.PostgresDSN)
 		if err != nil {
-			return fmt.Errorf("fallback: %w", err)
+			return fmt.Errorf("fallback: postgres: %w", err)
 		}
+		if pcfg.ConnectTimeout <= 0 {
+			// lib/pq ignores the context while it waits for the server's
+			// first answer: a server that accepts and never answers would
+			// hang every request the secondary serves.
+			pcfg.ConnectTimeout = secondaryConnectTimeout
+		}
+		conn, err := pq.NewConnectorConfig(pcfg)
+		if err != nil {
+			return fmt.Errorf("fallback: postgres: %w", err)
+		}
+		db := sql.OpenDB(conn)
 		gw.db = db
 		secondary, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
 		if err != nil {
@@ -375,6 +386,10 @@ func (gw *Gateway) openStore() error {
 	gw.fb, gw.store = fb, fb
 	return nil
 }
+
+// secondaryConnectTimeout bounds a connection to the fallback PostgreSQL
+// whose DSN sets no connect_timeout of its own.
+const secondaryConnectTimeout = 5 * time.Second
 
 // Handler is the proxy: the guarded routes, the pass-through, and (without
 // admin_listen) /healthz, /readyz and /metrics.
