@@ -43,7 +43,10 @@ var (
 
 // New returns a Store on db, in the tables opts names (create them with
 // Migrate). It returns an error for a nil db and for options that make no
-// usable names.
+// usable names. Calls are bounded by their context, except a new
+// connection's wait for the server's first answer, which lib/pq bounds
+// only by the DSN's connect_timeout: set one (a few seconds) when the
+// Store backs a fallback during an outage.
 func New(db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pgstore.New: nil *sql.DB")
