@@ -132,13 +132,12 @@ func (b *beat) lose(h *held, cause error) {
 }
 
 // nextFire is when the timer is due: the next extension (unless one is
-// under way), or the earliest deadline or MaxRun of a live lease. b.mu is
-// held, or b is not shared yet.
+// under way), or the earliest deadline or MaxRun of a live lease; with
+// no live lease, nothing is (not even the extension, whose time, once
+// past, would fire the timer again and again). b.mu is held, or b is not
+// shared yet.
 func (b *beat) nextFire(now time.Time) time.Time {
 	var next time.Time
-	if !b.busy {
-		next = b.next
-	}
 	for i := range b.held {
 		h := &b.held[i]
 		if !h.live {
@@ -153,6 +152,9 @@ func (b *beat) nextFire(now time.Time) time.Time {
 	}
 	if next.IsZero() {
 		return now.Add(time.Hour) // nothing live: nothing due
+	}
+	if !b.busy && b.next.Before(next) {
+		next = b.next
 	}
 	return next
 }

@@ -223,7 +223,13 @@ type Result struct {
 // the claim is released and the panic goes on. The result is stored even
 // when ctx is cancelled after fn returned. If it cannot be stored, Do
 // returns the value together with the error (ErrLeaseLost when another
-// holder took over): fn ran, but the guard could not record it.
+// holder took over): fn ran, but the guard could not record it. The write
+// is made once, bounded by max(Lease, 1s): an error matching
+// ErrUnavailable means its outcome is unknown (the result may be stored).
+// fn's own error comes back as it is, so both "fn failed" and "fn's
+// result was refused" may match ErrLeaseLost (an fn that returns its
+// context's cause); a caller that must tell them apart notes whether fn
+// returned nil.
 //
 // A nil fn is a programmer's error: Do panics before it claims the key.
 func (g *Guard) Do(ctx context.Context, key Key, fingerprint string, fn Func) (Result, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -155,6 +156,30 @@ func TestPanicReleasesKey(t *testing.T) {
 	res, err := g.Do(bg, key, "fp", count(&n, "second try"))
 	if err != nil || res.Replayed || n.Load() != 1 {
 		t.Fatalf("retry after panic = %+v, %v; ran %d", res, err, n.Load())
+	}
+}
+
+// An effect that calls runtime.Goexit (t.FailNow, say) ends Do's caller's
+// goroutine as it would end any function's, and its claim is released, as
+// after a panic: the key is free for a retry at once.
+func TestGoexitReleasesKey(t *testing.T) {
+	g := realGuard(t, guard.Options{})
+	key := guard.Key{Scope: "s", ID: "goexit"}
+	ended := make(chan bool, 1)
+	go func() {
+		returned := false
+		defer func() { ended <- returned }()
+		_, _ = g.Do(bg, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+			runtime.Goexit()
+			return nil, nil
+		})
+		returned = true
+	}()
+	if <-ended {
+		t.Fatal("Do returned after the effect called runtime.Goexit")
+	}
+	if _, err := g.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("record after Goexit: %v, want released (ErrNotFound)", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
@@ -487,5 +488,96 @@ func TestDoTokens(t *testing.T) {
 		if !seen[l.Token] {
 			t.Fatalf("a lease's token changed after Do returned: %q", l.Token)
 		}
+	}
+}
+
+// unavailableExtend is a real store whose extensions answer
+// ErrUnavailable while down is set, as a store briefly out of reach does.
+type unavailableExtend struct {
+	*hooked
+	down atomic.Bool
+}
+
+func (u *unavailableExtend) Extend(ctx context.Context, l guard.Lease, d time.Duration) error {
+	if u.down.Load() {
+		u.hooked.extends.Add(1)
+		return fmt.Errorf("%w: connection refused", guard.ErrUnavailable)
+	}
+	return u.hooked.Extend(ctx, l, d)
+}
+
+// A heartbeat that fails for less than the lease left rides it out: the
+// extensions are tried again, sooner as the deadline nears, the effect's
+// context stays live, and the result is stored; an outage that outlasts
+// the lease ends the context at the deadline, with the last failure in
+// the cause.
+func TestHeartbeatRidesOutUnavailable(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	s := &unavailableExtend{hooked: &hooked{Store: realStore(t)}}
+	g := guard.New(s, guard.Options{Lease: lease})
+	s.down.Store(true)
+	res, err := g.Do(bg, guard.Key{Scope: "s", ID: "blip"}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		testenv.WaitFor(t, 10*time.Second, "three failed extensions", func() bool { return s.extends.Load() >= 3 })
+		s.down.Store(false) // back before the deadline: the next try succeeds
+		if time.Now().After(l.Deadline) {
+			return nil, fmt.Errorf("the outage outlasted the lease (%s past its deadline): the test proves nothing", time.Since(l.Deadline))
+		}
+		n := s.extends.Load()
+		testenv.WaitFor(t, 10*time.Second, "a successful extension", func() bool { return s.extends.Load() > n+1 })
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("the effect's context ended although an extension succeeded in time: %w", context.Cause(ctx))
+		}
+		return []byte("ok"), nil
+	})
+	if err != nil || string(res.Value) != "ok" {
+		t.Fatalf("Do = %+v, %v", res, err)
+	}
+
+	s.down.Store(true)
+	_, err = g.Do(bg, guard.Key{Scope: "s", ID: "outage"}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		<-ctx.Done()
+		if now := time.Now(); now.Before(l.Deadline) {
+			t.Errorf("cancelled %s before the deadline", l.Deadline.Sub(now))
+		}
+		return nil, context.Cause(ctx)
+	})
+	if !errors.Is(err, guard.ErrLeaseLost) || !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("Do through an outage = %v, want ErrLeaseLost with the last extension's ErrUnavailable", err)
+	}
+}
+
+// The deadline an extension sets counts from when it was sent, not from
+// when its answer came: the server ran it no sooner than it was sent, so
+// the lease it set may end Lease after that. An extension answered 250ms
+// late, followed by one that never answers, ends the effect's context at
+// (sent + Lease − LeaseMargin), not 250ms later.
+func TestExtensionDeadlineFromSent(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	var sent atomic.Int64
+	h := &hooked{Store: realStore(t), onWire: true}
+	h.beforeExtend = func(ctx context.Context, n int32) {
+		if n == 1 {
+			sent.Store(time.Now().UnixNano())
+			return
+		}
+		<-ctx.Done() // the next one hangs until given up
+	}
+	h.afterExtend = func(n int32, err error) {
+		if n == 1 {
+			time.Sleep(250 * time.Millisecond) // its answer is slow to come back
+		}
+	}
+	g := guard.New(h, guard.Options{Lease: lease})
+	validity := lease - guard.LeaseMargin(lease)
+	_, err := g.Do(bg, guard.Key{Scope: "s", ID: "slow-answer"}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		<-ctx.Done()
+		// sent is read a moment after the guard's own reading of the clock.
+		if at := time.Since(time.Unix(0, sent.Load())); at < validity-20*time.Millisecond || at > validity+150*time.Millisecond {
+			t.Errorf("cancelled %s after the extension was sent, want %s", at, validity)
+		}
+		return nil, context.Cause(ctx)
+	})
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
 	}
 }

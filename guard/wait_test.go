@@ -289,3 +289,49 @@ func TestWaitTimeoutBoundsReads(t *testing.T) {
 		t.Errorf("Wait: %v, want *InProgressError", err)
 	}
 }
+
+// callCounter is a real store that counts the reads and claims made of it.
+type callCounter struct {
+	guard.Store
+	gets, claims atomic.Int64
+}
+
+func (c *callCounter) Get(ctx context.Context, k guard.Key) (guard.Record, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, k)
+}
+
+func (c *callCounter) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+// A long wait does not spin: while the key is held, Wait only reads the
+// record, backing off to one read per 100 ms (with up to a fifth of
+// jitter), and sends no claim; the result stored then is its answer, by
+// one claim.
+func TestWaitLongWaitReadsSparingly(t *testing.T) {
+	s := &callCounter{Store: realStore(t)}
+	g := guard.New(s, guard.Options{})
+	key := guard.Key{Scope: "wait", ID: "sparing"}
+	lease := holdKey(t, g, key)
+	s.claims.Store(0)
+	const held = 1500 * time.Millisecond
+	ch := waitAsync(bg, g, key, "fp", guard.WaitOptions{Timeout: time.Minute})
+	time.Sleep(held) // the holder's effect runs: what is measured is Wait's calls meanwhile
+	gets, claims := s.gets.Load(), s.claims.Load()
+	if err := g.Complete(bg, lease, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil || r.out.Status != guard.Replay || string(r.out.Result) != "done" {
+		t.Fatalf("Wait = %+v, %v; want the replay", r.out, r.err)
+	}
+	// 10, 20, 40, 80 ms, then every 100 ms: about 17 reads in 1.5 s.
+	if gets < 5 || gets > 20 || claims != 0 {
+		t.Fatalf("%d reads and %d claims while the key was held %s, want 5 to 20 reads and no claim", gets, claims, held)
+	}
+	if n := s.claims.Load(); n != 1 {
+		t.Fatalf("%d claims in all, want the one that replayed", n)
+	}
+}

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -16,23 +17,31 @@ const MaxRunTimes = 1024
 // value is ready to use and safe for concurrent use.
 type RunTimes struct {
 	mu sync.Mutex
-	m  map[string]time.Duration
+	// m holds each name's average. Its keys are the table's own copies,
+	// and an average changes through its pointer: assigning to an entry
+	// would replace its key with the string assigned by (Go's maps do),
+	// which may be a view of a buffer its caller reuses.
+	m map[string]*time.Duration
 }
 
 // Observe records that a run of name took d: the average moves a quarter
-// of the way to d (d itself for a name not seen yet).
+// of the way to d (d itself for a name not seen yet). The table keeps a
+// copy of name, not name itself: a name that shares a buffer its caller
+// reuses (a fasthttp view) is safe to pass. A name already known costs no
+// allocation.
 func (t *RunTimes) Observe(name string, d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	avg, ok := t.m[name]
-	switch {
-	case ok:
-		t.m[name] = avg + (d-avg)/4 // weight 1/4 on the newest run
-	case t.m == nil || len(t.m) >= MaxRunTimes:
-		t.m = map[string]time.Duration{name: d}
-	default:
-		t.m[name] = d
+	if avg, ok := t.m[name]; ok {
+		*avg += (d - *avg) / 4 // weight 1/4 on the newest run
+		return
 	}
+	if t.m == nil || len(t.m) >= MaxRunTimes {
+		t.m = make(map[string]*time.Duration)
+	}
+	avg := new(time.Duration) // not &d, which would put d on the heap for every call
+	*avg = d
+	t.m[strings.Clone(name)] = avg
 }
 
 // Typical returns name's average run time, and false when no run of it
@@ -40,8 +49,10 @@ func (t *RunTimes) Observe(name string, d time.Duration) {
 func (t *RunTimes) Typical(name string) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d, ok := t.m[name]
-	return d, ok
+	if d, ok := t.m[name]; ok {
+		return *d, true
+	}
+	return 0, false
 }
 
 // Len returns how many names the table holds (at most MaxRunTimes).

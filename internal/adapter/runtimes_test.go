@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestRunTimesAverage(t *testing.T) {
@@ -60,5 +61,35 @@ func TestRunTimesConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := rt.Len(); n == 0 || n > MaxRunTimes {
 		t.Fatalf("%d names", n)
+	}
+}
+
+// view returns a string that shares b's bytes, as a fasthttp request's
+// strings share its reused buffers.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// The table keeps names of its own: a name passed to Observe that shares
+// a buffer reused later (a fasthttp view) changes no key of the table,
+// whether the name is new to it or known (Go's maps replace the key of an
+// entry they assign to), and recording a known name allocates nothing.
+func TestRunTimesKeepsOwnNames(t *testing.T) {
+	var rt RunTimes
+	buf := []byte("/orders")
+	rt.Observe(view(buf), time.Second) // new
+	copy(buf, "/refund")
+	if _, ok := rt.Typical("/orders"); !ok {
+		t.Fatal("a new name was kept as the caller's buffer, which then changed")
+	}
+	copy(buf, "/orders")
+	rt.Observe(view(buf), time.Second) // known
+	copy(buf, "/refund")
+	if _, ok := rt.Typical("/orders"); !ok {
+		t.Fatal("a known name's key was replaced by the caller's buffer, which then changed")
+	}
+	if _, ok := rt.Typical("/refund"); ok {
+		t.Fatal("a name never observed has a typical time")
+	}
+	if n := testing.AllocsPerRun(100, func() { rt.Observe("/orders", time.Second) }); n != 0 {
+		t.Errorf("Observe of a known name: %.1f allocations, want 0", n)
 	}
 }
