@@ -9,12 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/memstore"
 )
 
 // readmeQuickStart is the README's "Quick start". It is compiled, not run:
@@ -108,4 +110,17 @@ func readmeSteps(ctx context.Context, g *guard.Guard, key guard.Key, requestSHA2
 		return json.Marshal(order)
 	})
 	return res, err
+}
+
+// TestReadmeSteps runs the steps snippet on memstore (a StepStore): the
+// order comes back, and a repeat is its replay.
+func TestReadmeSteps(t *testing.T) {
+	g := guard.New(memstore.New(memstore.Options{}), guard.Options{})
+	key := guard.Key{Scope: "checkout", ID: "cart-1"}
+	for _, replayed := range []bool{false, true} {
+		res, err := readmeSteps(context.Background(), g, key, "fp", Cart{Total: 500}, http.DefaultClient)
+		if err != nil || string(res.Value) != `{"ID":""}` || res.Replayed != replayed {
+			t.Fatalf("Do: %s replayed=%v, %v; want the order, replayed=%v", res.Value, res.Replayed, err, replayed)
+		}
+	}
 }
