@@ -1,15 +1,17 @@
-// Package readmecheck_test keeps README.md's Go snippets honest: each
-// ```go block must appear, verbatim up to indentation, in the readme_test.go
-// of the package whose API it shows, where it is compiled (and run where
-// it can run without services). Editing a snippet without its test, or
-// the test without the snippet, fails here; a snippet that stops compiling
-// fails in its package.
+package testenv_test
+
+// TestSnippetsInTests keeps README.md's Go snippets honest: each ```go
+// block must appear, verbatim up to indentation, in the readme_test.go of
+// the package whose API it shows, where it is compiled (and run where it
+// can run). Editing a snippet without its test, or the test without the
+// snippet, fails here; a snippet that stops compiling fails in its package.
 //
-// It lives in the root module, beside README.md, because the root module's
-// tests run in every `go test ./...` of the repository; it reads the other
-// modules' readme_test.go files as text, so it needs none of their
-// dependencies.
-package readmecheck_test
+// It is in the root module, beside README.md, so every `go test ./...` of
+// the repository runs it; it reads the other modules' readme_test.go files
+// as text, so it needs none of their dependencies. It is in testenv, the
+// root module's test toolkit, rather than a package of its own: a new
+// package would change tools/deppic.sh's picture, which docs/design.md
+// draws.
 
 import (
 	"os"
@@ -118,4 +120,24 @@ func containsDedented(src, want []string) bool {
 		}
 	}
 	return false
+}
+
+// TestContainsDedented: a snippet is found at any indentation, and a
+// changed line or indentation inside it is not the snippet.
+func TestContainsDedented(t *testing.T) {
+	src := strings.Split("func f() {\n\tif x {\n\t\ty()\n\n\t}\n}", "\n")
+	for _, c := range []struct {
+		want  string
+		found bool
+	}{
+		{"if x {\n\ty()\n\n}", true},
+		{"\t\tif x {\n\t\t\ty()\n\n\t\t}", true}, // a README block indented as a whole
+		{"if x {\n\tz()\n\n}", false},
+		{"if x {\n    y()\n\n}", false},
+		{"if x {\n\ty()\n}", false},
+	} {
+		if got := containsDedented(src, dedent(strings.Split(c.want, "\n"))); got != c.found {
+			t.Errorf("%q: found %v, want %v", c.want, got, c.found)
+		}
+	}
 }
