@@ -224,7 +224,8 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 }
 
 // keepInProgress reports msgs in progress every d until stop is called
-// (stop waits for a report under way); d ≤ 0: never.
+// (stop waits for a report under way; calling it again does nothing);
+// d ≤ 0: never.
 func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop func()) {
 	if d <= 0 {
 		return func() {}
@@ -261,7 +262,11 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // Options.Concurrency handlers at once), reporting every message in
 // progress every Options.InProgressEvery until the batch is done, then
 // acknowledges each as Handle does. It returns each message's outcome and
-// the first acknowledgement that could not be sent.
+// the first acknowledgement that could not be sent. A handler that calls
+// runtime.Goexit in a batch run one message at a time ends the caller's
+// goroutine inside the batch (consumerx.Processor.ProcessBatch): the
+// in-progress reports stop, nothing is acknowledged, and the batch's
+// messages come back after AckWait.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
 	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded)
 }
@@ -273,6 +278,10 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 		cmsgs[i] = message(m)
 	}
 	stop := h.keepInProgress(msgs, every)
+	// Stopped also when a handler run on this goroutine (Concurrency 1)
+	// calls runtime.Goexit, which ends it inside batch: messages reported
+	// in progress for ever are never redelivered.
+	defer stop()
 	res := batch(ctx, cmsgs)
 	stop()
 	outs := make([]consumerx.Outcome, len(msgs))
