@@ -42,10 +42,14 @@ type Options struct {
 	// is too long for the guard). Message.Raw is the jetstream.Msg.
 	Process consumerx.Options
 	// InProgressDelay is the NakWithDelay of a message another consumer is
-	// running (at most until that consumer's lease ends). Default 1s.
+	// running (at most until that consumer's lease ends), and, when
+	// RetryDelay is zero, of a message that failed because the store
+	// refused (guard.ErrUnavailable): each delivery counts toward the
+	// consumer's MaxDeliver. Default 1s.
 	InProgressDelay time.Duration
 	// RetryDelay is the NakWithDelay of a failed message. Zero: a plain
-	// Nak, redelivered at once or by the consumer's BackOff.
+	// Nak, redelivered at once or by the consumer's BackOff (but see
+	// InProgressDelay).
 	RetryDelay time.Duration
 	// InProgressEvery is how often a message not yet acknowledged is
 	// reported in progress to the server (msg.InProgress), which restarts
@@ -211,9 +215,15 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 	case consumerx.Interrupted:
 		aerr = msg.Nak() // this consumer is stopping: let another take it now
 	default:
-		if h.opts.RetryDelay > 0 {
+		switch {
+		case h.opts.RetryDelay > 0:
 			aerr = msg.NakWithDelay(h.opts.RetryDelay)
-		} else {
+		case errors.Is(err, guard.ErrUnavailable):
+			// The store refused: redelivered at once, the message would
+			// spend the consumer's MaxDeliver in a tight loop for as long
+			// as the outage lasts, and then be dropped by the server.
+			aerr = msg.NakWithDelay(h.opts.InProgressDelay)
+		default:
 			aerr = msg.Nak()
 		}
 	}
