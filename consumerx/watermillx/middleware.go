@@ -45,8 +45,10 @@ type Options struct {
 	// cannot store it; Message.Raw is the *message.Message.
 	Process consumerx.Options
 	// InProgressDelay is how long a message held by another consumer waits
-	// before it is nacked (at most until the holder's lease ends), so the
-	// subscriber does not redeliver it in a busy loop. Default 1s.
+	// before it is nacked (at most until the holder's lease ends), and a
+	// message that failed because the store refused (guard.ErrUnavailable),
+	// so the subscriber does not redeliver it in a busy loop (which would
+	// spend a broker's delivery limit during an outage). Default 1s.
 	InProgressDelay time.Duration
 }
 
@@ -93,7 +95,8 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // Middleware is a message.HandlerMiddleware. The wrapped handler's return
 // tells the router what to do: produced messages and nil to ack
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
-// InProgress, Interrupted). The message's context is the consumer's: when
+// InProgress, Interrupted); a message in progress elsewhere, or one the
+// store refused, is held Options.InProgressDelay before the nack. The message's context is the consumer's: when
 // it is cancelled while the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
@@ -163,16 +166,29 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			if errors.As(err, &ip) && ip.RetryAfter > 0 {
 				wait = min(wait, ip.RetryAfter)
 			}
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
+			hold(ctx, wait)
+			return nil, err
+		case consumerx.Failed:
+			if errors.Is(err, guard.ErrUnavailable) {
+				// The store refused: nacked at once, the message would
+				// come straight back and spend a broker's delivery limit
+				// in a tight loop for as long as the outage lasts.
+				hold(ctx, m.opts.InProgressDelay)
 			}
 			return nil, err
 		default:
 			return nil, err
 		}
+	}
+}
+
+// hold waits d, or until ctx ends.
+func hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
