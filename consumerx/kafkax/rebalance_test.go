@@ -29,10 +29,15 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 	const n = 30
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	addrs, producer, _ := startKafka(t, "orders")
+	manual, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer manual.Close()
 	ctx := context.Background()
 	var recs []*kgo.Record
 	for i := range n {
-		recs = append(recs, &kgo.Record{Topic: "orders", Key: fmt.Appendf(nil, "order-%d", i), Value: fmt.Appendf(nil, "charge %d", i)})
+		recs = append(recs, &kgo.Record{Topic: "orders", Partition: int32(i % 3), Value: fmt.Appendf(nil, "charge %d", i)})
 	}
 	var (
 		mu       sync.Mutex
@@ -55,8 +60,10 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 			if running[msg.ID] > 1 {
 				overlap = append(overlap, msg.ID)
 			}
-			hold := member == "A" && !heldOnce[r.Partition]
-			heldOnce[r.Partition] = true
+			hold := member == "A" && string(r.Value) != "warm" && !heldOnce[r.Partition]
+			if hold {
+				heldOnce[r.Partition] = true
+			}
 			mu.Unlock()
 			if hold {
 				held.Add(1)
@@ -75,6 +82,7 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 	client := func(opts ...kgo.Opt) *kgo.Client {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("billing"),
 			kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit(), kgo.FetchMaxWait(100 * time.Millisecond),
+			kgo.FetchMinBytes(1 << 20), // a fetch waits its MaxWait: it takes every partition's records
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -106,10 +114,16 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 			}
 		}
 	}()
-	// Produced once A owns every partition, so that its first poll takes
-	// them all.
+	// Produced once A fetches every partition (a record of each warms it
+	// up), so that its next poll takes them all.
 	testenv.WaitFor(t, 20*time.Second, "A assigned every partition", func() bool { return assignA.Load() == 3 })
-	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	for p := range int32(3) {
+		if err := manual.ProduceSync(ctx, &kgo.Record{Topic: "orders", Partition: p, Value: []byte("warm")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 20*time.Second, "the warm-up records committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
+	if err := manual.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 20*time.Second, "A holding the first record of each partition", func() bool { return held.Load() == 3 })
