@@ -113,6 +113,12 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // message's context at its deadline (Watermill's Timeout middleware) is
 // not the consumer stopping but the handler timing out: the handler sees
 // it, and its failure then is a failed attempt.
+//
+// Give up on a message with Options.Process.DeadLetter (PublishDeadLetter),
+// not Watermill's PoisonQueue middleware: inside this one, a poisoned
+// message is recorded done (its handler returned nil) and a re-drive of
+// it with the same UUID is a Duplicate that never runs; outside, a
+// message in progress elsewhere or Interrupted is poisoned and acked.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
