@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -236,11 +237,15 @@ func stopContext(ctx context.Context) (consumer context.Context, deadline time.T
 	}
 }
 
-// stored is a produced message as kept in the record.
+// stored is a produced message as kept in the record. JSON would turn
+// what is not valid UTF-8 into U+FFFD: such a UUID, and such metadata
+// entries (a binary header), are kept as bytes in RawUUID and RawMeta.
 type stored struct {
 	UUID     string            `json:"u"`
 	Metadata map[string]string `json:"m,omitempty"`
 	Payload  []byte            `json:"p,omitempty"`
+	RawUUID  []byte            `json:"ru,omitempty"`
+	RawMeta  [][2][]byte       `json:"rm,omitempty"`
 }
 
 func encode(msgs []*message.Message) ([]byte, error) {
@@ -250,6 +255,19 @@ func encode(msgs []*message.Message) ([]byte, error) {
 	out := make([]stored, len(msgs))
 	for i, m := range msgs {
 		out[i] = stored{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
+		if !utf8.ValidString(m.UUID) {
+			out[i].UUID, out[i].RawUUID = "", []byte(m.UUID)
+		}
+		if !validUTF8(m.Metadata) {
+			out[i].Metadata = make(map[string]string, len(m.Metadata))
+			for k, v := range m.Metadata {
+				if utf8.ValidString(k) && utf8.ValidString(v) {
+					out[i].Metadata[k] = v
+				} else {
+					out[i].RawMeta = append(out[i].RawMeta, [2][]byte{[]byte(k), []byte(v)})
+				}
+			}
+		}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -268,12 +286,29 @@ func decode(b []byte) ([]*message.Message, error) {
 	}
 	out := make([]*message.Message, len(in))
 	for i, s := range in {
-		out[i] = message.NewMessage(s.UUID, s.Payload)
+		uuid := s.UUID
+		if s.RawUUID != nil {
+			uuid = string(s.RawUUID)
+		}
+		out[i] = message.NewMessage(uuid, s.Payload)
 		for k, v := range s.Metadata {
 			out[i].Metadata.Set(k, v)
 		}
+		for _, kv := range s.RawMeta {
+			out[i].Metadata.Set(string(kv[0]), string(kv[1]))
+		}
 	}
 	return out, nil
+}
+
+// validUTF8 reports whether every key and value of md is valid UTF-8.
+func validUTF8(md message.Metadata) bool {
+	for k, v := range md {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // Metadata keys of a dead-lettered message published by PublishDeadLetter.
