@@ -46,10 +46,12 @@ type Options struct {
 	// cannot store it; Message.Raw is the *message.Message.
 	Process consumerx.Options
 	// InProgressDelay is how long a message held by another consumer waits
-	// before it is nacked (at most until the holder's lease ends), and a
-	// message that failed because the store refused (guard.ErrUnavailable),
-	// so the subscriber does not redeliver it in a busy loop (which would
-	// spend a broker's delivery limit during an outage). Default 1s.
+	// before it is tried again (at most until the holder's lease ends; it
+	// is not nacked meanwhile), and a message that failed because the
+	// store refused (guard.ErrUnavailable) before it is nacked, so the
+	// subscriber does not redeliver it in a busy loop (which would spend a
+	// broker's delivery limit during an outage, or a dead holder's lease).
+	// Default 1s.
 	InProgressDelay time.Duration
 }
 
@@ -96,8 +98,10 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // Middleware is a message.HandlerMiddleware. The wrapped handler's return
 // tells the router what to do: produced messages and nil to ack
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
-// InProgress, Interrupted); a message in progress elsewhere, or one the
-// store refused, is held Options.InProgressDelay before the nack. The message's context is the consumer's: when
+// InProgress, Interrupted). A message in progress elsewhere is kept and
+// tried again every Options.InProgressDelay (or when the holder's lease
+// ends, if sooner) until it is not, and nacked only if its context ends
+// first; one the store refused is held InProgressDelay before the nack. The message's context is the consumer's: when
 // it is cancelled while the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
@@ -137,7 +141,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		cmsg := consumerx.Message{ID: ID(msg), Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
 		consumer, deadline, release := stopContext(ctx)
 		defer release()
-		o, result, err := p.ProcessResult(consumer, cmsg, func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
+		run := func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
 			if !deadline.IsZero() {
 				var cancel context.CancelFunc
@@ -157,7 +161,16 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 			return encode(produced)
-		})
+		}
+		o, result, err := p.ProcessResult(consumer, cmsg, run)
+		// In progress elsewhere: kept, not nacked, and tried again until
+		// it is not (the holder completed it, or its lease ran out and it
+		// is taken over). Nacked, it would come back at once, and a
+		// holder that died would make it spend a broker's delivery limit
+		// for the rest of its lease.
+		for o == consumerx.InProgress && hold(ctx, inProgressWait(err, m.opts.InProgressDelay)) {
+			o, result, err = p.ProcessResult(consumer, cmsg, run)
+		}
 		switch o {
 		case consumerx.Processed, consumerx.Duplicate:
 			produced, derr := decode(result)
@@ -167,14 +180,6 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return produced, nil
 		case consumerx.DeadLettered:
 			return nil, nil
-		case consumerx.InProgress:
-			wait := m.opts.InProgressDelay
-			var ip *guard.InProgressError
-			if errors.As(err, &ip) && ip.RetryAfter > 0 {
-				wait = min(wait, ip.RetryAfter)
-			}
-			hold(ctx, wait)
-			return nil, err
 		case consumerx.Failed:
 			if errors.Is(err, guard.ErrUnavailable) {
 				// The store refused: nacked at once, the message would
@@ -189,14 +194,26 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// hold waits d, or until ctx ends.
-func hold(ctx context.Context, d time.Duration) {
+// hold waits d, or until ctx ends: false then.
+func hold(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-ctx.Done():
+		return false
 	}
+}
+
+// inProgressWait is how long a message in progress elsewhere (err) waits
+// before it is tried again: d, or less if the holder's lease ends first.
+func inProgressWait(err error, d time.Duration) time.Duration {
+	var ip *guard.InProgressError
+	if errors.As(err, &ip) && ip.RetryAfter > 0 {
+		return min(d, ip.RetryAfter)
+	}
+	return d
 }
 
 // ID returns the default id of msg: its UUID, or, when that is not a
