@@ -45,10 +45,9 @@ type Options struct {
 	// running (at most until that consumer's lease ends; but Consume, for
 	// a consumer with a MaxDeliver, Naks it until the lease ends, and at
 	// least InProgressDelay: a holder that died must not make the message
-	// spend its deliveries meanwhile), and, when
-	// RetryDelay is zero, of a message that failed because the store
-	// refused (guard.ErrUnavailable): each delivery counts toward the
-	// consumer's MaxDeliver. Default 1s.
+	// spend its deliveries meanwhile), and, when RetryDelay is zero, of a
+	// message that failed because the store refused (guard.ErrUnavailable):
+	// each delivery counts toward the consumer's MaxDeliver. Default 1s.
 	InProgressDelay time.Duration
 	// RetryDelay is the NakWithDelay of a failed message. Zero: a plain
 	// Nak, redelivered at once or by the consumer's BackOff (but see

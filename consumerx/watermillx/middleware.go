@@ -101,8 +101,9 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // InProgress, Interrupted). A message in progress elsewhere is kept and
 // tried again every Options.InProgressDelay (or when the holder's lease
 // ends, if sooner) until it is not, and nacked only if its context ends
-// first; one the store refused is held InProgressDelay before the nack. The message's context is the consumer's: when
-// it is cancelled while the handler runs (the router or subscriber is closing)
+// first; one the store refused is held InProgressDelay before the nack.
+// The message's context is the consumer's: when it is cancelled while
+// the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
 // runs again when the broker delivers it again.
