@@ -68,7 +68,7 @@ func TestConsumeGoexitMessageRedelivered(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Consume(runCtx, cons) }()
 	deadline := time.Now().Add(20 * ackWait)
-	for effects.Load() == 0 && time.Now().Before(deadline) {
+	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
 	stop()

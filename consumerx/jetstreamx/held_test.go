@@ -78,7 +78,7 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(3 * lease)
-	for effects.Load() == 0 && time.Now().Before(deadline) {
+	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
 	if effects.Load() != 1 || outs.Final()[consumerx.Processed] != 1 {

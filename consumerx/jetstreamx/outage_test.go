@@ -82,7 +82,7 @@ func TestStoreOutageDoesNotUseUpMaxDeliver(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for effects.Load() == 0 && time.Now().Before(deadline) {
+	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
 	if effects.Load() != 1 || outs.Final()[consumerx.Processed] != 1 {

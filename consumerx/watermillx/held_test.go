@@ -59,7 +59,7 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 	b.start()
 	_ = q.Publish("orders", message.NewMessage("order-1", payload))
 	deadline := time.Now().Add(3 * lease)
-	for effects.Load() == 0 && q.dropped.Load() == 0 && time.Now().Before(deadline) {
+	for outs.Final()[consumerx.Processed] == 0 && q.dropped.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
 	if effects.Load() != 1 || outs.Final()[consumerx.Processed] != 1 || q.dropped.Load() != 0 {
