@@ -42,10 +42,16 @@ type Options struct {
 	// is too long for the guard). Message.Raw is the jetstream.Msg.
 	Process consumerx.Options
 	// InProgressDelay is the NakWithDelay of a message another consumer is
-	// running (at most until that consumer's lease ends). Default 1s.
+	// running (at most until that consumer's lease ends; but Consume, for
+	// a consumer with a MaxDeliver, Naks it until the lease ends, and at
+	// least InProgressDelay: a holder that died must not make the message
+	// spend its deliveries meanwhile), and, when RetryDelay is zero, of a
+	// message that failed because the store refused (guard.ErrUnavailable):
+	// each delivery counts toward the consumer's MaxDeliver. Default 1s.
 	InProgressDelay time.Duration
 	// RetryDelay is the NakWithDelay of a failed message. Zero: a plain
-	// Nak, redelivered at once or by the consumer's BackOff.
+	// Nak, redelivered at once or by the consumer's BackOff (but see
+	// InProgressDelay).
 	RetryDelay time.Duration
 	// InProgressEvery is how often a message not yet acknowledged is
 	// reported in progress to the server (msg.InProgress), which restarts
@@ -176,7 +182,7 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 		defer stop()
 		return h.proc.Process(ctx, cmsg, h.recovering)
 	}()
-	return o, h.acknowledge(msg, cmsg.ID, o, err)
+	return o, h.acknowledge(msg, cmsg.ID, o, err, false)
 }
 
 // recovering runs the handler, its panic made a failure of the run (a
@@ -195,8 +201,9 @@ func message(msg jetstream.Msg) consumerx.Message {
 	return consumerx.Message{ID: ID(msg), Payload: msg.Data(), Metadata: metadata(msg.Headers()), Raw: msg}
 }
 
-// acknowledge tells the server what became of msg.
-func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome, err error) error {
+// acknowledge tells the server what became of msg. untilLease: the
+// consumer has a MaxDeliver (see Consume).
+func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome, err error, untilLease bool) error {
 	var aerr error
 	switch o {
 	case consumerx.Processed, consumerx.Duplicate, consumerx.DeadLettered:
@@ -204,16 +211,30 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 	case consumerx.InProgress:
 		delay := h.opts.InProgressDelay
 		var ip *guard.InProgressError
-		if errors.As(err, &ip) && ip.RetryAfter > 0 {
+		switch {
+		case !errors.As(err, &ip):
+		case untilLease:
+			// Until the holder's lease ends: Nak'ed every
+			// InProgressDelay, a message whose holder died would spend
+			// the consumer's MaxDeliver for the rest of that lease and
+			// be dropped.
+			delay = max(delay, ip.RetryAfter)
+		case ip.RetryAfter > 0:
 			delay = min(delay, ip.RetryAfter)
 		}
 		aerr = msg.NakWithDelay(delay)
 	case consumerx.Interrupted:
 		aerr = msg.Nak() // this consumer is stopping: let another take it now
 	default:
-		if h.opts.RetryDelay > 0 {
+		switch {
+		case h.opts.RetryDelay > 0:
 			aerr = msg.NakWithDelay(h.opts.RetryDelay)
-		} else {
+		case errors.Is(err, guard.ErrUnavailable):
+			// The store refused: redelivered at once, the message would
+			// spend the consumer's MaxDeliver in a tight loop for as long
+			// as the outage lasts, and then be dropped by the server.
+			aerr = msg.NakWithDelay(h.opts.InProgressDelay)
+		default:
 			aerr = msg.Nak()
 		}
 	}
@@ -224,7 +245,8 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 }
 
 // keepInProgress reports msgs in progress every d until stop is called
-// (stop waits for a report under way); d ≤ 0: never.
+// (stop waits for a report under way; calling it again does nothing);
+// d ≤ 0: never.
 func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop func()) {
 	if d <= 0 {
 		return func() {}
@@ -261,25 +283,33 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // Options.Concurrency handlers at once), reporting every message in
 // progress every Options.InProgressEvery until the batch is done, then
 // acknowledges each as Handle does. It returns each message's outcome and
-// the first acknowledgement that could not be sent.
+// the first acknowledgement that could not be sent. A handler that calls
+// runtime.Goexit in a batch run one message at a time ends the caller's
+// goroutine inside the batch (consumerx.Processor.ProcessBatch): the
+// in-progress reports stop, nothing is acknowledged, and the batch's
+// messages come back after AckWait.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
-	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded)
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false)
 }
 
 // handleBatch is HandleBatch with the messages run by batch.
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc) ([]consumerx.Outcome, error) {
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
 	}
 	stop := h.keepInProgress(msgs, every)
+	// Stopped also when a handler run on this goroutine (Concurrency 1)
+	// calls runtime.Goexit, which ends it inside batch: messages reported
+	// in progress for ever are never redelivered.
+	defer stop()
 	res := batch(ctx, cmsgs)
 	stop()
 	outs := make([]consumerx.Outcome, len(msgs))
 	var first error
 	for i, r := range res {
 		outs[i] = r.Outcome
-		if err := h.acknowledge(msgs[i], cmsgs[i].ID, r.Outcome, r.Err); err != nil && first == nil {
+		if err := h.acknowledge(msgs[i], cmsgs[i].ID, r.Outcome, r.Err, untilLease); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -301,8 +331,11 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // MaxDeliver would stop redelivering a failing message before its
 // attempts (Process.MaxAttempts) ran out: the message would be dropped by
 // the server instead of dead-lettered. MaxDeliver counts every delivery,
-// including the Naks of a message in progress in another consumer: leave
-// it unlimited (-1, JetStream's default), or well above MaxAttempts.
+// including the Naks of a message in progress in another consumer (with a
+// MaxDeliver set, such a message is Nak'ed until the holder's lease ends,
+// so a holder that died costs it a delivery or two, not one every
+// InProgressDelay) and of one the store refused: leave it unlimited (-1,
+// JetStream's default), or well above MaxAttempts.
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
 	return h.consume(ctx, cons, h.guarded)
 }
@@ -319,6 +352,8 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 				info.Name, info.Config.MaxDeliver, attempts)
 		}
 	}
+	info := cons.CachedInfo()
+	untilLease := info != nil && info.Config.MaxDeliver > 0
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3
@@ -360,7 +395,7 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			continue
 		}
 		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every, run)
+			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease)
 		}
 	}
 	return nil

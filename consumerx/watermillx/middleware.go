@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -45,8 +46,12 @@ type Options struct {
 	// cannot store it; Message.Raw is the *message.Message.
 	Process consumerx.Options
 	// InProgressDelay is how long a message held by another consumer waits
-	// before it is nacked (at most until the holder's lease ends), so the
-	// subscriber does not redeliver it in a busy loop. Default 1s.
+	// before it is tried again (at most until the holder's lease ends; it
+	// is not nacked meanwhile), and a message that failed because the
+	// store refused (guard.ErrUnavailable) before it is nacked, so the
+	// subscriber does not redeliver it in a busy loop (which would spend a
+	// broker's delivery limit during an outage, or a dead holder's lease).
+	// Default 1s.
 	InProgressDelay time.Duration
 }
 
@@ -93,8 +98,12 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // Middleware is a message.HandlerMiddleware. The wrapped handler's return
 // tells the router what to do: produced messages and nil to ack
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
-// InProgress, Interrupted). The message's context is the consumer's: when
-// it is cancelled while the handler runs (the router or subscriber is closing)
+// InProgress, Interrupted). A message in progress elsewhere is kept and
+// tried again every Options.InProgressDelay (or when the holder's lease
+// ends, if sooner) until it is not, and nacked only if its context ends
+// first; one the store refused is held InProgressDelay before the nack.
+// The message's context is the consumer's: when it is cancelled while
+// the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
 // is released, no attempt is counted and nothing is dead-lettered, and it
 // runs again when the broker delivers it again.
@@ -110,6 +119,12 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // message's context at its deadline (Watermill's Timeout middleware) is
 // not the consumer stopping but the handler timing out: the handler sees
 // it, and its failure then is a failed attempt.
+//
+// Give up on a message with Options.Process.DeadLetter (PublishDeadLetter),
+// not Watermill's PoisonQueue middleware: inside this one, a poisoned
+// message is recorded done (its handler returned nil) and a re-drive of
+// it with the same UUID is a Duplicate that never runs; outside, a
+// message in progress elsewhere or Interrupted is poisoned and acked.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -127,7 +142,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		cmsg := consumerx.Message{ID: ID(msg), Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
 		consumer, deadline, release := stopContext(ctx)
 		defer release()
-		o, result, err := p.ProcessResult(consumer, cmsg, func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
+		run := func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
 			if !deadline.IsZero() {
 				var cancel context.CancelFunc
@@ -147,7 +162,16 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 			return encode(produced)
-		})
+		}
+		o, result, err := p.ProcessResult(consumer, cmsg, run)
+		// In progress elsewhere: kept, not nacked, and tried again until
+		// it is not (the holder completed it, or its lease ran out and it
+		// is taken over). Nacked, it would come back at once, and a
+		// holder that died would make it spend a broker's delivery limit
+		// for the rest of its lease.
+		for o == consumerx.InProgress && hold(ctx, inProgressWait(err, m.opts.InProgressDelay)) {
+			o, result, err = p.ProcessResult(consumer, cmsg, run)
+		}
 		switch o {
 		case consumerx.Processed, consumerx.Duplicate:
 			produced, derr := decode(result)
@@ -157,23 +181,40 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return produced, nil
 		case consumerx.DeadLettered:
 			return nil, nil
-		case consumerx.InProgress:
-			wait := m.opts.InProgressDelay
-			var ip *guard.InProgressError
-			if errors.As(err, &ip) && ip.RetryAfter > 0 {
-				wait = min(wait, ip.RetryAfter)
-			}
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
+		case consumerx.Failed:
+			if errors.Is(err, guard.ErrUnavailable) {
+				// The store refused: nacked at once, the message would
+				// come straight back and spend a broker's delivery limit
+				// in a tight loop for as long as the outage lasts.
+				hold(ctx, m.opts.InProgressDelay)
 			}
 			return nil, err
 		default:
 			return nil, err
 		}
 	}
+}
+
+// hold waits d, or until ctx ends: false then.
+func hold(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// inProgressWait is how long a message in progress elsewhere (err) waits
+// before it is tried again: d, or less if the holder's lease ends first.
+func inProgressWait(err error, d time.Duration) time.Duration {
+	var ip *guard.InProgressError
+	if errors.As(err, &ip) && ip.RetryAfter > 0 {
+		return min(d, ip.RetryAfter)
+	}
+	return d
 }
 
 // ID returns the default id of msg: its UUID, or, when that is not a
@@ -214,11 +255,15 @@ func stopContext(ctx context.Context) (consumer context.Context, deadline time.T
 	}
 }
 
-// stored is a produced message as kept in the record.
+// stored is a produced message as kept in the record. JSON would turn
+// what is not valid UTF-8 into U+FFFD: such a UUID, and such metadata
+// entries (a binary header), are kept as bytes in RawUUID and RawMeta.
 type stored struct {
 	UUID     string            `json:"u"`
 	Metadata map[string]string `json:"m,omitempty"`
 	Payload  []byte            `json:"p,omitempty"`
+	RawUUID  []byte            `json:"ru,omitempty"`
+	RawMeta  [][2][]byte       `json:"rm,omitempty"`
 }
 
 func encode(msgs []*message.Message) ([]byte, error) {
@@ -228,6 +273,19 @@ func encode(msgs []*message.Message) ([]byte, error) {
 	out := make([]stored, len(msgs))
 	for i, m := range msgs {
 		out[i] = stored{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
+		if !utf8.ValidString(m.UUID) {
+			out[i].UUID, out[i].RawUUID = "", []byte(m.UUID)
+		}
+		if !validUTF8(m.Metadata) {
+			out[i].Metadata = make(map[string]string, len(m.Metadata))
+			for k, v := range m.Metadata {
+				if utf8.ValidString(k) && utf8.ValidString(v) {
+					out[i].Metadata[k] = v
+				} else {
+					out[i].RawMeta = append(out[i].RawMeta, [2][]byte{[]byte(k), []byte(v)})
+				}
+			}
+		}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -246,12 +304,29 @@ func decode(b []byte) ([]*message.Message, error) {
 	}
 	out := make([]*message.Message, len(in))
 	for i, s := range in {
-		out[i] = message.NewMessage(s.UUID, s.Payload)
+		uuid := s.UUID
+		if s.RawUUID != nil {
+			uuid = string(s.RawUUID)
+		}
+		out[i] = message.NewMessage(uuid, s.Payload)
 		for k, v := range s.Metadata {
 			out[i].Metadata.Set(k, v)
 		}
+		for _, kv := range s.RawMeta {
+			out[i].Metadata.Set(string(kv[0]), string(kv[1]))
+		}
 	}
 	return out, nil
+}
+
+// validUTF8 reports whether every key and value of md is valid UTF-8.
+func validUTF8(md message.Metadata) bool {
+	for k, v := range md {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // Metadata keys of a dead-lettered message published by PublishDeadLetter.

@@ -21,12 +21,18 @@ import (
 // queue is a Subscriber whose subscriptions compete for one queue of
 // messages, as the members of a consumer group do on a broker: each
 // message goes to one subscription at a time; a nacked one goes back to
-// the queue for any of them.
+// the queue for any of them, unless it was delivered limit times (if
+// limit is set, as a RabbitMQ quorum queue's delivery-limit or an SQS
+// maxReceiveCount): then it is dropped, and counted in dropped.
 type queue struct {
-	in     chan *message.Message
-	closed chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
+	in      chan *message.Message
+	closed  chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	limit   int
+	mu      sync.Mutex
+	times   map[*message.Message]int // deliveries of each message
+	dropped atomic.Int32
 }
 
 func newQueue(size int) *queue {
@@ -65,6 +71,10 @@ func (q *queue) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 			select {
 			case <-d.Acked():
 			case <-d.Nacked():
+				if q.spent(m) {
+					q.dropped.Add(1)
+					continue
+				}
 				q.in <- m // back to the queue, for any subscription
 			case <-q.closed:
 				return
@@ -72,6 +82,20 @@ func (q *queue) Subscribe(ctx context.Context, _ string) (<-chan *message.Messag
 		}
 	})
 	return out, nil
+}
+
+// spent counts a delivery of m and reports whether m reached the limit.
+func (q *queue) spent(m *message.Message) bool {
+	if q.limit == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.times == nil {
+		q.times = map[*message.Message]int{}
+	}
+	q.times[m]++
+	return q.times[m] >= q.limit
 }
 
 func (q *queue) Close() error {

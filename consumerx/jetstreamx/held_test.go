@@ -1,0 +1,88 @@
+package jetstreamx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// A consumer claimed a message and died (its claim stays pending until
+// its lease runs out); JetStream redelivers the message to another, which
+// finds it in progress. Each Nak of it counts toward the consumer's
+// MaxDeliver, which Consume accepts when it is above the attempts: Nak'ed
+// every InProgressDelay for the rest of the dead holder's lease, the
+// message would spend them and be dropped by the server, its effect never
+// run. Nak'ed until the lease ends, it is taken over then, and runs once.
+func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
+	const maxDeliver, delay, lease = 10, 100 * time.Millisecond, 2 * time.Second
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	dead := guard.New(g.Store(), guard.Options{Lease: lease})
+	js, _ := startNATS(t)
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: maxDeliver,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		effects, held atomic.Int32
+		outs          consumertest.Outcomes
+	)
+	h, err := New(g, func(context.Context, consumerx.Message) error { effects.Add(1); return nil },
+		Options{Group: "billing", MaxWait: 50 * time.Millisecond, InProgressDelay: delay,
+			Process: consumerx.Options{Logger: testenv.Logger(t),
+				OnOutcome: func(ctx context.Context, msg consumerx.Message, o consumerx.Outcome, err error) {
+					if o == consumerx.InProgress && errors.Is(err, guard.ErrInProgress) {
+						held.Add(1)
+					}
+					outs.Hook(ctx, msg, o, err)
+				}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte("charge 1")
+	key, err := h.Processor().Key(consumerx.Message{ID: "order-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(payload) // the default fingerprint
+	if c, err := dead.Claim(ctx, key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil || c.Status != guard.Acquired {
+		t.Fatalf("the dead consumer's claim: %+v, %v", c, err)
+	}
+	if _, err := js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Consume(runCtx, cons) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(3 * lease)
+	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
+	}
+	if effects.Load() != 1 || outs.Final()[consumerx.Processed] != 1 {
+		t.Fatalf("%d effects, deliveries %v (%d found in progress) within %s of a dead holder's claim with a %s lease; "+
+			"want the message taken over and run once", effects.Load(), outs.All(), held.Load(), 3*lease, lease)
+	}
+}
