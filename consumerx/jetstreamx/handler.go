@@ -34,7 +34,11 @@ const (
 // Options configure a Handler. Group is required.
 type Options struct {
 	// Group is the consumerx group messages are deduplicated in, usually
-	// the durable consumer's name.
+	// the durable consumer's name. Within a Group, messages with one
+	// Nats-Msg-Id are one message, on whatever stream they come from (a
+	// mirror's or a source's copy is the message it copies): consumers of
+	// streams whose publishers may reuse a Msg-Id for another message need
+	// Groups of their own (say, stream + "/" + durable).
 	Group string
 	// Process configures deduplication. Key defaults to ID: the
 	// Nats-Msg-Id header if the publisher set one, else
