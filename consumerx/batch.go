@@ -3,7 +3,6 @@ package consumerx
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -101,7 +100,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
-	retry := &completeBudget{until: time.Now().Add(CompleteRetry)} // the batch's completions tried again share it
+	retry := &completeBudget{} // the batch's completions tried again share it, from the first on
 	for j := range res {
 		i := j
 		if idx != nil {
