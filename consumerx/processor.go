@@ -409,7 +409,9 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// Stopped before the handler ran (a batch names the context's
 		// cause, which may be the consumer's own): nothing happened.
 		return Interrupted, nil, err
-	case errors.Is(err, guard.ErrSkipped):
+	case !ran && errors.Is(err, guard.ErrSkipped):
+		// An ordered batch stopped before it (a handler's own error that
+		// wraps ErrSkipped is a failed attempt: below).
 		return Skipped, nil, err
 	case herr == nil && errors.Is(err, guard.ErrPanicked):
 		// The guard's (runtime.Goexit in a batch's handler): released,

@@ -1,0 +1,67 @@
+package consumerx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// A handler's error is a failed attempt whatever it wraps, even one of
+// the guard's own sentinels (a handler that runs a guard of its own and
+// returns what it answered): at the last attempt the message is
+// dead-lettered, once, and acknowledged; it is never taken for another
+// outcome. (A handler's error wrapping guard.ErrSkipped made the message
+// Skipped: not acknowledged, not dead-lettered in that delivery.)
+func TestHandlerErrorWrappingGuardSentinelIsAnAttempt(t *testing.T) {
+	sentinels := map[string]error{
+		"skipped":     guard.ErrSkipped,
+		"in_progress": &guard.InProgressError{Key: guard.Key{Scope: "s", ID: "x"}},
+		"exhausted":   &guard.ExhaustedError{Key: guard.Key{Scope: "s", ID: "x"}, Attempts: 3},
+		"mismatch":    guard.ErrMismatch,
+		"invalid_key": guard.ErrInvalidKey,
+		"panicked":    &guard.PanicError{Key: guard.Key{Scope: "s", ID: "x"}, Value: "boom"},
+		"unavailable": guard.ErrUnavailable,
+		"lease_lost":  guard.ErrLeaseLost,
+		"canceled":    context.Canceled,
+		"no_key":      consumerx.ErrNoKey,
+	}
+	for name, sentinel := range sentinels {
+		t.Run(name, func(t *testing.T) {
+			g, _, _ := consumertest.Guard(t, guard.Options{})
+			var dead atomic.Int32
+			p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
+				DeadLetter: func(_ context.Context, _ consumerx.Message, cause error) error {
+					if !errors.Is(cause, guard.ErrExhausted) {
+						t.Errorf("dead-letter cause %v; want ErrExhausted", cause)
+					}
+					dead.Add(1)
+					return nil
+				}})
+			var runs atomic.Int32
+			h := func(context.Context, consumerx.Message) error {
+				runs.Add(1)
+				return fmt.Errorf("nested call: %w", sentinel)
+			}
+			ctx := context.Background()
+			msgs := batchOf(2)
+			for range 2 {
+				if o, err := p.Process(ctx, msgs[0], h); o != consumerx.DeadLettered {
+					t.Errorf("Process: %s, %v; want dead_lettered", o, err)
+				}
+				r := p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{})[0]
+				if r.Outcome != consumerx.DeadLettered {
+					t.Errorf("ProcessBatch: %s, %v; want dead_lettered", r.Outcome, r.Err)
+				}
+			}
+			if runs.Load() != 2 || dead.Load() != 2 {
+				t.Errorf("runs %d, dead letters %d; want 2, 2 (one of each message)", runs.Load(), dead.Load())
+			}
+		})
+	}
+}
