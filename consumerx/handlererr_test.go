@@ -65,3 +65,49 @@ func TestHandlerErrorWrappingGuardSentinelIsAnAttempt(t *testing.T) {
 		})
 	}
 }
+
+// A handler's error that wraps guard.ErrRejected (a lock.Guarded
+// section inside the handler, its resource taken) is a failed attempt too,
+// as every handler error is: the message is dead-lettered after
+// MaxAttempts, as the store's record says. (The guard released the claim
+// instead, uncounted: a handler rejected every time was never
+// dead-lettered, holding a Kafka partition for ever; and with MaxAttempts
+// 1 the message was dead-lettered while its record said it never ran.)
+func TestHandlerRejectionCountsAsAttempt(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	var dead atomic.Int32
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 2,
+		DeadLetter: func(_ context.Context, _ consumerx.Message, cause error) error {
+			var ex *guard.ExhaustedError
+			if !errors.As(cause, &ex) || ex.Attempts != 2 || !errors.Is(cause, guard.ErrRejected) {
+				t.Errorf("dead-letter cause %v; want ErrExhausted after 2 attempts, wrapping the handler's", cause)
+			}
+			dead.Add(1)
+			return nil
+		}})
+	var runs atomic.Int32
+	h := func(context.Context, consumerx.Message) error {
+		runs.Add(1)
+		return fmt.Errorf("lock: resource taken: %w", guard.ErrRejected)
+	}
+	ctx := context.Background()
+	msgs := batchOf(2)
+	F, L := consumerx.Failed, consumerx.DeadLettered
+	for i, want := range []consumerx.Outcome{F, L, L} {
+		if o, err := p.Process(ctx, msgs[0], h); o != want || (o == F && !errors.Is(err, guard.ErrRejected)) {
+			t.Errorf("Process, delivery %d: %s, %v; want %s", i+1, o, err, want)
+		}
+		if r := p.ProcessBatch(ctx, msgs[1:], h, consumerx.BatchOptions{})[0]; r.Outcome != want {
+			t.Errorf("ProcessBatch, delivery %d: %s, %v; want %s", i+1, r.Outcome, r.Err, want)
+		}
+	}
+	if runs.Load() != 4 || dead.Load() != 2 {
+		t.Errorf("runs %d, dead letters %d; want 4 (two per message), 2", runs.Load(), dead.Load())
+	}
+	for _, msg := range msgs {
+		rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID})
+		if err != nil || rec.State != guard.StateFailed || rec.Attempt != 2 {
+			t.Errorf("%s's record %+v, %v; want failed after 2 attempts", msg.ID, rec, err)
+		}
+	}
+}

@@ -304,11 +304,27 @@ func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err erro
 }
 
 // handlerError marks the handler's own error, so that Process can tell it
-// from an error of the store.
-type handlerError struct{ err error }
+// from an error of the store. One that wraps guard.ErrRejected (a
+// lock.Guarded section in the handler, say) does not unwrap: the guard
+// would release the claim, uncounted, and a handler rejected every time
+// would never be dead-lettered; every handler error is a failed attempt.
+// Process returns the handler's error itself.
+type handlerError struct {
+	err      error
+	rejected bool // err matches guard.ErrRejected: hidden from the guard
+}
+
+func newHandlerError(err error) *handlerError {
+	return &handlerError{err: err, rejected: errors.Is(err, guard.ErrRejected)}
+}
 
 func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
+func (e *handlerError) Unwrap() error {
+	if e.rejected {
+		return nil
+	}
+	return e.err
+}
 
 // interrupted is a handler's error returned after the consumer's context
 // ended: it matches guard.ErrRejected, so Guard.Do releases the claim
@@ -370,7 +386,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 			r.stopped = &interrupted{err}
 			return nil, r.stopped
 		}
-		r.herr = &handlerError{err}
+		r.herr = newHandlerError(err)
 		return nil, r.herr
 	}
 	return v, nil
