@@ -3,6 +3,7 @@ package consumerx
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -100,13 +101,30 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
-	retry := &completeBudget{} // the batch's completions tried again share it, from the first on
+	retry := &completeBudget{until: time.Now().Add(CompleteRetry)} // the batch's completions tried again share it
 	for j := range res {
 		i := j
 		if idx != nil {
 			i = idx[j]
 		}
-		runs[i].retry = retry
+		r := &runs[i]
+		r.retry = retry
+		// The completions the store refused are tried again first, before
+		// any dead letter of the batch is sent (settle, below): the user's
+		// DeadLetter may take longer than a lease, and the batch no
+		// longer extends these claims.
+		if r.refused(res[j].Err) {
+			r.retried = true
+			if p.recomplete(ctx, r, res[j].Result) == nil {
+				res[j].Err = nil
+			}
+		}
+	}
+	for j := range res {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
 	}
 	if bad < len(msgs) {

@@ -362,8 +362,17 @@ type run struct {
 	attempt int
 	// retry bounds recomplete: one budget for a whole batch.
 	retry   *completeBudget
+	retried bool // its refused completion was tried again already (ProcessBatch)
 	herr    *handlerError
 	stopped *interrupted
+}
+
+// refused reports whether err, the guard's answer for r, is a success of
+// r's handler whose completion the store refused for a moment: one to
+// record again (recomplete).
+func (r *run) refused(err error) bool {
+	return r.ran && r.herr == nil && r.stopped == nil && !errors.Is(err, guard.ErrPanicked) &&
+		errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost)
 }
 
 // handle runs fn (or h, when fn is nil) for msg under lease, with the
@@ -433,8 +442,7 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// The guard's (runtime.Goexit in a batch's handler): released,
 		// nothing is known of its effect but that it did not finish.
 		return Failed, nil, err
-	case ran && herr == nil && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) &&
-		p.recomplete(ctx, r, res) == nil:
+	case r.refused(err) && !r.retried && p.recomplete(ctx, r, res) == nil:
 		// The store refused the completion for a moment; tried again, it
 		// took it.
 		return Processed, res.Value, nil
@@ -476,8 +484,8 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 const CompleteRetry = 2 * time.Second
 
 // completeBudget is how long the completions of one run, or of a whole
-// batch, are tried again (until: CompleteRetry from the first completion
-// tried again; zero until then), and whether the store took the last one tried (took). A batch's runs are
+// batch, are tried again (until: CompleteRetry after the first refusal),
+// and whether the store took the last one tried (took). A batch's runs are
 // settled one after another, on one goroutine, sharing it.
 type completeBudget struct {
 	until time.Time
@@ -489,9 +497,8 @@ type completeBudget struct {
 // last of theirs.
 const lastCompleteTry = 500 * time.Millisecond
 
-// recomplete tries again, with backing-off pauses until r.retry's end
-// (shared by a whole batch; CompleteRetry from the first call that uses
-// it), to record the success of
+// recomplete tries again, with backing-off pauses until r.retry's end (set
+// for a whole batch, or CompleteRetry from now), to record the success of
 // r's handler, whose completion the store refused. A message whose batch
 // spent the time on the messages before it still gets one try if the store
 // took the last of theirs: it is back, and without the try the message
@@ -502,14 +509,8 @@ const lastCompleteTry = 500 * time.Millisecond
 func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) error {
 	b := r.retry
 	if b == nil {
-		b = &completeBudget{}
+		b = &completeBudget{until: time.Now().Add(CompleteRetry)}
 		r.retry = b
-	}
-	if b.until.IsZero() {
-		// The time starts with the first completion tried again, not
-		// before: what ran before it (a batch's dead letters, which call
-		// the user's DeadLetter) does not use it up.
-		b.until = time.Now().Add(CompleteRetry)
 	}
 	ttl := p.g.Options().TTL
 	wait := 20 * time.Millisecond
