@@ -58,8 +58,12 @@ type BatchResult struct {
 // Failed with a *guard.PanicError; run one at a time, it runs on the
 // caller's goroutine, and Goexit ends that goroutine, as it would end
 // Process's caller, once the batch's claims are ended (guard.Guard.DoBatch):
-// ProcessBatch does not return.
+// ProcessBatch does not return. A nil h is a programmer's error:
+// ProcessBatch panics before it claims any key.
 func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
+	if h == nil {
+		panic("consumerx: ProcessBatch: nil Handler")
+	}
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))
 	items := make([]guard.BatchItem, 0, len(msgs))

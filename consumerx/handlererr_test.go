@@ -111,3 +111,35 @@ func TestHandlerRejectionCountsAsAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A nil handler is a programmer's error, as a nil guard.Func is:
+// Process, ProcessResult and ProcessBatch panic naming the call before
+// any claim reaches the store. (ProcessBatch took the nil call's panic
+// for each message's failed attempt: after MaxAttempts deliveries every
+// message was dead-lettered, none ever run.)
+func TestNilHandlerPanicsBeforeAnyClaim(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	ctx := context.Background()
+	msgs := batchOf(2)
+	calls := map[string]func(){
+		"Process":       func() { p.Process(ctx, msgs[0], nil) },
+		"ProcessResult": func() { p.ProcessResult(ctx, msgs[0], nil) },
+		"ProcessBatch":  func() { p.ProcessBatch(ctx, msgs, nil, consumerx.BatchOptions{}) },
+	}
+	for name, call := range calls {
+		func() {
+			defer func() {
+				if v := recover(); v == nil {
+					t.Errorf("%s with a nil handler did not panic", name)
+				}
+			}()
+			call()
+		}()
+		for _, msg := range msgs {
+			if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID}); !errors.Is(err, guard.ErrNotFound) {
+				t.Errorf("%s: %s's record %+v, %v; want none", name, msg.ID, rec, err)
+			}
+		}
+	}
+}

@@ -261,8 +261,12 @@ func (e *funcPanicked) Unwrap() error { return e.p }
 // Interrupted (the handler's error, or the context's); it is nil for
 // Processed and Duplicate. A panic in h releases the claim and goes on;
 // a panic of Options.Key, Fingerprint or DeadLetter does not go on, it
-// is the message's (see ErrNoKey and Options.DeadLetter).
+// is the message's (see ErrNoKey and Options.DeadLetter). A nil h is a
+// programmer's error: Process panics before it claims the key.
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
+	if h == nil {
+		panic("consumerx: Process: nil Handler")
+	}
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
 	})
@@ -271,8 +275,12 @@ func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcom
 
 // ProcessResult is Process for a handler with a result: the result of the
 // run that succeeded is returned for Processed and, read from the store,
-// for every Duplicate.
+// for every Duplicate. A nil fn is a programmer's error: ProcessResult
+// panics before it claims the key.
 func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFunc) (o Outcome, result []byte, err error) {
+	if fn == nil {
+		panic("consumerx: ProcessResult: nil ResultFunc")
+	}
 	o, result, err = p.process(ctx, msg, fn)
 	p.report(ctx, msg, o, err)
 	return o, result, err
