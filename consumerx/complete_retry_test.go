@@ -158,9 +158,8 @@ func TestCompletionRetrySharedByBatchTriesEachOnce(t *testing.T) {
 	}
 }
 
-// The time a batch's completions are tried again for starts when the
-// first of them is: a slow DeadLetter of an earlier message of the batch
-// does not use it up. Here m0 is exhausted and its dead letter takes
+// A slow DeadLetter of an earlier message of a batch does not use up the
+// time its completions are tried again for (they are tried first). Here m0 is exhausted and its dead letter takes
 // longer than CompleteRetry (a sink that answers slowly); m1 succeeded,
 // the store refused its completion for a moment and is back. m1 is
 // Processed and its redelivery a Duplicate. (m1 got no try at all: left
