@@ -58,8 +58,12 @@ type BatchResult struct {
 // Failed with a *guard.PanicError; run one at a time, it runs on the
 // caller's goroutine, and Goexit ends that goroutine, as it would end
 // Process's caller, once the batch's claims are ended (guard.Guard.DoBatch):
-// ProcessBatch does not return.
+// ProcessBatch does not return. A nil h is a programmer's error:
+// ProcessBatch panics before it claims any key.
 func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler, opts BatchOptions) []BatchResult {
+	if h == nil {
+		panic("consumerx: ProcessBatch: nil Handler")
+	}
 	out := make([]BatchResult, len(msgs))
 	runs := make([]run, len(msgs))
 	items := make([]guard.BatchItem, 0, len(msgs))
@@ -107,7 +111,24 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		if idx != nil {
 			i = idx[j]
 		}
-		runs[i].retry = retry
+		r := &runs[i]
+		r.retry = retry
+		// The completions the store refused are tried again first, before
+		// any dead letter of the batch is sent (settle, below): the user's
+		// DeadLetter may take longer than a lease, and the batch no
+		// longer extends these claims.
+		if r.refused(res[j].Err) {
+			r.retried = true
+			if p.recomplete(ctx, r, res[j].Result) == nil {
+				res[j].Err = nil
+			}
+		}
+	}
+	for j := range res {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
 	}
 	if bad < len(msgs) {

@@ -2,6 +2,7 @@ package consumerx_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -154,5 +155,145 @@ func TestCompletionRetrySharedByBatchTriesEachOnce(t *testing.T) {
 		if o != consumerx.Duplicate || effects[i].Load() != 1 {
 			t.Errorf("message %d: redelivery %s, %v, effects %d; want duplicate, 1 effect", i, o, err, effects[i].Load())
 		}
+	}
+}
+
+// A slow DeadLetter of an earlier message of a batch does not use up the
+// time its completions are tried again for (they are tried first). Here m0 is exhausted and its dead letter takes
+// longer than CompleteRetry (a sink that answers slowly); m1 succeeded,
+// the store refused its completion for a moment and is back. m1 is
+// Processed and its redelivery a Duplicate. (m1 got no try at all: left
+// Failed with its claim pending, its next delivery after the lease ran
+// the effect a second time.)
+func TestCompletionRetryNotSpentOnSlowDeadLetter(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, admin := srv.Client(), srv.Client()
+	var (
+		ran  atomic.Bool  // m1's handler has made its effect
+		blip atomic.Int32 // completions refused
+	)
+	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+		if e.Kind == guard.EventUnavailable && ran.Load() && blip.Add(1) == 1 {
+			if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: 5 * time.Second, Observer: obs})
+	msgs := batchOf(2)
+	ctx := context.Background()
+	// m0 used its one attempt (dead-lettered then by a processor without
+	// a DeadLetter: nothing recorded of it).
+	p0 := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1})
+	if o, _ := p0.Process(ctx, msgs[0], func(context.Context, consumerx.Message) error { return errors.New("declined") }); o != consumerx.DeadLettered {
+		t.Fatalf("m0's first delivery: %s", o)
+	}
+	var dead atomic.Int32
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
+		DeadLetter: func(ctx context.Context, msg consumerx.Message, cause error) error {
+			dead.Add(1)
+			// A dead-letter sink slower than CompleteRetry.
+			t := time.NewTimer(consumerx.CompleteRetry + 200*time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	var effects atomic.Int32
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		effects.Add(1)
+		ran.Store(true)
+		// Redis refuses writes after the claim, before the completion.
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+	}
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	if blip.Load() == 0 || dead.Load() != 1 {
+		t.Fatalf("refusals %d, dead letters %d: the test tests nothing; %+v", blip.Load(), dead.Load(), res)
+	}
+	if res[0].Outcome != consumerx.DeadLettered {
+		t.Errorf("m0: %s, %v; want dead_lettered", res[0].Outcome, res[0].Err)
+	}
+	if res[1].Outcome != consumerx.Processed || res[1].Err != nil {
+		t.Errorf("m1: %s, %v; want processed", res[1].Outcome, res[1].Err)
+	}
+	var o consumerx.Outcome
+	testenv.WaitFor(t, 15*time.Second, "m1 no longer in progress", func() bool {
+		o, _ = p.Process(ctx, msgs[1], func(context.Context, consumerx.Message) error {
+			effects.Add(1)
+			return nil
+		})
+		return o != consumerx.InProgress
+	})
+	if o != consumerx.Duplicate || effects.Load() != 1 {
+		t.Errorf("m1's redelivery: %s, effects %d; want duplicate, 1 effect", o, effects.Load())
+	}
+}
+
+// A batch's completions the store refused are tried again before any dead
+// letter of the batch is sent: the user's DeadLetter may take longer than
+// a lease, and those claims are no longer extended. Here m0 is exhausted
+// and its dead letter runs until another consumer's delivery of m1 is no
+// longer in progress; m1 succeeded and the store refused its completion
+// for a moment. m1 is Processed, and the other consumer's delivery a
+// Duplicate. (m1's completion was tried again only after the dead letter:
+// by then its lease had run out, the other consumer had run the effect a
+// second time, and m1 was Failed.)
+func TestBatchCompletionsRetriedBeforeDeadLetters(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, admin := srv.Client(), srv.Client()
+	var (
+		ran  atomic.Bool
+		blip atomic.Int32
+	)
+	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+		if e.Kind == guard.EventUnavailable && ran.Load() && blip.Add(1) == 1 {
+			if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	const lease = 500 * time.Millisecond
+	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: lease, Observer: obs})
+	msgs := batchOf(2)
+	ctx := context.Background()
+	p0 := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1})
+	if o, _ := p0.Process(ctx, msgs[0], func(context.Context, consumerx.Message) error { return errors.New("declined") }); o != consumerx.DeadLettered {
+		t.Fatalf("m0's first delivery: %s", o)
+	}
+	var effects atomic.Int32
+	other := newProcessor(t, g, "billing", consumerx.Options{})
+	var otherOutcome consumerx.Outcome
+	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
+		DeadLetter: func(ctx context.Context, msg consumerx.Message, cause error) error {
+			// A slow dead-letter sink: meanwhile another consumer gets m1.
+			testenv.WaitFor(t, 10*lease, "the other consumer's delivery of m1 no longer in progress", func() bool {
+				otherOutcome, _ = other.Process(ctx, msgs[1], func(context.Context, consumerx.Message) error {
+					effects.Add(1)
+					return nil
+				})
+				return otherOutcome != consumerx.InProgress
+			})
+			return nil
+		}})
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		effects.Add(1)
+		ran.Store(true)
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+	}
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	if blip.Load() == 0 {
+		t.Fatalf("the completion was not refused: the test tests nothing; %+v", res)
+	}
+	if res[0].Outcome != consumerx.DeadLettered {
+		t.Errorf("m0: %s, %v; want dead_lettered", res[0].Outcome, res[0].Err)
+	}
+	if res[1].Outcome != consumerx.Processed || res[1].Err != nil {
+		t.Errorf("m1: %s, %v; want processed", res[1].Outcome, res[1].Err)
+	}
+	if otherOutcome != consumerx.Duplicate || effects.Load() != 1 {
+		t.Errorf("the other consumer's m1: %s, effects %d; want duplicate, 1 effect", otherOutcome, effects.Load())
 	}
 }

@@ -24,7 +24,10 @@ type Message struct {
 }
 
 // Handler is the user's callback for one message. A nil error means the
-// message's effect is done; any error is a failure to be retried.
+// message's effect is done; any error is a failure to be retried, counted
+// toward Options.MaxAttempts (one wrapping guard.ErrRejected too: it does
+// not release the claim as it does under guard.Do), unless the
+// consumer's context had ended (see Interrupted).
 type Handler func(ctx context.Context, msg Message) error
 
 // ResultFunc is a Handler that also returns a result, stored with the

@@ -261,8 +261,12 @@ func (e *funcPanicked) Unwrap() error { return e.p }
 // Interrupted (the handler's error, or the context's); it is nil for
 // Processed and Duplicate. A panic in h releases the claim and goes on;
 // a panic of Options.Key, Fingerprint or DeadLetter does not go on, it
-// is the message's (see ErrNoKey and Options.DeadLetter).
+// is the message's (see ErrNoKey and Options.DeadLetter). A nil h is a
+// programmer's error: Process panics before it claims the key.
 func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcome, error) {
+	if h == nil {
+		panic("consumerx: Process: nil Handler")
+	}
 	o, _, err := p.ProcessResult(ctx, msg, func(ctx context.Context, msg Message) ([]byte, error) {
 		return nil, h(ctx, msg)
 	})
@@ -271,8 +275,12 @@ func (p *Processor) Process(ctx context.Context, msg Message, h Handler) (Outcom
 
 // ProcessResult is Process for a handler with a result: the result of the
 // run that succeeded is returned for Processed and, read from the store,
-// for every Duplicate.
+// for every Duplicate. A nil fn is a programmer's error: ProcessResult
+// panics before it claims the key.
 func (p *Processor) ProcessResult(ctx context.Context, msg Message, fn ResultFunc) (o Outcome, result []byte, err error) {
+	if fn == nil {
+		panic("consumerx: ProcessResult: nil ResultFunc")
+	}
 	o, result, err = p.process(ctx, msg, fn)
 	p.report(ctx, msg, o, err)
 	return o, result, err
@@ -304,11 +312,27 @@ func (p *Processor) report(ctx context.Context, msg Message, o Outcome, err erro
 }
 
 // handlerError marks the handler's own error, so that Process can tell it
-// from an error of the store.
-type handlerError struct{ err error }
+// from an error of the store. One that wraps guard.ErrRejected (a
+// lock.Guarded section in the handler, say) does not unwrap: the guard
+// would release the claim, uncounted, and a handler rejected every time
+// would never be dead-lettered; every handler error is a failed attempt.
+// Process returns the handler's error itself.
+type handlerError struct {
+	err      error
+	rejected bool // err matches guard.ErrRejected: hidden from the guard
+}
+
+func newHandlerError(err error) *handlerError {
+	return &handlerError{err: err, rejected: errors.Is(err, guard.ErrRejected)}
+}
 
 func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
+func (e *handlerError) Unwrap() error {
+	if e.rejected {
+		return nil
+	}
+	return e.err
+}
 
 // interrupted is a handler's error returned after the consumer's context
 // ended: it matches guard.ErrRejected, so Guard.Do releases the claim
@@ -346,8 +370,17 @@ type run struct {
 	attempt int
 	// retry bounds recomplete: one budget for a whole batch.
 	retry   *completeBudget
+	retried bool // its refused completion was tried again already (ProcessBatch)
 	herr    *handlerError
 	stopped *interrupted
+}
+
+// refused reports whether err, the guard's answer for r, is a success of
+// r's handler whose completion the store refused for a moment: one to
+// record again (recomplete).
+func (r *run) refused(err error) bool {
+	return r.ran && r.herr == nil && r.stopped == nil && !errors.Is(err, guard.ErrPanicked) &&
+		errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost)
 }
 
 // handle runs fn (or h, when fn is nil) for msg under lease, with the
@@ -370,7 +403,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 			r.stopped = &interrupted{err}
 			return nil, r.stopped
 		}
-		r.herr = &handlerError{err}
+		r.herr = newHandlerError(err)
 		return nil, r.herr
 	}
 	return v, nil
@@ -409,14 +442,15 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		// Stopped before the handler ran (a batch names the context's
 		// cause, which may be the consumer's own): nothing happened.
 		return Interrupted, nil, err
-	case errors.Is(err, guard.ErrSkipped):
+	case !ran && errors.Is(err, guard.ErrSkipped):
+		// An ordered batch stopped before it (a handler's own error that
+		// wraps ErrSkipped is a failed attempt: below).
 		return Skipped, nil, err
 	case herr == nil && errors.Is(err, guard.ErrPanicked):
 		// The guard's (runtime.Goexit in a batch's handler): released,
 		// nothing is known of its effect but that it did not finish.
 		return Failed, nil, err
-	case ran && herr == nil && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) &&
-		p.recomplete(ctx, r, res) == nil:
+	case r.refused(err) && !r.retried && p.recomplete(ctx, r, res) == nil:
 		// The store refused the completion for a moment; tried again, it
 		// took it.
 		return Processed, res.Value, nil
