@@ -19,7 +19,9 @@ import (
 // cannot be obtained, fn does not run and the wrapped function returns the
 // lock's error (ErrNotObtained, ErrUnavailable) joined with
 // guard.ErrRejected, so the guard releases the key instead of counting a
-// failed attempt. Once fn has run, its own result and error are
+// failed attempt (returned by a consumerx handler, it counts as every
+// handler error does: a message whose resource is never free is
+// dead-lettered after MaxAttempts, not retried for ever). Once fn has run, its own result and error are
 // returned unchanged, so a completed effect is stored and not run again.
 // Inside fn, FromContext(ctx) is the resource's lock (its Fence, with
 // Options.Fencing).
