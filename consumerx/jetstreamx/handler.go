@@ -74,18 +74,33 @@ type Options struct {
 	// and so about how long it takes to return after its context ends.
 	// Default 1s.
 	MaxWait time.Duration
+	// MaxDeliver is the consumer's MaxDeliver, for Handle and HandleBatch,
+	// which are given messages, not the consumer (Consume reads it from
+	// the consumer's info and takes this one only when the info is not
+	// known). On the last delivery it allows (the message's NumDelivered
+	// has reached it) a message is never Nak'ed: the server would drop it.
+	// One in progress elsewhere is waited for and run again once its
+	// holder is done (a Duplicate if the holder completed it); one the
+	// delivery did not complete (the store refused, the handler failed
+	// with attempts left, the consumer stopped) is dead-lettered with a
+	// cause matching ErrMaxDeliver and Term'ed. Zero or negative: no limit
+	// known, every delivery is handled alike.
+	MaxDeliver int
 }
 
 // Handler runs a consumerx.Handler for JetStream messages and acknowledges
 // them as the outcome says: Ack for Processed, Duplicate and DeadLettered,
 // Nak (with a delay) for InProgress and Failed, a plain Nak for
-// Interrupted. A message whose handler returns an error after the context
+// Interrupted; but on the last delivery the consumer's MaxDeliver allows
+// nothing is Nak'ed (see Options.MaxDeliver): a message the delivery did
+// not complete is dead-lettered (ErrMaxDeliver) and Term'ed. A message whose handler returns an error after the context
 // given to Handle (or Consume) ended is Interrupted: its claim is
 // released, no attempt is counted, and the Nak hands it to another
 // consumer at once. While a message waits for its acknowledgement the
 // Handler reports it in progress every Options.InProgressEvery, so a long
 // handler is not redelivered while it runs. Safe for concurrent use.
 type Handler struct {
+	g    *guard.Guard
 	proc *consumerx.Processor
 	h    consumerx.Handler
 	opts Options
@@ -121,7 +136,7 @@ func New(g *guard.Guard, h consumerx.Handler, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstreamx: %w", err)
 	}
-	return &Handler{proc: p, h: h, opts: opts}, nil
+	return &Handler{g: g, proc: p, h: h, opts: opts}, nil
 }
 
 // guarded runs a batch through the processor: their claims in one round
@@ -184,7 +199,8 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 		// Stopped also when the handler calls runtime.Goexit: a message
 		// reported in progress for ever is never redelivered.
 		defer stop()
-		return h.proc.Process(ctx, cmsg, h.recovering)
+		o, err := h.proc.Process(ctx, cmsg, h.recovering)
+		return h.settleLast(ctx, msg, cmsg, o, err, h.opts.MaxDeliver)
 	}()
 	return o, h.acknowledge(msg, cmsg.ID, o, err, false)
 }
@@ -210,7 +226,16 @@ func message(msg jetstream.Msg) consumerx.Message {
 func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome, err error, untilLease bool) error {
 	var aerr error
 	switch o {
-	case consumerx.Processed, consumerx.Duplicate, consumerx.DeadLettered:
+	case consumerx.DeadLettered:
+		if errors.Is(err, ErrMaxDeliver) {
+			// Dead-lettered on its last delivery (settleLast): Term says
+			// the message was not processed, in the server's
+			// MSG_TERMINATED advisory, and stops it as an Ack does.
+			aerr = msg.TermWithReason(termReason)
+		} else {
+			aerr = msg.Ack()
+		}
+	case consumerx.Processed, consumerx.Duplicate:
 		aerr = msg.Ack()
 	case consumerx.InProgress:
 		delay := h.opts.InProgressDelay
@@ -293,11 +318,12 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // in-progress reports stop, nothing is acknowledged, and the batch's
 // messages come back after AckWait.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
-	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false)
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false, h.opts.MaxDeliver)
 }
 
 // handleBatch is HandleBatch with the messages run by batch.
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool) ([]consumerx.Outcome, error) {
+// maxDeliver is the consumer's MaxDeliver (see Options.MaxDeliver).
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool, maxDeliver int) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
@@ -308,6 +334,11 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 	// in progress for ever are never redelivered.
 	defer stop()
 	res := batch(ctx, cmsgs)
+	for i := range res {
+		// Reported in progress meanwhile: a message on its last delivery
+		// may wait for its holder.
+		res[i].Outcome, res[i].Err = h.settleLast(ctx, msgs[i], cmsgs[i], res[i].Outcome, res[i].Err, maxDeliver)
+	}
 	stop()
 	outs := make([]consumerx.Outcome, len(msgs))
 	var first error
@@ -339,25 +370,36 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // MaxDeliver set, such a message is Nak'ed until the holder's lease ends,
 // so a holder that died costs it a delivery or two, not one every
 // InProgressDelay) and of one the store refused: leave it unlimited (-1,
-// JetStream's default), or well above MaxAttempts.
+// JetStream's default), or well above MaxAttempts. On the last delivery
+// MaxDeliver allows, a message is not Nak'ed but waited for or
+// dead-lettered (see Options.MaxDeliver, which Consume takes only when the
+// consumer's info is not known).
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
 	return h.consume(ctx, cons, h.guarded)
 }
 
 // consume is Consume with each batch run by run.
 func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batchFunc) error {
-	if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
-		if limit := h.proc.MaxAttempts(); limit == 0 || info.Config.MaxDeliver <= limit {
+	info := cons.CachedInfo()
+	maxDeliver := h.opts.MaxDeliver
+	if info != nil {
+		maxDeliver = info.Config.MaxDeliver
+	}
+	if maxDeliver > 0 {
+		if limit := h.proc.MaxAttempts(); limit == 0 || maxDeliver <= limit {
 			attempts := "no limit on attempts"
 			if limit > 0 {
 				attempts = fmt.Sprintf("%d attempts", limit)
 			}
-			return fmt.Errorf("jetstreamx: consumer %q has MaxDeliver %d, at most %s: a failing message would be dropped by the server, not dead-lettered; set MaxDeliver to -1 or above the attempts",
-				info.Name, info.Config.MaxDeliver, attempts)
+			name := ""
+			if info != nil {
+				name = info.Name
+			}
+			return fmt.Errorf("jetstreamx: consumer %q has MaxDeliver %d, at most %s: a failing message would be dead-lettered at MaxDeliver before its attempts ran out; set MaxDeliver to -1 or above the attempts",
+				name, maxDeliver, attempts)
 		}
 	}
-	info := cons.CachedInfo()
-	untilLease := info != nil && info.Config.MaxDeliver > 0
+	untilLease := maxDeliver > 0
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3
@@ -399,7 +441,7 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			continue
 		}
 		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease)
+			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, maxDeliver)
 		}
 	}
 	return nil
