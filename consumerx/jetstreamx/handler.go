@@ -83,8 +83,13 @@ type Options struct {
 	// holder is done (a Duplicate if the holder completed it); one the
 	// delivery did not complete (the store refused, the handler failed
 	// with attempts left, the consumer stopped) is dead-lettered with a
-	// cause matching ErrMaxDeliver and Term'ed. Zero or negative: no limit
-	// known, every delivery is handled alike.
+	// cause matching ErrMaxDeliver and Term'ed (Process.OnOutcome then
+	// hears the delivery twice: its first outcome, then DeadLettered).
+	// While it waits for a holder the message is reported in progress as
+	// while its handler runs (Handle: only with InProgressEvery set; if
+	// not, the server may time the delivery out meanwhile and advise it
+	// dropped, but this delivery still runs or dead-letters it). Zero or
+	// negative: no limit known, every delivery is handled alike.
 	MaxDeliver int
 }
 

@@ -19,7 +19,9 @@ import (
 // delivery the consumer's MaxDeliver allows, when that delivery did not
 // complete it: the store refused its claim, its handler failed with
 // attempts left, the consumer stopped while it ran, or it was still in
-// progress elsewhere when the consumer stopped. The cause given to
+// progress elsewhere when the consumer stopped; or its handler succeeded
+// but the store refused to record it (the cause says so: the effect may
+// have happened). The cause given to
 // Options.Process.DeadLetter matches ErrMaxDeliver and the delivery's own
 // error (guard.ErrUnavailable, the handler's error, …). JetStream drops a
 // message whose deliveries ran out, with nothing but an advisory

@@ -247,3 +247,58 @@ func TestInProgressAtMaxDeliverWaitsForHolder(t *testing.T) {
 		t.Fatalf("the record: %+v, %v; want the holder's completion", rec, err)
 	}
 }
+
+// The consumer stops while the handler runs the message's last delivery:
+// the run is Interrupted (claim released, no attempt counted), which a
+// Nak hands to the next delivery; but there is none, and the server would
+// drop it. It is dead-lettered instead, its cause matching ErrMaxDeliver
+// and the handler's error, although the consumer's context has ended.
+func TestInterruptedAtMaxDeliverDeadLetters(t *testing.T) {
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	m := newMaxDeliverTest(t)
+	ctx := context.Background()
+	errDeclined := errors.New("card declined")
+	var (
+		runs     atomic.Int32
+		stopLast context.CancelFunc // the consumer's stop, during the last delivery
+	)
+	h, err := New(g, func(ctx context.Context, _ consumerx.Message) error {
+		if runs.Add(1) < testMaxDeliver {
+			return errDeclined
+		}
+		stopLast() // the consumer stops while the last delivery runs
+		<-ctx.Done()
+		return ctx.Err()
+	}, Options{Group: "billing", MaxDeliver: testMaxDeliver,
+		Process: consumerx.Options{MaxAttempts: 5, DeadLetter: m.deadLetter, Logger: testenv.Logger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.js.Publish(ctx, "orders.1", []byte("charge 1"), jetstream.WithMsgID("order-1")); err != nil {
+		t.Fatal(err)
+	}
+	var last consumerx.Outcome
+	for len(m.deadLetters()) == 0 && m.drops.Load() == 0 {
+		batch, err := m.cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			hctx, stop := context.WithCancel(ctx)
+			stopLast = stop
+			last, err = h.Handle(hctx, msg)
+			stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dl := m.deadLetters()
+	if len(dl) != 1 || m.drops.Load() != 0 || last != consumerx.DeadLettered || runs.Load() != testMaxDeliver {
+		t.Fatalf("stopped during the last delivery: %d runs, %d dead letters %v, %d dropped by the server, last outcome %s; "+
+			"want it dead-lettered, not dropped", runs.Load(), len(dl), dl, m.drops.Load(), last)
+	}
+	if !errors.Is(dl[0], ErrMaxDeliver) || !errors.Is(dl[0], context.Canceled) {
+		t.Fatalf("dead-letter cause %v: want one matching ErrMaxDeliver and the handler's error", dl[0])
+	}
+}
