@@ -302,3 +302,52 @@ func TestInterruptedAtMaxDeliverDeadLetters(t *testing.T) {
 		t.Fatalf("dead-letter cause %v: want one matching ErrMaxDeliver and the handler's error", dl[0])
 	}
 }
+
+// A consumer claimed a message and died; Handle Naks it at most until the
+// dead holder's lease ends, so its deliveries may run out first. On the
+// last one, the message is waited for until the lease has run out, then
+// taken over and run, once: neither dropped nor dead-lettered.
+func TestDeadHolderAtMaxDeliverTakenOver(t *testing.T) {
+	const lease = time.Second
+	g, _, _ := consumertest.Guard(t, guard.Options{})
+	dead := guard.New(g.Store(), guard.Options{Lease: lease})
+	m := newMaxDeliverTest(t)
+	ctx := context.Background()
+	var effects atomic.Int32
+	h, err := New(g, func(context.Context, consumerx.Message) error { effects.Add(1); return nil },
+		Options{Group: "billing", MaxDeliver: testMaxDeliver, InProgressDelay: 50 * time.Millisecond,
+			Process: consumerx.Options{MaxAttempts: 5, DeadLetter: m.deadLetter, Logger: testenv.Logger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte("charge 1")
+	key, err := h.Processor().Key(consumerx.Message{ID: "order-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(payload) // the default fingerprint
+	if c, err := dead.Claim(ctx, key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil || c.Status != guard.Acquired {
+		t.Fatalf("the dead consumer's claim: %+v, %v", c, err)
+	}
+	if _, err := m.js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
+		t.Fatal(err)
+	}
+	var outs []consumerx.Outcome
+	for effects.Load() == 0 && len(m.deadLetters()) == 0 && m.drops.Load() == 0 {
+		batch, err := m.cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			o, err := h.Handle(ctx, msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, o)
+		}
+	}
+	if effects.Load() != 1 || len(m.deadLetters()) != 0 || m.drops.Load() != 0 {
+		t.Fatalf("held by a dead consumer through its last delivery: %d effects, %d dead letters, %d dropped by the server, "+
+			"outcomes %v; want it taken over and run once", effects.Load(), len(m.deadLetters()), m.drops.Load(), outs)
+	}
+}
