@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,8 @@ type maxDeliverTest struct {
 	cons  jetstream.Consumer
 	drops atomic.Int32
 
+	terms chan string // reasons of the server's MSG_TERMINATED advisories
+
 	mu     sync.Mutex
 	causes []error // of the dead letters sent
 }
@@ -48,16 +51,30 @@ func newMaxDeliverTest(t *testing.T) *maxDeliverTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &maxDeliverTest{js: js, cons: cons}
+	m := &maxDeliverTest{js: js, cons: cons, terms: make(chan string, 16)}
 	sub, err := js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.billing",
 		func(*nats.Msg) { m.drops.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	tsub, err := js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.billing", func(msg *nats.Msg) {
+		var adv struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(msg.Data, &adv)
+		select {
+		case m.terms <- adv.Reason:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tsub.Unsubscribe() })
 	if err := js.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return m
 }
 
@@ -173,7 +190,16 @@ func TestHandleFailingAtMaxDeliverDeadLetters(t *testing.T) {
 	if !errors.Is(dl[0], ErrMaxDeliver) || !errors.Is(dl[0], errDeclined) {
 		t.Fatalf("dead-letter cause %v: want one matching ErrMaxDeliver and the handler's error", dl[0])
 	}
-	// Term'ed: the server delivers it no more.
+	// Term'ed, with a reason monitoring can tell from a drop: the server
+	// delivers it no more.
+	select {
+	case reason := <-m.terms:
+		if reason != termReason {
+			t.Fatalf("terminated with reason %q, want %q", reason, termReason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no MSG_TERMINATED advisory within 5s of the dead letter: acknowledged otherwise than by Term")
+	}
 	batch, err := m.cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
