@@ -369,8 +369,8 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 //
 // Consume refuses, before it fetches anything, a consumer whose
 // MaxDeliver would stop redelivering a failing message before its
-// attempts (Process.MaxAttempts) ran out: the message would be dropped by
-// the server instead of dead-lettered. MaxDeliver counts every delivery,
+// attempts (Process.MaxAttempts) ran out: the attempts would mean nothing,
+// the message being dead-lettered at MaxDeliver instead. MaxDeliver counts every delivery,
 // including the Naks of a message in progress in another consumer (with a
 // MaxDeliver set, such a message is Nak'ed until the holder's lease ends,
 // so a holder that died costs it a delivery or two, not one every
