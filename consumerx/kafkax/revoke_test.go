@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
@@ -320,4 +321,116 @@ func TestRevokedPartitionsRetryStops(t *testing.T) {
 		return true
 	})
 	t.Logf("partitions %v revoked from A; A's failed runs by partition: %v", revoked, failing)
+}
+
+// offsets returns the group's committed offset and the end offset of the
+// partition p of topic.
+func offsets(t *testing.T, producer *kgo.Client, group, topic string, p int32) (committed, end int64) {
+	t.Helper()
+	ctx := context.Background()
+	adm := kadm.NewClient(producer)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := ends.Lookup(topic, p)
+	fetched, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return -1, e.Offset
+	}
+	c, _ := fetched.Lookup(topic, p)
+	return c.At, e.Offset
+}
+
+// A runs the one record of each partition of its poll in a handler that
+// does not heed its context; B joins and takes a partition, and A's record
+// of it completes there after the revocation, the last of its poll in that
+// partition. B finds it done and commits the partition on, past records
+// produced since. When A's poll ends it commits the partitions it kept,
+// not the revoked one: the group's offset there does not go back.
+func TestRevokedPartitionsNotCommitted(t *testing.T) {
+	rg := newRevokeGroup(t)
+	var (
+		release = map[int32]chan struct{}{}
+		held    atomic.Int32
+		ranMore atomic.Int32
+	)
+	for p := range int32(3) {
+		release[p] = make(chan struct{})
+	}
+	handler := func(member string) consumerx.Handler {
+		return func(ctx context.Context, msg consumerx.Message) error {
+			r := msg.Raw.(*kgo.Record)
+			switch {
+			case member == "A" && string(r.Value) == "hold":
+				held.Add(1)
+				<-release[r.Partition]
+			case string(r.Value) == "more":
+				ranMore.Add(1)
+			}
+			return nil
+		}
+	}
+	var released sync.Map
+	free := func(p int32) {
+		if _, done := released.LoadOrStore(p, true); !done {
+			close(release[p])
+		}
+	}
+	defer func() {
+		for p := range int32(3) {
+			free(p)
+		}
+		rg.wait()
+	}()
+	rg.member("A", handler("A"), Options{})
+	rg.warm()
+	for p := range int32(3) {
+		rg.produce(&kgo.Record{Topic: "orders", Partition: p, Value: []byte("hold")})
+	}
+	testenv.WaitFor(t, 20*time.Second, "A holding the record of each partition", func() bool { return held.Load() == 3 })
+	rg.member("B", handler("B"), Options{})
+	testenv.WaitFor(t, 20*time.Second, "a partition revoked from A", func() bool { return len(rg.revokedFromA()) > 0 })
+	revoked := rg.revokedFromA()
+	var kept []int32
+	for p := range int32(3) {
+		if !slices.Contains(revoked, p) {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		t.Fatalf("every partition revoked from A (%v): the test proves nothing", revoked)
+	}
+	// A's record of the revoked partition completes; B finds it done,
+	// commits it, and runs and commits the records produced since.
+	for _, p := range revoked {
+		free(p)
+		rg.produce(&kgo.Record{Topic: "orders", Partition: p, Value: []byte("more")},
+			&kgo.Record{Topic: "orders", Partition: p, Value: []byte("more")})
+	}
+	testenv.WaitFor(t, 20*time.Second, "B committing the revoked partitions to their end", func() bool {
+		for _, p := range revoked {
+			if c, e := offsets(t, rg.producer, "billing", "orders", p); c != e {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range kept {
+		free(p)
+	}
+	testenv.WaitFor(t, 20*time.Second, "A committing the partitions it kept", func() bool {
+		for _, p := range kept {
+			if c, e := offsets(t, rg.producer, "billing", "orders", p); c != e {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range revoked {
+		if c, e := offsets(t, rg.producer, "billing", "orders", p); c != e {
+			t.Errorf("partition %d revoked from A: committed offset %d after A's commit, want %d (B's)", p, c, e)
+		}
+	}
+	t.Logf("partitions %v revoked from A, %v kept; %d records produced since run", revoked, kept, ranMore.Load())
 }
