@@ -200,7 +200,10 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		})
 		wg.Wait()
 		// A revoked partition's records are not committed: the new owner
-		// may have committed past them already.
+		// may have committed past them already, and franz-go would send
+		// the commit. A revocation between here and the commit is not
+		// seen (kgo.BlockRebalanceOnPoll closes that window): the new
+		// owner's offset may go back, its records found done.
 		recs, stopped := tr.done()
 		if stopped || ctx.Err() != nil {
 			break
