@@ -88,9 +88,9 @@ type topicPartition struct {
 type tracker struct {
 	cl    *kgo.Client
 	mu    sync.Mutex
-	seq   uint64                    // revocations seen
-	last  map[topicPartition]uint64 // the seq of each partition's last revocation
-	parts map[topicPartition]*part  // the poll's
+	seq   uint64                     // revocations seen
+	last  map[topicPartition]uint64  // the seq of each partition's last revocation
+	parts map[topicPartition][]*part // the poll's
 }
 
 // part is one partition's records of a poll.
@@ -104,7 +104,7 @@ type part struct {
 
 // track starts following cl's revocations for a Run; untrack ends it.
 func track(cl *kgo.Client) *tracker {
-	tr := &tracker{cl: cl, last: map[topicPartition]uint64{}, parts: map[topicPartition]*part{}}
+	tr := &tracker{cl: cl, last: map[topicPartition]uint64{}, parts: map[topicPartition][]*part{}}
 	tracking.Lock()
 	defer tracking.Unlock()
 	if tracking.m == nil {
@@ -143,7 +143,7 @@ func (tr *tracker) revoke(m map[string][]int32) {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
 			tr.last[tp] = tr.seq
-			if pt := tr.parts[tp]; pt != nil {
+			for _, pt := range tr.parts[tp] {
 				pt.revoked = true
 				pt.cancel(ErrRevoked)
 			}
@@ -163,7 +163,7 @@ func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs 
 		pt.revoked = true
 		cancel(ErrRevoked)
 	}
-	tr.parts[tp] = pt
+	tr.parts[tp] = append(tr.parts[tp], pt)
 	return pt
 }
 
@@ -174,15 +174,17 @@ func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs 
 func (tr *tracker) done() (commit []*kgo.Record, stopped bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	for tp, pt := range tr.parts {
+	for tp, pts := range tr.parts {
 		delete(tr.parts, tp)
-		pt.cancel(nil)
-		switch {
-		case pt.revoked:
-		case pt.stopped.Load():
-			stopped = true
-		default:
-			commit = append(commit, pt.recs...)
+		for _, pt := range pts {
+			pt.cancel(nil)
+			switch {
+			case pt.revoked:
+			case pt.stopped.Load():
+				stopped = true
+			default:
+				commit = append(commit, pt.recs...)
+			}
 		}
 	}
 	if stopped {
