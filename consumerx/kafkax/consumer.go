@@ -72,7 +72,9 @@ type batchFunc func(ctx context.Context, msgs []consumerx.Message) []consumerx.B
 // under g. The client must be made with kgo.ConsumerGroup and
 // kgo.DisableAutoCommit: the Consumer commits a poll's offsets only after
 // every record of it is done. With kgo.BlockRebalanceOnPoll, a rebalance
-// waits until the poll is committed.
+// waits until the poll is committed. Without it, make the client with
+// OnPartitionsRevoked and OnPartitionsLost (in place of kgo's), so that
+// a partition a rebalance takes mid-poll is stopped.
 func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) (*Consumer, error) {
 	switch {
 	case client == nil:
@@ -149,7 +151,13 @@ func ID(r *kgo.Record) string {
 // nothing is dead-lettered, and the next member runs it again. A handler
 // that calls runtime.Goexit leaves its record unacknowledged (released,
 // no attempt counted): its partition is taken up again from the poll's
-// first record after RetryDelay. Run allows rebalances again before it
+// first record after RetryDelay. When a rebalance revokes a partition
+// (or the member loses it) while its records run, on a client made with
+// OnPartitionsRevoked and OnPartitionsLost, its handlers see their context
+// end with cause ErrRevoked (a record whose handler then returns an error
+// is Interrupted, as at shutdown), its records are retried in place no
+// more and are not committed, and the poll goes on for the other
+// partitions and is committed for them. Run allows rebalances again before it
 // returns, so the client can be closed with Close or
 // CloseAllowingRebalance.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -168,7 +176,12 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 	// the last one must not keep them blocked once Run has returned, or the
 	// client's Close hangs.
 	defer c.client.AllowRebalance()
+	// The poll's partitions, stopped when a rebalance takes them (see
+	// OnPartitionsRevoked).
+	tr := track(c.client)
+	defer tr.untrack()
 	for ctx.Err() == nil {
+		since := tr.mark()
 		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)
 		if fetches.IsClientClosed() {
 			return nil
@@ -178,20 +191,24 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 				c.log.WarnContext(ctx, "kafkax: fetch failed", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		var (
-			wg      sync.WaitGroup
-			stopped atomic.Bool
-		)
+		var wg sync.WaitGroup
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
-				c.spawn(ctx, &wg, &stopped, p.Records, batch)
+				pt := tr.add(ctx, p.Topic, p.Partition, p.Records, since)
+				c.spawn(pt.ctx, &wg, &pt.stopped, p.Records, batch)
 			}
 		})
 		wg.Wait()
-		if stopped.Load() || ctx.Err() != nil {
+		// A revoked partition's records are not committed: the new owner
+		// may have committed past them already, and franz-go would send
+		// the commit. A revocation between here and the commit is not
+		// seen (kgo.BlockRebalanceOnPoll closes that window): the new
+		// owner's offset may go back, its records found done.
+		recs, stopped := tr.done()
+		if stopped || ctx.Err() != nil {
 			break
 		}
-		if recs := fetches.Records(); len(recs) > 0 {
+		if len(recs) > 0 {
 			if err := c.client.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
 				// Uncommitted records come back and are found done.
 				c.log.WarnContext(ctx, "kafkax: commit failed", "err", err)

@@ -52,7 +52,10 @@ func groupClient(t *testing.T, addrs []string, group, topic string) *kgo.Client 
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// With BlockRebalanceOnPoll they run between polls: they must not
+		// hold up a rebalance, a Close or a Run.
+		OnPartitionsRevoked(nil), OnPartitionsLost(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

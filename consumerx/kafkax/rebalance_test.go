@@ -20,7 +20,9 @@ import (
 // record of every partition, on clients that do not block rebalances
 // (no kgo.BlockRebalanceOnPoll): partitions are revoked from the first
 // member mid-poll and given to the second, which fetches them from the
-// last commit. The second finds the records the first claimed in
+// last commit. The first's client has kgo's OnPartitionsRevoked, not
+// kafkax's: its handlers are not told (revoke_test.go tests kafkax's
+// callbacks). The second finds the records the first claimed in
 // progress and waits; the first finishes them and commits its poll for
 // partitions it no longer owns (franz-go sends it). No record runs
 // twice or at once in both, none is left unrun, and the group ends with
