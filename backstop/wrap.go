@@ -35,7 +35,15 @@ import (
 //
 // If the backstop cannot be reached the claim is released and the error
 // (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
-// primary reports exhausted, whose effect may have been committed.
+// primary reports exhausted, whose effect may have been committed. Under
+// a fallback.Store (the order the package documentations describe:
+// fallback.New(backstop.Wrap(redisStore, b), …)), that error is the
+// primary's unavailability, though Redis answers: it counts against the
+// breaker, whose open state then refuses every claim (FailClosed), a key
+// Redis holds completed included, for OpenTimeout, or lets effects run
+// unguarded (FailOpen), their Backstop.Commit keeping each key's row
+// single. A claim Redis answers from a completed record needs no
+// PostgreSQL while the breaker is closed.
 // Complete, Fail, Release and Extend go to primary; a Fail or Release
 // also ends the holder's lease on its mark (even when primary answers
 // ErrLeaseLost or cannot be reached: the holder runs nothing any more),

@@ -34,7 +34,9 @@ const (
 	// single by that row, which takes the unguarded lease only where no
 	// holder's row stands. Every claim let through is logged at warning
 	// level. Choose it only where a duplicate costs less than a
-	// refusal.
+	// refusal. Over backstop.Wrap, PostgreSQL is part of the primary: its
+	// outage opens the breaker as Redis's does, and effects then run
+	// unguarded though Redis is up (kept single by their commit).
 	FailOpen
 )
 
