@@ -2,6 +2,7 @@ package backstop_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,4 +87,41 @@ func TestWrapMarkNotExtendedEndsHolder(t *testing.T) {
 		t.Fatalf("B: %v", err)
 	}
 	t.Logf("B answered %q", res.Value)
+}
+
+// TestWrapExtendReportsMarkNotExtended: Extend, and an extension in a
+// batch (WriteBatch), whose lease Redis extended but whose mark
+// PostgreSQL refused, answer ErrUnavailable, not success; once PostgreSQL
+// takes it again, so does the next extension.
+func TestWrapExtendReportsMarkNotExtended(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b := mustBackstop(t, db, pgstore.Options{})
+	s := backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b)
+	pgenv.Exec(t, db, `CREATE TABLE down (on_ bool NOT NULL)`)
+	pgenv.Exec(t, db, `INSERT INTO down VALUES (false)`)
+	pgenv.Exec(t, db, `CREATE FUNCTION stall() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN IF (SELECT on_ FROM down) THEN RAISE EXCEPTION 'simulated outage' USING ERRCODE = '57P03'; END IF; RETURN NEW; END $$`)
+	pgenv.Exec(t, db, `CREATE TRIGGER stall BEFORE UPDATE ON idemguard_keys FOR EACH ROW EXECUTE FUNCTION stall()`)
+	for _, batch := range []bool{false, true} {
+		extend := func(l guard.Lease) error {
+			if !batch {
+				return s.Extend(ctx, l, time.Minute)
+			}
+			return s.(guard.BatchStore).WriteBatch(ctx, []guard.Write{{Kind: guard.WriteExtend, Lease: l, TTL: time.Minute}})[0]
+		}
+		key := newKey(t)
+		out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: 10 * time.Second, TTL: time.Minute})
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("claim = %s, %v", out.Status, err)
+		}
+		pgenv.Exec(t, db, `UPDATE down SET on_ = true`)
+		if err := extend(out.Lease); !errors.Is(err, guard.ErrUnavailable) {
+			t.Errorf("batch %t: extension with the mark refused = %v; want ErrUnavailable", batch, err)
+		}
+		pgenv.Exec(t, db, `UPDATE down SET on_ = false`)
+		if err := extend(out.Lease); err != nil {
+			t.Errorf("batch %t: extension with PostgreSQL back = %v", batch, err)
+		}
+	}
 }
