@@ -30,9 +30,19 @@ import (
 // key race through this Store (switch-back checks on) and through a Store
 // of a process that never saw the outage (no checks): none may run the
 // effect again through Redis, every one answers the payment made during
-// the outage, and each key is paid once.
+// the outage, and each key is paid once. So in the other order
+// (backstop.Wrap over the fallback.Store).
 func TestSwitchBackToOlderPrimary(t *testing.T) {
 	t.Parallel()
+	for _, wrapOver := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fallback-over-wrap", true: "wrap-over-fallback"}[wrapOver], func(t *testing.T) {
+			t.Parallel()
+			switchBackToOlderPrimary(t, wrapOver)
+		})
+	}
+}
+
+func switchBackToOlderPrimary(t *testing.T, wrapOver bool) {
 	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, PoolSize: 64})
 	t.Cleanup(func() { _ = c.Close() })
@@ -45,9 +55,19 @@ func TestSwitchBackToOlderPrimary(t *testing.T) {
 	}
 	opts := fallback.Options{Policy: fallback.Secondary, Secondary: pg, FailuresToOpen: 1, OpenTimeout: openFor,
 		Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet}
-	s := newStore(t, backstop.Wrap(rs, b), opts)
+	// compose is the guard's store: the fallback over Wrap, or Wrap
+	// over the fallback; fs is the fallback.Store in it.
+	compose := func() (st guard.Store, fs *fallback.Store) {
+		if wrapOver {
+			fs = newStore(t, rs, opts)
+			return backstop.Wrap(fs, b), fs
+		}
+		fs = newStore(t, backstop.Wrap(rs, b), opts)
+		return fs, fs
+	}
+	st, s := compose()
 	const lease = 300 * time.Millisecond
-	g := guard.New(s, guard.Options{Lease: lease})
+	g := guard.New(st, guard.Options{Lease: lease})
 
 	var runs atomic.Int64
 	pay := func(what string) guard.Func {
@@ -104,7 +124,8 @@ func TestSwitchBackToOlderPrimary(t *testing.T) {
 		}
 	}
 	closeBreaker(t, s, 10*time.Second)
-	other := guard.New(newStore(t, backstop.Wrap(rs, b), opts), guard.Options{Lease: lease})
+	ost, _ := compose()
+	other := guard.New(ost, guard.Options{Lease: lease})
 
 	var wg sync.WaitGroup
 	for i := range keys {
