@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +134,31 @@ func backstopDownOverWrap(t *testing.T, policy fallback.Policy) {
 	}
 	if rows, keys := pgenv.CountPayments(t, db); rows != 2 || keys != 2 {
 		t.Fatalf("payments: %d rows for %d keys; want one for done and one for held", rows, keys)
+	}
+}
+
+// TestBreakerOpenLogsCause: the warning that the breaker opened names the
+// failure that opened it. Over backstop.Wrap that may be PostgreSQL, not
+// Redis: an operator told only "primary store unavailable" looks at a
+// Redis that answers.
+func TestBreakerOpenLogsCause(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := newStore(t, backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), fallback.Options{FailuresToOpen: 1, OpenTimeout: time.Hour, Logger: logger})
+	pgenv.Exec(t, db, `CREATE FUNCTION down() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'simulated outage' USING ERRCODE = '57P03'; END $$`)
+	pgenv.Exec(t, db, `CREATE TRIGGER down BEFORE INSERT OR UPDATE ON idemguard_keys FOR EACH ROW EXECUTE FUNCTION down()`)
+	if _, err := s.Claim(bg, guard.ClaimRequest{Key: guard.Key{Scope: "down", ID: "k"}, Token: "T", Fingerprint: "fp",
+		Lease: time.Second, TTL: time.Minute}); !isUnavailable(err) || s.State() != fallback.StateOpen {
+		t.Fatalf("claim with PostgreSQL down = %v, breaker %s; want ErrUnavailable, open", err, s.State())
+	}
+	if out := logs.String(); !strings.Contains(out, "breaker open") || !strings.Contains(out, "simulated outage") {
+		t.Fatalf("the breaker's warning does not name its cause: %s", out)
 	}
 }

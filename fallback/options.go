@@ -98,8 +98,10 @@ type Options struct {
 	HalfOpenProbes uint32
 	// Name names the breaker in logs. Default DefaultName.
 	Name string
-	// Logger receives the breaker's state changes and, under FailOpen, a
-	// warning for every claim let through unguarded. Default
+	// Logger receives the breaker's state changes (the warning that it
+	// opened names the last failure, "cause": over backstop.Wrap it may be
+	// PostgreSQL's) and, under FailOpen, a warning for every claim let
+	// through unguarded. Default
 	// slog.Default().
 	Logger *slog.Logger
 	// OnStateChange, if set, is called on every change of the breaker's
