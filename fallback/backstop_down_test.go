@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +164,91 @@ func TestBreakerOpenLogsCause(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "breaker open") || !strings.Contains(out, "simulated outage") {
 		t.Fatalf("the breaker's warning does not name its cause: %s", out)
 	}
+}
+
+// TestFailOpenBackstopBlipsRace: FailOpen over backstop.Wrap, Redis up,
+// PostgreSQL refusing the keys table's writes in blips (on for 60 ms, off
+// for 90 ms). Keys keep arriving, each raced by four callers that retry
+// until answered: claims go through Redis and the mark, or, once the
+// backstop's failures opened the breaker, unguarded. Every key is paid
+// once and every caller answered its payment: Backstop.Commit's row keeps
+// the effects single where the guard did not.
+func TestFailOpenBackstopBlipsRace(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	pgenv.PaymentsTable(t, db)
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), fallback.Options{
+		Policy: fallback.FailOpen, FailuresToOpen: 3, OpenTimeout: 100 * time.Millisecond, Logger: quiet})
+	// A holder whose commit a blip refused fails, and the failure's end of
+	// its mark's lease may be refused too: the key then waits that lease
+	// out (Wrap's documented cost), so the lease is short.
+	g := guard.New(s, guard.Options{Lease: time.Second})
+	var unguarded atomic.Int64
+	pay := b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
+		if fallback.Unguarded(l) {
+			unguarded.Add(1)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence); err != nil {
+			return nil, err
+		}
+		time.Sleep(20 * time.Millisecond) // the payment provider's answer: the workload, not synchronisation
+		return []byte("paid " + l.Key.ID), nil
+	})
+	pgenv.Exec(t, db, `CREATE TABLE down (on_ bool NOT NULL)`)
+	pgenv.Exec(t, db, `INSERT INTO down VALUES (false)`)
+	pgenv.Exec(t, db, `CREATE FUNCTION down() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN IF (SELECT on_ FROM down) THEN RAISE EXCEPTION 'simulated outage' USING ERRCODE = '57P03'; END IF; RETURN NEW; END $$`)
+	pgenv.Exec(t, db, `CREATE TRIGGER down BEFORE INSERT OR UPDATE ON idemguard_keys FOR EACH ROW EXECUTE FUNCTION down()`)
+
+	stop := make(chan struct{})
+	var blips sync.WaitGroup
+	blips.Go(func() {
+		for on := true; ; on = !on {
+			pgenv.Exec(t, db, `UPDATE down SET on_ = $1`, on)
+			select {
+			case <-stop:
+				pgenv.Exec(t, db, `UPDATE down SET on_ = false`)
+				return
+			case <-time.After(map[bool]time.Duration{true: 60 * time.Millisecond, false: 90 * time.Millisecond}[on]):
+			}
+		}
+	})
+	const keys, racers = 40, 4
+	var wg sync.WaitGroup
+	for i := range keys {
+		id := fmt.Sprintf("k%d", i)
+		for range racers {
+			wg.Go(func() {
+				deadline := time.Now().Add(30 * time.Second)
+				var err error
+				for time.Now().Before(deadline) {
+					var res guard.Result
+					res, err = g.Do(bg, guard.Key{Scope: "blip", ID: id}, "fp", pay)
+					if err == nil {
+						if string(res.Value) != "paid "+id {
+							t.Errorf("%s answered %q", id, res.Value)
+						}
+						return
+					}
+					time.Sleep(10 * time.Millisecond) // a client's retry pause
+				}
+				t.Errorf("%s: no answer within 30 s: %v", id, err)
+			})
+		}
+		time.Sleep(10 * time.Millisecond) // the arrival rate of new keys
+	}
+	wg.Wait()
+	close(stop)
+	blips.Wait()
+	if rows, paid := pgenv.CountPayments(t, db); rows != keys || paid != keys {
+		t.Errorf("payments: %d rows for %d keys, want one for each of %d", rows, paid, keys)
+	}
+	if unguarded.Load() == 0 {
+		t.Errorf("no effect ran unguarded: the blips did not open the breaker")
+	}
+	t.Logf("%d unguarded runs", unguarded.Load())
 }
