@@ -53,9 +53,10 @@ import (
 // primary keeps the record), and an Extend also extends the holder's
 // mark, so the mark lasts for the holder's lease and the backstop's TTL
 // after it (an Extend whose mark PostgreSQL did not extend answers
-// guard.ErrUnavailable, so its holder does not run past the mark's lease). A holder that completes without committing a
-// row leaves its mark's lease to run out: should primary lose the record
-// meanwhile, the key answers InProgress until then.
+// guard.ErrUnavailable, so its holder does not run past the mark's
+// lease). A holder that completes without committing a row leaves its
+// mark's lease to run out: should primary lose the record meanwhile, the
+// key answers InProgress until then.
 // Get reads primary and, when it has no record, PostgreSQL: the key's
 // committed row (a completed record with its result, fingerprint and fence), or else a
 // holder's mark whose lease is live (a pending record with the lease it
