@@ -410,10 +410,16 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 	}
 	keepUS := keep.Microseconds()
 	storedFP := pgstore.StoredText(req.Fingerprint) // as the keys table keeps it: any bytes
+	// A lease of fence 0 (fallback's FailOpen, when Wrap is over a
+	// fallback.Store) is marked with fence 1, the least a row has, as
+	// Commit stores it: the keys table refuses fence 0, and every claim
+	// of the outage failed on it, a paid key's too. Marked, the unguarded
+	// lease is guarded by PostgreSQL: its duplicates are told InProgress.
+	markFence := max(lease.Fence, 1)
 	for range 4 {
 		var fence int64
 		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, storedFP, lease.Token,
-			lease.Fence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
+			markFence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
 		if err == nil {
 			return markResult{fence: fence}, nil
 		}

@@ -35,7 +35,15 @@ import (
 //
 // If the backstop cannot be reached the claim is released and the error
 // (wrapping guard.ErrUnavailable) returned: fail closed. So is a key
-// primary reports exhausted, whose effect may have been committed.
+// primary reports exhausted, whose effect may have been committed. Under
+// a fallback.Store (the order the package documentations describe:
+// fallback.New(backstop.Wrap(redisStore, b), …)), that error is the
+// primary's unavailability, though Redis answers: it counts against the
+// breaker, whose open state then refuses every claim (FailClosed), a key
+// Redis holds completed included, for OpenTimeout, or lets effects run
+// unguarded (FailOpen), their Backstop.Commit keeping each key's row
+// single. A claim Redis answers from a completed record needs no
+// PostgreSQL while the breaker is closed.
 // Complete, Fail, Release and Extend go to primary; a Fail or Release
 // also ends the holder's lease on its mark (even when primary answers
 // ErrLeaseLost or cannot be reached: the holder runs nothing any more),
@@ -43,10 +51,12 @@ import (
 // mark, so the key is as if never claimed (unless a step of
 // the key committed its row: its effect happened, and the mark stays, as
 // primary keeps the record), and an Extend also extends the holder's
-// mark (best effort), so the mark lasts for the holder's lease and the
-// backstop's TTL after it. A holder that completes without committing a
-// row leaves its mark's lease to run out: should primary lose the record
-// meanwhile, the key answers InProgress until then.
+// mark, so the mark lasts for the holder's lease and the backstop's TTL
+// after it (an Extend whose mark PostgreSQL did not extend answers
+// guard.ErrUnavailable, so its holder does not run past the mark's
+// lease). A holder that completes without committing a row leaves its
+// mark's lease to run out: should primary lose the record meanwhile, the
+// key answers InProgress until then.
 // Get reads primary and, when it has no record, PostgreSQL: the key's
 // committed row (a completed record with its result, fingerprint and fence), or else a
 // holder's mark whose lease is live (a pending record with the lease it
@@ -258,30 +268,44 @@ func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget boo
 // holder's mark in PostgreSQL, so the mark outlives the lease by the
 // backstop's TTL however long the holder keeps the key: otherwise, after
 // Redis forgot the key, another payload could take it from a holder still
-// running. The mark's extension is best effort, in one try bounded by
-// markExtendTimeout and half of what is left of ctx (a holder's keepalive
-// must have its answer before the old lease ends); if it fails, the mark
-// keeps the retention it had.
+// running. The mark's extension is one try bounded by markExtendTimeout
+// and half of what is left of ctx (a holder's keepalive must have its
+// answer before the old lease ends). If it fails, Extend returns an error
+// wrapping guard.ErrUnavailable though primary extended the lease: the
+// mark keeps the lease it had, and a holder told its lease was extended
+// would run past the mark's, when a claim of the key after Redis lost it
+// is no longer kept out. Told unavailable, guard's keepalive tries again
+// while its lease lasts, and ends the holder's run at the lease's deadline
+// if the mark was never extended (the holder's commit needs PostgreSQL
+// too). A mark that is gone or committed is not an error.
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	if err := g.primary.Extend(ctx, lease, d); err != nil {
 		return err
 	}
-	g.extendMark(ctx, lease, d)
-	return nil
+	return g.extendMark(ctx, lease, d)
 }
 
-// extendMark is Extend's best-effort extension of the holder's mark, once
-// primary extended its lease by d.
-func (g *wrappedStore) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) {
+// extendMark is Extend's extension of the holder's mark, once primary
+// extended its lease by d.
+func (g *wrappedStore) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	bound := markExtendTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(dl)/2)
 	}
-	if bound > 0 {
-		mctx, cancel := context.WithTimeout(ctx, bound)
-		_ = g.b.extendMark(mctx, lease, d)
-		cancel()
+	if bound <= 0 {
+		return fmt.Errorf("%w: backstop: no time left to extend the holder's mark of %s", guard.ErrUnavailable, lease.Key)
 	}
+	mctx, cancel := context.WithTimeout(ctx, bound)
+	err := g.b.extendMark(mctx, lease, d)
+	cancel()
+	if err != nil && !errors.Is(err, guard.ErrUnavailable) {
+		// Whatever kept the mark from being extended, the lease on it was not.
+		err = fmt.Errorf("%w: %w", guard.ErrUnavailable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("backstop: the lease was extended, its holder's mark was not: %w", err)
+	}
+	return nil
 }
 
 // markExtendTimeout bounds Extend's try to extend the holder's mark.

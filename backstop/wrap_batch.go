@@ -59,7 +59,7 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 // Fail and Release retry (Extend is not); a failed or released lease
 // ends on its mark, and a first attempt released has its mark undone, as
 // Fail and Release do, and an extended lease its mark extended, as Extend
-// does.
+// does (a mark not extended is the write's error, as for Extend).
 func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	errs := b.bs.WriteBatch(ctx, ws)
 	parallel.Each(len(ws), batchWorkers, func(i int) {
@@ -82,7 +82,7 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		case w.Kind == guard.WriteRelease && holderDone(errs[i]):
 			b.g.unmark(ctx, w.Lease, errs[i] == nil)
 		case w.Kind == guard.WriteExtend && errs[i] == nil:
-			b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
+			errs[i] = b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
 	})
 	return errs

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sony/gobreaker/v2"
 
@@ -55,6 +56,11 @@ type breaker struct {
 
 	mu      sync.Mutex
 	changes chan struct{} // closed and replaced on every state change
+
+	// cause is the text of the last failure reported, which the warning
+	// that the breaker opened names: over backstop.Wrap it may be
+	// PostgreSQL's, not Redis's.
+	cause atomic.Pointer[string]
 }
 
 func fromGobreaker(s gobreaker.State) State {
@@ -83,8 +89,13 @@ func newBreaker(opts Options) *breaker {
 			b.changes = make(chan struct{})
 			b.mu.Unlock()
 			if to == StateOpen {
+				cause := ""
+				if c := b.cause.Load(); c != nil {
+					cause = *c
+				}
 				opts.Logger.Warn("idemguard: primary store unavailable, breaker open",
-					"breaker", name, "from", from.String(), "policy", opts.Policy.String(), "retry_in", opts.OpenTimeout)
+					"breaker", name, "from", from.String(), "policy", opts.Policy.String(), "retry_in", opts.OpenTimeout,
+					"cause", cause)
 			} else {
 				opts.Logger.Info("idemguard: primary store breaker changed state",
 					"breaker", name, "from", from.String(), "to", to.String())
@@ -140,15 +151,18 @@ func reportPanic(done func(error)) {
 // primary.
 var errExcluded = errors.New("fallback: call abandoned by its caller")
 
-// report tells the breaker how a primary call went: only unavailability is
-// a failure; the store's other answers are successes.
-func report(ctx context.Context, done func(error), err error) {
+// report tells the breaker b how a primary call went: only
+// unavailability is a failure (its text kept as the breaker's cause); the
+// store's other answers are successes.
+func (b *breaker) report(ctx context.Context, done func(error), err error) {
 	switch {
 	case err == nil:
 		done(nil)
 	case ctx.Err() != nil:
 		done(errExcluded)
 	case isOutage(err):
+		c := err.Error()
+		b.cause.Store(&c)
 		done(err)
 	default:
 		done(nil)

@@ -34,7 +34,9 @@ const (
 	// single by that row, which takes the unguarded lease only where no
 	// holder's row stands. Every claim let through is logged at warning
 	// level. Choose it only where a duplicate costs less than a
-	// refusal.
+	// refusal. Over backstop.Wrap, PostgreSQL is part of the primary: its
+	// outage opens the breaker as Redis's does, and effects then run
+	// unguarded though Redis is up (kept single by their commit).
 	FailOpen
 )
 
@@ -96,8 +98,10 @@ type Options struct {
 	HalfOpenProbes uint32
 	// Name names the breaker in logs. Default DefaultName.
 	Name string
-	// Logger receives the breaker's state changes and, under FailOpen, a
-	// warning for every claim let through unguarded. Default
+	// Logger receives the breaker's state changes (the warning that it
+	// opened names the last failure, "cause": over backstop.Wrap it may be
+	// PostgreSQL's) and, under FailOpen, a warning for every claim let
+	// through unguarded. Default
 	// slog.Default().
 	Logger *slog.Logger
 	// OnStateChange, if set, is called on every change of the breaker's

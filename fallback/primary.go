@@ -14,7 +14,7 @@ import (
 func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
 	defer reportPanic(done)
 	out, err := callClaim(ctx, s.opts.Timeout, s.inline, s.primary, req)
-	report(ctx, done, err)
+	s.cb.report(ctx, done, err)
 	if err != nil {
 		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
 			return s.open(ctx, req, err)
@@ -72,7 +72,7 @@ func (s *Store) primaryCall(ctx context.Context, holder bool, f func(context.Con
 	}
 	defer reportPanic(done)
 	_, err = call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) }, nil)
-	report(ctx, done, err)
+	s.cb.report(ctx, done, err)
 	return err
 }
 
