@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseFirstAttempt", c.releaseFirst},
 		{"ReleaseLaterAttempt", c.releaseLater},
 		{"RetriedAfterTakeover", c.retriedAfterTakeover}, // retries.go
+		{"Endings", c.endings},                           // endings.go
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
