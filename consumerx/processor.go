@@ -334,6 +334,13 @@ func (e *handlerError) Unwrap() error {
 	return e.err
 }
 
+// withHandlerError is err, which wraps a handlerError hiding the
+// handler's error h (one matching guard.ErrRejected), unwrapping to h too.
+type withHandlerError struct{ err, h error }
+
+func (e *withHandlerError) Error() string   { return e.err.Error() }
+func (e *withHandlerError) Unwrap() []error { return []error{e.err, e.h} }
+
 // interrupted is a handler's error returned after the consumer's context
 // ended: it matches guard.ErrRejected, so Guard.Do releases the claim
 // instead of failing it, and the handler's error.
@@ -462,7 +469,13 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		return Failed, nil, fmt.Errorf("consumerx: %s ran but its completion was not recorded: %w", key, err)
 	case ran && err != error(herr):
 		// The failure could not be recorded either.
-		return Failed, nil, fmt.Errorf("consumerx: %s failed and the failure was not recorded: %w", key, err)
+		ferr := fmt.Errorf("consumerx: %s failed and the failure was not recorded: %w", key, err)
+		if herr.rejected {
+			// err wraps herr, which hides the handler's error from the
+			// guard: the caller matches it still.
+			ferr = &withHandlerError{ferr, herr.err}
+		}
+		return Failed, nil, ferr
 	case ran:
 		if p.max > 0 && r.attempt >= p.max {
 			cause := &exhaustedCause{

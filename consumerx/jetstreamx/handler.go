@@ -205,7 +205,7 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outc
 		// reported in progress for ever is never redelivered.
 		defer stop()
 		o, err := h.proc.Process(ctx, cmsg, h.recovering)
-		return h.settleLast(ctx, msg, cmsg, o, err, h.opts.MaxDeliver)
+		return h.settleLastOf(ctx, msg, cmsg, o, err, h.opts.MaxDeliver)
 	}()
 	return o, h.acknowledge(msg, cmsg.ID, o, err, false)
 }
@@ -323,12 +323,13 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // in-progress reports stop, nothing is acknowledged, and the batch's
 // messages come back after AckWait.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
-	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false, h.opts.MaxDeliver)
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false, func() int { return h.opts.MaxDeliver })
 }
 
 // handleBatch is HandleBatch with the messages run by batch.
-// maxDeliver is the consumer's MaxDeliver (see Options.MaxDeliver).
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool, maxDeliver int) ([]consumerx.Outcome, error) {
+// maxDeliver gives the consumer's MaxDeliver (see Options.MaxDeliver),
+// asked for only when a message is not acknowledged.
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool, maxDeliver func() int) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
@@ -378,7 +379,10 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // JetStream's default), or well above MaxAttempts. On the last delivery
 // MaxDeliver allows, a message is not Nak'ed but waited for or
 // dead-lettered (see Options.MaxDeliver, which Consume takes only when the
-// consumer's info is not known).
+// consumer's info is not known). The durable's MaxDeliver may be edited
+// while Consume runs: before it Naks a batch's first message it asks the
+// server for the one in force (the handle's cached info would have it Nak
+// a message on a last delivery lowered since, which the server drops).
 func (h *Handler) Consume(ctx context.Context, cons jetstream.Consumer) error {
 	return h.consume(ctx, cons, h.guarded)
 }
@@ -405,6 +409,14 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 		}
 	}
 	untilLease := maxDeliver > 0
+	// The durable's MaxDeliver may be edited while it runs: lowered, a
+	// message Nak'ed on what was not its last delivery by the info cached
+	// would be dropped by the server. Asked again before a batch's first
+	// Nak.
+	live := &liveMaxDeliver{last: maxDeliver}
+	if info != nil {
+		live.cons = cons
+	}
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3
@@ -446,7 +458,7 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			continue
 		}
 		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, maxDeliver)
+			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
 		}
 	}
 	return nil

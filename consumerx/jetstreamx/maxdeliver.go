@@ -49,6 +49,37 @@ func (e *maxDeliverError) Unwrap() []error {
 	return []error{ErrMaxDeliver, e.err}
 }
 
+// liveMaxDeliver returns a function giving cons's MaxDeliver as the
+// server has it now (the durable's may have been edited since cached was
+// read), asked at most once per call of the function returned by its
+// batch method; when the server does not answer, the last one known.
+// A nil cons (its info never known: Options.MaxDeliver) is not asked.
+type liveMaxDeliver struct {
+	cons jetstream.Consumer
+	last int
+}
+
+// infoTimeout bounds the request for a consumer's info.
+const infoTimeout = 2 * time.Second
+
+// batch returns the MaxDeliver for one batch's messages: asked of the
+// server the first time it is called.
+func (l *liveMaxDeliver) batch(ctx context.Context) func() int {
+	asked := false
+	return func() int {
+		if asked || l.cons == nil {
+			return l.last
+		}
+		asked = true
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), infoTimeout)
+		defer cancel()
+		if info, err := l.cons.Info(ictx); err == nil {
+			l.last = info.Config.MaxDeliver
+		}
+		return l.last
+	}
+}
+
 // termReason is the reason of the Term of a message dead-lettered at
 // MaxDeliver, in the server's $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.
 const termReason = "idemguard: dead-lettered at MaxDeliver"
@@ -61,9 +92,17 @@ const termReason = "idemguard: dead-lettered at MaxDeliver"
 // that failed or died does not lose it; a message that the delivery did
 // not complete is dead-lettered with a cause matching ErrMaxDeliver
 // (acknowledge then Terms it). Any other delivery's outcome is returned
-// unchanged.
-func (h *Handler) settleLast(ctx context.Context, msg jetstream.Msg, cmsg consumerx.Message, o consumerx.Outcome, err error, maxDeliver int) (consumerx.Outcome, error) {
-	if o.Ack() || maxDeliver <= 0 {
+// unchanged. maxDeliver is asked only for a delivery not acknowledged.
+func (h *Handler) settleLast(ctx context.Context, msg jetstream.Msg, cmsg consumerx.Message, o consumerx.Outcome, err error, maxDeliver func() int) (consumerx.Outcome, error) {
+	if o.Ack() {
+		return o, err
+	}
+	return h.settleLastOf(ctx, msg, cmsg, o, err, maxDeliver())
+}
+
+// settleLastOf is settleLast once the consumer's MaxDeliver is known.
+func (h *Handler) settleLastOf(ctx context.Context, msg jetstream.Msg, cmsg consumerx.Message, o consumerx.Outcome, err error, maxDeliver int) (consumerx.Outcome, error) {
+	if maxDeliver <= 0 {
 		return o, err
 	}
 	md, merr := msg.Metadata()

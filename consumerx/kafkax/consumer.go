@@ -204,7 +204,10 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		// the commit. A revocation between here and the commit is not
 		// seen (kgo.BlockRebalanceOnPoll closes that window): the new
 		// owner's offset may go back, its records found done.
-		recs, stopped := tr.done()
+		recs, stopped, rewind := tr.done()
+		// A revoked partition given back (an eager rebalance while the
+		// poll waited) is fetched again from its records skipped.
+		c.client.SetOffsets(rewind)
 		if stopped || ctx.Err() != nil {
 			break
 		}

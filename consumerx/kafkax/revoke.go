@@ -23,7 +23,8 @@ var ErrRevoked = errors.New("kafkax: partition revoked or lost in a rebalance")
 // once instead of after the guard's lease), their records retried in place
 // are retried no more, and their offsets are not committed (the new owner
 // fetches them again from the last commit and finds those done
-// Duplicates). The member's other partitions go on, and the poll is
+// Duplicates; if a partition is this member's again, a rebalance having
+// given it back, its fetch goes back to the poll's first record of it). The member's other partitions go on, and the poll is
 // committed for them. Then fn, if not nil, is called as kgo would call it.
 //
 // Without it the Consumer does not learn of revocations: a revoked
@@ -170,8 +171,14 @@ func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs 
 // done ends the poll's partitions, once each one's records returned, and
 // returns the records to commit: those of the partitions not revoked.
 // stopped is whether a partition not revoked was left unfinished (the Run
-// is stopping): then nothing is to be committed.
-func (tr *tracker) done() (commit []*kgo.Record, stopped bool) {
+// is stopping): then nothing is to be committed. rewind is where each
+// revoked partition's fetch must go back to, its first record of the
+// poll, should the member hold it (again): a partition revoked and given
+// back (an eager rebalance gives a member the partitions it had) is
+// fetched on past the poll's records, which may not have run, and the
+// next poll's commit would pass them (kgo.Client.SetOffsets skips a
+// partition the member does not hold).
+func (tr *tracker) done() (commit []*kgo.Record, stopped bool, rewind map[string]map[int32]kgo.EpochOffset) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for tp, pts := range tr.parts {
@@ -180,6 +187,16 @@ func (tr *tracker) done() (commit []*kgo.Record, stopped bool) {
 			pt.cancel(nil)
 			switch {
 			case pt.revoked:
+				first := pt.recs[0]
+				if rewind == nil {
+					rewind = map[string]map[int32]kgo.EpochOffset{}
+				}
+				if rewind[tp.topic] == nil {
+					rewind[tp.topic] = map[int32]kgo.EpochOffset{}
+				}
+				if at, ok := rewind[tp.topic][tp.partition]; !ok || first.Offset < at.Offset {
+					rewind[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
+				}
 			case pt.stopped.Load():
 				stopped = true
 			default:
@@ -190,5 +207,5 @@ func (tr *tracker) done() (commit []*kgo.Record, stopped bool) {
 	if stopped {
 		commit = nil
 	}
-	return commit, stopped
+	return commit, stopped, rewind
 }
