@@ -24,8 +24,9 @@ var ErrRevoked = errors.New("kafkax: partition revoked or lost in a rebalance")
 // are retried no more, and their offsets are not committed (the new owner
 // fetches them again from the last commit and finds those done
 // Duplicates; if a partition is this member's again, a rebalance having
-// given it back, its fetch goes back to the poll's first record of it). The member's other partitions go on, and the poll is
-// committed for them. Then fn, if not nil, is called as kgo would call it.
+// given it back, its fetch goes back to the poll's first record of it).
+// The member's other partitions go on, and the poll is committed for
+// them. Then fn, if not nil, is called as kgo would call it.
 //
 // Without it the Consumer does not learn of revocations: a revoked
 // partition's handlers run on, its failing record is retried in place,
