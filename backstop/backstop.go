@@ -303,6 +303,10 @@ func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, f
 	if err != nil {
 		return guard.Record{}, false, dbErr(ctx, "lookup", err)
 	}
+	// The fingerprint as the caller gave it, not as the row keeps it.
+	if rec.Fingerprint, err = pgsql.ReadText(key, "fingerprint", rec.Fingerprint); err != nil {
+		return guard.Record{}, false, err
+	}
 	if status == "completed" {
 		if rec.Result == nil {
 			rec.Result = []byte{}
