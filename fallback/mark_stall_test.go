@@ -76,4 +76,11 @@ func TestOneStalledMarkKeepsBreakerClosed(t *testing.T) {
 	if err != nil || out.Status != guard.Acquired {
 		t.Errorf("claim of another key after one holder's mark stalled = %+v, %v; want acquired", out, err)
 	}
+	// The ended holder's attempt failed through Wrap, and its mark, whose
+	// lease was never extended, keeps nobody out: the next claim takes the
+	// key over with a larger fence.
+	out, err = g.Claim(ctx, key, "fp")
+	if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 2 || out.Lease.Fence < 2 {
+		t.Errorf("claim of the stalled holder's key after it ended = %+v, %v; want acquired, attempt 2, fence 2 or more", out, err)
+	}
 }
