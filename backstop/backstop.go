@@ -85,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, extend, lock, lookup, mark, peek, read, unmark string
+	commit, extend, holder, lock, lookup, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -110,6 +110,8 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `)
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending'`,
+		// $1 scope, $2 id: the token of the key's live row.
+		holder: `SELECT token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		lookup: `SELECT result, fence FROM ` + k + `
@@ -303,6 +305,10 @@ func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, f
 	if err != nil {
 		return guard.Record{}, false, dbErr(ctx, "lookup", err)
 	}
+	// The fingerprint as the caller gave it, not as the row keeps it.
+	if rec.Fingerprint, err = pgsql.ReadText(key, "fingerprint", rec.Fingerprint); err != nil {
+		return guard.Record{}, false, err
+	}
 	if status == "completed" {
 		if rec.Result == nil {
 			rec.Result = []byte{}
@@ -375,11 +381,30 @@ func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) e
 // extendMark keeps the mark of lease's holder for d from now and the
 // backstop's TTL after that, as the holder's lease was just extended by d
 // in the primary store: a mark must not expire while its holder may still
-// commit.
+// commit. A row that bears another holder's token (one that took the key
+// over once the holder's mark lapsed: a pgstore.Store on the same tables,
+// say) answers guard.ErrLeaseLost; a row that is gone, or the holder's
+// own no longer pending, is no error.
 func (b *Backstop) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	_, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
+	res, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
 		d.Microseconds(), b.opts.TTL.Microseconds())
-	return dbErr(ctx, "extend mark", err)
+	if err != nil {
+		return dbErr(ctx, "extend mark", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var token string
+	err = b.db.QueryRowContext(ctx, b.q.holder, lease.Key.Scope, lease.Key.ID).Scan(&token)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return dbErr(ctx, "extend mark", err)
+	case token != lease.Token:
+		return fmt.Errorf("%w: backstop: %s is held by another holder in PostgreSQL", guard.ErrLeaseLost, lease.Key)
+	}
+	return nil
 }
 
 // markResult is what the backstop knows of a key a primary store has just

@@ -30,5 +30,6 @@ func TestKeyLookupUsesPrimaryKey(t *testing.T) {
 		"Backstop mark read":   b.q.read,
 		"Backstop peek":        b.q.peek,
 		"Backstop mark extend": b.q.extend,
+		"Backstop mark holder": b.q.holder,
 	})
 }

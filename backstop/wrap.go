@@ -277,7 +277,9 @@ func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget boo
 // is no longer kept out. Told unavailable, guard's keepalive tries again
 // while its lease lasts, and ends the holder's run at the lease's deadline
 // if the mark was never extended (the holder's commit needs PostgreSQL
-// too). A mark that is gone or committed is not an error.
+// too). A mark that is gone or committed is not an error; one that bears
+// another holder's token (which took the key over in PostgreSQL once this
+// mark's lease lapsed) is guard.ErrLeaseLost.
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	if err := g.primary.Extend(ctx, lease, d); err != nil {
 		return err
@@ -298,6 +300,9 @@ func (g *wrappedStore) extendMark(ctx context.Context, lease guard.Lease, d time
 	mctx, cancel := context.WithTimeout(ctx, bound)
 	err := g.b.extendMark(mctx, lease, d)
 	cancel()
+	if errors.Is(err, guard.ErrLeaseLost) {
+		return err // another holder took the key over in PostgreSQL: stop
+	}
 	if err != nil && !errors.Is(err, guard.ErrUnavailable) {
 		// Whatever kept the mark from being extended, the lease on it was not.
 		err = fmt.Errorf("%w: %w", guard.ErrUnavailable, err)

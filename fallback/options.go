@@ -82,7 +82,9 @@ type Options struct {
 	// FailuresToOpen is how many consecutive primary calls must fail with
 	// unavailability (guard.ErrUnavailable or a timeout) to open the
 	// breaker. Answers such as ErrLeaseLost or ErrNotFound are successes of
-	// the store. Default DefaultFailuresToOpen (5).
+	// the store. A holder's Extend is not counted (guard retries a failing
+	// one ever sooner: one holder's trouble is not an outage). Default
+	// DefaultFailuresToOpen (5).
 	FailuresToOpen uint32
 	// OpenTimeout is how long the open breaker makes no claim or read
 	// call to the primary (holders' writes still go) before it lets probe

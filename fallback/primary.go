@@ -46,8 +46,13 @@ func (s *Store) primaryWrite(ctx context.Context, f func(context.Context) error)
 // waited that lease for nothing (a failure or release lost, which
 // backstop.Wrap's mark kept too). It is bounded by Options.Timeout like
 // every call; the holders that write while the breaker is open are only
-// the ones that claimed in the primary before it opened.
-func (s *Store) holderWrite(ctx context.Context, f func(context.Context) error) error {
+// the ones that claimed in the primary before it opened. Without counted
+// it is never counted (Extend).
+func (s *Store) holderWrite(ctx context.Context, counted bool, f func(context.Context) error) error {
+	if !counted {
+		_, err := call(ctx, s.opts.Timeout, s.inline, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) }, nil)
+		return err
+	}
 	return s.primaryCall(ctx, true, f)
 }
 

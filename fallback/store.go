@@ -163,8 +163,15 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 
 // Extend implements guard.Store; it writes to the store that issued the
 // lease.
+//
+// A failed extension does not count against the breaker: guard's
+// keepalive tries a failing extension again ever sooner as its deadline
+// nears, so one holder's trouble (backstop.Wrap's mark of one row that a
+// transaction keeps locked) would be a run of failures that opened the
+// breaker for every key. Claims, reads and the other writes find an
+// outage.
 func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+	return s.writeUncounted(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
 		if second {
 			// The record lives on for the lease and the TTL after it: a
 			// holder that runs past its claim's window keeps the key
@@ -211,6 +218,18 @@ func (s *Store) KeepsSteps() bool {
 
 // write sends a holder's write to the store that issued its lease.
 func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+	return s.writeTo(ctx, lease, true, op)
+}
+
+// writeUncounted is write, the primary's answer not counted by the
+// breaker.
+func (s *Store) writeUncounted(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+	return s.writeTo(ctx, lease, false, op)
+}
+
+// writeTo is write; counted says whether the breaker counts the
+// primary's answer while it is closed.
+func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op func(context.Context, guard.Store, bool) error) error {
 	key, token := lease.Key, lease.Token
 	if strings.HasPrefix(token, openPrefix) {
 		return nil // unguarded: nothing was recorded, nothing to write
@@ -227,7 +246,7 @@ func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Co
 		}
 		return nil
 	}
-	err := s.holderWrite(ctx, func(ctx context.Context) error { return op(ctx, s.primary, false) })
+	err := s.holderWrite(ctx, counted, func(ctx context.Context) error { return op(ctx, s.primary, false) })
 	if err == nil {
 		return nil
 	}

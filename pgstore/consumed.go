@@ -17,6 +17,9 @@ import (
 // Unlike a deduplicator that marks a message before its handler runs, the
 // mark lives in the handler's transaction: a handler that fails rolls the
 // mark back with its work, and the redelivered message runs again.
+//
+// group and messageID may be any bytes (a raw message key): they are kept
+// as StoredText keeps them.
 func (s *Store) MarkConsumed(ctx context.Context, tx *sql.Tx, group, messageID string) (first bool, err error) {
 	if tx == nil {
 		return false, errors.New("pgstore: MarkConsumed needs the handler's transaction, got nil")
@@ -28,7 +31,7 @@ func (s *Store) MarkConsumed(ctx context.Context, tx *sql.Tx, group, messageID s
 		VALUES ($1, $2, `+clockNow+` + `+dur("$3")+`)
 		ON CONFLICT (consumer_group, message_id) DO UPDATE
 		SET consumed_at = now(), expires_at = EXCLUDED.expires_at
-		WHERE c.expires_at <= `+clockNow, group, messageID, s.opts.TTL.Microseconds())
+		WHERE c.expires_at <= `+clockNow, StoredText(group), StoredText(messageID), s.opts.TTL.Microseconds())
 	if err != nil {
 		return false, dbErr(ctx, "mark consumed", err)
 	}

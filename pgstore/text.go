@@ -1,18 +1,8 @@
 package pgstore
 
 import (
-	"encoding/base64"
-	"fmt"
-	"strings"
-	"unicode/utf8"
-
-	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
-
-// binaryMark starts a text column's value (fingerprint, last_error) that
-// holds bytes a PostgreSQL text value cannot: a NUL byte, or bytes that
-// are not UTF-8. The rest is their standard base64.
-const binaryMark = "\x01"
 
 // StoredText is how the keys table keeps a fingerprint or a failure reason
 // s, which may be any bytes (a raw digest as a fingerprint; an error's text
@@ -21,23 +11,10 @@ const binaryMark = "\x01"
 // 0x01, else 0x01 and the standard base64 of s. Text is stored as it was,
 // and no two strings are stored alike. A statement that writes or
 // compares such a column of the Store's rows passes its value through
-// StoredText.
-func StoredText(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) && !strings.HasPrefix(s, binaryMark) {
-		return s
-	}
-	return binaryMark + base64.StdEncoding.EncodeToString([]byte(s))
-}
+// StoredText; a value read from it is undone before it is answered (Get,
+// and backstop.Wrap's Get).
+func StoredText(s string) string { return pgsql.StoredText(s) }
 
 // readText undoes StoredText for a value read from the column named what
 // of key's row.
-func readText(key guard.Key, what, v string) (string, error) {
-	if !strings.HasPrefix(v, binaryMark) {
-		return v, nil
-	}
-	b, err := base64.StdEncoding.DecodeString(v[len(binaryMark):])
-	if err != nil {
-		return "", fmt.Errorf("%w: %s: %s column is not readable: %w", guard.ErrCorrupt, key, what, err)
-	}
-	return string(b), nil
-}
+var readText = pgsql.ReadText

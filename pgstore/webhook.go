@@ -31,7 +31,8 @@ type Delivery struct {
 // A call whose reply was lost answers an error matching
 // guard.ErrUnavailable; it is never sent again behind the caller's back.
 // Delivered and failed rows are history: a new event after them is a new
-// delivery.
+// delivery. eventType and refID may be any bytes: they are kept as
+// StoredText keeps them (and returned in the Delivery as given).
 func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID string, payload []byte) (Delivery, error) {
 	if q == nil {
 		return Delivery{}, errors.New("pgstore: InsertOrRetry: nil Querier")
@@ -50,7 +51,7 @@ func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID s
 		ON CONFLICT (event_type, ref_id) WHERE status = 'pending'
 		DO UPDATE SET attempt_count = w.attempt_count + 1, payload = EXCLUDED.payload, updated_at = now()
 		WHERE w.status = 'pending'
-		RETURNING id, status, attempt_count, xmax = 0`, eventType, refID, payload).
+		RETURNING id, status, attempt_count, xmax = 0`, StoredText(eventType), StoredText(refID), payload).
 		Scan(&d.ID, &d.Status, &d.Attempts, &d.Inserted)
 	if err != nil {
 		return Delivery{}, dbErr(ctx, "insert or retry", err)
@@ -65,8 +66,9 @@ func (s *Store) MarkDelivered(ctx context.Context, q Querier, id int64) error {
 	return s.endDelivery(ctx, q, id, DeliveryDelivered, "")
 }
 
-// MarkDeliveryFailed ends the pending delivery id as failed with reason; a
-// later InsertOrRetry for the same event starts a new delivery.
+// MarkDeliveryFailed ends the pending delivery id as failed with reason
+// (any bytes, kept as StoredText keeps them); a later InsertOrRetry for
+// the same event starts a new delivery.
 func (s *Store) MarkDeliveryFailed(ctx context.Context, q Querier, id int64, reason string) error {
 	return s.endDelivery(ctx, q, id, DeliveryFailed, reason)
 }
@@ -82,7 +84,7 @@ func (s *Store) endDelivery(ctx context.Context, q Querier, id int64, status, re
 	defer done()
 	var got int64
 	err = q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
-		WHERE id = $1 AND status = 'pending' RETURNING id`, id, status, reason).Scan(&got)
+		WHERE id = $1 AND status = 'pending' RETURNING id`, id, status, StoredText(reason)).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("pgstore: webhook delivery %d is not pending", id)
 	}
