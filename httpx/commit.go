@@ -29,7 +29,9 @@ import (
 //
 //   - nil: the row and tx are committed; the response is sent and stored,
 //     even if the handler panics afterwards (the panic is logged; with
-//     http.ErrAbortHandler the response is stored and the connection cut).
+//     http.ErrAbortHandler the response is stored and the connection cut;
+//     after runtime.Goexit it is stored, and net/http closes the
+//     connection without it).
 //   - an error matching backstop.ErrAlreadyCommitted: the key's effect
 //     was committed before (Redis had forgotten it); tx is rolled back,
 //     and the stored response is answered with its own status, header

@@ -3,7 +3,10 @@ package httpx_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/idemguard/idemguard/guard"
@@ -117,5 +120,44 @@ func TestCommitResponseTwice(t *testing.T) {
 	sameResponse(t, "replay", first, chargeReq(t, c, srv.URL, "ch-twice"))
 	if rows, _ := s.rows(t); rows != 1 {
 		t.Fatalf("%d charges, want 1", rows)
+	}
+}
+
+// The same with runtime.Goexit (a t.FailNow in a handler): the committed
+// response is stored, so the retry replays it, but it is not sent: the
+// handler's goroutine goes on exiting and net/http closes the connection
+// without a response (a flush then would send a cut-off one). The log
+// record says what became of it, not that it was sent.
+func TestCommitResponseThenGoexit(t *testing.T) {
+	var logs syncBuffer
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	srv, c := serve(t, s.handler)
+	s.after = func(http.Header) { runtime.Goexit() }
+
+	req, err := http.NewRequest("POST", srv.URL+"/charges", bytes.NewReader([]byte(`{"amount":500}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "ch-goexit")
+	req.Header.Set("Authorization", "Bearer tok-ada-1")
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a handler gone with runtime.Goexit answered %d", resp.StatusCode)
+	}
+	s.after = nil
+	again := chargeReq(t, c, srv.URL, "ch-goexit")
+	if again.status != http.StatusCreated || !again.replayed() {
+		t.Fatalf("retry: %d replayed %v %q", again.status, again.replayed(), again.body)
+	}
+	if rows, _ := s.rows(t); rows != 1 {
+		t.Fatalf("%d charges, want 1", rows)
+	}
+	var msgs []string
+	for _, rec := range logs.records(t) {
+		msgs = append(msgs, rec["msg"].(string))
+	}
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "runtime.Goexit") || strings.Contains(msgs[0], "sent") {
+		t.Fatalf("log messages %q; want one saying the handler exited with runtime.Goexit, not that the response was sent", msgs)
 	}
 }

@@ -47,7 +47,7 @@ func ParseKeyFromBody(pointer string) (KeySource, error) {
 
 // ComputedKey derives the key of a request that carries none from the
 // request itself, for clients that send no key: a SHA-256 over the
-// method, the route (Options.Scope), the escaped path and query, the
+// method (in upper case, as DefaultScope takes it), the route (Options.Scope), the escaped path and query, the
 // Content-Type, the header fields named in headers (e.g. a client's
 // request id or a date it sets once per order, if it has one) and the
 // body. The key's scope adds the caller (Options.Tenant), as for every

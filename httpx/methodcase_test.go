@@ -61,3 +61,26 @@ func TestMethodSpellingOneScope(t *testing.T) {
 		t.Fatalf("patch after PATCH under one key: %d %q (runs %d), want 422", again.status, again.body, runs.Load())
 	}
 }
+
+// TestMethodSpellingComputedKey: the same with a ComputedKey, which the
+// client does not choose: a copy of a request that spells the guarded
+// method otherwise ("PATCH", then "patch", same path and body) reaches
+// the same handler, so it gets the same key and is not run a second time
+// (422, as with a header key).
+func TestMethodSpellingComputedKey(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/items/{id}", guarded(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "updated %d", runs.Add(1))
+	}), httpx.Options{Key: httpx.ComputedKey()}))
+	srv, c := serve(t, mux)
+	first := do(t, c, "PATCH", srv.URL+"/items/1", "a")
+	if first.status != http.StatusOK || runs.Load() != 1 {
+		t.Fatalf("first %d %q, runs %d", first.status, first.body, runs.Load())
+	}
+	again := do(t, c, "patch", srv.URL+"/items/1", "a")
+	if again.status != http.StatusUnprocessableEntity || runs.Load() != 1 {
+		t.Fatalf("patch after PATCH, same request: %d %q, handler ran %d times; want 422 and once", again.status, again.body, runs.Load())
+	}
+}

@@ -717,7 +717,8 @@ type bufferedRun struct {
 // and stores or releases the outcome; the handler's context ends when
 // that write returns. A panic releases the key and answers 500 (or cuts
 // the response off when part of it is out), unless CommitResponse
-// committed the effect before it: that response is then stored and sent.
+// committed the effect before it: that response is then stored and sent
+// (stored only, after runtime.Goexit or http.ErrAbortHandler).
 func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invoke func()) {
 	held := b.Held
 	lease := held.Lease()
@@ -738,15 +739,24 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			// CommitResponse committed the effect with its response
 			// before the panic: that response is the key's answer, and
 			// the client's, not a 500 that reads as a failed request.
+			switch p {
+			case nil:
+				// runtime.Goexit: let it go on. net/http then closes the
+				// connection without a response (a flush now would send
+				// one cut off); the retry gets the replay.
+				m.opts.Logger.Error(m.log+"handler exited (runtime.Goexit) after CommitResponse; its committed response is stored, not answered",
+					append(m.logKey(lease.Key), "path", r.Path())...)
+				m.end.Complete(held, c.stored, "path", r.Path())
+				return
+			case http.ErrAbortHandler:
+				m.opts.Logger.Error(m.log+"handler aborted (http.ErrAbortHandler) after CommitResponse; its committed response is stored and the connection cut",
+					append(m.logKey(lease.Key), "path", r.Path())...)
+				m.end.Complete(held, c.stored, "path", r.Path())
+				panic(p) // as the handler asked
+			}
 			m.opts.Logger.Error(m.log+"handler panicked after CommitResponse; its committed response is stored and sent",
 				append(m.logKey(lease.Key), "path", r.Path(), "panic", p)...)
 			m.end.Complete(held, c.stored, "path", r.Path())
-			switch p {
-			case nil:
-				return // runtime.Goexit: let it go on
-			case http.ErrAbortHandler:
-				panic(p) // stored; the connection is cut, as the handler asked
-			}
 			resp.Send()
 			return
 		}

@@ -64,7 +64,12 @@ const computedPrefix = "computed:"
 func (ks KeySpec) computedKey(r Request, route string, body []byte) string {
 	d := getDigester()
 	defer d.put()
-	d.field(r.Method())
+	// The method in upper case, as DefaultScope takes it: a copy that
+	// spells it otherwise ("patch" after "PATCH") reaches the same
+	// handler, so it gets the same key (and the fingerprint, which keeps
+	// the method as sent, answers 422), not a run of its own. A key of a
+	// method sent in upper case is as before.
+	d.field(strings.ToUpper(r.Method()))
 	d.field(route)
 	d.field(r.EscapedPath())
 	d.field(r.RawQuery())
