@@ -41,10 +41,11 @@ import (
 //     side);
 //   - once the step is recorded, the request may have reached the
 //     upstream, and its effect may have happened: whatever the upstream
-//     answers (5xx included) is stored as the key's result, and a failure
-//     after that point (the connection broke, the upstream timed out, the
-//     lease was lost) never frees the key for a re-run: the key's result
-//     is then a 500 upstream-outcome-unknown problem;
+//     answers (5xx included) is stored as the key's result (but for an
+//     "in progress" answer under unknown_outcome: resend: upstreambusy.go),
+//     and a failure after that point (the connection broke, the upstream
+//     timed out, the lease was lost) never frees the key for a re-run: the
+//     key's result is then a 500 upstream-outcome-unknown problem;
 //   - a claim that recovers a key whose record holds the step (its
 //     previous holder died, or could not store the answer) cannot know
 //     whether the upstream ran it: with unknown_outcome: answer (the
@@ -266,8 +267,9 @@ type exchange struct {
 	// release, set by the forwarding handler, asks for the key to be
 	// released (the handler then panics with http.ErrAbortHandler, which
 	// httpx.Guard answers by releasing the claim and letting the panic
-	// go on) and says what the client is answered.
-	release *problem
+	// go on) and says what the client is answered: the gateway's problem,
+	// or the upstream's own "in progress" answer (upstreambusy.go).
+	release interface{ write(http.ResponseWriter) }
 	// abort: the response streamed and then broke; the key holds its
 	// marker. The connection is cut once httpx.Guard stored it.
 	abort bool
@@ -491,6 +493,10 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 				gw.passthroughError(w, r, err)
 				return
 			}
+			if busy := (*busyAnswer)(nil); errors.As(err, &busy) {
+				rt.upstreamBusy(r, busy)
+				return
+			}
 			rt.failed(w, r, err)
 		},
 		ErrorLog: gw.errorLog,
@@ -519,6 +525,11 @@ func (rt *route) holdAnswer(res *http.Response, a *attempt) error {
 		rt.gw.logOutcome(res.Request, rt, a.lease, "the upstream's answer says gzip but does not decode; kept as it came", undecodable)
 	}
 	if int64(len(body)) <= limit {
+		if a.resend && upstreamBusy(res) {
+			// Not the key's result: failed by the ErrorHandler, which
+			// releases the key and passes this answer on.
+			return &busyAnswer{status: res.StatusCode, header: res.Header.Clone(), body: body}
+		}
 		_ = res.Body.Close()
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		res.ContentLength = int64(len(body))

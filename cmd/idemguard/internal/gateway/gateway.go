@@ -29,6 +29,13 @@
 //     result (unknown_outcome: answer), or releases the key for a resend
 //     with the same derived Idempotency-Key (unknown_outcome: resend, for
 //     upstreams that deduplicate);
+//   - with unknown_outcome: resend, one answer is not the key's result: 409
+//     or 429 with Retry-After, the upstream saying its run of the derived
+//     key is still in progress (a resend reached it before its first run
+//     ended). It goes to the client as it came and the key is released, so
+//     the retry resends and gets the upstream's real answer. With
+//     unknown_outcome: answer the upstream is not taken to deduplicate:
+//     that answer is stored like any other (upstreambusy.go);
 //   - a gateway killed between forwarding and storing leaves the key
 //     pending until its lease runs out; the claim that recovers it finds
 //     the step and answers upstream-outcome-unknown (or resends), never

@@ -136,6 +136,7 @@ const (
 	resultNotForwarded   = "not_forwarded"   // nothing was sent; key released
 	resultUnknown        = "outcome_unknown" // sent, no complete answer; outcome-unknown stored
 	resultResend         = "resend"          // sent, no complete answer; key released for a resend
+	resultUpstreamBusy   = "upstream_busy"   // resend: the upstream answered its run in progress; passed on, key released
 	resultEarlierForward = "earlier_forward" // a recovered key an earlier attempt had sent; outcome-unknown stored
 	resultPassthrough    = "passthrough"     // not guarded (method, or soft route without a key)
 )
