@@ -14,7 +14,9 @@ import (
 
 // chaosExtend is a real store whose extensions misbehave at random: one in
 // six answers ErrUnavailable at once, one in six reaches the server only
-// after up to 80ms (past the deadline, often), whatever its context says.
+// after up to 400ms (past the deadline, often far past it: a holder whose
+// deadline waited for such an answer would overlap the next for longer
+// than lateGrace), whatever its context says.
 type chaosExtend struct{ guard.Store }
 
 func (c chaosExtend) Extend(ctx context.Context, l guard.Lease, d time.Duration) error {
@@ -24,7 +26,7 @@ func (c chaosExtend) Extend(ctx context.Context, l guard.Lease, d time.Duration)
 	case 1:
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(rand.N(80)) * time.Millisecond):
+		case <-time.After(time.Duration(rand.N(400)) * time.Millisecond):
 		}
 		return c.Store.Extend(context.WithoutCancel(ctx), l, d)
 	}
@@ -40,6 +42,14 @@ func (c chaosExtend) Extend(ctx context.Context, l guard.Lease, d time.Duration)
 // assume).
 func TestNoOverlapUnderChaos(t *testing.T) {
 	const lease = 60 * time.Millisecond
+	// A holder's context ends on a timer at its deadline, LeaseMargin (2.6ms
+	// here) before the server lets the key go; on a loaded 2-core machine
+	// that timer runs up to ~40ms late (seen), which design.md's "Leases"
+	// counts as a paused process. An earlier holder still live when an
+	// effect starts is an overlap only if its context does not end within
+	// lateGrace: a deadline not kept lasts until the late extension's
+	// answer, up to chaosExtend's 400ms.
+	const lateGrace = 100 * time.Millisecond
 	g := guard.New(chaosExtend{realStore(t)}, guard.Options{Lease: lease, MaxRun: 5 * lease})
 	type holder struct {
 		ctx      context.Context
@@ -55,8 +65,8 @@ func TestNoOverlapUnderChaos(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, h := range holders[id] {
-			if h.ctx.Err() == nil && !h.returned.Load() {
-				t.Errorf("key %s: an effect started while an earlier holder's ran with its context live", id)
+			if h.ctx.Err() == nil && !h.returned.Load() && !endsWithin(h.ctx, lateGrace) {
+				t.Errorf("key %s: an effect started while an earlier holder's ran with its context live (still live %s later)", id, lateGrace)
 			}
 		}
 		h := &holder{ctx: ctx}
@@ -81,10 +91,11 @@ func TestNoOverlapUnderChaos(t *testing.T) {
 	}
 	ids := []string{"a", "b", "c"}
 	var wg sync.WaitGroup
-	stop := time.Now().Add(3 * time.Second)
+	// At least 3s, and on a loaded machine until 60 effects ran (at most 30s).
+	stop, hardStop := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
 	for w := range 12 {
 		wg.Go(func() {
-			for time.Now().Before(stop) {
+			for now := time.Now(); now.Before(stop) || runs.Load() < 60 && now.Before(hardStop); now = time.Now() {
 				id := ids[rand.N(len(ids))]
 				key := guard.Key{Scope: "chaos", ID: id}
 				switch w % 3 {
@@ -117,4 +128,16 @@ func TestNoOverlapUnderChaos(t *testing.T) {
 		t.Fatalf("%d effects ran: too few to prove anything", runs.Load())
 	}
 	t.Logf("%d effects ran", runs.Load())
+}
+
+// endsWithin reports whether ctx is done within d.
+func endsWithin(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }

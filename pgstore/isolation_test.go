@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/guard/storetest"
@@ -52,7 +53,13 @@ func TestStoreContractStrictIsolation(t *testing.T) {
 					return s
 				},
 				Advance: storetest.Wait,
-				Keys:    200, // TestStoreContract runs the full race; here the races meet often enough
+				// A lease of 2s, not the default 500ms: the steps that let a
+				// lease run out with a retention of 0.9 × Lease (the record
+				// is kept for Lease + TTL) must claim again within TTL − 50ms
+				// of the wait; 400ms was missed on a loaded 2-core machine
+				// (KeptThroughRecoveryShortTTL: a fresh claim, attempt 1).
+				Lease: 2 * time.Second,
+				Keys:  200, // TestStoreContract runs the full race; here the races meet often enough
 			})
 		})
 	}
