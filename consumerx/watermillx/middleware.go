@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
+	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -169,7 +170,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		// is taken over). Nacked, it would come back at once, and a
 		// holder that died would make it spend a broker's delivery limit
 		// for the rest of its lease.
-		for o == consumerx.InProgress && hold(ctx, inProgressWait(err, m.opts.InProgressDelay)) {
+		for o == consumerx.InProgress && wait.For(ctx, inProgressWait(err, m.opts.InProgressDelay)) {
 			o, result, err = p.ProcessResult(consumer, cmsg, run)
 		}
 		switch o {
@@ -186,24 +187,12 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				// The store refused: nacked at once, the message would
 				// come straight back and spend a broker's delivery limit
 				// in a tight loop for as long as the outage lasts.
-				hold(ctx, m.opts.InProgressDelay)
+				wait.For(ctx, m.opts.InProgressDelay)
 			}
 			return nil, err
 		default:
 			return nil, err
 		}
-	}
-}
-
-// hold waits d, or until ctx ends: false then.
-func hold(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
