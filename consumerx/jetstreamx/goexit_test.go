@@ -26,17 +26,8 @@ func TestConsumeGoexitMessageRedelivered(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	js, _ := startNATS(t)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ackWait = 300 * time.Millisecond
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := ordersConsumer(t, js, jetstream.ConsumerConfig{AckWait: ackWait})
 	var runs, effects atomic.Int32
 	var outs consumertest.Outcomes
 	h, err := New(g, func(context.Context, consumerx.Message) error {

@@ -60,6 +60,24 @@ func startNATS(t testing.TB) (js jetstream.JetStream, stop func()) {
 	return js, stop
 }
 
+// ordersConsumer makes the stream ORDERS (subjects orders.>) and, on it,
+// the durable consumer "billing" with explicit acks and cfg's other
+// settings.
+func ordersConsumer(t testing.TB, js jetstream.JetStream, cfg jetstream.ConsumerConfig) jetstream.Consumer {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Durable, cfg.AckPolicy = "billing", jetstream.AckExplicitPolicy
+	cons, err := stream.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons
+}
+
 // lostAck is a message whose Ack never reaches the server, as when the
 // consumer dies right after acknowledging; it counts the acks lost.
 type lostAck struct {

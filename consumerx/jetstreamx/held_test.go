@@ -30,16 +30,7 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 	dead := guard.New(g.Store(), guard.Options{Lease: lease})
 	js, _ := startNATS(t)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: maxDeliver,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := ordersConsumer(t, js, jetstream.ConsumerConfig{MaxDeliver: maxDeliver})
 	var (
 		effects, held atomic.Int32
 		outs          consumertest.Outcomes

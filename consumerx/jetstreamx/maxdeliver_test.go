@@ -40,17 +40,7 @@ const testMaxDeliver = 3
 func newMaxDeliverTest(t *testing.T) *maxDeliverTest {
 	t.Helper()
 	js, _ := startNATS(t)
-	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: testMaxDeliver,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := ordersConsumer(t, js, jetstream.ConsumerConfig{MaxDeliver: testMaxDeliver})
 	m := &maxDeliverTest{js: js, cons: cons, terms: make(chan string, 16)}
 	sub, err := js.Conn().Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.billing",
 		func(*nats.Msg) { m.drops.Add(1) })

@@ -32,16 +32,7 @@ func TestStoreOutageDoesNotUseUpMaxDeliver(t *testing.T) {
 	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{})
 	js, _ := startNATS(t)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: maxDeliver,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := ordersConsumer(t, js, jetstream.ConsumerConfig{MaxDeliver: maxDeliver})
 	var (
 		effects  atomic.Int32
 		outs     consumertest.Outcomes
