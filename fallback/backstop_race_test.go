@@ -44,22 +44,7 @@ func TestSwitchOverBackstopRace(t *testing.T) {
 	})
 	g := guard.New(s, guard.Options{Lease: 5 * time.Second})
 
-	var inflight sync.Map // key ID -> *atomic.Int64
-	var overlaps, runs atomic.Int64
-	fn := b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
-		n, _ := inflight.LoadOrStore(l.Key.ID, new(atomic.Int64))
-		if n.(*atomic.Int64).Add(1) > 1 {
-			overlaps.Add(1)
-			t.Errorf("%s: an effect started while another of the key ran (fence %d)", l.Key.ID, l.Fence)
-		}
-		defer n.(*atomic.Int64).Add(-1)
-		runs.Add(1)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence); err != nil {
-			return nil, err
-		}
-		time.Sleep(150 * time.Millisecond) // the payment provider's answer: the workload, not synchronisation
-		return []byte("paid " + l.Key.ID), nil
-	})
+	fn, runs, overlaps := payOnce(t, b, 150*time.Millisecond)
 	pay := func(id string) error {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -143,4 +128,28 @@ func (a *acquisitions) Claim(ctx context.Context, req guard.ClaimRequest) (guard
 		a.n.Add(1)
 	}
 	return out, err
+}
+
+// payOnce is a backstop Func that inserts its key's payments row and then
+// waits work (the payment provider's answer: the workload, not
+// synchronisation). It counts its runs, and fails t, counting it, when an
+// effect starts while another of the same key runs.
+func payOnce(t *testing.T, b *backstop.Backstop, work time.Duration) (fn guard.Func, runs, overlaps *atomic.Int64) {
+	var inflight sync.Map // key ID -> *atomic.Int64
+	runs, overlaps = new(atomic.Int64), new(atomic.Int64)
+	fn = b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
+		n, _ := inflight.LoadOrStore(l.Key.ID, new(atomic.Int64))
+		if n.(*atomic.Int64).Add(1) > 1 {
+			overlaps.Add(1)
+			t.Errorf("%s: an effect started while another of the key ran (fence %d)", l.Key.ID, l.Fence)
+		}
+		defer n.(*atomic.Int64).Add(-1)
+		runs.Add(1)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence); err != nil {
+			return nil, err
+		}
+		time.Sleep(work)
+		return []byte("paid " + l.Key.ID), nil
+	})
+	return fn, runs, overlaps
 }

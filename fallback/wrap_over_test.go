@@ -1,12 +1,9 @@
 package fallback_test
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,21 +48,7 @@ func wrapOverFallback(t *testing.T, policy fallback.Policy) {
 	}
 	fs := newStore(t, p.store, opts)
 	g := guard.New(backstop.Wrap(fs, b), guard.Options{Lease: 5 * time.Second})
-	var inflight sync.Map // key ID -> *atomic.Int64
-	var runs atomic.Int64
-	pay := b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
-		n, _ := inflight.LoadOrStore(l.Key.ID, new(atomic.Int64))
-		if n.(*atomic.Int64).Add(1) > 1 {
-			t.Errorf("%s: an effect started while another of the key ran", l.Key.ID)
-		}
-		defer n.(*atomic.Int64).Add(-1)
-		runs.Add(1)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence); err != nil {
-			return nil, err
-		}
-		time.Sleep(50 * time.Millisecond) // the payment provider's answer: the workload, not synchronisation
-		return []byte("paid " + l.Key.ID), nil
-	})
+	pay, runs, _ := payOnce(t, b, 50*time.Millisecond)
 	do := func(id string) error {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
