@@ -106,7 +106,17 @@ func TestCloseMidRetryStopsRun(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return after the client was closed")
 	}
-	if rec, err := g.Get(ctx, key); err != nil || rec.State == guard.StatePending {
-		t.Errorf("record after Run returned: %+v, %v; want not pending", rec, err)
+	// Closed during the first attempt, the claim is released and the record
+	// gone; closed between attempts, the record keeps the failed attempts.
+	// Either way nothing holds it.
+	if key.ID == "" {
+		t.Fatal("the handler saw no key")
+	}
+	rec, err := g.Get(ctx, key)
+	if errors.Is(err, guard.ErrNotFound) {
+		return
+	}
+	if err != nil || rec.State == guard.StatePending {
+		t.Errorf("record after Run returned: %+v, %v; want no record or one not pending", rec, err)
 	}
 }
