@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,18 +45,47 @@ const (
 type Options struct {
 	// Stream is the key of the stream to read.
 	Stream string
-	// Group is the Redis consumer group, created (with MKSTREAM) if it does
-	// not exist, and created again (from Start) when a command of the
-	// running consumer finds it gone (NOGROUP: the group destroyed, the
-	// stream deleted). It is also the consumerx group: effects run once
-	// per Group and Message.ID, which names the stream (see ID), so groups
-	// of one name on several streams each run their own entries.
+	// Group is the Redis consumer group, created (with MKSTREAM, from
+	// Start) if it does not exist when Run starts. It is also the
+	// consumerx group: effects run once per Group and Message.ID, which
+	// names the stream (see ID), so groups of one name on several streams
+	// each run their own entries.
+	//
+	// When a command of the running consumer finds the group gone
+	// (NOGROUP: the group destroyed, the stream deleted) the consumer
+	// creates it again, not from Start, but after the highest entry id it
+	// knows the lost group delivered: the group's last delivered id when
+	// Run started, or the highest id read since, whichever is higher.
+	// Entries the lost group had delivered are not delivered again (their
+	// guard records may have expired: their effects would run again); the
+	// others, and entries added later, are. Consumers of the group that
+	// find it gone in turn each move it forward to their own id, never
+	// back, so it ends after the highest id any of them had read (until
+	// the last of them has, within a Block or so, a consumer that had read
+	// less may be given entries another had read after it: their records,
+	// made since, find them done unless they have already expired).
+	// Entries pending in the lost group (delivered, not acknowledged:
+	// running, or failed and waiting for their retry) are gone with its
+	// pending list and are not delivered again: one running completes
+	// (its XACK finds nothing to acknowledge); one whose claim was left
+	// in progress keeps it until its lease ends, one that had failed is
+	// not retried. Nothing runs twice, but those need an operator: add
+	// them again, or XGROUP SETID the group back, which delivers again
+	// everything after that id. A stream made again (deleted, then added
+	// to) whose last id is behind the group's gets the group's id as its
+	// last id (XSETID): an XADD with "*" gets an id above it, one with an
+	// explicit id at or below it is refused rather than never delivered;
+	// entries a producer had already added below it are not delivered,
+	// and the consumer logs that at Error level. To start a stream and
+	// its group over, stop the consumers first.
 	Group string
 	// Consumer names this consumer inside the group; each concurrent
 	// consumer needs its own name.
 	Consumer string
-	// Start is the id a newly created group starts after. Default "0"
-	// (every entry in the stream); "$" reads only entries added later.
+	// Start is the id a group created when Run starts, because it does not
+	// exist, starts after. Default "0" (every entry in the stream); "$"
+	// reads only entries added later. It is not used when a running
+	// consumer creates the group again (see Group).
 	Start string
 	// PayloadField is the entry field given as Message.Payload; the other
 	// fields are Message.Metadata. Default "payload".
@@ -109,6 +137,11 @@ type Consumer struct {
 	// deadLetterFn is the processor's DeadLetter: the dead-letter stream,
 	// then Options.Process.DeadLetter.
 	deadLetterFn func(ctx context.Context, msg consumerx.Message, cause error) error
+	// read is the highest entry id the group is known to have delivered:
+	// its last delivered id when Run started, then the highest id read
+	// since. A group created again starts there (see noGroup). Only Run's
+	// goroutine uses it.
+	read string
 }
 
 // batchFunc runs a batch of entries and reports which to acknowledge:
@@ -268,24 +301,6 @@ func (c *Consumer) failed(ctx context.Context, op string, err error, wait time.D
 	return min(max(2*wait, 50*time.Millisecond), 5*time.Second)
 }
 
-// noGroup creates the group again if err says it is gone (NOGROUP: the
-// group was destroyed, or the stream deleted), and returns err with the
-// creation's error, if any.
-func (c *Consumer) noGroup(ctx context.Context, err error) error {
-	if strings.HasPrefix(err.Error(), "NOGROUP") {
-		err = errors.Join(err, c.createGroup(ctx))
-	}
-	return err
-}
-
-func (c *Consumer) createGroup(ctx context.Context) error {
-	err := c.client.XGroupCreateMkStream(ctx, c.opts.Stream, c.opts.Group, c.opts.Start).Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("redisstream: create group %s on %s: %w", c.opts.Group, c.opts.Stream, err)
-	}
-	return nil
-}
-
 // reclaim takes over and handles up to Count entries pending longer than
 // MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
 // end of the pending list. Pending entries found deleted from the stream
@@ -312,6 +327,7 @@ func (c *Consumer) handle(ctx context.Context, xms []redis.XMessage, batch batch
 	msgs := make([]consumerx.Message, len(xms))
 	for i := range xms {
 		msgs[i] = c.message(xms[i])
+		c.read = maxID(c.read, xms[i].ID)
 	}
 	acked := batch(ctx, msgs)
 	if ctx.Err() != nil {

@@ -1,0 +1,246 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// counter counts a handler's runs per payload.
+type counter struct {
+	mu  sync.Mutex
+	ran map[string]int
+}
+
+func (n *counter) handle(_ context.Context, msg consumerx.Message) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ran == nil {
+		n.ran = map[string]int{}
+	}
+	n.ran[string(msg.Payload)]++
+	return nil
+}
+
+func (n *counter) runs(payload string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ran[payload]
+}
+
+func (n *counter) snapshot() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := make(map[string]int, len(n.ran))
+	for k, v := range n.ran {
+		m[k] = v
+	}
+	return m
+}
+
+func xadd(t *testing.T, rdb *redis.Client, stream, payload string) string {
+	t.Helper()
+	id, err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: []any{"payload", payload}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// groupInfo returns the group's last delivered id and pending count, ok
+// false while the group does not exist.
+func groupInfo(t *testing.T, rdb *redis.Client, stream, group string) (last string, pending int64, ok bool) {
+	t.Helper()
+	groups, err := rdb.XInfoGroups(context.Background(), stream).Result()
+	if err != nil && !errors.Is(err, redis.Nil) && err.Error() != "ERR no such key" {
+		t.Fatalf("xinfo groups: %v", err)
+	}
+	for _, g := range groups {
+		if g.Name == group {
+			return g.LastDeliveredID, g.Pending, true
+		}
+	}
+	return "", 0, false
+}
+
+// waitExpired waits until the guard records of the entries ids of stream
+// have expired (the guard's TTL is short).
+func waitExpired(t *testing.T, e *env, c *Consumer, stream string, ids ...string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "the records of the entries handled to expire", func() bool {
+		for _, id := range ids {
+			key, err := c.Processor().Key(consumerx.Message{ID: ID(stream, id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.g.Get(context.Background(), key); !errors.Is(err, guard.ErrNotFound) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitDelivered waits until the group exists again, has delivered the
+// entry id and has nothing pending: an entry before id that the group
+// would deliver again has been delivered (and run) by then.
+func waitDelivered(t *testing.T, n *counter, rdb *redis.Client, stream, payload, id string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "the entry added after the deletion run and acknowledged", func() bool {
+		last, pending, ok := groupInfo(t, rdb, stream, "billing")
+		return ok && n.runs(payload) == 1 && last == id && pending == 0
+	})
+}
+
+// The consumer group is destroyed under a running consumer after it has
+// run entries whose guard records have since expired (the guard's TTL):
+// the group it creates again starts after the last entry it had read,
+// not from Options.Start ("0"), so those entries are not delivered and
+// run again (a second payment) and the entry added after the deletion
+// runs once.
+func TestGroupCreatedAgainDoesNotRunExpiredEntriesAgain(t *testing.T) {
+	e := newEnv(t, guard.Options{TTL: 200 * time.Millisecond})
+	stream := e.prefix + "orders"
+	old := []string{xadd(t, e.rdb, stream, "old 1"), xadd(t, e.rdb, stream, "old 2"), xadd(t, e.rdb, stream, "old 3")}
+	var n counter
+	c := e.consumer(n.handle, Options{Stream: stream, Group: "billing", Consumer: "c"})
+	stop := e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "the first entries run and acknowledged", func() bool {
+		_, pending, _ := groupInfo(t, e.rdb, stream, "billing")
+		return n.runs("old 3") == 1 && pending == 0
+	})
+	waitExpired(t, e, c, stream, old...)
+	if err := e.rdb.XGroupDestroy(context.Background(), stream, "billing").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id := xadd(t, e.rdb, stream, "new 1")
+	waitDelivered(t, &n, e.rdb, stream, "new 1", id)
+	stop()
+	if got := n.snapshot(); len(got) != 4 || got["old 1"] != 1 || got["old 2"] != 1 || got["old 3"] != 1 || got["new 1"] != 1 {
+		t.Errorf("ran %v; want each entry once", got)
+	}
+}
+
+// As above, but the consumer has read nothing yet: it started on a group
+// another consumer had read the first entries with. The group it creates
+// again starts after the last entry the group had delivered when the
+// consumer started. (Run's steps are called one by one: Redis names no
+// consumer in XINFO before it has read an entry, so nothing shows the
+// consumer has started.)
+func TestGroupCreatedAgainByAConsumerThatReadNothing(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	xadd(t, e.rdb, stream, "old 1")
+	old := xadd(t, e.rdb, stream, "old 2")
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "c"})
+	if err := c.createGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XGroupDestroy(ctx, stream, "billing").Err(); err != nil {
+		t.Fatal(err)
+	}
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	if err := c.noGroup(ctx, nogroup); err != nogroup {
+		t.Fatalf("noGroup: %v", err)
+	}
+	if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != old {
+		t.Errorf("the group created again starts after %s; want %s, where it was when the consumer started", last, old)
+	}
+}
+
+// Consumers of one group that have read different amounts find it gone
+// and create it again in turn: whichever is first, it ends after the
+// highest id any of them had read, and is never moved back.
+func TestGroupCreatedAgainStartsAfterTheHighestIDRead(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	var ids []string
+	for _, p := range []string{"1", "2", "3"} {
+		ids = append(ids, xadd(t, e.rdb, stream, p))
+	}
+	consumers := make([]*Consumer, len(ids))
+	for i := range consumers {
+		consumers[i] = e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: fmt.Sprint(i)})
+		consumers[i].read = ids[i] // consumer i has read up to entry i
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", ids[2]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	for _, order := range [][]int{{0, 2, 1}, {1, 0, 2}, {2, 1, 0}} {
+		if err := e.rdb.XGroupDestroy(ctx, stream, "billing").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range order {
+			if err := consumers[i].noGroup(ctx, nogroup); err != nogroup {
+				t.Fatalf("noGroup: %v", err)
+			}
+		}
+		if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != ids[2] {
+			t.Errorf("order %v: the group starts after %s; want %s, the highest id read", order, last, ids[2])
+		}
+	}
+}
+
+// The stream is deleted and made again (by the consumer, or by a
+// producer's XADD with a low explicit id before the consumer saw the group
+// gone): the group starts after the last entry read, and so does the
+// stream's id, so an entry added with "*" is delivered (its id above,
+// whatever the clock) and one added with an explicit id at or below it is
+// refused, not silently never delivered.
+func TestStreamMadeAgainContinuesAfterTheLastIDRead(t *testing.T) {
+	for name, remake := range map[string]func(ctx context.Context, rdb *redis.Client, stream string) error{
+		"by the consumer": func(context.Context, *redis.Client, string) error { return nil },
+		"by a producer": func(ctx context.Context, rdb *redis.Client, stream string) error {
+			return rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "low"}}).Err()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, guard.Options{})
+			ctx := context.Background()
+			stream := e.prefix + "orders"
+			const read = "9999999999999-5"
+			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: read, Values: []any{"payload", "old"}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "c"})
+			if err := c.createGroup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c.read = read
+			if err := e.rdb.Del(ctx, stream).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := remake(ctx, e.rdb, stream); err != nil {
+				t.Fatal(err)
+			}
+			nogroup := errors.New("NOGROUP No such key or consumer group")
+			if err := c.noGroup(ctx, nogroup); err != nogroup {
+				t.Fatalf("noGroup: %v", err)
+			}
+			if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != read {
+				t.Errorf("the group starts after %s; want %s", last, read)
+			}
+			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "2-1", Values: []any{"payload", "low"}}).Err(); err == nil {
+				t.Error("XADD 2-1 accepted: the entry would never be delivered to the group")
+			}
+			if id := xadd(t, e.rdb, stream, "new"); maxID(id, read) != id || id == read {
+				t.Errorf("XADD * gave %s, not above the last id read", id)
+			}
+		})
+	}
+}
