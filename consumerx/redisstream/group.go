@@ -101,7 +101,7 @@ func (c *Consumer) noGroup(ctx context.Context, err error) error {
 	}
 	c.read = maxID(c.read, last)
 	if behind != "" {
-		c.log.ErrorContext(ctx, "redisstream: consumer group created again on a stream whose ids are behind the ones it had read: its entries up to the group's id are not delivered",
+		c.log.ErrorContext(ctx, "redisstream: consumer group created again on a stream whose last id was behind the last id read (the stream made again): its entries at or below the group's id are not delivered; add again any that were not run",
 			"group_id", last, "stream_last_id", behind)
 	} else {
 		c.log.WarnContext(ctx, "redisstream: consumer group was gone: created again after the last entry read", "group_id", last)

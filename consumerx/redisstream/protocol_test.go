@@ -14,17 +14,18 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// autoClaim reads XAUTOCLAIM's reply itself (go-redis's XAutoClaim drops
-// the deleted ids): the reply parses alike whether the user's client
-// speaks RESP3 (go-redis v9's default) or RESP2 (Protocol: 2), on a
-// standalone Redis and on a Cluster. No bug: pins it.
-func TestAutoClaimDeletedUnderRESP2AndRESP3(t *testing.T) {
-	e := newEnv(t, guard.Options{})
+// protocol is a client of the Redis the tests use, by how it is set up.
+type protocol struct {
+	name   string
+	client func() redis.UniversalClient
+}
+
+// protocols returns clients speaking RESP3 (go-redis v9's default) and
+// RESP2 (Protocol: 2), to a standalone Redis and to a Cluster (keys then
+// need one hash tag).
+func protocols(t *testing.T) []protocol {
 	addr, cluster := testenv.RedisAddr(t), testenv.List(t, testenv.EnvCluster)
-	for _, tc := range []struct {
-		name   string
-		client func() redis.UniversalClient
-	}{
+	return []protocol{
 		{"standalone RESP3", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, Protocol: 3}) }},
 		{"standalone RESP2", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2}) }},
 		{"cluster RESP3", func() redis.UniversalClient {
@@ -33,7 +34,16 @@ func TestAutoClaimDeletedUnderRESP2AndRESP3(t *testing.T) {
 		{"cluster RESP2", func() redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, Protocol: 2})
 		}},
-	} {
+	}
+}
+
+// autoClaim reads XAUTOCLAIM's reply itself (go-redis's XAutoClaim drops
+// the deleted ids): the reply parses alike whether the user's client
+// speaks RESP3 (go-redis v9's default) or RESP2 (Protocol: 2), on a
+// standalone Redis and on a Cluster. No bug: pins it.
+func TestAutoClaimDeletedUnderRESP2AndRESP3(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	for _, tc := range protocols(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := tc.client()
 			t.Cleanup(func() { _ = rdb.Close() })

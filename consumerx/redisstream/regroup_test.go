@@ -244,3 +244,47 @@ func TestStreamMadeAgainContinuesAfterTheLastIDRead(t *testing.T) {
 		})
 	}
 }
+
+// The group script's replies (XINFO inside it, its own) read alike over
+// RESP3 and RESP2, on a standalone Redis and on a Cluster: Run finds the
+// group's id, and a group created again starts after the last id read.
+// No bug: pins it.
+func TestGroupCreatedAgainUnderRESP2AndRESP3(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	for _, tc := range protocols(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := tc.client()
+			t.Cleanup(func() { _ = rdb.Close() })
+			ctx := context.Background()
+			stream := "{" + e.prefix + "}" + testenv.Prefix(t) + "orders"
+			t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+			for i := 1; i <= 3; i++ {
+				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", "x"}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.XGroupCreate(ctx, stream, "billing", "1-2").Err(); err != nil {
+				t.Fatal(err)
+			}
+			c, err := New(rdb, e.g, new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.createGroup(ctx); err != nil || c.read != "1-2" {
+				t.Fatalf("createGroup: %v, read %q; want read 1-2", err, c.read)
+			}
+			c.read = "1-3"
+			if err := rdb.XGroupDestroy(ctx, stream, "billing").Err(); err != nil {
+				t.Fatal(err)
+			}
+			nogroup := errors.New("NOGROUP No such key or consumer group")
+			if err := c.noGroup(ctx, nogroup); err != nogroup {
+				t.Fatalf("noGroup: %v", err)
+			}
+			groups, err := rdb.XInfoGroups(ctx, stream).Result()
+			if err != nil || len(groups) != 1 || groups[0].LastDeliveredID != "1-3" {
+				t.Fatalf("groups %v, %v; want billing at 1-3", groups, err)
+			}
+		})
+	}
+}
