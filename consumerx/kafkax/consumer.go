@@ -212,8 +212,14 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		// A revoked partition's records are not committed: the new owner
 		// may have committed past them already, and franz-go would send
 		// the commit. A revocation between here and the commit is not
-		// seen (kgo.BlockRebalanceOnPoll closes that window): the new
-		// owner's offset may go back, its records found done.
+		// seen (kgo.BlockRebalanceOnPoll closes that window): the commit
+		// is sent (franz-go holds it during a join, so an eager rebalance
+		// may be done by then), and if the broker takes it after the new
+		// owner's, the partition's offset goes back. The records between
+		// the two are done: fetched again (by the owner after the next
+		// rebalance; the new owner's next commit moves the offset on),
+		// they are Duplicates while the guard keeps them (guard.Options.TTL)
+		// (TestStaleCommitRecordsFoundDone).
 		recs, stopped, rewind := tr.done()
 		// A revoked partition given back (an eager rebalance while the
 		// poll waited) is fetched again from its records skipped, and one
