@@ -38,8 +38,9 @@ var ErrRebalancing = errors.New("kafkax: a rebalance waits for the poll")
 // holding up the member's poll, and its offsets are committed after the
 // rebalance. With kgo.BlockRebalanceOnPoll nothing is revoked while a poll
 // runs (the rebalance waits until the Consumer allows it, after the poll's
-// commit), so this has nothing to stop. Either way the guard keeps every
-// record's effect once.
+// commit; OnPartitionsCallbackBlocked stops the poll so that it does not
+// wait long), so this has nothing to stop. Either way the guard keeps
+// every record's effect once.
 func OnPartitionsRevoked(fn func(context.Context, *kgo.Client, map[string][]int32)) kgo.GroupOpt {
 	return kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 		revoke(cl, m)
@@ -83,9 +84,10 @@ func OnPartitionsLost(fn func(context.Context, *kgo.Client, map[string][]int32))
 // Without it a record retried in place (Options.RetryDelay, without an
 // attempt limit for ever) or a handler that does not return holds the
 // rebalance until the poll is done or the broker removes the member; the
-// removed member's records run on, and its commit fails (the partition's
-// new owner fetches them again from the last commit and finds those done
-// Duplicates). A handler that ignores its context holds the rebalance
+// removed member's records run on (one its handler holds is InProgress
+// for the partition's new owner until that handler returns), and its
+// commit fails (the new owner fetches the records again from the last
+// commit and finds those done Duplicates). A handler that ignores its context holds the rebalance
 // even with it. Either way the guard keeps every record's effect once.
 func OnPartitionsCallbackBlocked(fn func(context.Context, *kgo.Client)) kgo.GroupOpt {
 	return kgo.OnPartitionsCallbackBlocked(func(ctx context.Context, cl *kgo.Client) {
