@@ -185,3 +185,34 @@ func waitingRebalance(t *testing.T, hang bool) {
 		t.Errorf("B fetched ok1, committed by A before the rebalance")
 	}
 }
+
+// A rebalance that begins to wait while the poll is fetched (franz-go
+// tells it once the poll holds records, before Run follows them) stops
+// the poll's partitions as they are added; one after the next mark does
+// not.
+func TestWaitingRebalanceDuringFetch(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tr := track(cl)
+	defer tr.untrack()
+	recs := []*kgo.Record{{Topic: "orders", Offset: 7}}
+	since := tr.mark()
+	tr.yield()
+	pt := tr.add(context.Background(), "orders", 0, recs, since)
+	if !errors.Is(context.Cause(pt.ctx), ErrRebalancing) {
+		t.Fatalf("partition added after the waiting rebalance: context cause %v, want ErrRebalancing", context.Cause(pt.ctx))
+	}
+	pt.stopped.Store(true)
+	commit, stopped, rewind := tr.done()
+	if len(commit) != 0 || stopped || rewind["orders"][0].Offset != 7 {
+		t.Errorf("done() = %v, %v, %v; want nothing to commit, not stopped, the fetch back at 7", commit, stopped, rewind)
+	}
+	pt = tr.add(context.Background(), "orders", 0, recs, tr.mark())
+	if pt.ctx.Err() != nil {
+		t.Errorf("the next poll's partition starts stopped: %v", context.Cause(pt.ctx))
+	}
+	tr.done()
+}
