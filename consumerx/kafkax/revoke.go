@@ -81,14 +81,15 @@ func OnPartitionsLost(fn func(context.Context, *kgo.Client, map[string][]int32))
 // on). Then fn, if not nil, is called, on a goroutine of its own as kgo
 // calls it.
 //
-// Without it a record retried in place (Options.RetryDelay, without an
-// attempt limit for ever) or a handler that does not return holds the
+// Without it a record retried in place (Options.RetryDelay; for ever
+// without an attempt limit) or a handler that does not return holds the
 // rebalance until the poll is done or the broker removes the member; the
 // removed member's records run on (one its handler holds is InProgress
 // for the partition's new owner until that handler returns), and its
 // commit fails (the new owner fetches the records again from the last
-// commit and finds those done Duplicates). A handler that ignores its context holds the rebalance
-// even with it. Either way the guard keeps every record's effect once.
+// commit and finds those done Duplicates). A handler that ignores its
+// context holds the rebalance even with it. Either way the guard keeps
+// every record's effect once.
 func OnPartitionsCallbackBlocked(fn func(context.Context, *kgo.Client)) kgo.GroupOpt {
 	return kgo.OnPartitionsCallbackBlocked(func(ctx context.Context, cl *kgo.Client) {
 		forEach(cl, (*tracker).yield)
@@ -143,7 +144,7 @@ type tracker struct {
 
 // part is one partition's records of a poll.
 type part struct {
-	ctx     context.Context // ends with the Run's, or with ErrRevoked
+	ctx     context.Context // ends with the Run's, or with ErrRevoked or ErrRebalancing
 	cancel  context.CancelCauseFunc
 	recs    []*kgo.Record
 	revoked bool         // under tracker.mu
