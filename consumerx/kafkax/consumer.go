@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +46,9 @@ type Options struct {
 	// RetryDelay is the wait before a Failed or InProgress record runs
 	// again. Kafka has no per-record nack: the record is retried in place,
 	// holding back its partition (and the poll's commit), until it
-	// succeeds or is dead-lettered after Process.MaxAttempts. Default 1s.
+	// succeeds or is dead-lettered after Process.MaxAttempts (with
+	// kgo.BlockRebalanceOnPoll, also a waiting rebalance: see
+	// OnPartitionsCallbackBlocked). Default 1s.
 	RetryDelay time.Duration
 	// Logger receives poll and commit errors. Default Process.Logger or
 	// slog.Default().
@@ -72,9 +73,14 @@ type batchFunc func(ctx context.Context, msgs []consumerx.Message) []consumerx.B
 // under g. The client must be made with kgo.ConsumerGroup and
 // kgo.DisableAutoCommit: the Consumer commits a poll's offsets only after
 // every record of it is done. With kgo.BlockRebalanceOnPoll, a rebalance
-// waits until the poll is committed. Without it, make the client with
-// OnPartitionsRevoked and OnPartitionsLost (in place of kgo's), so that
-// a partition a rebalance takes mid-poll is stopped.
+// waits until the poll is committed: make the client with
+// OnPartitionsCallbackBlocked (in place of kgo's) too, so that the poll
+// stops when a rebalance waits for it, instead of holding the group's
+// rebalance while a record is retried in place or a handler runs (until
+// the broker removes the member at kgo.RebalanceTimeout). Without
+// kgo.BlockRebalanceOnPoll, make the client with OnPartitionsRevoked and
+// OnPartitionsLost (in place of kgo's), so that a partition a rebalance
+// takes mid-poll is stopped.
 func New(client *kgo.Client, g *guard.Guard, h consumerx.Handler, opts Options) (*Consumer, error) {
 	switch {
 	case client == nil:
@@ -157,7 +163,12 @@ func ID(r *kgo.Record) string {
 // end with cause ErrRevoked (a record whose handler then returns an error
 // is Interrupted, as at shutdown), its records are retried in place no
 // more and are not committed, and the poll goes on for the other
-// partitions and is committed for them. Run allows rebalances again before it
+// partitions and is committed for them. When a rebalance waits for the
+// poll, on a client made with kgo.BlockRebalanceOnPoll and
+// OnPartitionsCallbackBlocked, every partition of the poll stops so (with
+// cause ErrRebalancing), its records acknowledged from the first are
+// committed, and the rest are fetched again after the rebalance, from the
+// first not acknowledged. Run allows rebalances again before it
 // returns, so the client can be closed with Close or
 // CloseAllowingRebalance.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -194,19 +205,25 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		var wg sync.WaitGroup
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
-				pt := tr.add(ctx, p.Topic, p.Partition, p.Records, since)
-				c.spawn(pt.ctx, &wg, &pt.stopped, p.Records, batch)
+				c.spawn(tr.add(ctx, p.Topic, p.Partition, p.Records, since), &wg, batch)
 			}
 		})
 		wg.Wait()
 		// A revoked partition's records are not committed: the new owner
 		// may have committed past them already, and franz-go would send
 		// the commit. A revocation between here and the commit is not
-		// seen (kgo.BlockRebalanceOnPoll closes that window): the new
-		// owner's offset may go back, its records found done.
+		// seen (kgo.BlockRebalanceOnPoll closes that window): the commit
+		// is sent (franz-go holds it during a join, so an eager rebalance
+		// may be done by then), and if the broker takes it after the new
+		// owner's, the partition's offset goes back. The records between
+		// the two are done: fetched again (by the owner after the next
+		// rebalance; the new owner's next commit moves the offset on),
+		// they are Duplicates while the guard keeps them (guard.Options.TTL)
+		// (TestStaleCommitRecordsFoundDone).
 		recs, stopped, rewind := tr.done()
 		// A revoked partition given back (an eager rebalance while the
-		// poll waited) is fetched again from its records skipped.
+		// poll waited) is fetched again from its records skipped, and one
+		// stopped for a waiting rebalance from its first not acknowledged.
 		c.client.SetOffsets(rewind)
 		if stopped || ctx.Err() != nil {
 			break
@@ -241,15 +258,15 @@ func growStack() {
 	runtime.KeepAlive(&b)
 }
 
-// spawn runs one partition's records of a poll, recs, on a goroutine of
-// wg, and sets stopped if ctx ended first. A handler that calls
+// spawn runs one partition's records of a poll, pt.recs, on a goroutine of
+// wg, and sets pt.stopped if pt.ctx ended first. A handler that calls
 // runtime.Goexit ends that goroutine inside a batch whose claims the
 // guard then ends (that record's released, no attempt counted): the
 // record is not acknowledged, so the partition is taken up again, after
 // RetryDelay as after a failed record, on a goroutine of its own, from
 // the poll's first record (those already done are Duplicates), and the
 // poll is committed only once every record is acknowledged.
-func (c *Consumer) spawn(ctx context.Context, wg *sync.WaitGroup, stopped *atomic.Bool, recs []*kgo.Record, batch batchFunc) {
+func (c *Consumer) spawn(pt *part, wg *sync.WaitGroup, batch batchFunc) {
 	wg.Go(func() {
 		returned := false
 		defer func() {
@@ -259,36 +276,42 @@ func (c *Consumer) spawn(ctx context.Context, wg *sync.WaitGroup, stopped *atomi
 			if p := recover(); p != nil {
 				panic(p) // not the Goexit: goes on as it would have
 			}
-			if !wait.For(ctx, c.opts.RetryDelay) {
-				stopped.Store(true)
+			if !wait.For(pt.ctx, c.opts.RetryDelay) {
+				pt.stopped.Store(true)
 				return
 			}
-			c.spawn(ctx, wg, stopped, recs, batch)
+			c.spawn(pt, wg, batch)
 		}()
-		if !c.partition(ctx, recs, batch) {
-			stopped.Store(true)
+		if !c.partition(pt, batch) {
+			pt.stopped.Store(true)
 		}
 		returned = true
 	})
 }
 
 // partition runs one partition's records of a poll through batch, in
-// order, until every one is acknowledged; false if ctx ended first.
-func (c *Consumer) partition(ctx context.Context, recs []*kgo.Record, batch batchFunc) bool {
-	msgs := make([]consumerx.Message, len(recs))
-	for i, r := range recs {
+// order, until every one is acknowledged; false if pt.ctx ended first.
+// pt.acked counts the records acknowledged from the first.
+func (c *Consumer) partition(pt *part, batch batchFunc) bool {
+	ctx := pt.ctx
+	msgs := make([]consumerx.Message, len(pt.recs))
+	for i, r := range pt.recs {
 		msgs[i] = message(r)
 	}
+	base := 0 // msgs[0]'s index in pt.recs
 	for {
 		res := batch(ctx, msgs)
 		k := 0
 		for k < len(res) && res[k].Outcome.Ack() {
 			k++
 		}
+		if n := int32(base + k); n > pt.acked.Load() {
+			pt.acked.Store(n)
+		}
 		if k == len(res) {
 			return true
 		}
-		msgs = msgs[k:]
+		msgs, base = msgs[k:], base+k
 		o, err := res[k].Outcome, res[k].Err
 		switch o {
 		case consumerx.Interrupted:

@@ -45,6 +45,9 @@ func ExampleConsumer_Run() {
 	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...),
 		kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		// A rebalance waiting for a poll stops it (a record retried in
+		// place, a handler that runs long), instead of holding the group.
+		kafkax.OnPartitionsCallbackBlocked(nil),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		panic(err)

@@ -55,7 +55,7 @@ func groupClient(t *testing.T, addrs []string, group, topic string) *kgo.Client 
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// With BlockRebalanceOnPoll they run between polls: they must not
 		// hold up a rebalance, a Close or a Run.
-		OnPartitionsRevoked(nil), OnPartitionsLost(nil))
+		OnPartitionsRevoked(nil), OnPartitionsLost(nil), OnPartitionsCallbackBlocked(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

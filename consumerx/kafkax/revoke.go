@@ -14,6 +14,11 @@ import (
 // from this member or the member loses it (see OnPartitionsRevoked).
 var ErrRevoked = errors.New("kafkax: partition revoked or lost in a rebalance")
 
+// ErrRebalancing is the cause (context.Cause) with which the context of a
+// poll's running handlers ends when a rebalance waits for the poll (a
+// client made with kgo.BlockRebalanceOnPoll and OnPartitionsCallbackBlocked).
+var ErrRebalancing = errors.New("kafkax: a rebalance waits for the poll")
+
 // OnPartitionsRevoked is kgo.OnPartitionsRevoked for a client a Consumer
 // runs: give it in place of kgo's (with OnPartitionsLost) when making the
 // client. When partitions are revoked while a Consumer's Run processes a
@@ -33,8 +38,9 @@ var ErrRevoked = errors.New("kafkax: partition revoked or lost in a rebalance")
 // holding up the member's poll, and its offsets are committed after the
 // rebalance. With kgo.BlockRebalanceOnPoll nothing is revoked while a poll
 // runs (the rebalance waits until the Consumer allows it, after the poll's
-// commit), so this has nothing to stop. Either way the guard keeps every
-// record's effect once.
+// commit; OnPartitionsCallbackBlocked stops the poll so that it does not
+// wait long), so this has nothing to stop. Either way the guard keeps
+// every record's effect once.
 func OnPartitionsRevoked(fn func(context.Context, *kgo.Client, map[string][]int32)) kgo.GroupOpt {
 	return kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 		revoke(cl, m)
@@ -58,6 +64,41 @@ func OnPartitionsLost(fn func(context.Context, *kgo.Client, map[string][]int32))
 	})
 }
 
+// OnPartitionsCallbackBlocked is kgo.OnPartitionsCallbackBlocked for a
+// client made with kgo.BlockRebalanceOnPoll that a Consumer runs: give it
+// in place of kgo's when making the client. A rebalance then does not wait
+// for the poll being processed (every member of the group waits with it,
+// and the broker removes a member that keeps it waiting past
+// kgo.RebalanceTimeout): the poll stops. Its running handlers see their
+// context end with cause ErrRebalancing (consumerx reports a handler that
+// then returns an error as Interrupted and releases its claim, with no
+// attempt counted), its records retried in place are retried no more (a
+// Failed record's attempt is already counted), each partition's records
+// acknowledged from the poll's first on are committed, the partition's
+// fetch goes back to its first record not acknowledged, and the rebalance
+// is allowed. Whoever owns the partition after the rebalance, this member
+// or another, fetches that record again and runs it (its attempts count
+// on). Then fn, if not nil, is called, on a goroutine of its own as kgo
+// calls it.
+//
+// Without it a record retried in place (Options.RetryDelay; for ever
+// without an attempt limit) or a handler that does not return holds the
+// rebalance until the poll is done or the broker removes the member; the
+// removed member's records run on (one its handler holds is InProgress
+// for the partition's new owner until that handler returns), and its
+// commit fails (the new owner fetches the records again from the last
+// commit and finds those done Duplicates). A handler that ignores its
+// context holds the rebalance even with it. Either way the guard keeps
+// every record's effect once.
+func OnPartitionsCallbackBlocked(fn func(context.Context, *kgo.Client)) kgo.GroupOpt {
+	return kgo.OnPartitionsCallbackBlocked(func(ctx context.Context, cl *kgo.Client) {
+		forEach(cl, (*tracker).yield)
+		if fn != nil {
+			fn(ctx, cl)
+		}
+	})
+}
+
 // tracking is every running Consumer's tracker, by client: a rebalance
 // callback is given the client, not the Consumer (made after the client).
 var tracking struct {
@@ -67,6 +108,11 @@ var tracking struct {
 
 // revoke stops the partitions m of every poll running on cl.
 func revoke(cl *kgo.Client, m map[string][]int32) {
+	forEach(cl, func(tr *tracker) { tr.revoke(m) })
+}
+
+// forEach calls fn with every tracker of cl.
+func forEach(cl *kgo.Client, fn func(*tracker)) {
 	tracking.Lock()
 	trs := make([]*tracker, 0, len(tracking.m[cl]))
 	for tr := range tracking.m[cl] {
@@ -74,7 +120,7 @@ func revoke(cl *kgo.Client, m map[string][]int32) {
 	}
 	tracking.Unlock()
 	for _, tr := range trs {
-		tr.revoke(m)
+		fn(tr)
 	}
 }
 
@@ -90,18 +136,21 @@ type topicPartition struct {
 type tracker struct {
 	cl    *kgo.Client
 	mu    sync.Mutex
-	seq   uint64                     // revocations seen
+	seq   uint64                     // revocations and waiting rebalances seen
 	last  map[topicPartition]uint64  // the seq of each partition's last revocation
+	wait  uint64                     // the seq of the last waiting rebalance
 	parts map[topicPartition][]*part // the poll's
 }
 
 // part is one partition's records of a poll.
 type part struct {
-	ctx     context.Context // ends with the Run's, or with ErrRevoked
+	ctx     context.Context // ends with the Run's, or with ErrRevoked or ErrRebalancing
 	cancel  context.CancelCauseFunc
 	recs    []*kgo.Record
-	revoked bool        // under tracker.mu
-	stopped atomic.Bool // its records were left unfinished
+	revoked bool         // under tracker.mu
+	yielded bool         // stopped for a waiting rebalance; under tracker.mu
+	stopped atomic.Bool  // its records were left unfinished
+	acked   atomic.Int32 // its records acknowledged, from the first
 }
 
 // track starts following cl's revocations for a Run; untrack ends it.
@@ -128,8 +177,9 @@ func (tr *tracker) untrack() {
 	}
 }
 
-// mark returns the revocations seen so far: taken before a poll, it tells
-// add which of the poll's partitions were revoked while it was fetched.
+// mark returns the revocations and waiting rebalances seen so far: taken
+// before a poll, it tells add which of the poll's partitions were revoked,
+// or whether a rebalance began to wait for it, while it was fetched.
 func (tr *tracker) mark() uint64 {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -153,24 +203,49 @@ func (tr *tracker) revoke(m map[string][]int32) {
 	}
 }
 
+// yield ends the contexts of the poll's partitions not revoked with
+// ErrRebalancing: a rebalance waits for the poll.
+func (tr *tracker) yield() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.seq++
+	tr.wait = tr.seq
+	for _, pts := range tr.parts {
+		for _, pt := range pts {
+			if !pt.revoked {
+				pt.yielded = true
+				pt.cancel(ErrRebalancing)
+			}
+		}
+	}
+}
+
 // add follows a partition's records of the poll that began at mark since,
-// under a context of ctx; one revoked since then starts revoked.
+// under a context of ctx; one revoked since then starts revoked, and one
+// of a poll a rebalance waits for starts stopped.
 func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs []*kgo.Record, since uint64) *part {
 	pctx, cancel := context.WithCancelCause(ctx)
 	pt := &part{ctx: pctx, cancel: cancel, recs: recs}
 	tp := topicPartition{topic, partition}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if tr.last[tp] > since {
+	switch {
+	case tr.last[tp] > since:
 		pt.revoked = true
 		cancel(ErrRevoked)
+	case tr.wait > since:
+		pt.yielded = true
+		cancel(ErrRebalancing)
 	}
 	tr.parts[tp] = append(tr.parts[tp], pt)
 	return pt
 }
 
 // done ends the poll's partitions, once each one's records returned, and
-// returns the records to commit: those of the partitions not revoked.
+// returns the records to commit: those of the partitions not revoked, and
+// of one stopped for a waiting rebalance those acknowledged from the first
+// (the rebalance has not run: the member holds the partition), its fetch
+// going back to the record after them.
 // stopped is whether a partition not revoked was left unfinished (the Run
 // is stopping): then nothing is to be committed. rewind is where each
 // revoked partition's fetch must go back to, its first record of the
@@ -188,15 +263,12 @@ func (tr *tracker) done() (commit []*kgo.Record, stopped bool, rewind map[string
 			pt.cancel(nil)
 			switch {
 			case pt.revoked:
-				first := pt.recs[0]
-				if rewind == nil {
-					rewind = map[string]map[int32]kgo.EpochOffset{}
-				}
-				if rewind[tp.topic] == nil {
-					rewind[tp.topic] = map[int32]kgo.EpochOffset{}
-				}
-				if at, ok := rewind[tp.topic][tp.partition]; !ok || first.Offset < at.Offset {
-					rewind[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
+				rewind = rewindTo(rewind, tp, pt.recs[0])
+			case pt.yielded:
+				n := int(pt.acked.Load())
+				commit = append(commit, pt.recs[:n]...)
+				if n < len(pt.recs) {
+					rewind = rewindTo(rewind, tp, pt.recs[n])
 				}
 			case pt.stopped.Load():
 				stopped = true
@@ -209,4 +281,19 @@ func (tr *tracker) done() (commit []*kgo.Record, stopped bool, rewind map[string
 		commit = nil
 	}
 	return commit, stopped, rewind
+}
+
+// rewindTo sets rewind's offset of tp to r's, unless it is at an earlier
+// record already, and returns rewind.
+func rewindTo(rewind map[string]map[int32]kgo.EpochOffset, tp topicPartition, r *kgo.Record) map[string]map[int32]kgo.EpochOffset {
+	if rewind == nil {
+		rewind = map[string]map[int32]kgo.EpochOffset{}
+	}
+	if rewind[tp.topic] == nil {
+		rewind[tp.topic] = map[int32]kgo.EpochOffset{}
+	}
+	if at, ok := rewind[tp.topic][tp.partition]; !ok || r.Offset < at.Offset {
+		rewind[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+	}
+	return rewind
 }
