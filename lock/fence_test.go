@@ -215,3 +215,77 @@ func TestFenceOutlivesBrokenLock(t *testing.T) {
 		t.Fatalf("A's fence %d, B's %d: B's must be greater", a.Fence(), b.Fence())
 	}
 }
+
+// TestFenceUniqueAcrossConcurrentHolders: the lock is broken behind A's
+// back (its keys vanish from the nodes, as on nodes that let keys go early,
+// while the fence counters stay), after A read the counters and before it
+// raised them; B takes the lock and its fence meanwhile. Two holders at
+// once: the package doc promises their fences still tell them apart
+// while the nodes keep their counters. A raised the counters after B did,
+// so A must get a fence above B's, or no lock at all: a fence equal to
+// B's lets a store that keeps the highest fence (and accepts it again,
+// for the holder's next write) take both holders' writes.
+func TestFenceUniqueAcrossConcurrentHolders(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() {
+		for _, c := range redlockNodes(t) {
+			_ = c.Del(bg, prefix+"dup:fence").Err()
+		}
+	})
+	addrs := testenv.List(t, testenv.EnvRedlock)
+	hook := &pauseAfterFenceRead{gate: make(chan struct{}), arrived: make(chan struct{}, 4*len(addrs))}
+	nodesA := closing(t, lock.NewNodes(addrs...))
+	for _, c := range nodesA {
+		c.AddHook(hook)
+	}
+	opts := lock.Options{Prefix: prefix, Expiry: 10 * time.Second, Fencing: true, RetryDelay: 10 * time.Millisecond}
+	a := newLocker(t, nodesA, opts)
+	nodesB := redlockNodes(t)
+	b := newLocker(t, nodesB, opts)
+
+	type obtained struct {
+		k   *lock.Lock
+		err error
+	}
+	resA := make(chan obtained, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, "dup")
+		resA <- obtained{k, err}
+	})
+	for range addrs { // A holds the lock and has read every counter
+		select {
+		case <-hook.arrived:
+		case r := <-resA:
+			close(hook.gate)
+			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
+		}
+	}
+	for _, c := range nodesB { // A's keys vanish; the counters stay
+		if err := c.Del(bg, prefix+"dup").Err(); err != nil {
+			close(hook.gate)
+			t.Fatal(err)
+		}
+	}
+	kb, err := b.TryObtain(bg, "dup")
+	close(hook.gate) // A raises the counters, after B did
+	if err != nil {
+		t.Fatalf("B's TryObtain after A's keys vanished: %v", err)
+	}
+	defer func() { _ = kb.Release(bg) }()
+
+	r := <-resA
+	if r.err != nil {
+		t.Logf("A's TryObtain: %v", r.err)
+		if !errors.Is(r.err, lock.ErrNotObtained) {
+			t.Fatalf("A's TryObtain = %v, want ErrNotObtained (another holder raised the fence meanwhile)", r.err)
+		}
+		return
+	}
+	defer func() { _ = r.k.Release(bg) }()
+	if r.k.Fence() <= kb.Fence() {
+		t.Fatalf("A raised the fence after B, and got fence %d; B %d: two holders at once with fences "+
+			"that do not tell them apart (A's must be above B's, or A must not get the lock)", r.k.Fence(), kb.Fence())
+	}
+}

@@ -99,7 +99,9 @@ type Options struct {
 	// second fault before the next acquisition (another restart, or the
 	// one node left with the number being down) can start them again
 	// from low values. Two holders at once (a restart that broke the lock)
-	// still get growing fences while the nodes keep their counters.
+	// still get distinct, growing fences while the nodes keep their
+	// counters: of two rounds that would take the same number, at most
+	// one gets it, and the other's attempt fails with ErrNotObtained.
 	Fencing bool
 }
 
