@@ -31,12 +31,15 @@ func (l *Locker) fenceKey(name string) string { return l.opts.Prefix + name + fe
 // fence takes the next fencing number of lock name, which the caller
 // holds: it reads the counter on every node, and needs a quorum of
 // answers; then raises the counter to their maximum plus one on every
-// node, and needs a quorum of nodes where this round raised it (not found
-// it there already). Any two quorums share a node, so the number is above
-// every number handed out before, and no two rounds hand out the same
-// one, even rounds of two holders at once (a broken lock), while nodes
-// keep their counters: on the node their quorums share, only the first
-// raises the counter to that number.
+// node, and needs a quorum of nodes to confirm that this round raised it,
+// and none to answer that it held that number or more already. Any two
+// quorums share a node, so the number is above every number handed out
+// before, and no two rounds hand out the same one, even rounds of two
+// holders at once (a broken lock), while nodes keep their counters: on
+// the node their quorums share, only the first raises the counter to that
+// number. A node the reads missed that answers the raise (the one node
+// left with the last number after a restart, say) also stops the round,
+// instead of the number being handed out again.
 func (l *Locker) fence(ctx context.Context, name string) (int64, error) {
 	key := l.fenceKey(name)
 	ctx, cancel := context.WithTimeout(ctx, l.opTimeout())
@@ -61,11 +64,12 @@ func (l *Locker) fence(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: lock %q: write fence: %w", ErrUnavailable, name, err)
 	}
-	if n := sum(raised); n < int64(l.quorum) {
-		// Another round took this number on the other nodes: another
-		// holder has the lock too, or a stalled one raised the counters.
-		return 0, fmt.Errorf("%w: lock %q: fence %d was taken meanwhile on %d of %d nodes that answered",
-			ErrNotObtained, name, next, int64(len(raised))-n, len(raised))
+	if n := sum(raised); n < int64(len(raised)) {
+		// Another round took this number (another holder has the lock
+		// too, or a stalled one raised the counters), or a node the
+		// reads missed had it already. The next attempt reads afresh.
+		return 0, fmt.Errorf("%w: lock %q: %d of %d nodes that answered already held fence %d or more",
+			ErrNotObtained, name, int64(len(raised))-n, len(raised), next)
 	}
 	return next, nil
 }

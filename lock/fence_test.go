@@ -289,3 +289,72 @@ func TestFenceUniqueAcrossConcurrentHolders(t *testing.T) {
 			"that do not tell them apart (A's must be above B's, or A must not get the lock)", r.k.Fence(), kb.Fence())
 	}
 }
+
+// failFenceRaises is a go-redis hook that fails the next n raises of a
+// fence counter (the script's EVALSHA or EVAL) on its client, before they
+// reach the node, as a node that times out once would.
+type failFenceRaises struct{ n atomic.Int32 }
+
+func (h *failFenceRaises) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFenceRaises) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failFenceRaises) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 3 {
+			if key, ok := args[3].(string); ok && strings.HasSuffix(key, ":fence") && h.n.Add(-1) >= 0 {
+				err := errors.New("injected: fence raise timed out")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFenceNotRepeatedAfterOneRestart: one node restarts empty, and
+// otherwise nodes only miss a round now and then, as slow nodes do. Fence
+// 2 reaches nodes 0 and 2 (node 1 misses the raise, and keeps 1); node 2
+// restarts empty, so only node 0 holds 2; the next fence's reads miss
+// node 0 (they find 1 and 0) but its raise reaches node 0, which answers
+// that it already holds 2. That answer must stop the round: handing out 2
+// again gives two holders the same fence, after a single restart, with
+// node 0 never down.
+func TestFenceNotRepeatedAfterOneRestart(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	reads := make([]*failFenceReads, len(nodes))
+	raises := make([]*failFenceRaises, len(nodes))
+	for i, c := range nodes {
+		reads[i], raises[i] = &failFenceReads{}, &failFenceRaises{}
+		c.AddHook(reads[i])
+		c.AddHook(raises[i])
+	}
+	l := newLocker(t, nodes, lock.Options{Fencing: true, RetryDelay: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	var fences []int64
+	take := func(step string) {
+		t.Helper()
+		k, err := l.Obtain(ctx, "r")
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		fences = append(fences, k.Fence())
+		if n := len(fences); n > 1 && fences[n-1] <= fences[n-2] {
+			t.Fatalf("%s: fences %v do not grow", step, fences)
+		}
+		if err := k.Release(bg); err != nil {
+			t.Fatalf("%s: release: %v", step, err)
+		}
+	}
+	take("all up")
+	raises[1].n.Store(1)
+	take("node 1 misses the raise")
+	servers[2].Kill()
+	servers[2].Restart() // empty: node 0 alone holds the last fence
+	reads[0].n.Store(1)
+	take("node 2 restarted, the reads miss node 0")
+}

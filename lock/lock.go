@@ -94,14 +94,16 @@ type Options struct {
 	// It costs two more rounds to the nodes per acquisition, and a counter
 	// key per lock name (Prefix+name+":fence") that never expires. The
 	// numbers only grow while a quorum of nodes keeps its counters: each
-	// fence is written to a quorum at least and read from every node that
-	// answers, so with 3 nodes one restarted empty is survived, but a
-	// second fault before the next acquisition (another restart, or the
-	// one node left with the number being down) can start them again
-	// from low values. Two holders at once (a restart that broke the lock)
-	// still get distinct, growing fences while the nodes keep their
-	// counters: of two rounds that would take the same number, at most
-	// one gets it, and the other's attempt fails with ErrNotObtained.
+	// fence is written to a quorum at least, read from every node that
+	// answers, and refused if a node answers the write holding it already,
+	// so with 3 nodes one restarted empty is survived, but a second fault
+	// before the next acquisition (another restart, or the one node left
+	// with the number being down, answering neither round of the next
+	// fence) can start them again from low values. Two holders at once (a
+	// restart that broke the lock) still get distinct, growing fences
+	// while the nodes keep their counters: of two rounds that would take
+	// the same number, at most one gets it, and the other's attempt fails
+	// with ErrNotObtained.
 	Fencing bool
 }
 
