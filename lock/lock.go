@@ -397,8 +397,12 @@ func (k *Lock) Until() time.Time {
 
 // Extend pushes the lock's expiry out to Options.Expiry from now on a
 // quorum of nodes. ErrLost: the lock is no longer held on a quorum (it
-// expired or another holder has it), or its validity ran out. ErrUnavailable:
-// too few nodes answered; the lock may still be held until Until.
+// expired or another holder has it), or the round took longer than the
+// validity it would give. ErrUnavailable: too few nodes answered; the
+// lock may still be held until Until. An Extend after Until succeeds if
+// it finds the keys still on a quorum: keys only vanish (expiry, a
+// restart, eviction), so no other holder can have had the lock meanwhile,
+// though its validity did not cover that time.
 func (k *Lock) Extend(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()
