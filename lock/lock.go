@@ -154,7 +154,9 @@ type Locker struct {
 
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
-// 5; a single node gives a lock with no fault tolerance. Every Locker that
+// 5; a single node gives a lock with no fault tolerance. A node given
+// twice (one client, or two of one address) is refused: it would count
+// twice towards the quorum. Every Locker that
 // takes a lock name must have the same nodes: quorums of different sets
 // need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
 // and {c, d, e} share none), so a move to other nodes must not overlap
@@ -175,6 +177,11 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 		if c == nil {
 			return nil, fmt.Errorf("lock: node %d is nil", i)
 		}
+		for j, d := range nodes[:i] {
+			if sameNode(c, d) {
+				return nil, fmt.Errorf("lock: node %d is node %d again: it would count twice towards the quorum", i, j)
+			}
+		}
 		pools[i] = goredis.NewPool(c)
 	}
 	o, err := opts.withDefaults()
@@ -188,6 +195,31 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 		nodes:   len(nodes),
 		quorum:  len(nodes)/2 + 1,
 	}, nil
+}
+
+// sameNode reports whether a and b are one client, or clients of one
+// address. Sentinel failover clients (whose address go-redis gives as
+// "FailoverClient") are told apart by identity only.
+func sameNode(a, b redis.UniversalClient) bool {
+	if a == b {
+		return true
+	}
+	x, y := nodeAddr(a), nodeAddr(b)
+	return x != "" && x == y
+}
+
+// nodeAddr is the network and address c dials, or "" if c is not a
+// *redis.Client of one address.
+func nodeAddr(c redis.UniversalClient) string {
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	o := rc.Options()
+	if o.Addr == "" || o.Addr == "FailoverClient" {
+		return ""
+	}
+	return o.Network + " " + o.Addr
 }
 
 // NewNodes returns a client of each of addrs, set up for a Locker:

@@ -637,3 +637,21 @@ func TestReleaseEndedContext(t *testing.T) {
 		t.Fatalf("Release with a live ctx: %v", err)
 	}
 }
+
+// TestNewRefusesRepeatedNode: a node given twice (the same client, or
+// clients of one address, as a flag repeated on a command line) would
+// count twice towards the quorum: with nodes a, a, b a lock held on a
+// alone is "held on 2 of 3", and a's crash or restart frees it however
+// many others there are. New refuses it.
+func TestNewRefusesRepeatedNode(t *testing.T) {
+	a := closing(t, lock.NewNodes("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:2"))
+	if l, err := lock.New(a, lock.Options{}); err == nil {
+		t.Fatalf("New with an address twice = %v, want an error (quorum %d of %d)", l, l.Quorum(), len(a))
+	}
+	if l, err := lock.New([]redis.UniversalClient{a[0], a[2], a[0]}, lock.Options{}); err == nil {
+		t.Fatalf("New with a client twice = %v, want an error", l)
+	}
+	if _, err := lock.New([]redis.UniversalClient{a[0], a[2]}, lock.Options{}); err != nil {
+		t.Fatalf("New with distinct nodes: %v", err)
+	}
+}
