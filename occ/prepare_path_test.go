@@ -88,3 +88,43 @@ func TestVersionedConflictPreparePath(t *testing.T) {
 		t.Fatalf("balance %d at version %d, want 120 at 3", b, v)
 	}
 }
+
+// TestVectorSerializationFailurePreparePath: a vector write in a
+// REPEATABLE READ transaction on a driver that takes database/sql's
+// prepare path, racing another writer, fails with PostgreSQL's
+// serialization failure; the write was sent once, so it must match
+// ErrConflict (the transaction is run again), not ErrUnavailable.
+func TestVectorSerializationFailurePreparePath(t *testing.T) {
+	t.Parallel()
+	direct, dsn := testenv.Postgres(t)
+	tbl := cartsTable(t, direct, "w")
+	base, err := tbl.Write(ctx, direct, "c", occ.Vector{}, []byte(`["a"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerPreparePath()
+	db, err := sql.Open("occ-test-prepare-path", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Read(ctx, tx, "c"); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	other := occ.VectorTable{Name: tbl.Name, ValueColumn: tbl.ValueColumn, Writer: "x"}
+	if _, err := other.Write(ctx, direct, "c", base, []byte(`["a","b"]`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tbl.Write(ctx, tx, "c", base, []byte(`["a","c"]`))
+	if !occ.IsConflict(err) || errors.Is(err, occ.ErrUnavailable) {
+		t.Fatalf("Write racing another writer in a REPEATABLE READ transaction on the prepare path = %v, want ErrConflict", err)
+	}
+}
