@@ -355,6 +355,9 @@ func TestFenceNotRepeatedAfterOneRestart(t *testing.T) {
 	take("node 1 misses the raise")
 	servers[2].Kill()
 	servers[2].Restart() // empty: node 0 alone holds the last fence
+	// The clients' pooled connections to node 2 died with it: have them
+	// redialled, so that the next rounds reach node 2 at once.
+	testenv.WaitFor(t, 5*time.Second, "node 2 to answer again", func() bool { return nodes[2].Ping(bg).Err() == nil })
 	reads[0].n.Store(1)
 	take("node 2 restarted, the reads miss node 0")
 }
