@@ -432,9 +432,10 @@ func (k *Lock) Until() time.Time {
 // expired or another holder has it), or the round took longer than the
 // validity it would give. ErrUnavailable: too few nodes answered; the
 // lock may still be held until Until. An Extend after Until succeeds if
-// it finds the keys still on a quorum: keys only vanish (expiry, a
-// restart, eviction), so no other holder can have had the lock meanwhile,
-// though its validity did not cover that time.
+// it finds the keys still on a quorum: keys only vanish (expiry, eviction,
+// a restart), so unless a node went back to older data (a restore from a
+// snapshot) no other holder can have had the lock meanwhile, though no
+// validity covered that time.
 func (k *Lock) Extend(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()
