@@ -128,3 +128,38 @@ func TestVectorSerializationFailurePreparePath(t *testing.T) {
 		t.Fatalf("Write racing another writer in a REPEATABLE READ transaction on the prepare path = %v, want ErrConflict", err)
 	}
 }
+
+// TestVectorCreateSerializationFailurePreparePath: the insert of a new row
+// in a REPEATABLE READ transaction, on the prepare path, racing another
+// writer that created the row after the transaction's snapshot: the
+// serialization failure of the insert (sent once) must match ErrConflict.
+func TestVectorCreateSerializationFailurePreparePath(t *testing.T) {
+	t.Parallel()
+	direct, dsn := testenv.Postgres(t)
+	tbl := cartsTable(t, direct, "w")
+	registerPreparePath()
+	db, err := sql.Open("occ-test-prepare-path", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Read(ctx, tx, "d"); !errors.Is(err, occ.ErrNotFound) { // the snapshot
+		t.Fatalf("Read of a row not created yet = %v", err)
+	}
+	other := occ.VectorTable{Name: tbl.Name, ValueColumn: tbl.ValueColumn, Writer: "x"}
+	if _, err := other.Write(ctx, direct, "d", occ.Vector{}, []byte(`["b"]`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tbl.Write(ctx, tx, "d", occ.Vector{}, []byte(`["c"]`))
+	if !occ.IsConflict(err) || errors.Is(err, occ.ErrUnavailable) {
+		t.Fatalf("creating Write racing another writer in a REPEATABLE READ transaction on the prepare path = %v, want ErrConflict", err)
+	}
+}
