@@ -215,3 +215,149 @@ func TestFenceOutlivesBrokenLock(t *testing.T) {
 		t.Fatalf("A's fence %d, B's %d: B's must be greater", a.Fence(), b.Fence())
 	}
 }
+
+// TestFenceUniqueAcrossConcurrentHolders: the lock is broken behind A's
+// back (its keys vanish from the nodes, as on nodes that let keys go early,
+// while the fence counters stay), after A read the counters and before it
+// raised them; B takes the lock and its fence meanwhile. Two holders at
+// once: the package doc promises their fences still tell them apart
+// while the nodes keep their counters. A raised the counters after B did,
+// so A must get a fence above B's, or no lock at all: a fence equal to
+// B's lets a store that keeps the highest fence (and accepts it again,
+// for the holder's next write) take both holders' writes.
+func TestFenceUniqueAcrossConcurrentHolders(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() {
+		for _, c := range redlockNodes(t) {
+			_ = c.Del(bg, prefix+"dup:fence").Err()
+		}
+	})
+	addrs := testenv.List(t, testenv.EnvRedlock)
+	hook := &pauseAfterFenceRead{gate: make(chan struct{}), arrived: make(chan struct{}, 4*len(addrs))}
+	nodesA := closing(t, lock.NewNodes(addrs...))
+	for _, c := range nodesA {
+		c.AddHook(hook)
+	}
+	opts := lock.Options{Prefix: prefix, Expiry: 10 * time.Second, Fencing: true, RetryDelay: 10 * time.Millisecond}
+	a := newLocker(t, nodesA, opts)
+	nodesB := redlockNodes(t)
+	b := newLocker(t, nodesB, opts)
+
+	type obtained struct {
+		k   *lock.Lock
+		err error
+	}
+	resA := make(chan obtained, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, "dup")
+		resA <- obtained{k, err}
+	})
+	for range addrs { // A holds the lock and has read every counter
+		select {
+		case <-hook.arrived:
+		case r := <-resA:
+			close(hook.gate)
+			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
+		}
+	}
+	for _, c := range nodesB { // A's keys vanish; the counters stay
+		if err := c.Del(bg, prefix+"dup").Err(); err != nil {
+			close(hook.gate)
+			t.Fatal(err)
+		}
+	}
+	kb, err := b.TryObtain(bg, "dup")
+	close(hook.gate) // A raises the counters, after B did
+	if err != nil {
+		t.Fatalf("B's TryObtain after A's keys vanished: %v", err)
+	}
+	defer func() { _ = kb.Release(bg) }()
+
+	r := <-resA
+	if r.err != nil {
+		t.Logf("A's TryObtain: %v", r.err)
+		if !errors.Is(r.err, lock.ErrNotObtained) {
+			t.Fatalf("A's TryObtain = %v, want ErrNotObtained (another holder raised the fence meanwhile)", r.err)
+		}
+		return
+	}
+	defer func() { _ = r.k.Release(bg) }()
+	if r.k.Fence() <= kb.Fence() {
+		t.Fatalf("A raised the fence after B, and got fence %d; B %d: two holders at once with fences "+
+			"that do not tell them apart (A's must be above B's, or A must not get the lock)", r.k.Fence(), kb.Fence())
+	}
+}
+
+// failFenceRaises is a go-redis hook that fails the next n raises of a
+// fence counter (the script's EVALSHA or EVAL) on its client, before they
+// reach the node, as a node that times out once would.
+type failFenceRaises struct{ n atomic.Int32 }
+
+func (h *failFenceRaises) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFenceRaises) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failFenceRaises) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 3 {
+			if key, ok := args[3].(string); ok && strings.HasSuffix(key, ":fence") && h.n.Add(-1) >= 0 {
+				err := errors.New("injected: fence raise timed out")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFenceNotRepeatedAfterOneRestart: one node restarts empty, and
+// otherwise nodes only miss a round now and then, as slow nodes do. Fence
+// 2 reaches nodes 0 and 2 (node 1 misses the raise, and keeps 1); node 2
+// restarts empty, so only node 0 holds 2; the next fence's reads miss
+// node 0 (they find 1 and 0) but its raise reaches node 0, which answers
+// that it already holds 2. That answer must stop the round: handing out 2
+// again gives two holders the same fence, after a single restart, with
+// node 0 never down.
+func TestFenceNotRepeatedAfterOneRestart(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	reads := make([]*failFenceReads, len(nodes))
+	raises := make([]*failFenceRaises, len(nodes))
+	for i, c := range nodes {
+		reads[i], raises[i] = &failFenceReads{}, &failFenceRaises{}
+		c.AddHook(reads[i])
+		c.AddHook(raises[i])
+	}
+	l := newLocker(t, nodes, lock.Options{Fencing: true, RetryDelay: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	var fences []int64
+	take := func(step string) {
+		t.Helper()
+		k, err := l.Obtain(ctx, "r")
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		fences = append(fences, k.Fence())
+		if n := len(fences); n > 1 && fences[n-1] <= fences[n-2] {
+			t.Fatalf("%s: fences %v do not grow", step, fences)
+		}
+		if err := k.Release(bg); err != nil {
+			t.Fatalf("%s: release: %v", step, err)
+		}
+	}
+	take("all up")
+	raises[1].n.Store(1)
+	take("node 1 misses the raise")
+	servers[2].Kill()
+	servers[2].Restart() // empty: node 0 alone holds the last fence
+	// The clients' pooled connections to node 2 died with it: have them
+	// redialled, so that the next rounds reach node 2 at once.
+	testenv.WaitFor(t, 5*time.Second, "node 2 to answer again", func() bool { return nodes[2].Ping(bg).Err() == nil })
+	reads[0].n.Store(1)
+	take("node 2 restarted, the reads miss node 0")
+}

@@ -94,12 +94,16 @@ type Options struct {
 	// It costs two more rounds to the nodes per acquisition, and a counter
 	// key per lock name (Prefix+name+":fence") that never expires. The
 	// numbers only grow while a quorum of nodes keeps its counters: each
-	// fence is written to a quorum at least and read from every node that
-	// answers, so with 3 nodes one restarted empty is survived, but a
-	// second fault before the next acquisition (another restart, or the
-	// one node left with the number being down) can start them again
-	// from low values. Two holders at once (a restart that broke the lock)
-	// still get growing fences while the nodes keep their counters.
+	// fence is written to a quorum at least, read from every node that
+	// answers, and refused if a node answers the write holding it already,
+	// so with 3 nodes one restarted empty is survived, but a second fault
+	// before the next acquisition (another restart, or the one node left
+	// with the number being down, answering neither round of the next
+	// fence) can start them again from low values. Two holders at once (a
+	// restart that broke the lock) still get distinct, growing fences
+	// while the nodes keep their counters: of two rounds that would take
+	// the same number, at most one gets it, and the other's attempt fails
+	// with ErrNotObtained.
 	Fencing bool
 }
 
@@ -150,7 +154,9 @@ type Locker struct {
 
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
-// 5; a single node gives a lock with no fault tolerance. Every Locker that
+// 5; a single node gives a lock with no fault tolerance. A node given
+// twice (one client, or two of one address) is refused: it would count
+// twice towards the quorum. Every Locker that
 // takes a lock name must have the same nodes: quorums of different sets
 // need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
 // and {c, d, e} share none), so a move to other nodes must not overlap
@@ -171,6 +177,11 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 		if c == nil {
 			return nil, fmt.Errorf("lock: node %d is nil", i)
 		}
+		for j, d := range nodes[:i] {
+			if sameNode(c, d) {
+				return nil, fmt.Errorf("lock: node %d is node %d again: it would count twice towards the quorum", i, j)
+			}
+		}
 		pools[i] = goredis.NewPool(c)
 	}
 	o, err := opts.withDefaults()
@@ -184,6 +195,31 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 		nodes:   len(nodes),
 		quorum:  len(nodes)/2 + 1,
 	}, nil
+}
+
+// sameNode reports whether a and b are one client, or clients of one
+// address. Sentinel failover clients (whose address go-redis gives as
+// "FailoverClient") are told apart by identity only.
+func sameNode(a, b redis.UniversalClient) bool {
+	if a == b {
+		return true
+	}
+	x, y := nodeAddr(a), nodeAddr(b)
+	return x != "" && x == y
+}
+
+// nodeAddr is the network and address c dials, or "" if c is not a
+// *redis.Client of one address.
+func nodeAddr(c redis.UniversalClient) string {
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	o := rc.Options()
+	if o.Addr == "" || o.Addr == "FailoverClient" {
+		return ""
+	}
+	return o.Network + " " + o.Addr
 }
 
 // NewNodes returns a client of each of addrs, set up for a Locker:
@@ -393,8 +429,13 @@ func (k *Lock) Until() time.Time {
 
 // Extend pushes the lock's expiry out to Options.Expiry from now on a
 // quorum of nodes. ErrLost: the lock is no longer held on a quorum (it
-// expired or another holder has it), or its validity ran out. ErrUnavailable:
-// too few nodes answered; the lock may still be held until Until.
+// expired or another holder has it), or the round took longer than the
+// validity it would give. ErrUnavailable: too few nodes answered; the
+// lock may still be held until Until. An Extend after Until succeeds if
+// it finds the keys still on a quorum: keys only vanish (expiry, eviction,
+// a restart), so unless a node went back to older data (a restore from a
+// snapshot) no other holder can have had the lock meanwhile, though no
+// validity covered that time.
 func (k *Lock) Extend(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()

@@ -589,3 +589,69 @@ func TestBadInput(t *testing.T) {
 func testenvRedlock(tb testing.TB) []string { return testenv.List(tb, testenv.EnvRedlock) }
 
 func benchPrefix(tb testing.TB) string { return testenv.Prefix(tb) }
+
+// TestExtendAfterUntil pins what Lock.Extend's doc says of an Extend
+// that comes after Until (the holder stalled): while the keys are still
+// on the nodes it succeeds and gives a new validity; once they expired,
+// it is ErrLost.
+func TestExtendAfterUntil(t *testing.T) {
+	// DriftFactor 0.25 puts Until a quarter of Expiry before the keys go.
+	l := newLocker(t, redlockNodes(t), lock.Options{Expiry: 2 * time.Second, DriftFactor: 0.25, TimeoutFactor: 0.05})
+	k, err := l.Obtain(bg, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = k.Release(bg) }()
+	time.Sleep(time.Until(k.Until()) + 20*time.Millisecond) // a stall past the validity, short of the keys' expiry
+	if err := k.Extend(bg); err != nil {
+		t.Fatalf("Extend after Until, keys still held: %v", err)
+	}
+	if !k.Until().After(time.Now()) {
+		t.Fatalf("Until %s not renewed", k.Until())
+	}
+	time.Sleep(2*time.Second + 20*time.Millisecond) // past the keys' own expiry
+	if err := k.Extend(bg); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Extend after the keys expired = %v, want ErrLost", err)
+	}
+}
+
+// TestReleaseEndedContext pins Lock.Release's documented limit: a ctx
+// that has already ended reaches no node; the answer is ErrUnavailable
+// (wrapping the ctx's error) and the lock stays taken until it expires
+// or is released with a live ctx.
+func TestReleaseEndedContext(t *testing.T) {
+	l := newLocker(t, redlockNodes(t), lock.Options{})
+	k, err := l.Obtain(bg, "ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if err := k.Release(ctx); !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release with an ended ctx = %v, want ErrUnavailable wrapping context.Canceled", err)
+	}
+	if _, err := l.TryObtain(bg, "ended"); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain after a Release with an ended ctx = %v, want ErrNotObtained (still held)", err)
+	}
+	if err := k.Release(bg); err != nil {
+		t.Fatalf("Release with a live ctx: %v", err)
+	}
+}
+
+// TestNewRefusesRepeatedNode: a node given twice (the same client, or
+// clients of one address, as a flag repeated on a command line) would
+// count twice towards the quorum: with nodes a, a, b a lock held on a
+// alone is "held on 2 of 3", and a's crash or restart frees it however
+// many others there are. New refuses it.
+func TestNewRefusesRepeatedNode(t *testing.T) {
+	a := closing(t, lock.NewNodes("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:2"))
+	if l, err := lock.New(a, lock.Options{}); err == nil {
+		t.Fatalf("New with an address twice = %v, want an error (quorum %d of %d)", l, l.Quorum(), len(a))
+	}
+	if l, err := lock.New([]redis.UniversalClient{a[0], a[2], a[0]}, lock.Options{}); err == nil {
+		t.Fatalf("New with a client twice = %v, want an error", l)
+	}
+	if _, err := lock.New([]redis.UniversalClient{a[0], a[2]}, lock.Options{}); err != nil {
+		t.Fatalf("New with distinct nodes: %v", err)
+	}
+}

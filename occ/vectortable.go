@@ -176,7 +176,7 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 		if err == nil {
 			return next, nil
 		}
-		if n := sent.n.Load(); n > 1 && !errors.Is(err, sql.ErrNoRows) {
+		if n := sent.n.Load(); n > 1 && !oneConn(q) && !errors.Is(err, sql.ErrNoRows) {
 			return Vector{}, sentAgain(ctx, fmt.Sprintf("vector write of %s id=%v", t.Name, id), n, err)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
@@ -193,7 +193,7 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 			if err == nil {
 				return next, nil
 			}
-			if n := sent.n.Load(); n > 1 && !errors.Is(err, sql.ErrNoRows) {
+			if n := sent.n.Load(); n > 1 && !oneConn(q) && !errors.Is(err, sql.ErrNoRows) {
 				return Vector{}, sentAgain(ctx, fmt.Sprintf("vector insert of %s id=%v", t.Name, id), n, err)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {

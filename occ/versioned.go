@@ -80,7 +80,10 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // this very update (or, queued behind that first send under REPEATABLE
 // READ or SERIALIZABLE, fails with a serialization failure): Update sees
 // the arguments converted again for the repeat, and answers
-// ErrUnavailable then too, whatever error the repeat met.
+// ErrUnavailable then too, whatever error the repeat met. (A driver whose
+// QueryContext declines has them converted twice for one send: through
+// such a Querier its conflicts read as ErrUnavailable too; on a *sql.DB,
+// *sql.Tx or *sql.Conn they are conflicts.)
 //
 // A version tells the states of a row apart only while the row lives: a
 // row deleted and inserted again under the same id starts again at the
@@ -141,7 +144,7 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	var next int64
 	err = q.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
 	if err != nil {
-		if n := sent.n.Load(); n > 1 {
+		if n := sent.n.Load(); n > 1 && !oneConn(q) {
 			return 0, sentAgain(ctx, fmt.Sprintf("versioned update of %s %s=%v", v.Name, idCol, id), n, err)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
@@ -170,11 +173,26 @@ func sentAgain(ctx context.Context, what string, n int32, err error) error {
 	return fmt.Errorf("%w: %s (the last: %w)", ErrUnavailable, what, err)
 }
 
+// oneConn reports whether q is a *sql.Conn or a *sql.Tx: database/sql
+// never sends their statements again (only a *sql.DB's, on another
+// connection), so more than one conversion of an argument (a driver whose
+// QueryContext declines makes database/sql prepare the statement and
+// convert the arguments again) is not a repeat there.
+func oneConn(q Querier) bool {
+	switch q.(type) {
+	case *sql.Conn, *sql.Tx:
+		return true
+	}
+	return false
+}
+
 // sendCount is an argument of a write (Update's version, Write's base
 // vector). database/sql converts a statement's arguments (calling Value)
 // once for each time it sends the statement, so more than one call means
 // the write was sent again after the driver reported its connection bad,
-// possibly after PostgreSQL had applied it.
+// possibly after PostgreSQL had applied it; or, with a driver whose
+// QueryContext declines, that database/sql prepared the statement and
+// converted them again (see oneConn).
 type sendCount struct {
 	v driver.Value
 	n atomic.Int32
