@@ -196,7 +196,10 @@ func TestWaitingRebalanceDuringFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	tr := track(cl)
+	tr, err := track(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.untrack()
 	recs := []*kgo.Record{{Topic: "orders", Offset: 7}}
 	since := tr.mark()

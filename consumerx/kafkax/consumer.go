@@ -170,13 +170,22 @@ func ID(r *kgo.Record) string {
 // committed, and the rest are fetched again after the rebalance, from the
 // first not acknowledged. Run allows rebalances again before it
 // returns, so the client can be closed with Close or
-// CloseAllowingRebalance.
+// CloseAllowingRebalance. While another Run polls the same client (a
+// second Consumer of it, or this one's), Run returns ErrRunning at once.
 func (c *Consumer) Run(ctx context.Context) error {
 	return c.loop(ctx, c.guarded)
 }
 
 // loop is Run with each partition's records run by batch.
 func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
+	// The poll's partitions, stopped when a rebalance takes them (see
+	// OnPartitionsRevoked). First: a Run refused must not let another's
+	// poll go (AllowRebalance, below).
+	tr, err := track(c.client)
+	if err != nil {
+		return err
+	}
+	defer tr.untrack()
 	// Closing the client is shutting down, as cancelling ctx is: a record
 	// retried in place, or a handler running, must not go on for ever on a
 	// closed client (the client's context ends when it is closed).
@@ -187,10 +196,6 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 	// the last one must not keep them blocked once Run has returned, or the
 	// client's Close hangs.
 	defer c.client.AllowRebalance()
-	// The poll's partitions, stopped when a rebalance takes them (see
-	// OnPartitionsRevoked).
-	tr := track(c.client)
-	defer tr.untrack()
 	for ctx.Err() == nil {
 		since := tr.mark()
 		fetches := c.client.PollRecords(ctx, c.opts.MaxPollRecords)

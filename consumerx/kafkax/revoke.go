@@ -19,6 +19,13 @@ var ErrRevoked = errors.New("kafkax: partition revoked or lost in a rebalance")
 // client made with kgo.BlockRebalanceOnPoll and OnPartitionsCallbackBlocked).
 var ErrRebalancing = errors.New("kafkax: a rebalance waits for the poll")
 
+// ErrRunning is returned by a Consumer's Run while another Run polls the
+// same client (a second Consumer of it, or Run called again before it
+// returned): the two would split a partition's records between them,
+// running them out of order, and one's commit would pass the other's
+// records not yet done. Run each member on a client of its own.
+var ErrRunning = errors.New("kafkax: another Run is polling the client")
+
 // OnPartitionsRevoked is kgo.OnPartitionsRevoked for a client a Consumer
 // runs: give it in place of kgo's (with OnPartitionsLost) when making the
 // client. When partitions are revoked while a Consumer's Run processes a
@@ -154,10 +161,14 @@ type part struct {
 }
 
 // track starts following cl's revocations for a Run; untrack ends it.
-func track(cl *kgo.Client) *tracker {
+// It fails with ErrRunning while another Run follows cl.
+func track(cl *kgo.Client) (*tracker, error) {
 	tr := &tracker{cl: cl, last: map[topicPartition]uint64{}, parts: map[topicPartition][]*part{}}
 	tracking.Lock()
 	defer tracking.Unlock()
+	if len(tracking.m[cl]) > 0 {
+		return nil, ErrRunning
+	}
 	if tracking.m == nil {
 		tracking.m = map[*kgo.Client]map[*tracker]struct{}{}
 	}
@@ -165,7 +176,7 @@ func track(cl *kgo.Client) *tracker {
 		tracking.m[cl] = map[*tracker]struct{}{}
 	}
 	tracking.m[cl][tr] = struct{}{}
-	return tr
+	return tr, nil
 }
 
 func (tr *tracker) untrack() {
