@@ -139,8 +139,11 @@ func (t *Tracer) keyAttrs(key guard.Key, more ...attribute.KeyValue) []attribute
 	return append(attrs, more...)
 }
 
+// start starts a store call's span, and returns the context to pass the
+// store: ctx with the span (and ctx's AfterFunc, keepAfterFunc).
 func (t *Tracer) start(ctx context.Context, name string, key guard.Key, more ...attribute.KeyValue) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+	sctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+	return keepAfterFunc(ctx, sctx), span
 }
 
 func leaseAttrs(l guard.Lease) []attribute.KeyValue {
