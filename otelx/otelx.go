@@ -139,10 +139,14 @@ func (t *Tracer) keyAttrs(key guard.Key, more ...attribute.KeyValue) []attribute
 	return append(attrs, more...)
 }
 
-// start starts a store call's span, and returns the context to pass the
-// store: ctx with the span (and ctx's AfterFunc, keepAfterFunc).
 func (t *Tracer) start(ctx context.Context, name string, key guard.Key, more ...attribute.KeyValue) (context.Context, trace.Span) {
-	sctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+}
+
+// startCall starts the span of a store call, and returns the context to
+// pass the store: ctx with the span, and ctx's AfterFunc (keepAfterFunc).
+func (t *Tracer) startCall(ctx context.Context, name string, key guard.Key, more ...attribute.KeyValue) (context.Context, trace.Span) {
+	sctx, span := t.start(ctx, name, key, more...)
 	return keepAfterFunc(ctx, sctx), span
 }
 
@@ -171,7 +175,7 @@ func failed(span trace.Span, key guard.Key, err error) {
 
 // write runs a store write in a span.
 func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn func(context.Context) error, more ...attribute.KeyValue) error {
-	ctx, span := t.start(ctx, name, lease.Key, append(leaseAttrs(lease), more...)...)
+	ctx, span := t.startCall(ctx, name, lease.Key, append(leaseAttrs(lease), more...)...)
 	defer span.End()
 	err := fn(ctx)
 	wrote(span, lease.Key, err)
@@ -240,7 +244,7 @@ func (w *store) HonoursDeadline() bool {
 }
 
 func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
-	ctx, span := w.t.start(ctx, SpanClaim, req.Key)
+	ctx, span := w.t.startCall(ctx, SpanClaim, req.Key)
 	defer span.End()
 	out, err := w.s.Claim(ctx, req)
 	claimed(span, req.Key, out, err)
