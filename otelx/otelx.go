@@ -194,6 +194,10 @@ func wrote(span trace.Span, key guard.Key, err error) {
 // Store returns s with a span around each Claim, Complete, Fail, Release,
 // Extend and (for a guard.StepStore) SaveStep, a child of the span in the
 // call's context; Get is passed through untraced (Options.Wait polls it).
+// s gets the call's context with the span added: its deadline,
+// cancellation and values are the caller's, and a context s derives from
+// it costs no goroutine more than one derived from the caller's. Answers
+// and errors are s's, unchanged.
 // The returned store is a guard.StepStore exactly when s is one, so steps
 // keep working, and guard.KeepsSteps answers for it as for s.
 //
