@@ -35,7 +35,10 @@ type LogOptions struct {
 // first 12 hex digits (48 bits) of SHA-256 over the key's scope, a zero
 // byte and its id. The same key has the same digest in every process, so
 // its log lines still correlate (httpx's log uses the same digest), but
-// the digest does not give the key back to whoever reads the log.
+// the digest does not give the key back to whoever reads the log, as long
+// as the id cannot be guessed (a client's random key): the digest is not
+// keyed, so an id from a small set (an order number, a message offset)
+// is found by hashing each candidate with the scope the log shows.
 func KeyDigest(k guard.Key) string {
 	h := sha256.New()
 	h.Write([]byte(k.Scope))

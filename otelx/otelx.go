@@ -139,17 +139,40 @@ func (t *Tracer) keyAttrs(key guard.Key, more ...attribute.KeyValue) []attribute
 	return append(attrs, more...)
 }
 
-func (t *Tracer) start(ctx context.Context, name string, key guard.Key, more ...attribute.KeyValue) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.keyAttrs(key, more...)...))
+// clientSpan are the options of a store call's span, made once.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
+// start starts the span of a store call for key, with the attributes
+// that name key, lease's (when not nil) and more. Only a recording span
+// gets them: a span not recorded costs no digest and no attributes (a
+// sampler, and a span processor's OnStart, see the span's name and kind,
+// not its attributes).
+func (t *Tracer) start(ctx context.Context, name string, key guard.Key, lease *guard.Lease, more ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, name, clientSpan...)
+	if span.IsRecording() {
+		attrs := t.keyAttrs(key, more...)
+		if lease != nil {
+			attrs = append(attrs, Attempt.Int(lease.Attempt), Fence.Int64(lease.Fence))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
 }
 
-func leaseAttrs(l guard.Lease) []attribute.KeyValue {
-	return []attribute.KeyValue{Attempt.Int(l.Attempt), Fence.Int64(l.Fence)}
+// startCall is start, and returns the context to pass the store: ctx with
+// the span, and ctx's AfterFunc (keepAfterFunc).
+func (t *Tracer) startCall(ctx context.Context, name string, key guard.Key, lease *guard.Lease, more ...attribute.KeyValue) (context.Context, trace.Span) {
+	sctx, span := t.start(ctx, name, key, lease, more...)
+	return keepAfterFunc(ctx, sctx), span
 }
 
 // failed marks span as failed with err: its outcome, an exception event
-// and an error status, the key replaced by its digest in the text.
+// and an error status, the key replaced by its digest in the text. A span
+// not recorded gets nothing.
 func failed(span trace.Span, key guard.Key, err error) {
+	if !span.IsRecording() {
+		return
+	}
 	outcome := "error"
 	switch {
 	case errors.Is(err, guard.ErrLeaseLost):
@@ -168,7 +191,7 @@ func failed(span trace.Span, key guard.Key, err error) {
 
 // write runs a store write in a span.
 func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn func(context.Context) error, more ...attribute.KeyValue) error {
-	ctx, span := t.start(ctx, name, lease.Key, append(leaseAttrs(lease), more...)...)
+	ctx, span := t.startCall(ctx, name, lease.Key, &lease, more...)
 	defer span.End()
 	err := fn(ctx)
 	wrote(span, lease.Key, err)
@@ -177,16 +200,22 @@ func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn f
 
 // wrote records a write's answer on its span.
 func wrote(span trace.Span, key guard.Key, err error) {
-	if err != nil {
+	switch {
+	case !span.IsRecording():
+	case err != nil:
 		failed(span, key, err)
-		return
+	default:
+		span.SetAttributes(Outcome.String("ok"))
 	}
-	span.SetAttributes(Outcome.String("ok"))
 }
 
 // Store returns s with a span around each Claim, Complete, Fail, Release,
 // Extend and (for a guard.StepStore) SaveStep, a child of the span in the
 // call's context; Get is passed through untraced (Options.Wait polls it).
+// s gets the call's context with the span added: its deadline,
+// cancellation and values are the caller's, and a context s derives from
+// it costs no goroutine more than one derived from the caller's. Answers
+// and errors are s's, unchanged.
 // The returned store is a guard.StepStore exactly when s is one, so steps
 // keep working, and guard.KeepsSteps answers for it as for s.
 //
@@ -237,7 +266,7 @@ func (w *store) HonoursDeadline() bool {
 }
 
 func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
-	ctx, span := w.t.start(ctx, SpanClaim, req.Key)
+	ctx, span := w.t.startCall(ctx, SpanClaim, req.Key, nil)
 	defer span.End()
 	out, err := w.s.Claim(ctx, req)
 	claimed(span, req.Key, out, err)
@@ -246,6 +275,9 @@ func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 
 // claimed records a claim's answer on its span.
 func claimed(span trace.Span, key guard.Key, out guard.Outcome, err error) {
+	if !span.IsRecording() {
+		return
+	}
 	if err != nil {
 		failed(span, key, err)
 		return
@@ -345,7 +377,7 @@ type batchesOf struct {
 func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([]guard.Outcome, []error) {
 	spans := make([]trace.Span, len(reqs))
 	for i := range reqs {
-		_, spans[i] = b.w.t.start(ctx, SpanClaim, reqs[i].Key)
+		_, spans[i] = b.w.t.start(ctx, SpanClaim, reqs[i].Key, nil)
 	}
 	out, errs := b.bs.ClaimBatch(ctx, reqs)
 	for i, span := range spans {
@@ -365,15 +397,15 @@ var writeSpans = map[guard.WriteKind]string{
 func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	spans := make([]trace.Span, len(ws))
 	for i := range ws {
-		attrs := leaseAttrs(ws[i].Lease)
+		var attrs []attribute.KeyValue
 		if ws[i].Kind == guard.WriteComplete {
-			attrs = append(attrs, ResultSize.Int(len(ws[i].Result)))
+			attrs = []attribute.KeyValue{ResultSize.Int(len(ws[i].Result))}
 		}
 		name, ok := writeSpans[ws[i].Kind]
 		if !ok {
 			name = "idemguard." + ws[i].Kind.String()
 		}
-		_, spans[i] = b.w.t.start(ctx, name, ws[i].Lease.Key, attrs...)
+		_, spans[i] = b.w.t.start(ctx, name, ws[i].Lease.Key, &ws[i].Lease, attrs...)
 	}
 	errs := b.bs.WriteBatch(ctx, ws)
 	for i, span := range spans {
@@ -395,8 +427,11 @@ func (t *Tracer) Func(fn guard.Func) guard.Func {
 		panic("otelx: nil guard.Func")
 	}
 	return func(ctx context.Context, lease guard.Lease) (value []byte, err error) {
-		ctx, span := t.tracer.Start(ctx, SpanEffect, trace.WithAttributes(
-			t.keyAttrs(lease.Key, Attempt.Int(lease.Attempt), Fence.Int64(lease.Fence), Recovered.Bool(lease.Recovered))...))
+		ctx, span := t.tracer.Start(ctx, SpanEffect)
+		recording := span.IsRecording() // only then are the attributes made (see start)
+		if recording {
+			span.SetAttributes(t.keyAttrs(lease.Key, Attempt.Int(lease.Attempt), Fence.Int64(lease.Fence), Recovered.Bool(lease.Recovered))...)
+		}
 		returned := false
 		defer func() {
 			if !returned {
@@ -407,6 +442,9 @@ func (t *Tracer) Func(fn guard.Func) guard.Func {
 		}()
 		value, err = fn(ctx, lease)
 		returned = true
+		if !recording {
+			return value, err
+		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), guard.ErrLeaseLost) {
 			span.SetAttributes(LeaseLost.Bool(true))
 		}

@@ -37,7 +37,8 @@ type Options struct {
 	Namespace string
 	// ConstLabels are added to every metric (e.g. the service name).
 	ConstLabels prometheus.Labels
-	// Buckets are the store latency histogram buckets, in seconds.
+	// Buckets are the store latency histogram buckets, in seconds, each
+	// greater than the one before (New refuses others).
 	// Default DefaultBuckets.
 	Buckets []float64
 }
@@ -77,7 +78,8 @@ var _ guard.Observer = (*Metrics)(nil)
 
 // New creates the metrics and registers them on reg. It fails if reg
 // already holds metrics of the same names (use a prometheus.WrapRegistererWith
-// or another Namespace for a second guard).
+// or another Namespace for a second guard), or if opts are refused (Buckets
+// not increasing, a constant label named kind, op or result).
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: nil Registerer")
@@ -87,6 +89,12 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	if len(opts.Buckets) == 0 {
 		opts.Buckets = DefaultBuckets
+	}
+	// The histogram panics on these when its first series is made.
+	for i := 1; i < len(opts.Buckets); i++ {
+		if opts.Buckets[i-1] >= opts.Buckets[i] {
+			return nil, fmt.Errorf("metrics: Buckets must increase: %g then %g", opts.Buckets[i-1], opts.Buckets[i])
+		}
 	}
 	m := &Metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -257,6 +257,28 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// TestNewBadBuckets: buckets the histogram refuses are New's error, not a
+// panic (the histogram panicked when New made its first series), and
+// nothing is registered.
+func TestNewBadBuckets(t *testing.T) {
+	for _, b := range [][]float64{{2, 1}, {1, 1}, {0.1, 0.2, 0.2}} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("New with buckets %v panicked: %v", b, p)
+				}
+			}()
+			reg := prometheus.NewRegistry()
+			if _, err := promx.New(reg, promx.Options{Buckets: b}); err == nil {
+				t.Errorf("buckets %v accepted", b)
+			}
+			if _, err := promx.New(reg, promx.Options{}); err != nil {
+				t.Errorf("New after a refused one: %v", err)
+			}
+		}()
+	}
+}
+
 // No metric carries a key in a label: after events and store calls for
 // keys with distinctive ids, no label value holds one.
 func TestMetricLabelsCarryNoKeys(t *testing.T) {
