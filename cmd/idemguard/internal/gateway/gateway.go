@@ -149,12 +149,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	} else if err := gw.openStore(); err != nil {
 		return nil, err
 	}
-	store := gw.store
-	if ss, ok := store.(guard.StepStore); ok {
-		store = stepsThrough{Store: gm.Store(store), steps: ss}
-	} else {
-		store = gm.Store(store)
-	}
+	// Timed by promx, which forwards the steps (guard.Step, the forward
+	// step), batches and deadlines of the store under it.
+	store := gm.Store(gw.store)
 	observer := metrics.Tee(gm, metrics.NewLogger(gw.log, metrics.LogOptions{LogKeys: cfg.Log.Keys}))
 	gw.transport = newTransport(cfg, opts.dial)
 
@@ -314,21 +311,6 @@ func headerTenant(name string) func(*http.Request) string {
 		return strings.TrimSpace(v[0])
 	}
 }
-
-// stepsThrough is the metrics-timed store with the steps of the store
-// under it (metrics times the Store methods only).
-type stepsThrough struct {
-	guard.Store
-	steps guard.StepStore
-}
-
-func (s stepsThrough) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return s.steps.SaveStep(ctx, lease, index, step)
-}
-
-// KeepsSteps answers as the store under it does (see guard.StepStore), so
-// over one keeping no steps guard.Step refuses before its step runs.
-func (s stepsThrough) KeepsSteps() bool { return guard.KeepsSteps(s.steps) }
 
 // openStore connects the configured Redis and wraps it in the fallback
 // policy.
