@@ -135,8 +135,8 @@ func (c *Consumer) deleted(ctx context.Context, ids []string) {
 // at once, as if unwatched, its cause naming the record (pending, with its
 // lease left), and the log says the list was full. Entries are deleted
 // under a live holder only while it runs them: a list this long means a
-// mass trim under busy consumers.
-const maxWatched = 1024
+// mass trim under busy consumers. (A variable for tests.)
+var maxWatched = 1024
 
 // watched is a deleted entry whose record showed a live holder.
 type watched struct {

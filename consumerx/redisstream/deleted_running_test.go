@@ -259,3 +259,23 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Past maxWatched entries watched at once, an entry deleted while running
+// elsewhere is dead-lettered at once, as before there was a watch list,
+// not dropped: its cause names its record, pending with its lease left, for
+// the operator to check before adding the payload again.
+func TestDeletedEntryRunningElsewherePastTheWatchCapDeadLetteredAtOnce(t *testing.T) {
+	defer func(n int) { maxWatched = n }(maxWatched)
+	maxWatched = 0
+	release := make(chan struct{})
+	_, stream, dead, _, stop := runningElsewhere(t, func() error { return nil }, release, nil)
+	testenv.WaitFor(t, 10*time.Second, "the dead letter", func() bool { return dead.len() > 0 })
+	close(release)
+	stop()
+	dead.mu.Lock()
+	defer dead.mu.Unlock()
+	if len(dead.ids) != 1 || dead.ids[0] != ID(stream, "1-1") || !errors.Is(dead.causes[0], ErrDeleted) ||
+		!strings.Contains(dead.causes[0].Error(), "pending, attempt 1, lease left") {
+		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted, its record pending with its lease left", dead.ids, dead.causes, ID(stream, "1-1"))
+	}
+}
