@@ -18,10 +18,12 @@ import (
 // ErrDeleted is the cause an entry is dead-lettered with when it was
 // deleted from the stream (XDEL, XTRIM, MAXLEN) while pending and its
 // record shows its effect did not complete and will not: failed, none
-// (released or expired), or pending with its lease run out and nobody
-// holding it. Its fields are gone, so it cannot run. One still running
-// elsewhere (its holder's lease alive) is watched until its record
-// settles, not dead-lettered while it runs (see Consumer.Run). Two cases
+// (released or expired; still none MinIdle after it was found deleted, for
+// the consumer that has just read it may not have claimed it yet), or
+// pending with its lease run out and nobody holding it. Its fields are
+// gone, so it cannot run. One still running elsewhere (its holder's lease
+// alive) is watched until its record settles, not dead-lettered while it
+// runs (see Consumer.Run). Two cases
 // are dead-lettered without that knowledge, and say so in the cause: with
 // Options.Process.Key set (the key is in the fields that are gone: the
 // record is "unknown"), and past maxWatched (1024) entries watched at once
@@ -112,11 +114,18 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 //     recently it was delivered; MinIdle does not protect it). It is
 //     watched: its record is read again at the start of each reclaim pass
 //     (see recheck) until it settles, one way or the other;
-//   - failed, none (released, or expired), pending with its lease run
-//     out and nobody holding it: dead-lettered, the record named in the
-//     cause;
+//   - failed, pending with its lease run out and nobody holding it:
+//     dead-lettered, the record named in the cause;
+//   - none (released, expired, or not yet claimed by the consumer that
+//     has just read it: its XREADGROUP answered, its claim on the way):
+//     watched for MinIdle, as a pending entry waits MinIdle before it is
+//     taken over, then dead-lettered if there is still none (at once as
+//     Run returns);
 //   - unreadable: dead-lettered, unless it is watched and the lease it
-//     last showed has not yet run out (it is read again on the next pass).
+//     last showed (or its MinIdle without a record) has not yet run out:
+//     it is read again on the next pass (as Run returns, one whose lease
+//     has not run out is logged at Error level instead, as one still
+//     held).
 //
 // Without Options.Process.Key the record is the entry's own; with it, the
 // key is in the fields that are gone, the record cannot be found, and the
@@ -138,9 +147,13 @@ func (c *Consumer) deleted(ctx context.Context, ids []string) {
 // mass trim under busy consumers. (A variable for tests.)
 var maxWatched = 1024
 
-// watched is a deleted entry whose record showed a live holder.
+// watched is a deleted entry whose record showed a live holder, or none
+// yet.
 type watched struct {
-	until time.Time // when the lease the record last showed runs out
+	until time.Time // when the lease the record last showed runs out (unclaimed: when to stop waiting for a claim)
+	// unclaimed: it had no record when first found deleted, and is read
+	// again until a claim shows up, for MinIdle.
+	unclaimed bool
 }
 
 // recheck reads again the records of the watched deleted entries (see
@@ -156,7 +169,8 @@ func (c *Consumer) recheck(ctx context.Context) {
 
 // lastCheck is recheck as Run returns: the watched entries are gone from
 // the pending list, and no one else knows of them. Those whose records
-// have settled are answered as on any pass; those still held elsewhere
+// have settled are answered as on any pass, and those with no record yet
+// are dead-lettered without waiting out MinIdle; those still held elsewhere
 // are not dead-lettered (their holder will most likely complete them; Run
 // does not wait a lease to find out) but logged at Error level with the id
 // and the record: if that holder fails, nothing runs the entry again and
@@ -197,7 +211,7 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 					delete(c.watch, id)
 					continue
 				case w != nil:
-					w.until = until
+					w.until, w.unclaimed = until, false
 					continue
 				case len(c.watch) < maxWatched:
 					c.watch[id] = &watched{until: until}
@@ -216,12 +230,22 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 				ack = append(ack, id)
 				continue
 			case errors.Is(err, guard.ErrNotFound):
+				if !last && w == nil && len(c.watch) < maxWatched {
+					// The consumer that read it may not have claimed it
+					// yet (its XREADGROUP answered, its claim on the
+					// way): look again for MinIdle.
+					c.watch[id] = &watched{until: time.Now().Add(c.opts.MinIdle), unclaimed: true}
+					continue
+				}
+				if !last && w != nil && w.unclaimed && time.Now().Before(w.until) {
+					continue
+				}
 				record = "none"
 			case err != nil:
-				if w != nil && time.Now().Before(w.until) {
-					if !last {
-						continue // read again on the next pass
-					}
+				if w != nil && time.Now().Before(w.until) && !last {
+					continue // read again on the next pass
+				}
+				if w != nil && !w.unclaimed && time.Now().Before(w.until) {
 					c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream, its record unreadable as the consumer stops, its lease not yet run out: not dead-lettered; if its effect does not complete, nothing will run it again",
 						"id", id, "err", err)
 					delete(c.watch, id)

@@ -279,3 +279,87 @@ func TestDeletedEntryRunningElsewherePastTheWatchCapDeadLetteredAtOnce(t *testin
 		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted, its record pending with its lease left", dead.ids, dead.causes, ID(stream, "1-1"))
 	}
 }
+
+// Consumer a's XREADGROUP has handed it entry 1-1, and its claim is still
+// on the way, when the entry is deleted from the stream and consumer b's
+// reclaim pass finds it deleted with no record yet. b does not dead-letter
+// it on that first look: a claims it and completes it, and there is no
+// dead letter.
+func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gate := &readGate{consumer: "a", read: make(chan struct{}), open: make(chan struct{})}
+	e.rdb.AddHook(gate)
+	var ran atomic.Int32
+	a := e.consumer(func(context.Context, consumerx.Message) error {
+		ran.Add(1)
+		return nil
+	}, Options{Stream: stream, Group: "billing", Consumer: "a"})
+	b := &passes{consumer: "b"}
+	e.rdb.AddHook(b)
+	dead := &deadLetters{}
+	bc := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		// MinIdle, how long b waits for a claim of an entry found deleted
+		// with no record, is far longer than a's claim takes; Redis 7
+		// names deleted entries whatever it is.
+		Options{Stream: stream, Group: "billing", Consumer: "b", MinIdle: 5 * time.Second, ClaimEvery: 10 * time.Millisecond,
+			Process: consumerx.Options{DeadLetter: dead.hook}})
+	stopA := e.run(a)
+	<-gate.read // a has read 1-1 and not claimed it
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stopB := e.run(bc)
+	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
+		return pending(t, e.rdb, stream, "billing") == 0
+	})
+	b.wait(t, 2)
+	close(gate.open)
+	testenv.WaitFor(t, 10*time.Second, "a's effect", func() bool { return ran.Load() == 1 })
+	key := guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: ID(stream, "1-1")}
+	testenv.WaitFor(t, 10*time.Second, "a's effect completed", func() bool {
+		rec, err := e.g.Get(ctx, key)
+		return err == nil && rec.State == guard.StateCompleted
+	})
+	b.wait(t, 2)
+	stopB()
+	stopA()
+	if n := dead.len(); n != 0 {
+		t.Errorf("dead-lettered %v (%v); its effect completed", dead.ids, dead.causes)
+	}
+}
+
+// readGate holds consumer's first XREADGROUP that hands it entries, once
+// answered, until open is closed (or the command's context ends); read is
+// closed when it holds it.
+type readGate struct {
+	consumer   string
+	read, open chan struct{}
+	once       sync.Once
+}
+
+func (h *readGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *readGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		xr, ok := cmd.(*redis.XStreamSliceCmd)
+		if args := cmd.Args(); !ok || cmd.Name() != "xreadgroup" || len(args) < 4 || args[3] != h.consumer || err != nil || len(xr.Val()) == 0 {
+			return err
+		}
+		h.once.Do(func() {
+			close(h.read)
+			select {
+			case <-h.open:
+			case <-ctx.Done():
+			}
+		})
+		return err
+	}
+}
+func (h *readGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
