@@ -20,7 +20,9 @@ import (
 // record shows its effect did not complete and will not: failed, none
 // (released or expired; still none MinIdle after it was found deleted, for
 // the consumer that has just read it may not have claimed it yet), or
-// pending with its lease run out and nobody holding it. Its fields are
+// pending with its lease run out and nobody holding it (the consumer then
+// claims the key and records it failed first, so that a holder running
+// past its lease cannot complete it after the dead letter). Its fields are
 // gone, so it cannot run. One still running elsewhere (its holder's lease
 // alive) is watched until its record settles, not dead-lettered while it
 // runs (see Consumer.Run). Two cases
@@ -114,8 +116,10 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 //     recently it was delivered; MinIdle does not protect it). It is
 //     watched: its record is read again at the start of each reclaim pass
 //     (see recheck) until it settles, one way or the other;
-//   - failed, pending with its lease run out and nobody holding it:
-//     dead-lettered, the record named in the cause;
+//   - failed: dead-lettered, the record named in the cause;
+//   - pending with its lease run out and nobody holding it: taken over
+//     first (see takeOver: its holder, were it still running past its
+//     lease, can no longer complete it), then dead-lettered;
 //   - none (released, expired, or not yet claimed by the consumer that
 //     has just read it: its XREADGROUP answered, its claim on the way):
 //     watched for MinIdle, as a pending entry waits MinIdle before it is
@@ -252,6 +256,26 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 					continue
 				}
 				record = "unreadable: " + err.Error()
+			case err == nil && rec.State == guard.StatePending: // its lease ran out, nobody holding it
+				out, terr := c.takeOver(ctx, msg, rec)
+				switch {
+				case terr == nil && out.Status == guard.Replay:
+					c.log.InfoContext(ctx, "redisstream: pending entry deleted from the stream; its effect had completed", "id", id)
+					delete(c.watch, id)
+					ack = append(ack, id)
+					continue
+				case out.Status == guard.InProgress:
+					// Claimed again since: watched as one held.
+					if !last && (w != nil || len(c.watch) < maxWatched) {
+						c.watch[id] = &watched{until: time.Now().Add(out.LeaseLeft)}
+						continue
+					}
+					record = fmt.Sprintf("%s, lease left %s", guard.InProgress, out.LeaseLeft)
+				case terr == nil:
+					record = fmt.Sprintf("%s, attempt %d, lease run out; taken over and failed, so that its holder cannot complete it", rec.State, rec.Attempt)
+				default:
+					record = fmt.Sprintf("%s, attempt %d, lease run out; not taken over: %v", rec.State, rec.Attempt, terr)
+				}
 			default:
 				record = fmt.Sprintf("%s, attempt %d", rec.State, rec.Attempt)
 			}
@@ -271,6 +295,29 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 			c.log.WarnContext(ctx, "redisstream: xack failed", "ids", len(ack), "err", err)
 		}
 	}
+}
+
+// takeOver claims the key of msg, a deleted entry whose record rec is
+// pending with its lease run out, and records the attempt failed
+// (ErrDeleted): a holder still running past its lease (paused, or deaf to
+// its context) can then no longer complete it (the store refuses its
+// token), so the dead letter that follows holds. It returns the claim's
+// outcome: Replay if the effect completed meanwhile, InProgress if
+// someone else holds the key now.
+func (c *Consumer) takeOver(ctx context.Context, msg consumerx.Message, rec guard.Record) (guard.Outcome, error) {
+	key, err := c.proc.Key(msg)
+	if err != nil {
+		return guard.Outcome{}, err
+	}
+	out, err := c.g.Claim(ctx, key, rec.Fingerprint)
+	if err != nil || out.Status != guard.Acquired {
+		return out, err
+	}
+	if err := c.g.Fail(ctx, out.Lease, ErrDeleted); err != nil {
+		// The claim is this consumer's all the same: it runs out unheld.
+		c.log.WarnContext(ctx, "redisstream: deleted entry taken over, its failure not recorded", "id", msg.ID, "err", err)
+	}
+	return out, nil
 }
 
 // deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries,

@@ -168,7 +168,9 @@ func TestDeletedEntryRunningElsewhereFailsDeadLetteredOnce(t *testing.T) {
 // heartbeat); the entry is deleted from the stream. Consumer b's reclaim
 // pass finds it deleted while the dead consumer's lease has time left: b
 // does not dead-letter it then, but once the lease has run out with
-// nobody holding the key, once.
+// nobody holding the key, once; and the dead consumer, were it still
+// running past its lease, can no longer complete it (the dead letter
+// holds: its effect will not complete).
 func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	ctx := context.Background()
@@ -194,8 +196,9 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	short := guard.New(e.g.Store(), guard.Options{Lease: 2 * time.Second})
-	if out, err := short.Claim(ctx, key, ""); err != nil || out.Status != guard.Acquired {
-		t.Fatalf("claim = %+v, %v", out, err)
+	held, err := short.Claim(ctx, key, "")
+	if err != nil || held.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", held, err)
 	}
 	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
 		t.Fatal(err)
@@ -217,6 +220,12 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 	defer dead.mu.Unlock()
 	if len(dead.ids) != 1 || dead.ids[0] != ID(stream, "1-1") || !errors.Is(dead.causes[0], ErrDeleted) {
 		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted", dead.ids, dead.causes, ID(stream, "1-1"))
+	}
+	if err := short.Complete(ctx, held.Lease, nil); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("the dead consumer's late completion: %v, want ErrLeaseLost", err)
+	}
+	if rec, err := e.g.Get(ctx, key); err != nil || rec.State != guard.StateFailed {
+		t.Errorf("record = %+v, %v; want failed", rec, err)
 	}
 }
 
