@@ -109,8 +109,9 @@ type Options struct {
 	ClaimEvery time.Duration
 	// DeadLetterStream receives, with XADD, every entry that cannot succeed
 	// (see consumerx.DeadLettered), with its fields and the Field* fields
-	// above, and every pending entry found deleted from the stream before
-	// its effect completed (ErrDeleted), with the Field* fields alone.
+	// above, and every pending entry found deleted from the stream whose
+	// effect did not complete and will not (ErrDeleted), with the Field*
+	// fields alone.
 	// Default Stream + ":dead".
 	DeadLetterStream string
 	// Process configures deduplication: key and fingerprint functions,
@@ -142,6 +143,11 @@ type Consumer struct {
 	// since. A group created again starts there (see noGroup). Only Run's
 	// goroutine uses it.
 	read string
+	// watch holds, by entry id, the pending entries found deleted from
+	// the stream while another holder's lease had time left, until their
+	// records settle (see deleted); at most maxWatched. Only Run's
+	// goroutine uses it.
+	watch map[string]*watched
 }
 
 // batchFunc runs a batch of entries and reports which to acknowledge:
@@ -232,11 +238,18 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // batch through consumerx.Processor.ProcessBatch: the batch's claims in
 // one round trip, the handlers (Concurrency at once), the completions,
 // failures and releases in one more, then one XACK for the entries to
-// acknowledge. Once ctx is cancelled it sends nothing more (but the dead
-// letters of pending entries Redis has just reported deleted from the
-// stream: see ErrDeleted): entries it had not acknowledged stay pending,
-// and the consumer that takes them over finds them done (Duplicate) or
-// not. A
+// acknowledge. Pending entries XAUTOCLAIM reports deleted from the stream
+// are dead-lettered (ErrDeleted) unless their records show their effects
+// completed; one still running elsewhere, or with no record yet (for
+// MinIdle), is watched (at most 1024 at once), its record read again at
+// the start of each reclaim pass until it settles. Once ctx is cancelled it sends nothing more but the answers for
+// deleted entries (Redis has dropped them from the pending list and will
+// not name them again): those just reported, and, as Run returns, one
+// last read of the watched ones: those settled are answered, those still
+// running elsewhere are logged at Error level with their ids and records,
+// not dead-lettered (Run does not wait a lease for them). Entries it had
+// not acknowledged stay pending, and the consumer that takes them over
+// finds them done (Duplicate) or not. A
 // handler running when ctx is cancelled sees its context cancelled; if it
 // then returns an error, the entry is Interrupted: its claim is released,
 // no attempt is counted and nothing is dead-lettered, and the consumer
@@ -289,6 +302,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 			c.handle(ctx, s.Messages, batch)
 		}
 	}
+	c.lastCheck(ctx)
 	return nil
 }
 
@@ -304,8 +318,12 @@ func (c *Consumer) failed(ctx context.Context, op string, err error, wait time.D
 // reclaim takes over and handles up to Count entries pending longer than
 // MinIdle, from cursor on; it returns where the pass goes on, "0-0" at the
 // end of the pending list. Pending entries found deleted from the stream
-// are dead-lettered (see deleted).
+// are answered (see deleted); a pass starts by reading again the records
+// of those watched (recheck).
 func (c *Consumer) reclaim(ctx context.Context, cursor string, batch batchFunc) (string, error) {
+	if cursor == "0-0" {
+		c.recheck(ctx)
+	}
 	next, msgs, gone, err := c.autoClaim(ctx, cursor)
 	if err != nil {
 		return cursor, err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,10 +16,23 @@ import (
 )
 
 // ErrDeleted is the cause an entry is dead-lettered with when it was
-// deleted from the stream (XDEL, XTRIM, MAXLEN) while pending, before
-// its effect was known to have completed: its fields are gone, so it
-// cannot run. The dead letter carries its id alone; Options.Process's
-// OnOutcome does not hear of it (nothing was delivered).
+// deleted from the stream (XDEL, XTRIM, MAXLEN) while pending and its
+// record shows its effect did not complete and will not: failed, none
+// (released or expired; still none MinIdle after it was found deleted, for
+// the consumer that has just read it may not have claimed it yet), or
+// pending with its lease run out and nobody holding it (the consumer then
+// claims the key and records it failed first, so that a holder running
+// past its lease cannot complete it after the dead letter). Its fields are
+// gone, so it cannot run. One still running elsewhere (its holder's lease
+// alive) is watched until its record settles, not dead-lettered while it
+// runs (see Consumer.Run). Two cases
+// are dead-lettered without that knowledge, and say so in the cause: with
+// Options.Process.Key set (the key is in the fields that are gone: the
+// record is "unknown"), and past maxWatched (1024) entries watched at once
+// (the record shows "pending … lease left": check it before adding the
+// payload again). The dead letter carries its id alone;
+// Options.Process's OnOutcome does not hear of it (nothing was
+// delivered).
 var ErrDeleted = errors.New("redisstream: entry deleted from the stream while pending")
 
 // autoClaim sends XAUTOCLAIM and returns where the pass goes on, the
@@ -89,40 +104,183 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 }
 
 // deleted answers for pending entries found deleted from the stream: each
-// is dead-lettered (ErrDeleted) unless its record shows its effect
-// completed (only its XACK was lost: a dead letter would invite running
-// it again). Without Options.Process.Key the record is the entry's own;
-// with it, the key is in the fields that are gone, and the entry is
-// dead-lettered. Those answered are acknowledged (Redis 6.2 keeps them
-// pending); a dead letter that fails is logged at Error level with the
-// id, for Redis 7 has already dropped the entry and will not name it
-// again. For that reason too they are sent even once ctx has ended (a
-// shutdown), within deletedTimeout.
+// is dead-lettered (ErrDeleted) when its record shows its effect did not
+// complete and will not, so that a dead letter never invites running again
+// an effect that ran (an operator re-drives a dead letter by adding its
+// payload again, under a new entry id: a new key).
+//
+//   - completed: logged at Info level, not dead-lettered (only its XACK
+//     was lost);
+//   - pending with lease left: another consumer still runs it (Redis 7's
+//     XAUTOCLAIM drops a deleted entry from the pending list however
+//     recently it was delivered; MinIdle does not protect it). It is
+//     watched: its record is read again at the start of each reclaim pass
+//     (see recheck) until it settles, one way or the other;
+//   - failed: dead-lettered, the record named in the cause;
+//   - pending with its lease run out and nobody holding it: taken over
+//     first (see takeOver: its holder, were it still running past its
+//     lease, can no longer complete it), then dead-lettered;
+//   - none (released, expired, or not yet claimed by the consumer that
+//     has just read it: its XREADGROUP answered, its claim on the way):
+//     watched for MinIdle, as a pending entry waits MinIdle before it is
+//     taken over, then dead-lettered if there is still none (at once as
+//     Run returns);
+//   - unreadable: dead-lettered, unless it is watched and the lease it
+//     last showed (or its MinIdle without a record) has not yet run out:
+//     it is read again on the next pass (as Run returns, one whose lease
+//     has not run out is logged at Error level instead, as one still
+//     held).
+//
+// Without Options.Process.Key the record is the entry's own; with it, the
+// key is in the fields that are gone, the record cannot be found, and the
+// entry is dead-lettered at once (its cause says the record is unknown).
+// Those answered are acknowledged (Redis 6.2 keeps them pending); a dead
+// letter that fails is logged at Error level with the id, for Redis 7 has
+// already dropped the entry and will not name it again. For that reason
+// too they are sent even once ctx has ended (a shutdown), within
+// deletedTimeout.
 func (c *Consumer) deleted(ctx context.Context, ids []string) {
+	c.answer(ctx, ids, false)
+}
+
+// maxWatched bounds how many deleted entries a consumer watches (see
+// deleted): one past it whose record shows a live holder is dead-lettered
+// at once, as if unwatched, its cause naming the record (pending, with its
+// lease left), and the log says the list was full. Entries are deleted
+// under a live holder only while it runs them: a list this long means a
+// mass trim under busy consumers. (A variable for tests.)
+var maxWatched = 1024
+
+// watched is a deleted entry whose record showed a live holder, or none
+// yet.
+type watched struct {
+	until time.Time // when the lease the record last showed runs out (unclaimed: when to stop waiting for a claim)
+	// unclaimed: it had no record when first found deleted, and is read
+	// again until a claim shows up, for MinIdle.
+	unclaimed bool
+}
+
+// recheck reads again the records of the watched deleted entries (see
+// deleted) and answers those that settled. It runs at the start of each
+// reclaim pass, so a watched entry is answered within ClaimEvery of its
+// record settling; the reads are one per entry, never a wait for a lease.
+func (c *Consumer) recheck(ctx context.Context) {
+	if len(c.watch) == 0 {
+		return
+	}
+	c.answer(ctx, slices.Sorted(maps.Keys(c.watch)), false)
+}
+
+// lastCheck is recheck as Run returns: the watched entries are gone from
+// the pending list, and no one else knows of them. Those whose records
+// have settled are answered as on any pass, and those with no record yet
+// are dead-lettered without waiting out MinIdle; those still held elsewhere
+// are not dead-lettered (their holder will most likely complete them; Run
+// does not wait a lease to find out) but logged at Error level with the id
+// and the record: if that holder fails, nothing runs the entry again and
+// nothing dead-letters it.
+func (c *Consumer) lastCheck(ctx context.Context) {
+	if len(c.watch) == 0 {
+		return
+	}
+	c.answer(ctx, slices.Sorted(maps.Keys(c.watch)), true)
+}
+
+// answer answers the deleted entries ids (see deleted); last is Run's
+// last check (see lastCheck).
+func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 	if len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deletedTimeout)
 	defer cancel()
+	if c.watch == nil {
+		c.watch = make(map[string]*watched)
+	}
 	ack := make([]string, 0, len(ids))
 	for _, id := range ids {
 		msg := consumerx.Message{ID: ID(c.opts.Stream, id), Metadata: map[string]string{}, Raw: redis.XMessage{ID: id}}
+		w := c.watch[id]
 		record := "unknown: Options.Process.Key reads the fields"
 		if c.opts.Process.Key == nil {
 			rec, err := c.record(ctx, msg)
+			held := err == nil && rec.State == guard.StatePending && rec.LeaseLeft > 0
+			if held {
+				until := time.Now().Add(rec.LeaseLeft)
+				record = fmt.Sprintf("%s, attempt %d, lease left %s", rec.State, rec.Attempt, rec.LeaseLeft)
+				switch {
+				case last:
+					c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream, still running elsewhere as the consumer stops: not dead-lettered; if its effect does not complete, nothing will run it again",
+						"id", id, "record", record)
+					delete(c.watch, id)
+					continue
+				case w != nil:
+					w.until, w.unclaimed = until, false
+					continue
+				case len(c.watch) < maxWatched:
+					c.watch[id] = &watched{until: until}
+					c.log.InfoContext(ctx, "redisstream: pending entry deleted from the stream while running elsewhere: watched until its record settles",
+						"id", id, "record", record)
+					continue
+				}
+				c.log.WarnContext(ctx, "redisstream: pending entry deleted from the stream while running elsewhere, and too many watched already: dead-lettered at once",
+					"id", id, "record", record, "watched", len(c.watch))
+			}
 			switch {
+			case held:
 			case err == nil && rec.State == guard.StateCompleted:
 				c.log.InfoContext(ctx, "redisstream: pending entry deleted from the stream; its effect had completed", "id", id)
+				delete(c.watch, id)
 				ack = append(ack, id)
 				continue
 			case errors.Is(err, guard.ErrNotFound):
+				if !last && w == nil && len(c.watch) < maxWatched {
+					// The consumer that read it may not have claimed it
+					// yet (its XREADGROUP answered, its claim on the
+					// way): look again for MinIdle.
+					c.watch[id] = &watched{until: time.Now().Add(c.opts.MinIdle), unclaimed: true}
+					continue
+				}
+				if !last && w != nil && w.unclaimed && time.Now().Before(w.until) {
+					continue
+				}
 				record = "none"
 			case err != nil:
+				if w != nil && time.Now().Before(w.until) && !last {
+					continue // read again on the next pass
+				}
+				if w != nil && !w.unclaimed && time.Now().Before(w.until) {
+					c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream, its record unreadable as the consumer stops, its lease not yet run out: not dead-lettered; if its effect does not complete, nothing will run it again",
+						"id", id, "err", err)
+					delete(c.watch, id)
+					continue
+				}
 				record = "unreadable: " + err.Error()
+			case err == nil && rec.State == guard.StatePending: // its lease ran out, nobody holding it
+				out, terr := c.takeOver(ctx, msg, rec)
+				switch {
+				case terr == nil && out.Status == guard.Replay:
+					c.log.InfoContext(ctx, "redisstream: pending entry deleted from the stream; its effect had completed", "id", id)
+					delete(c.watch, id)
+					ack = append(ack, id)
+					continue
+				case out.Status == guard.InProgress:
+					// Claimed again since: watched as one held.
+					if !last && (w != nil || len(c.watch) < maxWatched) {
+						c.watch[id] = &watched{until: time.Now().Add(out.LeaseLeft)}
+						continue
+					}
+					record = fmt.Sprintf("%s, lease left %s", guard.InProgress, out.LeaseLeft)
+				case terr == nil:
+					record = fmt.Sprintf("%s, attempt %d, lease run out; taken over and failed, so that its holder cannot complete it", rec.State, rec.Attempt)
+				default:
+					record = fmt.Sprintf("%s, attempt %d, lease run out; not taken over: %v", rec.State, rec.Attempt, terr)
+				}
 			default:
 				record = fmt.Sprintf("%s, attempt %d", rec.State, rec.Attempt)
 			}
 		}
+		delete(c.watch, id)
 		cause := fmt.Errorf("%w (its record: %s)", ErrDeleted, record)
 		if err := c.sendDeleted(ctx, msg, cause); err != nil {
 			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream and not dead-lettered: its effect may not have run",
@@ -139,7 +297,31 @@ func (c *Consumer) deleted(ctx context.Context, ids []string) {
 	}
 }
 
-// deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries.
+// takeOver claims the key of msg, a deleted entry whose record rec is
+// pending with its lease run out, and records the attempt failed
+// (ErrDeleted): a holder still running past its lease (paused, or deaf to
+// its context) can then no longer complete it (the store refuses its
+// token), so the dead letter that follows holds. It returns the claim's
+// outcome: Replay if the effect completed meanwhile, InProgress if
+// someone else holds the key now.
+func (c *Consumer) takeOver(ctx context.Context, msg consumerx.Message, rec guard.Record) (guard.Outcome, error) {
+	key, err := c.proc.Key(msg)
+	if err != nil {
+		return guard.Outcome{}, err
+	}
+	out, err := c.g.Claim(ctx, key, rec.Fingerprint)
+	if err != nil || out.Status != guard.Acquired {
+		return out, err
+	}
+	if err := c.g.Fail(ctx, out.Lease, ErrDeleted); err != nil {
+		// The claim is this consumer's all the same: it runs out unheld.
+		c.log.WarnContext(ctx, "redisstream: deleted entry taken over, its failure not recorded", "id", msg.ID, "err", err)
+	}
+	return out, nil
+}
+
+// deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries,
+// or one check of the watched ones.
 const deletedTimeout = 5 * time.Second
 
 // record reads the guard record of msg's key.

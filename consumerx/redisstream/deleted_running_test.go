@@ -1,0 +1,374 @@
+package redisstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// deadLetters records the dead letters a consumer's
+// Options.Process.DeadLetter is given.
+type deadLetters struct {
+	mu     sync.Mutex
+	ids    []string
+	causes []error
+}
+
+func (d *deadLetters) hook(_ context.Context, msg consumerx.Message, cause error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ids = append(d.ids, msg.ID)
+	d.causes = append(d.causes, cause)
+	return nil
+}
+
+func (d *deadLetters) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.ids)
+}
+
+// passes counts the XAUTOCLAIMs consumer sends: each starts, or goes on
+// with, a reclaim pass.
+type passes struct {
+	consumer string
+	n        atomic.Int64
+}
+
+func (h *passes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *passes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); cmd.Name() == "xautoclaim" && len(args) > 3 && args[3] == h.consumer {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+func (h *passes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// wait waits until n more XAUTOCLAIMs have answered.
+func (h *passes) wait(t *testing.T, n int64) {
+	t.Helper()
+	from := h.n.Load()
+	testenv.WaitFor(t, 10*time.Second, "the reclaim passes", func() bool { return h.n.Load() >= from+n })
+}
+
+// runningElsewhere sets up entry 1-1 of a stream of its own running in
+// consumer "a" (its handler blocked until release is closed, then
+// returning what result gives) and deleted from the stream (XDEL), and
+// consumer "b" (logging to logger, if not nil), which reclaims with a
+// short MinIdle, started once "a" runs the entry. It returns the stream, b's dead letters, b's reclaim passes
+// and a stop function for both.
+func runningElsewhere(t *testing.T, result func() error, release <-chan struct{}, logger *slog.Logger) (e *env, stream string, dead *deadLetters, b *passes, stop func()) {
+	e = newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream = e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	a := e.consumer(func(ctx context.Context, _ consumerx.Message) error {
+		close(started)
+		select {
+		case <-release:
+		case <-ctx.Done(): // the test failed early
+			return ctx.Err()
+		}
+		return result()
+	}, Options{Stream: stream, Group: "billing", Consumer: "a"})
+	b = &passes{consumer: "b"}
+	e.rdb.AddHook(b)
+	dead = &deadLetters{}
+	bc := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "b", MinIdle: time.Millisecond, ClaimEvery: 10 * time.Millisecond,
+			Process: consumerx.Options{DeadLetter: dead.hook, Logger: logger}})
+	stopA := e.run(a)
+	<-started
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stopB := e.run(bc)
+	// b's XAUTOCLAIM drops the deleted entry from the pending list, though
+	// a runs it.
+	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
+		return pending(t, e.rdb, stream, "billing") == 0
+	})
+	b.wait(t, 2)
+	return e, stream, dead, b, func() { stopB(); stopA() }
+}
+
+// An entry deleted from the stream (XDEL) while consumer a runs it is
+// found deleted by consumer b's reclaim pass (Redis 7 drops it from the
+// pending list however recently it was delivered). b does not dead-letter
+// it while a holds it; a's effect completes, and there is no dead letter
+// (one would invite an operator to add the payload again, under a new
+// entry id, a new key: the effect would run twice).
+func TestDeletedEntryRunningElsewhereCompletesWithoutDeadLetter(t *testing.T) {
+	release := make(chan struct{})
+	e, stream, dead, b, stop := runningElsewhere(t, func() error { return nil }, release, nil)
+	if n := dead.len(); n != 0 {
+		t.Fatalf("dead-lettered %v (%v) while another consumer runs it", dead.ids, dead.causes)
+	}
+	close(release)
+	key := guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: ID(stream, "1-1")}
+	testenv.WaitFor(t, 10*time.Second, "a's effect completed", func() bool {
+		rec, err := e.g.Get(context.Background(), key)
+		return err == nil && rec.State == guard.StateCompleted
+	})
+	b.wait(t, 2) // b looks at the record again
+	stop()
+	if n := dead.len(); n != 0 {
+		t.Errorf("dead-lettered %v (%v); its effect completed", dead.ids, dead.causes)
+	}
+	if n, err := e.rdb.XLen(context.Background(), stream+DeadLetterSuffix).Result(); err != nil || n != 0 {
+		t.Errorf("dead-letter stream has %d entries (%v), want none", n, err)
+	}
+}
+
+// As above, but a's handler fails: nothing will run the entry again (its
+// fields are gone), and b dead-letters it once, with ErrDeleted and the
+// failed record in the cause.
+func TestDeletedEntryRunningElsewhereFailsDeadLetteredOnce(t *testing.T) {
+	release := make(chan struct{})
+	e, stream, dead, b, stop := runningElsewhere(t, func() error { return errors.New("card declined") }, release, nil)
+	if n := dead.len(); n != 0 {
+		t.Fatalf("dead-lettered %v (%v) while another consumer runs it", dead.ids, dead.causes)
+	}
+	close(release)
+	testenv.WaitFor(t, 10*time.Second, "the dead letter", func() bool { return dead.len() > 0 })
+	b.wait(t, 2)
+	stop()
+	dead.mu.Lock()
+	defer dead.mu.Unlock()
+	if len(dead.ids) != 1 || dead.ids[0] != ID(stream, "1-1") || !errors.Is(dead.causes[0], ErrDeleted) ||
+		!strings.Contains(dead.causes[0].Error(), "failed") {
+		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted, its record failed", dead.ids, dead.causes, ID(stream, "1-1"))
+	}
+	if n, err := e.rdb.XLen(context.Background(), stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
+		t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
+	}
+}
+
+// A consumer claims entry 1-1 and dies (its claim left pending, no
+// heartbeat); the entry is deleted from the stream. Consumer b's reclaim
+// pass finds it deleted while the dead consumer's lease has time left: b
+// does not dead-letter it then, but once the lease has run out with
+// nobody holding the key, once; and the dead consumer, were it still
+// running past its lease, can no longer complete it (the dead letter
+// holds: its effect will not complete).
+func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "dead", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dead := &deadLetters{}
+	b := &passes{consumer: "b"}
+	e.rdb.AddHook(b)
+	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "b", MinIdle: time.Millisecond, ClaimEvery: 10 * time.Millisecond,
+			Process: consumerx.Options{DeadLetter: dead.hook}})
+	// The dead consumer's claim, with a lease of its own.
+	key, err := c.Processor().Key(consumerx.Message{ID: ID(stream, "1-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := guard.New(e.g.Store(), guard.Options{Lease: 2 * time.Second})
+	held, err := short.Claim(ctx, key, "")
+	if err != nil || held.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", held, err)
+	}
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
+		return pending(t, e.rdb, stream, "billing") == 0
+	})
+	b.wait(t, 2)
+	// A dead letter while the lease still has time left is too soon.
+	n := dead.len()
+	if rec, err := e.g.Get(ctx, key); n != 0 && err == nil && rec.LeaseLeft > 0 {
+		t.Fatalf("dead-lettered %v (%v) with %s of the holder's lease left", dead.ids, dead.causes, rec.LeaseLeft)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the dead letter once the lease ran out", func() bool { return dead.len() > 0 })
+	b.wait(t, 2)
+	stop()
+	dead.mu.Lock()
+	defer dead.mu.Unlock()
+	if len(dead.ids) != 1 || dead.ids[0] != ID(stream, "1-1") || !errors.Is(dead.causes[0], ErrDeleted) {
+		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted", dead.ids, dead.causes, ID(stream, "1-1"))
+	}
+	if err := short.Complete(ctx, held.Lease, nil); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("the dead consumer's late completion: %v, want ErrLeaseLost", err)
+	}
+	if rec, err := e.g.Get(ctx, key); err != nil || rec.State != guard.StateFailed {
+		t.Errorf("record = %+v, %v; want failed", rec, err)
+	}
+}
+
+// Consumer b stops while the deleted entry it watches is still running in
+// consumer a: b does not dead-letter it (a will most likely complete it),
+// and logs at Error level, with the entry's id, that nothing will run it
+// again if a's effect does not complete.
+func TestDeletedEntryRunningElsewhereAtShutdownLoggedNotDeadLettered(t *testing.T) {
+	release := make(chan struct{})
+	var (
+		mu   sync.Mutex
+		logs bytes.Buffer
+	)
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	e, stream, dead, _, stop := runningElsewhere(t, func() error { return nil }, release, logger)
+	stop() // b first: a's handler is still blocked
+	close(release)
+	if n := dead.len(); n != 0 {
+		t.Errorf("dead-lettered %v (%v) while another consumer runs it", dead.ids, dead.causes)
+	}
+	if n, err := e.rdb.XLen(context.Background(), stream+DeadLetterSuffix).Result(); err != nil || n != 0 {
+		t.Errorf("dead-letter stream has %d entries (%v), want none", n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "still running elsewhere as the consumer stops") ||
+		!strings.Contains(out, "id=1-1") {
+		t.Errorf("log does not say at Error level that 1-1 is still running elsewhere:\n%s", out)
+	}
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Past maxWatched entries watched at once, an entry deleted while running
+// elsewhere is dead-lettered at once, as before there was a watch list,
+// not dropped: its cause names its record, pending with its lease left, for
+// the operator to check before adding the payload again.
+func TestDeletedEntryRunningElsewherePastTheWatchCapDeadLetteredAtOnce(t *testing.T) {
+	defer func(n int) { maxWatched = n }(maxWatched)
+	maxWatched = 0
+	release := make(chan struct{})
+	_, stream, dead, _, stop := runningElsewhere(t, func() error { return nil }, release, nil)
+	testenv.WaitFor(t, 10*time.Second, "the dead letter", func() bool { return dead.len() > 0 })
+	close(release)
+	stop()
+	dead.mu.Lock()
+	defer dead.mu.Unlock()
+	if len(dead.ids) != 1 || dead.ids[0] != ID(stream, "1-1") || !errors.Is(dead.causes[0], ErrDeleted) ||
+		!strings.Contains(dead.causes[0].Error(), "pending, attempt 1, lease left") {
+		t.Errorf("dead-lettered %v (%v); want %s once, ErrDeleted, its record pending with its lease left", dead.ids, dead.causes, ID(stream, "1-1"))
+	}
+}
+
+// Consumer a's XREADGROUP has handed it entry 1-1, and its claim is still
+// on the way, when the entry is deleted from the stream and consumer b's
+// reclaim pass finds it deleted with no record yet. b does not dead-letter
+// it on that first look: a claims it and completes it, and there is no
+// dead letter.
+func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gate := &readGate{consumer: "a", read: make(chan struct{}), open: make(chan struct{})}
+	e.rdb.AddHook(gate)
+	var ran atomic.Int32
+	a := e.consumer(func(context.Context, consumerx.Message) error {
+		ran.Add(1)
+		return nil
+	}, Options{Stream: stream, Group: "billing", Consumer: "a"})
+	b := &passes{consumer: "b"}
+	e.rdb.AddHook(b)
+	dead := &deadLetters{}
+	bc := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		// MinIdle, how long b waits for a claim of an entry found deleted
+		// with no record, is far longer than a's claim takes; Redis 7
+		// names deleted entries whatever it is.
+		Options{Stream: stream, Group: "billing", Consumer: "b", MinIdle: 5 * time.Second, ClaimEvery: 10 * time.Millisecond,
+			Process: consumerx.Options{DeadLetter: dead.hook}})
+	stopA := e.run(a)
+	<-gate.read // a has read 1-1 and not claimed it
+	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stopB := e.run(bc)
+	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
+		return pending(t, e.rdb, stream, "billing") == 0
+	})
+	b.wait(t, 2)
+	close(gate.open)
+	testenv.WaitFor(t, 10*time.Second, "a's effect", func() bool { return ran.Load() == 1 })
+	key := guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: ID(stream, "1-1")}
+	testenv.WaitFor(t, 10*time.Second, "a's effect completed", func() bool {
+		rec, err := e.g.Get(ctx, key)
+		return err == nil && rec.State == guard.StateCompleted
+	})
+	b.wait(t, 2)
+	stopB()
+	stopA()
+	if n := dead.len(); n != 0 {
+		t.Errorf("dead-lettered %v (%v); its effect completed", dead.ids, dead.causes)
+	}
+}
+
+// readGate holds consumer's first XREADGROUP that hands it entries, once
+// answered, until open is closed (or the command's context ends); read is
+// closed when it holds it.
+type readGate struct {
+	consumer   string
+	read, open chan struct{}
+	once       sync.Once
+}
+
+func (h *readGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *readGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		xr, ok := cmd.(*redis.XStreamSliceCmd)
+		if args := cmd.Args(); !ok || cmd.Name() != "xreadgroup" || len(args) < 4 || args[3] != h.consumer || err != nil || len(xr.Val()) == 0 {
+			return err
+		}
+		h.once.Do(func() {
+			close(h.read)
+			select {
+			case <-h.open:
+			case <-ctx.Done():
+			}
+		})
+		return err
+	}
+}
+func (h *readGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
