@@ -16,9 +16,11 @@ var (
 	// TryDo return it after one attempt; Obtain and Do after Options.Tries
 	// attempts, or together with ctx's error when ctx ended while waiting.
 	ErrNotObtained = errors.New("lock: not obtained")
-	// ErrUnavailable: fewer than a quorum of nodes answered, so nothing
-	// could be decided: the lock was not obtained (or not extended, or not
-	// released). It is not known whether anyone else holds it.
+	// ErrUnavailable: fewer than a quorum of nodes answered (or, taking a
+	// fence, a node whose counter was read did not answer the write), so
+	// nothing could be decided: the lock was not obtained (or not
+	// extended, or not released). It is not known whether anyone else
+	// holds it.
 	ErrUnavailable = errors.New("lock: quorum of nodes unavailable")
 	// ErrLost: the caller no longer holds the lock: it expired, was taken
 	// over, or could not be extended before its validity ran out. Do

@@ -361,3 +361,183 @@ func TestFenceNotRepeatedAfterOneRestart(t *testing.T) {
 	reads[0].n.Store(1)
 	take("node 2 restarted, the reads miss node 0")
 }
+
+// cmdHook is a go-redis hook that runs before on every command of its
+// client, before the command is sent (an error from it fails the command
+// without sending it, as a node that times out would), and after on its
+// outcome.
+type cmdHook struct {
+	before func(redis.Cmder) error
+	after  func(redis.Cmder, error)
+}
+
+func (h *cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.before != nil {
+			if err := h.before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		err := next(ctx, cmd)
+		if h.after != nil {
+			h.after(cmd, err)
+		}
+		return err
+	}
+}
+
+// isRaise reports whether cmd runs the fence raise script (EVALSHA, or
+// EVAL after NOSCRIPT) on the counter key.
+func isRaise(cmd redis.Cmder, key string) bool {
+	args := cmd.Args()
+	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 3 && args[3] == key
+}
+
+// TestFenceUniqueAfterRestartBrokeLock: the package doc's broken lock,
+// by a restart: one node (0) restarts empty while A holds the lock, which
+// B then takes too. Besides the restart, nodes only miss a call now and
+// then, and none misses both calls of a fence round. A's acquisition and
+// its fence raise miss node 2 (it answered A's read); B's raise misses
+// node 1 (it answered B's read). A raised node 0 before the restart and
+// node 1 after B read it; B raised nodes 0 and 2. Both rounds saw every
+// node they raised answer 1, from a quorum: both would get fence 1, and a
+// store that keeps the highest fence takes both holders' writes. A round
+// must not hand out its number when a node whose counter it read did not
+// take the raise: that node may hold the other round's number already.
+func TestFenceUniqueAfterRestartBrokeLock(t *testing.T) {
+	const name = "dup2"
+	prefix := testenv.Prefix(t)
+	lockKey, fenceKey := prefix+name, prefix+name+":fence"
+	plain := redlockNodes(t)
+	t.Cleanup(func() {
+		for _, c := range plain {
+			_ = c.Del(bg, lockKey, fenceKey).Err()
+		}
+	})
+	addrs := testenv.List(t, testenv.EnvRedlock)
+	if len(addrs) != 3 {
+		t.Skipf("%d Redlock nodes; the interleaving is staged on 3", len(addrs))
+	}
+	missed := errors.New("injected: timed out")
+	var (
+		raisedA0 = make(chan struct{}, 4) // A's raise ran on node 0
+		heldA1   = make(chan struct{}, 4) // A's raise to node 1 is held
+		gateA1   = make(chan struct{})    // ... until this closes
+	)
+	nodesA := closing(t, lock.NewNodes(addrs...))
+	nodesA[0].AddHook(&cmdHook{after: func(cmd redis.Cmder, err error) {
+		if isRaise(cmd, fenceKey) && err == nil {
+			raisedA0 <- struct{}{}
+		}
+	}})
+	nodesA[1].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+		if isRaise(cmd, fenceKey) {
+			heldA1 <- struct{}{}
+			<-gateA1
+		}
+		return nil
+	}})
+	nodesA[2].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+		if (cmd.Name() == "set" && cmd.Args()[1] == lockKey) || isRaise(cmd, fenceKey) {
+			return missed // node 2 answers A's read only
+		}
+		return nil
+	}})
+	nodesB := closing(t, lock.NewNodes(addrs...))
+	nodesB[1].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+		if isRaise(cmd, fenceKey) {
+			return missed // node 1 answers B's read, misses B's raise
+		}
+		return nil
+	}})
+	// Expiry 30s: each round may take 6s, more than the staging needs
+	// on a loaded machine, so that no call times out but those injected.
+	opts := lock.Options{Prefix: prefix, Expiry: 30 * time.Second, Fencing: true}
+	a := newLocker(t, nodesA, opts)
+	b := newLocker(t, nodesB, opts)
+
+	type obtained struct {
+		k   *lock.Lock
+		err error
+	}
+	resA := make(chan obtained, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gateA1) }) }
+	defer openGate()
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, name)
+		resA <- obtained{k, err}
+	})
+	for _, ch := range []chan struct{}{raisedA0, heldA1} {
+		select {
+		case <-ch:
+		case r := <-resA:
+			t.Fatalf("A's TryObtain returned before its raise: %v", r.err)
+		}
+	}
+	// Node 0 restarts empty: A's lock key and fence counter are gone.
+	if err := plain[0].Del(bg, lockKey, fenceKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kb, errB := b.TryObtain(bg, name) // nodes 0 and 2; node 1 still has A's key
+	openGate()                        // A's raise reaches node 1, after B read it
+	r := <-resA
+	t.Logf("A: %v, B: %v", r.err, errB)
+	if errB == nil {
+		defer func() { _ = kb.Release(bg) }()
+	}
+	if r.err == nil {
+		defer func() { _ = r.k.Release(bg) }()
+	}
+	for _, err := range []error{r.err, errB} {
+		if err != nil && !errors.Is(err, lock.ErrNotObtained) && !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("TryObtain = %v, want the lock, ErrNotObtained or ErrUnavailable", err)
+		}
+	}
+	if r.err == nil && errB == nil && r.k.Fence() == kb.Fence() {
+		t.Fatalf("two holders at once after one restart, both with fence %d", kb.Fence())
+	}
+}
+
+// TestFenceWithFullNode: one node of three is full (maxmemory under
+// noeviction): it answers reads but refuses writes, so it refuses the
+// lock and the fence raise. Redlock tolerates one such node, and so must
+// fencing: the node's refusal of the raise answers that it held no number
+// as high (the raise compares before it writes), which a round whose
+// reads reached the node needs from it.
+func TestFenceWithFullNode(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	full := servers[2].Client()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := full.ConfigSet(bg, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := full.Set(bg, "probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("SET on the full node = %v, want OOM", err)
+	}
+	l := newLocker(t, nodes, lock.Options{Fencing: true, RetryDelay: 10 * time.Millisecond})
+	var last int64
+	for i := range 3 {
+		k, err := l.Obtain(bg, "full")
+		if err != nil {
+			t.Fatalf("Obtain #%d with one full node of three: %v", i, err)
+		}
+		if k.Fence() <= last {
+			t.Fatalf("Obtain #%d: fence %d after %d", i, k.Fence(), last)
+		}
+		last = k.Fence()
+		if err := k.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -95,15 +95,16 @@ type Options struct {
 	// key per lock name (Prefix+name+":fence") that never expires. The
 	// numbers only grow while a quorum of nodes keeps its counters: each
 	// fence is written to a quorum at least, read from every node that
-	// answers, and refused if a node answers the write holding it already,
-	// so with 3 nodes one restarted empty is survived, but a second fault
-	// before the next acquisition (another restart, or the one node left
-	// with the number being down, answering neither round of the next
-	// fence) can start them again from low values. Two holders at once (a
-	// restart that broke the lock) still get distinct, growing fences
-	// while the nodes keep their counters: of two rounds that would take
-	// the same number, at most one gets it, and the other's attempt fails
-	// with ErrNotObtained.
+	// answers, and refused if a node answers the write holding it already
+	// (ErrNotObtained) or a node whose counter was read does not answer
+	// the write (ErrUnavailable; a full node's refusal is an answer). So
+	// with 3 nodes one restarted empty is survived, also by two holders
+	// at once (the restart broke the lock): they get distinct fences. A
+	// second fault (another restart, or a node answering neither round of
+	// a fence, such as the one node left with the last number being down
+	// for the next) can start the numbers again from low values, or give
+	// two holders at once the same one. Of two rounds that would take the
+	// same number, at most one gets it; the other's attempt fails.
 	Fencing bool
 }
 
