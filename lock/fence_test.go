@@ -403,60 +403,83 @@ func isRaise(cmd redis.Cmder, key string) bool {
 // TestFenceUniqueAfterRestartBrokeLock: the package doc's broken lock,
 // by a restart: one node (0) restarts empty while A holds the lock, which
 // B then takes too. Besides the restart, nodes only miss a call now and
-// then, and none misses both calls of a fence round. A's acquisition and
-// its fence raise miss node 2 (it answered A's read); B's raise misses
-// node 1 (it answered B's read). A raised node 0 before the restart and
-// node 1 after B read it; B raised nodes 0 and 2. Both rounds saw every
-// node they raised answer 1, from a quorum: both would get fence 1, and a
-// store that keeps the highest fence takes both holders' writes. A round
-// must not hand out its number when a node whose counter it read did not
-// take the raise: that node may hold the other round's number already.
+// then, and none misses both calls of a fence round. With 3 nodes: A's
+// acquisition and its fence raise miss node 2 (it answered A's read); B's
+// raise misses node 1 (it answered B's read). A raised node 0 before the
+// restart and node 1 after B read it; B raised nodes 0 and 2. Both rounds
+// saw every node they raised answer 1, from a quorum: both would get
+// fence 1, and a store that keeps the highest fence takes both holders'
+// writes. A round must not hand out its number when a node whose counter
+// it read did not take the raise: that node may hold the other round's
+// number already. With 5 nodes, A's side is nodes 1 and 2, B's 3 and 4.
 func TestFenceUniqueAfterRestartBrokeLock(t *testing.T) {
+	t.Run("3 Redlock nodes", func(t *testing.T) {
+		addrs := testenv.List(t, testenv.EnvRedlock)
+		if len(addrs) != 3 {
+			t.Skipf("%d Redlock nodes; the interleaving is staged on 3", len(addrs))
+		}
+		fenceAfterRestartBrokeLock(t, addrs)
+	})
+	t.Run("5 nodes", func(t *testing.T) {
+		addrs := make([]string, 5)
+		for i := range addrs {
+			addrs[i] = testenv.StartRedis(t).Addr()
+		}
+		fenceAfterRestartBrokeLock(t, addrs)
+	})
+}
+
+// fenceAfterRestartBrokeLock stages TestFenceUniqueAfterRestartBrokeLock
+// on addrs: node 0 restarts; nodes 1 to quorum-1 are A's side (B's raise
+// misses them), the others B's (A's acquisition and raise miss them).
+func fenceAfterRestartBrokeLock(t *testing.T, addrs []string) {
 	const name = "dup2"
 	prefix := testenv.Prefix(t)
 	lockKey, fenceKey := prefix+name, prefix+name+":fence"
-	plain := redlockNodes(t)
+	plain := closing(t, lock.NewNodes(addrs...))
 	t.Cleanup(func() {
 		for _, c := range plain {
 			_ = c.Del(bg, lockKey, fenceKey).Err()
 		}
 	})
-	addrs := testenv.List(t, testenv.EnvRedlock)
-	if len(addrs) != 3 {
-		t.Skipf("%d Redlock nodes; the interleaving is staged on 3", len(addrs))
-	}
+	quorum := len(addrs)/2 + 1
 	missed := errors.New("injected: timed out")
 	var (
-		raisedA0 = make(chan struct{}, 4) // A's raise ran on node 0
-		heldA1   = make(chan struct{}, 4) // A's raise to node 1 is held
-		gateA1   = make(chan struct{})    // ... until this closes
+		raisedA0 = make(chan struct{}, 4)            // A's raise ran on node 0
+		heldA    = make(chan struct{}, 4*len(addrs)) // A's raise to one of its side is held
+		gateA    = make(chan struct{})               // ... until this closes
 	)
 	nodesA := closing(t, lock.NewNodes(addrs...))
+	nodesB := closing(t, lock.NewNodes(addrs...))
 	nodesA[0].AddHook(&cmdHook{after: func(cmd redis.Cmder, err error) {
 		if isRaise(cmd, fenceKey) && err == nil {
 			raisedA0 <- struct{}{}
 		}
 	}})
-	nodesA[1].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
-		if isRaise(cmd, fenceKey) {
-			heldA1 <- struct{}{}
-			<-gateA1
+	for i := 1; i < len(addrs); i++ {
+		if i < quorum { // A's side
+			nodesA[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+				if isRaise(cmd, fenceKey) {
+					heldA <- struct{}{}
+					<-gateA
+				}
+				return nil
+			}})
+			nodesB[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+				if isRaise(cmd, fenceKey) {
+					return missed // B read it, and misses its raise
+				}
+				return nil
+			}})
+			continue
 		}
-		return nil
-	}})
-	nodesA[2].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
-		if (cmd.Name() == "set" && cmd.Args()[1] == lockKey) || isRaise(cmd, fenceKey) {
-			return missed // node 2 answers A's read only
-		}
-		return nil
-	}})
-	nodesB := closing(t, lock.NewNodes(addrs...))
-	nodesB[1].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
-		if isRaise(cmd, fenceKey) {
-			return missed // node 1 answers B's read, misses B's raise
-		}
-		return nil
-	}})
+		nodesA[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error { // B's side
+			if (cmd.Name() == "set" && cmd.Args()[1] == lockKey) || isRaise(cmd, fenceKey) {
+				return missed // A read it, and misses its acquisition and raise
+			}
+			return nil
+		}})
+	}
 	// Expiry 30s: each round may take 6s, more than the staging needs
 	// on a loaded machine, so that no call times out but those injected.
 	opts := lock.Options{Prefix: prefix, Expiry: 30 * time.Second, Fencing: true}
@@ -471,13 +494,17 @@ func TestFenceUniqueAfterRestartBrokeLock(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var gateOnce sync.Once
-	openGate := func() { gateOnce.Do(func() { close(gateA1) }) }
+	openGate := func() { gateOnce.Do(func() { close(gateA) }) }
 	defer openGate()
 	wg.Go(func() {
 		k, err := a.TryObtain(bg, name)
 		resA <- obtained{k, err}
 	})
-	for _, ch := range []chan struct{}{raisedA0, heldA1} {
+	for i := range quorum { // A raised node 0; its raises to its side wait
+		ch := heldA
+		if i == 0 {
+			ch = raisedA0
+		}
 		select {
 		case <-ch:
 		case r := <-resA:
@@ -488,8 +515,8 @@ func TestFenceUniqueAfterRestartBrokeLock(t *testing.T) {
 	if err := plain[0].Del(bg, lockKey, fenceKey).Err(); err != nil {
 		t.Fatal(err)
 	}
-	kb, errB := b.TryObtain(bg, name) // nodes 0 and 2; node 1 still has A's key
-	openGate()                        // A's raise reaches node 1, after B read it
+	kb, errB := b.TryObtain(bg, name) // node 0 and B's side; A's side still has A's key
+	openGate()                        // A's raises reach its side, after B read it
 	r := <-resA
 	t.Logf("A: %v, B: %v", r.err, errB)
 	if errB == nil {
