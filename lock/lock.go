@@ -156,8 +156,9 @@ type Locker struct {
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
 // 5; a single node gives a lock with no fault tolerance. A node given
-// twice (one client, or two of one address) is refused: it would count
-// twice towards the quorum. Every Locker that
+// twice (one client, or two *redis.Client of one network and address as
+// written: "localhost" and "127.0.0.1" are not compared) is refused: it
+// would count twice towards the quorum. Every Locker that
 // takes a lock name must have the same nodes: quorums of different sets
 // need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
 // and {c, d, e} share none), so a move to other nodes must not overlap
@@ -200,7 +201,8 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 
 // sameNode reports whether a and b are one client, or clients of one
 // address. Sentinel failover clients (whose address go-redis gives as
-// "FailoverClient") are told apart by identity only.
+// "FailoverClient"), Rings and Cluster clients are told apart by
+// identity only.
 func sameNode(a, b redis.UniversalClient) bool {
 	if a == b {
 		return true
