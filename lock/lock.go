@@ -98,12 +98,14 @@ type Options struct {
 	// answers, and refused if a node answers the write holding it already
 	// (ErrNotObtained) or a node whose counter was read does not answer
 	// the write (ErrUnavailable; a full node's refusal is an answer). So
-	// with 3 nodes one restarted empty is survived, also by two holders
-	// at once (the restart broke the lock): they get distinct fences. A
-	// second fault (another restart, or a node answering neither round of
-	// a fence, such as the one node left with the last number being down
-	// for the next) can start the numbers again from low values, or give
-	// two holders at once the same one. Of two rounds that would take the
+	// two holders at once (a broken lock) get distinct fences, and with 3
+	// nodes one restarted empty is survived, also when that restart is
+	// what broke the lock. A
+	// second fault (another restart; a node answering neither round of a
+	// fence, such as the one node left with the last number being down
+	// for the next; a full node that refuses one round's write and takes
+	// another's) can start the numbers again from low values, or give two
+	// holders at once the same one. Of two rounds that would take the
 	// same number, at most one gets it; the other's attempt fails.
 	Fencing bool
 }
