@@ -112,7 +112,7 @@ func (l *Locker) fence(ctx context.Context, name string) (int64, error) {
 		return 0, fmt.Errorf("%w: lock %q: write fence %d: nodes whose counter was read did not answer: %w",
 			ErrUnavailable, name, next, errors.Join(missed...))
 	case took < l.quorum:
-		return 0, fmt.Errorf("%w: lock %q: fence %d written on %d of %d nodes (the others refused writes)",
+		return 0, fmt.Errorf("%w: lock %q: fence %d written on %d of %d nodes (the others refused writes or did not answer)",
 			ErrUnavailable, name, next, took, len(raises))
 	}
 	return next, nil
