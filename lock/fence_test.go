@@ -568,3 +568,42 @@ func TestFenceWithFullNode(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceRaiseRunTwice: a connection dropped after the raise ran, and
+// before its reply came back, makes go-redis send it again (MaxRetries
+// 1, as NewNodes sets, retries on EOF whatever the command): the second
+// run finds the counter at the round's number and answers 0. That costs
+// the attempt (ErrNotObtained, though nobody else holds the lock), not
+// the lock: the next attempt reads the number and takes the one above.
+func TestFenceRaiseRunTwice(t *testing.T) {
+	servers, nodes := ownNodes(t, 3) // fresh script caches: the EVAL after NOSCRIPT is run twice too
+	prefix := testenv.Prefix(t)
+	fenceKey := prefix + "twice:fence"
+	first := servers[0].Client() // without the hook
+	var twice atomic.Int32
+	twice.Store(1)
+	nodes[0].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+		if isRaise(cmd, fenceKey) && twice.Add(-1) >= 0 {
+			// The first run, whose reply the dropped connection lost;
+			// the command then goes on as go-redis's retry.
+			err := first.Do(bg, cmd.Args()...).Err()
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				twice.Add(1) // the EVAL that follows runs twice instead
+			}
+		}
+		return nil
+	}})
+	l := newLocker(t, nodes, lock.Options{Prefix: prefix, Fencing: true, RetryDelay: 10 * time.Millisecond})
+	if _, err := l.TryObtain(bg, "twice"); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain whose raise ran twice on a node = %v, want ErrNotObtained", err)
+	}
+	twice.Store(1)
+	k, err := l.Obtain(bg, "twice")
+	if err != nil {
+		t.Fatalf("Obtain whose first raise ran twice on a node: %v", err)
+	}
+	defer func() { _ = k.Release(bg) }()
+	if k.Fence() != 3 {
+		t.Fatalf("fence %d, want 3 (the attempts before raised 1 and 2)", k.Fence())
+	}
+}
