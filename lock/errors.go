@@ -12,9 +12,13 @@ import (
 // *redsync.RedisError finds them) for callers that want the node details.
 var (
 	// ErrNotObtained: another holder has the lock (or competing attempts
-	// split the nodes between them and nobody got a quorum). TryObtain and
-	// TryDo return it after one attempt; Obtain and Do after Options.Tries
-	// attempts, or together with ctx's error when ctx ended while waiting.
+	// split the nodes between them and nobody got a quorum; or, with
+	// Options.Fencing, the fence round found its number on a node already,
+	// as after another holder's round, or a raise that go-redis sent again
+	// after a dropped connection; or the lock's validity ran out while the
+	// fence was taken). TryObtain and TryDo return it after one attempt;
+	// Obtain and Do after Options.Tries attempts, or together with ctx's
+	// error when ctx ended while waiting.
 	ErrNotObtained = errors.New("lock: not obtained")
 	// ErrUnavailable: fewer than a quorum of nodes answered (or, taking a
 	// fence, a node whose counter was read did not answer the write), so
