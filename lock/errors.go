@@ -12,13 +12,19 @@ import (
 // *redsync.RedisError finds them) for callers that want the node details.
 var (
 	// ErrNotObtained: another holder has the lock (or competing attempts
-	// split the nodes between them and nobody got a quorum). TryObtain and
-	// TryDo return it after one attempt; Obtain and Do after Options.Tries
-	// attempts, or together with ctx's error when ctx ended while waiting.
+	// split the nodes between them and nobody got a quorum; or, with
+	// Options.Fencing, the fence round found its number on a node already,
+	// as after another holder's round, or a raise that go-redis sent again
+	// after a dropped connection; or the lock's validity ran out while the
+	// fence was taken). TryObtain and TryDo return it after one attempt;
+	// Obtain and Do after Options.Tries attempts, or together with ctx's
+	// error when ctx ended while waiting.
 	ErrNotObtained = errors.New("lock: not obtained")
-	// ErrUnavailable: fewer than a quorum of nodes answered, so nothing
-	// could be decided: the lock was not obtained (or not extended, or not
-	// released). It is not known whether anyone else holds it.
+	// ErrUnavailable: fewer than a quorum of nodes answered (or, taking a
+	// fence, a node whose counter was read did not answer the write), so
+	// nothing could be decided: the lock was not obtained (or not
+	// extended, or not released). It is not known whether anyone else
+	// holds it.
 	ErrUnavailable = errors.New("lock: quorum of nodes unavailable")
 	// ErrLost: the caller no longer holds the lock: it expired, was taken
 	// over, or could not be extended before its validity ran out. Do

@@ -361,3 +361,249 @@ func TestFenceNotRepeatedAfterOneRestart(t *testing.T) {
 	reads[0].n.Store(1)
 	take("node 2 restarted, the reads miss node 0")
 }
+
+// cmdHook is a go-redis hook that runs before on every command of its
+// client, before the command is sent (an error from it fails the command
+// without sending it, as a node that times out would), and after on its
+// outcome.
+type cmdHook struct {
+	before func(redis.Cmder) error
+	after  func(redis.Cmder, error)
+}
+
+func (h *cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.before != nil {
+			if err := h.before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		err := next(ctx, cmd)
+		if h.after != nil {
+			h.after(cmd, err)
+		}
+		return err
+	}
+}
+
+// isRaise reports whether cmd runs the fence raise script (EVALSHA, or
+// EVAL after NOSCRIPT) on the counter key.
+func isRaise(cmd redis.Cmder, key string) bool {
+	args := cmd.Args()
+	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 3 && args[3] == key
+}
+
+// TestFenceUniqueAfterRestartBrokeLock: the package doc's broken lock,
+// by a restart: one node (0) restarts empty while A holds the lock, which
+// B then takes too. Besides the restart, nodes only miss a call now and
+// then, and none misses both calls of a fence round. With 3 nodes: A's
+// acquisition and its fence raise miss node 2 (it answered A's read); B's
+// raise misses node 1 (it answered B's read). A raised node 0 before the
+// restart and node 1 after B read it; B raised nodes 0 and 2. Both rounds
+// saw every node they raised answer 1, from a quorum: both would get
+// fence 1, and a store that keeps the highest fence takes both holders'
+// writes. A round must not hand out its number when a node whose counter
+// it read did not take the raise: that node may hold the other round's
+// number already. With 5 nodes, A's side is nodes 1 and 2, B's 3 and 4.
+func TestFenceUniqueAfterRestartBrokeLock(t *testing.T) {
+	t.Run("3 Redlock nodes", func(t *testing.T) {
+		addrs := testenv.List(t, testenv.EnvRedlock)
+		if len(addrs) != 3 {
+			t.Skipf("%d Redlock nodes; the interleaving is staged on 3", len(addrs))
+		}
+		fenceAfterRestartBrokeLock(t, addrs)
+	})
+	t.Run("5 nodes", func(t *testing.T) {
+		addrs := make([]string, 5)
+		for i := range addrs {
+			addrs[i] = testenv.StartRedis(t).Addr()
+		}
+		fenceAfterRestartBrokeLock(t, addrs)
+	})
+}
+
+// fenceAfterRestartBrokeLock stages TestFenceUniqueAfterRestartBrokeLock
+// on addrs: node 0 restarts; nodes 1 to quorum-1 are A's side (B's raise
+// misses them), the others B's (A's acquisition and raise miss them).
+func fenceAfterRestartBrokeLock(t *testing.T, addrs []string) {
+	const name = "dup2"
+	prefix := testenv.Prefix(t)
+	lockKey, fenceKey := prefix+name, prefix+name+":fence"
+	plain := closing(t, lock.NewNodes(addrs...))
+	t.Cleanup(func() {
+		for _, c := range plain {
+			_ = c.Del(bg, lockKey, fenceKey).Err()
+		}
+	})
+	quorum := len(addrs)/2 + 1
+	missed := errors.New("injected: timed out")
+	var (
+		raisedA0 = make(chan struct{}, 4)            // A's raise ran on node 0
+		heldA    = make(chan struct{}, 4*len(addrs)) // A's raise to one of its side is held
+		gateA    = make(chan struct{})               // ... until this closes
+	)
+	nodesA := closing(t, lock.NewNodes(addrs...))
+	nodesB := closing(t, lock.NewNodes(addrs...))
+	nodesA[0].AddHook(&cmdHook{after: func(cmd redis.Cmder, err error) {
+		if isRaise(cmd, fenceKey) && err == nil {
+			raisedA0 <- struct{}{}
+		}
+	}})
+	for i := 1; i < len(addrs); i++ {
+		if i < quorum { // A's side
+			nodesA[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+				if isRaise(cmd, fenceKey) {
+					heldA <- struct{}{}
+					<-gateA
+				}
+				return nil
+			}})
+			nodesB[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+				if isRaise(cmd, fenceKey) {
+					return missed // B read it, and misses its raise
+				}
+				return nil
+			}})
+			continue
+		}
+		nodesA[i].AddHook(&cmdHook{before: func(cmd redis.Cmder) error { // B's side
+			if (cmd.Name() == "set" && cmd.Args()[1] == lockKey) || isRaise(cmd, fenceKey) {
+				return missed // A read it, and misses its acquisition and raise
+			}
+			return nil
+		}})
+	}
+	// Expiry 30s: each round may take 6s, more than the staging needs
+	// on a loaded machine, so that no call times out but those injected.
+	opts := lock.Options{Prefix: prefix, Expiry: 30 * time.Second, Fencing: true}
+	a := newLocker(t, nodesA, opts)
+	b := newLocker(t, nodesB, opts)
+
+	type obtained struct {
+		k   *lock.Lock
+		err error
+	}
+	resA := make(chan obtained, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gateA) }) }
+	defer openGate()
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, name)
+		resA <- obtained{k, err}
+	})
+	for i := range quorum { // A raised node 0; its raises to its side wait
+		ch := heldA
+		if i == 0 {
+			ch = raisedA0
+		}
+		select {
+		case <-ch:
+		case r := <-resA:
+			t.Fatalf("A's TryObtain returned before its raise: %v", r.err)
+		}
+	}
+	// Node 0 restarts empty: A's lock key and fence counter are gone.
+	if err := plain[0].Del(bg, lockKey, fenceKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kb, errB := b.TryObtain(bg, name) // node 0 and B's side; A's side still has A's key
+	openGate()                        // A's raises reach its side, after B read it
+	r := <-resA
+	t.Logf("A: %v, B: %v", r.err, errB)
+	if errB == nil {
+		defer func() { _ = kb.Release(bg) }()
+	}
+	if r.err == nil {
+		defer func() { _ = r.k.Release(bg) }()
+	}
+	for _, err := range []error{r.err, errB} {
+		if err != nil && !errors.Is(err, lock.ErrNotObtained) && !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("TryObtain = %v, want the lock, ErrNotObtained or ErrUnavailable", err)
+		}
+	}
+	if r.err == nil && errB == nil && r.k.Fence() == kb.Fence() {
+		t.Fatalf("two holders at once after one restart, both with fence %d", kb.Fence())
+	}
+}
+
+// TestFenceWithFullNode: one node of three is full (maxmemory under
+// noeviction): it answers reads but refuses writes, so it refuses the
+// lock and the fence raise. Redlock tolerates one such node, and so must
+// fencing: the node's refusal of the raise answers that it held no number
+// as high (the raise compares before it writes), which a round whose
+// reads reached the node needs from it.
+func TestFenceWithFullNode(t *testing.T) {
+	servers, nodes := ownNodes(t, 3)
+	full := servers[2].Client()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := full.ConfigSet(bg, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := full.Set(bg, "probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("SET on the full node = %v, want OOM", err)
+	}
+	l := newLocker(t, nodes, lock.Options{Fencing: true, RetryDelay: 10 * time.Millisecond})
+	var last int64
+	for i := range 3 {
+		k, err := l.Obtain(bg, "full")
+		if err != nil {
+			t.Fatalf("Obtain #%d with one full node of three: %v", i, err)
+		}
+		if k.Fence() <= last {
+			t.Fatalf("Obtain #%d: fence %d after %d", i, k.Fence(), last)
+		}
+		last = k.Fence()
+		if err := k.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFenceRaiseRunTwice: a connection dropped after the raise ran, and
+// before its reply came back, makes go-redis send it again (MaxRetries
+// 1, as NewNodes sets, retries on EOF whatever the command): the second
+// run finds the counter at the round's number and answers 0. That costs
+// the attempt (ErrNotObtained, though nobody else holds the lock), not
+// the lock: the next attempt reads the number and takes the one above.
+func TestFenceRaiseRunTwice(t *testing.T) {
+	servers, nodes := ownNodes(t, 3) // fresh script caches: the EVAL after NOSCRIPT is run twice too
+	prefix := testenv.Prefix(t)
+	fenceKey := prefix + "twice:fence"
+	first := servers[0].Client() // without the hook
+	var twice atomic.Int32
+	twice.Store(1)
+	nodes[0].AddHook(&cmdHook{before: func(cmd redis.Cmder) error {
+		if isRaise(cmd, fenceKey) && twice.Add(-1) >= 0 {
+			// The first run, whose reply the dropped connection lost;
+			// the command then goes on as go-redis's retry.
+			err := first.Do(bg, cmd.Args()...).Err()
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				twice.Add(1) // the EVAL that follows runs twice instead
+			}
+		}
+		return nil
+	}})
+	l := newLocker(t, nodes, lock.Options{Prefix: prefix, Fencing: true, RetryDelay: 10 * time.Millisecond})
+	if _, err := l.TryObtain(bg, "twice"); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain whose raise ran twice on a node = %v, want ErrNotObtained", err)
+	}
+	twice.Store(1)
+	k, err := l.Obtain(bg, "twice")
+	if err != nil {
+		t.Fatalf("Obtain whose first raise ran twice on a node: %v", err)
+	}
+	defer func() { _ = k.Release(bg) }()
+	if k.Fence() != 3 {
+		t.Fatalf("fence %d, want 3 (the attempts before raised 1 and 2)", k.Fence())
+	}
+}

@@ -95,15 +95,18 @@ type Options struct {
 	// key per lock name (Prefix+name+":fence") that never expires. The
 	// numbers only grow while a quorum of nodes keeps its counters: each
 	// fence is written to a quorum at least, read from every node that
-	// answers, and refused if a node answers the write holding it already,
-	// so with 3 nodes one restarted empty is survived, but a second fault
-	// before the next acquisition (another restart, or the one node left
-	// with the number being down, answering neither round of the next
-	// fence) can start them again from low values. Two holders at once (a
-	// restart that broke the lock) still get distinct, growing fences
-	// while the nodes keep their counters: of two rounds that would take
-	// the same number, at most one gets it, and the other's attempt fails
-	// with ErrNotObtained.
+	// answers, and refused if a node answers the write holding it already
+	// (ErrNotObtained) or a node whose counter was read does not answer
+	// the write (ErrUnavailable; a full node's refusal is an answer). So
+	// two holders at once (a broken lock) get distinct fences, and with 3
+	// nodes one restarted empty is survived, also when that restart is
+	// what broke the lock. A
+	// second fault (another restart; a node answering neither round of a
+	// fence, such as the one node left with the last number being down
+	// for the next; a full node that refuses one round's write and takes
+	// another's) can start the numbers again from low values, or give two
+	// holders at once the same one. Of two rounds that would take the
+	// same number, at most one gets it; the other's attempt fails.
 	Fencing bool
 }
 
@@ -155,8 +158,9 @@ type Locker struct {
 // New returns a Locker over nodes: clients of independent Redis servers
 // (not replicas of one another, not one Cluster). Use an odd number, 3 or
 // 5; a single node gives a lock with no fault tolerance. A node given
-// twice (one client, or two of one address) is refused: it would count
-// twice towards the quorum. Every Locker that
+// twice (one client, or two *redis.Client of one network and address as
+// written: "localhost" and "127.0.0.1" are not compared) is refused: it
+// would count twice towards the quorum. Every Locker that
 // takes a lock name must have the same nodes: quorums of different sets
 // need not meet (of nodes a, b, c and of a, b, c, d, e, the quorums {a, b}
 // and {c, d, e} share none), so a move to other nodes must not overlap
@@ -199,7 +203,8 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 
 // sameNode reports whether a and b are one client, or clients of one
 // address. Sentinel failover clients (whose address go-redis gives as
-// "FailoverClient") are told apart by identity only.
+// "FailoverClient"), Rings and Cluster clients are told apart by
+// identity only.
 func sameNode(a, b redis.UniversalClient) bool {
 	if a == b {
 		return true

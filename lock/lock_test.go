@@ -655,3 +655,56 @@ func TestNewRefusesRepeatedNode(t *testing.T) {
 		t.Fatalf("New with distinct nodes: %v", err)
 	}
 }
+
+// TestNewRepeatedNodeKinds pins which clients New tells apart: a
+// *redis.Client is its network and address as go-redis fills them in
+// (NewUniversalClient with one address is a *redis.Client; an empty
+// address is localhost:6379; another DB is the same server), a Unix
+// socket its path; other clients (Ring, Cluster, Sentinel failover) are
+// one node only when given as one client twice.
+func TestNewRepeatedNodeKinds(t *testing.T) {
+	closeAll := func(cs ...redis.UniversalClient) []redis.UniversalClient {
+		for _, c := range cs {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return cs
+	}
+	ring := func() redis.UniversalClient {
+		return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": "127.0.0.1:1"}})
+	}
+	cluster := func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	}
+	r, cl := ring(), cluster()
+	for _, c := range []struct {
+		what  string
+		nodes []redis.UniversalClient
+		same  bool
+	}{
+		{"NewUniversalClient and NewClient of one address", closeAll(
+			redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}),
+			redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})), true},
+		{"one Unix socket", closeAll(
+			redis.NewClient(&redis.Options{Addr: "/tmp/redis.sock"}),
+			redis.NewClient(&redis.Options{Network: "unix", Addr: "/tmp/redis.sock"})), true},
+		{"the default address", closeAll(
+			redis.NewClient(&redis.Options{}),
+			redis.NewClient(&redis.Options{Addr: "localhost:6379"})), true},
+		{"two DBs of one server", closeAll(
+			redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DB: 0}),
+			redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DB: 1})), true},
+		{"two Unix sockets", closeAll(
+			redis.NewClient(&redis.Options{Addr: "/tmp/a.sock"}),
+			redis.NewClient(&redis.Options{Addr: "/tmp/b.sock"})), false},
+		{"one Ring twice", append(closeAll(r), r), true},
+		{"one ClusterClient twice", append(closeAll(cl), cl), true},
+		{"two Rings", closeAll(ring(), ring()), false},
+		{"two ClusterClients", closeAll(cluster(), cluster()), false},
+		{"a Client and a Ring of its address", closeAll(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ring()), false},
+	} {
+		_, err := lock.New(c.nodes, lock.Options{})
+		if (err != nil) != c.same {
+			t.Errorf("%s: New = %v, want refused: %v", c.what, err, c.same)
+		}
+	}
+}
