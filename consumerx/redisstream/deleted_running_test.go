@@ -3,6 +3,8 @@ package redisstream
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"strings"
@@ -172,6 +174,27 @@ func TestDeletedEntryRunningElsewhereFailsDeadLetteredOnce(t *testing.T) {
 // running past its lease, can no longer complete it (the dead letter
 // holds: its effect will not complete).
 func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
+	for name, fingerprint := range map[string]string{
+		"no fingerprint": "",
+		// consumerx's default, SHA-256 of the payload in base64url: 43
+		// bytes, which a RedisStore keeps as a digest (Record.Fingerprint
+		// reads "sha256/128:…", which is not the fingerprint).
+		"consumerx's default fingerprint": defaultFingerprint("charge 1"),
+	} {
+		t.Run(name, func(t *testing.T) { holderDies(t, fingerprint) })
+	}
+}
+
+// defaultFingerprint is consumerx's default Fingerprint of a message with
+// payload.
+func defaultFingerprint(payload string) string {
+	sum := sha256.Sum256([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// holderDies is TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut
+// with the dead consumer's claim made with fingerprint.
+func holderDies(t *testing.T, fingerprint string) {
 	e := newEnv(t, guard.Options{})
 	ctx := context.Background()
 	stream := e.prefix + "orders"
@@ -196,7 +219,7 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	short := guard.New(e.g.Store(), guard.Options{Lease: 2 * time.Second})
-	held, err := short.Claim(ctx, key, "")
+	held, err := short.Claim(ctx, key, fingerprint)
 	if err != nil || held.Status != guard.Acquired {
 		t.Fatalf("claim = %+v, %v", held, err)
 	}
