@@ -395,3 +395,56 @@ func (h *readGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *readGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// The holder of a deleted entry, its lease run out, completes it between
+// the consumer's read of its record and the consumer's failing it in the
+// holder's name: the failure is refused (the record is completed), and
+// the consumer learns the effect completed (Replay: no dead letter);
+// likewise, when another claim holds the key by then, that it is held
+// (InProgress).
+func TestDeletedEntryTakeOverRacingTheHoldersLateCompletion(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "b"})
+	short := guard.New(e.g.Store(), guard.Options{Lease: time.Second})
+	for _, then := range []struct {
+		name string
+		race func(t *testing.T, key guard.Key, held guard.Lease)
+		want guard.Status
+	}{
+		{"completed", func(t *testing.T, _ guard.Key, held guard.Lease) {
+			if err := short.Complete(ctx, held, nil); err != nil {
+				t.Fatalf("the holder's late completion: %v", err)
+			}
+		}, guard.Replay},
+		{"claimed again", func(t *testing.T, key guard.Key, _ guard.Lease) {
+			if out, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1")); err != nil || out.Status != guard.Acquired {
+				t.Fatalf("claim = %+v, %v", out, err)
+			}
+		}, guard.InProgress},
+	} {
+		t.Run(then.name, func(t *testing.T) {
+			msg := consumerx.Message{ID: ID(stream, "1-"+then.name)}
+			key, err := c.Processor().Key(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := short.Claim(ctx, key, defaultFingerprint("charge 1"))
+			if err != nil || held.Status != guard.Acquired {
+				t.Fatalf("claim = %+v, %v", held, err)
+			}
+			var rec guard.Record
+			testenv.WaitFor(t, 10*time.Second, "the holder's lease to run out", func() bool {
+				rec, err = e.g.Get(ctx, key)
+				return err == nil && rec.State == guard.StatePending && rec.LeaseLeft == 0
+			})
+			then.race(t, key, held.Lease)
+			out, err := c.takeOver(ctx, msg, rec)
+			if err != nil || out.Status != then.want {
+				t.Errorf("takeOver = %+v, %v; want %s", out, err, then.want)
+			}
+		})
+	}
+}
