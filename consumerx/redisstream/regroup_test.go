@@ -288,3 +288,67 @@ func TestGroupCreatedAgainUnderRESP2AndRESP3(t *testing.T) {
 		})
 	}
 }
+
+// The stream is deleted and two consumers that had read different amounts
+// find the group gone: the one that had read less makes the stream again
+// first, with the group and the stream's id at its own id; the other then
+// moves the group forward to its higher id, and the stream's id with it,
+// so that an entry added with an explicit id between the two is refused,
+// not accepted and never delivered (the group already past it).
+func TestStreamMadeAgainByConsumersThatReadDifferentAmounts(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	for i := 1; i <= 3; i++ {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", "old"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	for _, c := range []*Consumer{less, more} {
+		if err := c.createGroup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	less.read, more.read = "1-1", "1-3"
+	if err := e.rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	for _, c := range []*Consumer{less, more} {
+		if err := c.noGroup(ctx, nogroup); err != nogroup {
+			t.Fatalf("noGroup: %v", err)
+		}
+	}
+	if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != "1-3" {
+		t.Errorf("the group starts after %s; want 1-3", last)
+	}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-2", Values: []any{"payload", "new"}}).Err(); err == nil {
+		t.Error("XADD 1-2 accepted: the entry would never be delivered to the group")
+	}
+}
+
+// As above, but a producer adds an entry to the stream the consumer that
+// had read less made again, before the other moves the group past it: the
+// entry is not delivered, and the group script says so (its id is
+// returned as the stream's last id behind, which noGroup logs at Error
+// level).
+func TestStreamMadeAgainAddedToBeforeTheGroupMovesForward(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	less.read, more.read = "1-1", "1-3"
+	if _, _, err := less.group(ctx, less.read, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-2", Values: []any{"payload", "new"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	last, behind, err := more.group(ctx, more.read, "again")
+	if err != nil || last != "1-3" || behind != "1-2" {
+		t.Errorf("group = %q, %q, %v; want 1-3, stream behind at 1-2", last, behind, err)
+	}
+}
