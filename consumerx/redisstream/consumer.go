@@ -52,7 +52,8 @@ type Options struct {
 	// each run their own entries.
 	//
 	// When a command of the running consumer finds the group gone
-	// (NOGROUP: the group destroyed, the stream deleted) the consumer
+	// (NOGROUP: the group destroyed, the stream deleted; or, blocked in
+	// XREADGROUP, is told the stream was deleted) the consumer
 	// creates it again, not from Start, but after the highest entry id it
 	// knows the lost group delivered: the group's last delivered id when
 	// Run started, or the highest id read since, whichever is higher.

@@ -96,14 +96,15 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 }
 
 // noGroup creates the group again if err says it is gone (NOGROUP: the
-// group was destroyed, or the stream deleted), and returns err with the
+// group was destroyed, or the stream deleted; or, to an XREADGROUP
+// blocked as the stream was deleted, streamDeleted), and returns err with the
 // creation's error, if any. The group starts after c.read, the highest
 // entry id the lost group is known to have delivered, not from
 // Options.Start: entries it delivered are not delivered again, for their
 // records may have expired (their effects would run again). See
 // Options.Group.
 func (c *Consumer) noGroup(ctx context.Context, err error) error {
-	if !strings.HasPrefix(err.Error(), "NOGROUP") {
+	if msg := err.Error(); !strings.HasPrefix(msg, "NOGROUP") && msg != streamDeleted {
 		return err
 	}
 	last, behind, gerr := c.group(ctx, c.read, "again")
@@ -119,6 +120,14 @@ func (c *Consumer) noGroup(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// streamDeleted is Redis's answer to an XREADGROUP blocked as its stream
+// is deleted. Every consumer blocked then is told at once, and creates
+// the group again at once, as on NOGROUP: were they to wait for their next
+// command's NOGROUP, the first to send one would make the group at its own
+// id and the others would find it there, never moving it forward to
+// theirs.
+const streamDeleted = "UNBLOCKED the stream key no longer exists"
 
 // group runs groupScript with id and mode.
 func (c *Consumer) group(ctx context.Context, id, mode string) (last, behind string, err error) {

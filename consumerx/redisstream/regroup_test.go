@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -350,5 +351,66 @@ func TestStreamMadeAgainAddedToBeforeTheGroupMovesForward(t *testing.T) {
 	last, behind, err := more.group(ctx, more.read, "again")
 	if err != nil || last != "1-3" || behind != "1-2" {
 		t.Errorf("group = %q, %q, %v; want 1-3, stream behind at 1-2", last, behind, err)
+	}
+}
+
+// The stream is deleted while consumers are blocked in XREADGROUP: Redis
+// answers them "UNBLOCKED the stream key no longer exists", not NOGROUP.
+// Each creates the group again then, as on NOGROUP: were they to wait for
+// their next command's NOGROUP, the first to send one would make the
+// group at its own id, and the others, finding it there, would not move
+// it forward to theirs (entries they had read would be delivered again).
+func TestStreamDeletedUnderBlockedConsumersCreatedAgainAtTheHighestID(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	for i := 1; i <= 3; i++ {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", "old"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The error a blocked XREADGROUP gets as the stream is deleted.
+	name := strings.ReplaceAll(e.prefix, ":", "-") + "blocked"
+	blocked := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ClientName: name})
+	t.Cleanup(func() { _ = blocked.Close() })
+	errc := make(chan error, 1)
+	go func() {
+		errc <- blocked.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "more", Streams: []string{stream, ">"}, Block: 10 * time.Second}).Err()
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the XREADGROUP to block", func() bool {
+		list, err := e.rdb.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " name="+name+" ") && strings.Contains(line, "cmd=xreadgroup") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := e.rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unblocked := <-errc
+	if unblocked == nil {
+		t.Fatal("the blocked XREADGROUP returned no error as the stream was deleted")
+	}
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	less.read, more.read = "1-1", "1-3"
+	// less's next command finds the group gone first.
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	if err := less.noGroup(ctx, nogroup); err != nogroup {
+		t.Fatalf("noGroup: %v", err)
+	}
+	if err := more.noGroup(ctx, unblocked); err != unblocked {
+		t.Fatalf("noGroup: %v", err)
+	}
+	if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != "1-3" {
+		t.Errorf("the group starts after %s; want 1-3, the highest id read (more was told %q)", last, unblocked)
 	}
 }
