@@ -181,8 +181,13 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 		// reads "sha256/128:…", which is not the fingerprint).
 		"consumerx's default fingerprint": defaultFingerprint("charge 1"),
 	} {
-		t.Run(name, func(t *testing.T) { holderDies(t, fingerprint) })
+		t.Run(name, func(t *testing.T) { holderDies(t, fingerprint, guard.Options{}) })
 	}
+	// The dead consumer's attempt was the last the guard allows: recording
+	// it failed leaves it exhausted; the dead letter is still sent once
+	// (consumerx's own, for an exhausted message, is not: nothing delivers
+	// the entry again).
+	t.Run("last attempt", func(t *testing.T) { holderDies(t, defaultFingerprint("charge 1"), guard.Options{MaxAttempts: 1}) })
 }
 
 // defaultFingerprint is consumerx's default Fingerprint of a message with
@@ -193,9 +198,10 @@ func defaultFingerprint(payload string) string {
 }
 
 // holderDies is TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut
-// with the dead consumer's claim made with fingerprint.
-func holderDies(t *testing.T, fingerprint string) {
-	e := newEnv(t, guard.Options{})
+// with the dead consumer's claim made with fingerprint, under a guard
+// with gopts.
+func holderDies(t *testing.T, fingerprint string, gopts guard.Options) {
+	e := newEnv(t, gopts)
 	ctx := context.Background()
 	stream := e.prefix + "orders"
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
@@ -249,6 +255,9 @@ func holderDies(t *testing.T, fingerprint string) {
 	}
 	if rec, err := e.g.Get(ctx, key); err != nil || rec.State != guard.StateFailed {
 		t.Errorf("record = %+v, %v; want failed", rec, err)
+	}
+	if n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
+		t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
 	}
 }
 
