@@ -52,7 +52,8 @@ type Options struct {
 	// each run their own entries.
 	//
 	// When a command of the running consumer finds the group gone
-	// (NOGROUP: the group destroyed, the stream deleted) the consumer
+	// (NOGROUP: the group destroyed, the stream deleted; or, blocked in
+	// XREADGROUP, is told the stream was deleted) the consumer
 	// creates it again, not from Start, but after the highest entry id it
 	// knows the lost group delivered: the group's last delivered id when
 	// Run started, or the highest id read since, whichever is higher.
@@ -63,7 +64,11 @@ type Options struct {
 	// back, so it ends after the highest id any of them had read (until
 	// the last of them has, within a Block or so, a consumer that had read
 	// less may be given entries another had read after it: their records,
-	// made since, find them done unless they have already expired).
+	// made since, find them done unless they have already expired). A
+	// consumer busy running a batch while another made the group again
+	// does not find it gone (its next XREADGROUP succeeds) and does not
+	// move it: entries it alone had read since the other's last read are
+	// delivered again, and run again only if their records have expired.
 	// Entries pending in the lost group (delivered, not acknowledged:
 	// running, or failed and waiting for their retry) are gone with its
 	// pending list and are not delivered again: one running completes

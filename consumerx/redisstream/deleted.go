@@ -21,8 +21,8 @@ import (
 // (released or expired; still none MinIdle after it was found deleted, for
 // the consumer that has just read it may not have claimed it yet), or
 // pending with its lease run out and nobody holding it (the consumer then
-// claims the key and records it failed first, so that a holder running
-// past its lease cannot complete it after the dead letter). Its fields are
+// records its holder's attempt failed first, so that a holder running past
+// its lease cannot complete it after the dead letter). Its fields are
 // gone, so it cannot run. One still running elsewhere (its holder's lease
 // alive) is watched until its record settles, not dead-lettered while it
 // runs (see Consumer.Run). Two cases
@@ -117,9 +117,10 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 //     watched: its record is read again at the start of each reclaim pass
 //     (see recheck) until it settles, one way or the other;
 //   - failed: dead-lettered, the record named in the cause;
-//   - pending with its lease run out and nobody holding it: taken over
-//     first (see takeOver: its holder, were it still running past its
-//     lease, can no longer complete it), then dead-lettered;
+//   - pending with its lease run out and nobody holding it: its holder's
+//     attempt recorded failed first (see takeOver: its holder, were it
+//     still running past its lease, can no longer complete it), then
+//     dead-lettered;
 //   - none (released, expired, or not yet claimed by the consumer that
 //     has just read it: its XREADGROUP answered, its claim on the way):
 //     watched for MinIdle, as a pending entry waits MinIdle before it is
@@ -272,9 +273,9 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 					}
 					record = fmt.Sprintf("%s, lease left %s", guard.InProgress, out.LeaseLeft)
 				case terr == nil:
-					record = fmt.Sprintf("%s, attempt %d, lease run out; taken over and failed, so that its holder cannot complete it", rec.State, rec.Attempt)
+					record = fmt.Sprintf("%s, attempt %d, lease run out; recorded failed, so that its holder cannot complete it", rec.State, rec.Attempt)
 				default:
-					record = fmt.Sprintf("%s, attempt %d, lease run out; not taken over: %v", rec.State, rec.Attempt, terr)
+					record = fmt.Sprintf("%s, attempt %d, lease run out; not recorded failed: %v", rec.State, rec.Attempt, terr)
 				}
 			default:
 				record = fmt.Sprintf("%s, attempt %d", rec.State, rec.Attempt)
@@ -297,27 +298,39 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 	}
 }
 
-// takeOver claims the key of msg, a deleted entry whose record rec is
-// pending with its lease run out, and records the attempt failed
-// (ErrDeleted): a holder still running past its lease (paused, or deaf to
-// its context) can then no longer complete it (the store refuses its
-// token), so the dead letter that follows holds. It returns the claim's
-// outcome: Replay if the effect completed meanwhile, InProgress if
-// someone else holds the key now.
+// takeOver records the attempt of the holder of msg's key failed
+// (ErrDeleted), in the holder's name (its owner token, read in rec): msg
+// is a deleted entry whose record rec is pending with its lease run out.
+// A holder still running past its lease (paused, or deaf to its context)
+// can then no longer complete it (the store refuses its token: the record
+// is failed), so the dead letter that follows holds. It does not claim
+// the key: a claim needs the record's fingerprint, which a RedisStore
+// keeps only as a digest when it is longer than 16 bytes (consumerx's
+// default is 43), and the payload it was made from is gone with the
+// entry. If the record has changed since rec was read (completed, failed,
+// released or claimed again), it returns the outcome a claim would have
+// had: Replay if the effect completed, InProgress if someone holds the
+// key now, or the error.
 func (c *Consumer) takeOver(ctx context.Context, msg consumerx.Message, rec guard.Record) (guard.Outcome, error) {
 	key, err := c.proc.Key(msg)
 	if err != nil {
 		return guard.Outcome{}, err
 	}
-	out, err := c.g.Claim(ctx, key, rec.Fingerprint)
-	if err != nil || out.Status != guard.Acquired {
-		return out, err
+	holder := guard.Lease{Key: key, Token: rec.Token, Fence: rec.Fence, Attempt: rec.Attempt, Recovered: rec.Recovered}
+	err = c.g.Fail(ctx, holder, ErrDeleted)
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		return guard.Outcome{}, err
 	}
-	if err := c.g.Fail(ctx, out.Lease, ErrDeleted); err != nil {
-		// The claim is this consumer's all the same: it runs out unheld.
-		c.log.WarnContext(ctx, "redisstream: deleted entry taken over, its failure not recorded", "id", msg.ID, "err", err)
+	now, gerr := c.g.Get(ctx, key)
+	switch {
+	case gerr == nil && now.State == guard.StateCompleted:
+		return guard.Outcome{Status: guard.Replay}, nil
+	case gerr == nil && now.State == guard.StatePending && now.LeaseLeft > 0:
+		return guard.Outcome{Status: guard.InProgress, LeaseLeft: now.LeaseLeft}, nil
+	case gerr == nil && now.State == guard.StateFailed:
+		return guard.Outcome{}, nil // failed: its holder (or a later one) cannot complete it
 	}
-	return out, nil
+	return guard.Outcome{}, err
 }
 
 // deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries,

@@ -3,6 +3,8 @@ package redisstream
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"strings"
@@ -172,7 +174,34 @@ func TestDeletedEntryRunningElsewhereFailsDeadLetteredOnce(t *testing.T) {
 // running past its lease, can no longer complete it (the dead letter
 // holds: its effect will not complete).
 func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
-	e := newEnv(t, guard.Options{})
+	for name, fingerprint := range map[string]string{
+		"no fingerprint": "",
+		// consumerx's default, SHA-256 of the payload in base64url: 43
+		// bytes, which a RedisStore keeps as a digest (Record.Fingerprint
+		// reads "sha256/128:…", which is not the fingerprint).
+		"consumerx's default fingerprint": defaultFingerprint("charge 1"),
+	} {
+		t.Run(name, func(t *testing.T) { holderDies(t, fingerprint, guard.Options{}) })
+	}
+	// The dead consumer's attempt was the last the guard allows: recording
+	// it failed leaves it exhausted; the dead letter is still sent once
+	// (consumerx's own, for an exhausted message, is not: nothing delivers
+	// the entry again).
+	t.Run("last attempt", func(t *testing.T) { holderDies(t, defaultFingerprint("charge 1"), guard.Options{MaxAttempts: 1}) })
+}
+
+// defaultFingerprint is consumerx's default Fingerprint of a message with
+// payload.
+func defaultFingerprint(payload string) string {
+	sum := sha256.Sum256([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// holderDies is TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut
+// with the dead consumer's claim made with fingerprint, under a guard
+// with gopts.
+func holderDies(t *testing.T, fingerprint string, gopts guard.Options) {
+	e := newEnv(t, gopts)
 	ctx := context.Background()
 	stream := e.prefix + "orders"
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
@@ -196,7 +225,7 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	short := guard.New(e.g.Store(), guard.Options{Lease: 2 * time.Second})
-	held, err := short.Claim(ctx, key, "")
+	held, err := short.Claim(ctx, key, fingerprint)
 	if err != nil || held.Status != guard.Acquired {
 		t.Fatalf("claim = %+v, %v", held, err)
 	}
@@ -226,6 +255,9 @@ func TestDeletedEntryHolderDiesDeadLetteredOnceLeaseRunsOut(t *testing.T) {
 	}
 	if rec, err := e.g.Get(ctx, key); err != nil || rec.State != guard.StateFailed {
 		t.Errorf("record = %+v, %v; want failed", rec, err)
+	}
+	if n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
+		t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
 	}
 }
 
@@ -371,4 +403,57 @@ func (h *readGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h *readGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// The holder of a deleted entry, its lease run out, completes it between
+// the consumer's read of its record and the consumer's failing it in the
+// holder's name: the failure is refused (the record is completed), and
+// the consumer learns the effect completed (Replay: no dead letter);
+// likewise, when another claim holds the key by then, that it is held
+// (InProgress).
+func TestDeletedEntryTakeOverRacingTheHoldersLateCompletion(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "b"})
+	short := guard.New(e.g.Store(), guard.Options{Lease: time.Second})
+	for _, then := range []struct {
+		name string
+		race func(t *testing.T, key guard.Key, held guard.Lease)
+		want guard.Status
+	}{
+		{"completed", func(t *testing.T, _ guard.Key, held guard.Lease) {
+			if err := short.Complete(ctx, held, nil); err != nil {
+				t.Fatalf("the holder's late completion: %v", err)
+			}
+		}, guard.Replay},
+		{"claimed again", func(t *testing.T, key guard.Key, _ guard.Lease) {
+			if out, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1")); err != nil || out.Status != guard.Acquired {
+				t.Fatalf("claim = %+v, %v", out, err)
+			}
+		}, guard.InProgress},
+	} {
+		t.Run(then.name, func(t *testing.T) {
+			msg := consumerx.Message{ID: ID(stream, "1-"+then.name)}
+			key, err := c.Processor().Key(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := short.Claim(ctx, key, defaultFingerprint("charge 1"))
+			if err != nil || held.Status != guard.Acquired {
+				t.Fatalf("claim = %+v, %v", held, err)
+			}
+			var rec guard.Record
+			testenv.WaitFor(t, 10*time.Second, "the holder's lease to run out", func() bool {
+				rec, err = e.g.Get(ctx, key)
+				return err == nil && rec.State == guard.StatePending && rec.LeaseLeft == 0
+			})
+			then.race(t, key, held.Lease)
+			out, err := c.takeOver(ctx, msg, rec)
+			if err != nil || out.Status != then.want {
+				t.Errorf("takeOver = %+v, %v; want %s", out, err, then.want)
+			}
+		})
+	}
 }

@@ -20,12 +20,14 @@ import (
 // (never back), so that whichever consumer is first, the group starts
 // after the highest id any of them had read. A stream whose last id is
 // behind ARGV[2] (the stream was deleted: made again here with MKSTREAM,
-// or by a producer's XADD) gets ARGV[2] as its last id (XSETID), so later
+// by a producer's XADD, or by a consumer that had read less, which set it
+// to its own id) gets ARGV[2] as its last id (XSETID), so later
 // XADD ids are above it: "*" ids follow on even with a clock set back,
 // and an explicit id at or below it is refused instead of never being
 // delivered. The second value returned is the stream's last id when a
-// producer had made it again behind ARGV[2]: its entries so far are not
-// delivered to the group.
+// producer had made it again behind ARGV[2], or had added to it above the
+// id the group is moved forward from: its entries so far (those above
+// that id) are not delivered to the group.
 var groupScript = redis.NewScript(`
 local function lastDelivered()
   if redis.call('EXISTS', KEYS[1]) == 0 then return false end
@@ -45,6 +47,18 @@ local function less(a, b)
   if #as ~= #bs then return #as < #bs end
   return as < bs
 end
+-- raise gives the stream ARGV[2] as its last id if its last id is behind
+-- it, and returns the last id it had then, else ''.
+local function raise()
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' and less(info[i + 1], ARGV[2]) then
+      redis.call('XSETID', KEYS[1], ARGV[2])
+      return info[i + 1]
+    end
+  end
+  return ''
+end
 local last = lastDelivered()
 if ARGV[3] == 'start' then
   if not last then
@@ -54,22 +68,19 @@ if ARGV[3] == 'start' then
   return {last, ''}
 end
 if last then
+  local behind = ''
   if less(last, ARGV[2]) then
     redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
+    local was = raise()
+    if was ~= '' and less(last, was) then behind = was end
     last = ARGV[2]
   end
-  return {last, ''}
+  return {last, behind}
 end
 local made = redis.call('EXISTS', KEYS[1]) == 0
 redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
-local behind = ''
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-for i = 1, #info, 2 do
-  if info[i] == 'last-generated-id' and less(info[i + 1], ARGV[2]) then
-    if not made then behind = info[i + 1] end
-    redis.call('XSETID', KEYS[1], ARGV[2])
-  end
-end
+local behind = raise()
+if made then behind = '' end
 return {ARGV[2], behind}
 `)
 
@@ -85,14 +96,15 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 }
 
 // noGroup creates the group again if err says it is gone (NOGROUP: the
-// group was destroyed, or the stream deleted), and returns err with the
+// group was destroyed, or the stream deleted; or, to an XREADGROUP
+// blocked as the stream was deleted, streamDeleted), and returns err with the
 // creation's error, if any. The group starts after c.read, the highest
 // entry id the lost group is known to have delivered, not from
 // Options.Start: entries it delivered are not delivered again, for their
 // records may have expired (their effects would run again). See
 // Options.Group.
 func (c *Consumer) noGroup(ctx context.Context, err error) error {
-	if !strings.HasPrefix(err.Error(), "NOGROUP") {
+	if msg := err.Error(); !strings.HasPrefix(msg, "NOGROUP") && msg != streamDeleted {
 		return err
 	}
 	last, behind, gerr := c.group(ctx, c.read, "again")
@@ -108,6 +120,14 @@ func (c *Consumer) noGroup(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// streamDeleted is Redis's answer to an XREADGROUP blocked as its stream
+// is deleted. Every consumer blocked then is told at once, and creates
+// the group again at once, as on NOGROUP: were they to wait for their next
+// command's NOGROUP, the first to send one would make the group at its own
+// id and the others would find it there, never moving it forward to
+// theirs.
+const streamDeleted = "UNBLOCKED the stream key no longer exists"
 
 // group runs groupScript with id and mode.
 func (c *Consumer) group(ctx context.Context, id, mode string) (last, behind string, err error) {

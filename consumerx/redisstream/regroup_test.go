@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,5 +287,130 @@ func TestGroupCreatedAgainUnderRESP2AndRESP3(t *testing.T) {
 				t.Fatalf("groups %v, %v; want billing at 1-3", groups, err)
 			}
 		})
+	}
+}
+
+// The stream is deleted and two consumers that had read different amounts
+// find the group gone: the one that had read less makes the stream again
+// first, with the group and the stream's id at its own id; the other then
+// moves the group forward to its higher id, and the stream's id with it,
+// so that an entry added with an explicit id between the two is refused,
+// not accepted and never delivered (the group already past it).
+func TestStreamMadeAgainByConsumersThatReadDifferentAmounts(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	for i := 1; i <= 3; i++ {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", "old"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	for _, c := range []*Consumer{less, more} {
+		if err := c.createGroup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	less.read, more.read = "1-1", "1-3"
+	if err := e.rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	for _, c := range []*Consumer{less, more} {
+		if err := c.noGroup(ctx, nogroup); err != nogroup {
+			t.Fatalf("noGroup: %v", err)
+		}
+	}
+	if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != "1-3" {
+		t.Errorf("the group starts after %s; want 1-3", last)
+	}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-2", Values: []any{"payload", "new"}}).Err(); err == nil {
+		t.Error("XADD 1-2 accepted: the entry would never be delivered to the group")
+	}
+}
+
+// As above, but a producer adds an entry to the stream the consumer that
+// had read less made again, before the other moves the group past it: the
+// entry is not delivered, and the group script says so (its id is
+// returned as the stream's last id behind, which noGroup logs at Error
+// level).
+func TestStreamMadeAgainAddedToBeforeTheGroupMovesForward(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	less.read, more.read = "1-1", "1-3"
+	if _, _, err := less.group(ctx, less.read, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-2", Values: []any{"payload", "new"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	last, behind, err := more.group(ctx, more.read, "again")
+	if err != nil || last != "1-3" || behind != "1-2" {
+		t.Errorf("group = %q, %q, %v; want 1-3, stream behind at 1-2", last, behind, err)
+	}
+}
+
+// The stream is deleted while consumers are blocked in XREADGROUP: Redis
+// answers them "UNBLOCKED the stream key no longer exists", not NOGROUP.
+// Each creates the group again then, as on NOGROUP: were they to wait for
+// their next command's NOGROUP, the first to send one would make the
+// group at its own id, and the others, finding it there, would not move
+// it forward to theirs (entries they had read would be delivered again).
+func TestStreamDeletedUnderBlockedConsumersCreatedAgainAtTheHighestID(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	for i := 1; i <= 3; i++ {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("1-%d", i), Values: []any{"payload", "old"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.rdb.XGroupCreate(ctx, stream, "billing", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The error a blocked XREADGROUP gets as the stream is deleted.
+	name := strings.ReplaceAll(e.prefix, ":", "-") + "blocked"
+	blocked := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ClientName: name})
+	t.Cleanup(func() { _ = blocked.Close() })
+	errc := make(chan error, 1)
+	go func() {
+		errc <- blocked.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "more", Streams: []string{stream, ">"}, Block: 10 * time.Second}).Err()
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the XREADGROUP to block", func() bool {
+		list, err := e.rdb.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " name="+name+" ") && strings.Contains(line, "cmd=xreadgroup") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := e.rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unblocked := <-errc
+	if unblocked == nil {
+		t.Fatal("the blocked XREADGROUP returned no error as the stream was deleted")
+	}
+	less := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "less"})
+	more := e.consumer(new(counter).handle, Options{Stream: stream, Group: "billing", Consumer: "more"})
+	less.read, more.read = "1-1", "1-3"
+	// less's next command finds the group gone first.
+	nogroup := errors.New("NOGROUP No such key or consumer group")
+	if err := less.noGroup(ctx, nogroup); err != nogroup {
+		t.Fatalf("noGroup: %v", err)
+	}
+	if err := more.noGroup(ctx, unblocked); err != unblocked {
+		t.Fatalf("noGroup: %v", err)
+	}
+	if last, _, _ := groupInfo(t, e.rdb, stream, "billing"); last != "1-3" {
+		t.Errorf("the group starts after %s; want 1-3, the highest id read (more was told %q)", last, unblocked)
 	}
 }
