@@ -576,6 +576,7 @@ func TestMigratePurgeBadInput(t *testing.T) {
 		{[]string{"purge", "--postgres", dead, "--before", "-1s"}, 2, "--before -1s must not be negative"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
+		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "h:1,i:1,h:1"}, 2, `"h:1" is given twice`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},
 		// A DSN that cannot be read is a mistake in the command line, not
 		// a server that does not answer.
@@ -599,7 +600,10 @@ func TestMigratePurgeBadInput(t *testing.T) {
 	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
 		t.Fatal(stderr)
 	}
-	code, _, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", deadAddr(t)+","+deadAddr(t)+","+deadAddr(t))
+	// Three addresses, one free port on three loopback hosts: three
+	// FreePort calls could give one port twice (a node given twice).
+	port := strconv.Itoa(testenv.FreePort(t))
+	code, _, stderr = cli(t, "purge", "--postgres", dsn, "--before", "0s", "--lock-addrs", "127.0.0.1:"+port+",127.0.0.2:"+port+",127.0.0.3:"+port)
 	wantError(t, code, stderr, 1, "no quorum answers")
 }
 

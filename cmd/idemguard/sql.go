@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,9 +119,13 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var nodes []string
 	if *lockAddrs != "" {
 		nodes = splitList(*lockAddrs)
-		for _, a := range nodes {
+		for i, a := range nodes {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				return usagef("--lock-addrs: %q is not host:port", a)
+			}
+			if slices.Contains(nodes[:i], a) {
+				// One node would count twice towards the lock's quorum.
+				return usagef("--lock-addrs: %q is given twice: give each independent node once", a)
 			}
 		}
 	}
