@@ -316,20 +316,31 @@ func (c contract) stepsRelease(t *testing.T) {
 
 // stepsNothingRevealed: answers other than acquired carry no steps.
 func (c contract) stepsNothingRevealed(t *testing.T) {
-	s, key := stepStore(t, c), newKey(t)
-	a := acquire(t, s, c.req(key, "A"))
-	save(t, s, a, 0, step("a", "secret"))
-	other := c.req(key, "B")
-	other.Fingerprint = "other"
-	for _, r := range []guard.ClaimRequest{c.req(key, "B"), other} {
-		if out := claim(t, s, r); out.Steps != nil || out.Status == guard.Acquired {
-			t.Fatalf("claim by %s (fingerprint %q) while held = %+v, want no steps", r.Token, r.Fingerprint, out)
+	// The claims "while held" must reach the store before A's lease ends:
+	// onTime runs again with a longer lease when one did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := stepStore(t, c), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		a := acquire(t, s, r)
+		save(t, s, a, 0, step("a", "secret"))
+		same, other := r, r
+		same.Token, other.Token, other.Fingerprint = "B", "B", "other"
+		for _, r := range []guard.ClaimRequest{same, other} {
+			if out := claim(t, s, r); out.Steps != nil || out.Status == guard.Acquired {
+				if out.Status == guard.Acquired && late(began, lease) {
+					return true
+				}
+				t.Fatalf("claim by %s (fingerprint %q) while held = %+v, want no steps", r.Token, r.Fingerprint, out)
+			}
 		}
-	}
-	mustOK(t, "fail", s.Fail(ctx, a, "boom", time.Hour))
-	if out := claim(t, s, other); out.Status != guard.Mismatch || out.Steps != nil {
-		t.Fatalf("claim with another fingerprint = %+v, want a mismatch without steps", out)
-	}
+		mustOK(t, "fail", s.Fail(ctx, a, "boom", time.Hour))
+		if out := claim(t, s, other); out.Status != guard.Mismatch || out.Steps != nil {
+			t.Fatalf("claim with another fingerprint = %+v, want a mismatch without steps", out)
+		}
+		return false
+	})
 }
 
 func (c contract) stepsExhausted(t *testing.T) {

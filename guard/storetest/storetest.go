@@ -181,24 +181,35 @@ func mustLost(t *testing.T, what string, err error) {
 }
 
 func (c contract) claimNew(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
-		t.Fatalf("Get of a new key = %v, want ErrNotFound", err)
-	}
-	l := acquire(t, s, c.req(key, "A"))
-	if l.Fence != 1 || l.Attempt != 1 || l.Recovered {
-		t.Fatalf("first lease = %+v, want fence 1, attempt 1, not recovered", l)
-	}
-	rec := get(t, s, key)
-	if rec.State != guard.StatePending || rec.Token != "A" || rec.Fence != 1 || rec.Attempt != 1 || rec.Fingerprint != "fp" {
-		t.Fatalf("record = %+v", rec)
-	}
-	if rec.Key != key {
-		t.Fatalf("record key = %s, want %s", rec.Key, key)
-	}
-	if rec.LeaseLeft <= 0 || rec.LeaseLeft > c.h.Lease {
-		t.Fatalf("lease left = %s, want in (0, %s]", rec.LeaseLeft, c.h.Lease)
-	}
+	// Get must reach the store before the lease ends to see some of it
+	// left: onTime runs again with a longer lease when it did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("Get of a new key = %v, want ErrNotFound", err)
+		}
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		l := acquire(t, s, r)
+		if l.Fence != 1 || l.Attempt != 1 || l.Recovered {
+			t.Fatalf("first lease = %+v, want fence 1, attempt 1, not recovered", l)
+		}
+		rec := get(t, s, key)
+		if rec.State != guard.StatePending || rec.Token != "A" || rec.Fence != 1 || rec.Attempt != 1 || rec.Fingerprint != "fp" {
+			t.Fatalf("record = %+v", rec)
+		}
+		if rec.Key != key {
+			t.Fatalf("record key = %s, want %s", rec.Key, key)
+		}
+		if rec.LeaseLeft <= 0 || rec.LeaseLeft > lease {
+			if rec.LeaseLeft <= 0 && late(began, lease) {
+				return true
+			}
+			t.Fatalf("lease left = %s, want in (0, %s]", rec.LeaseLeft, lease)
+		}
+		return false
+	})
 }
 
 func (c contract) claimRepeated(t *testing.T) {
@@ -218,18 +229,30 @@ func (c contract) claimRepeated(t *testing.T) {
 }
 
 func (c contract) claimWhileHeld(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	acquire(t, s, c.req(key, "A"))
-	out := claim(t, s, c.req(key, "B"))
-	if out.Status != guard.InProgress {
-		t.Fatalf("second claim = %v, want in progress", out.Status)
-	}
-	if out.LeaseLeft <= 0 || out.LeaseLeft > c.h.Lease {
-		t.Fatalf("lease left = %s, want in (0, %s]", out.LeaseLeft, c.h.Lease)
-	}
-	if rec := get(t, s, key); rec.Token != "A" || rec.Fence != 1 {
-		t.Fatalf("in-progress claim changed the record: %+v", rec)
-	}
+	// The second claim must reach the store before the first lease ends:
+	// onTime runs again with a longer lease when it did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		acquire(t, s, r)
+		r.Token = "B"
+		out := claim(t, s, r)
+		if out.Status != guard.InProgress {
+			if late(began, lease) {
+				return true
+			}
+			t.Fatalf("second claim = %v, want in progress", out.Status)
+		}
+		if out.LeaseLeft <= 0 || out.LeaseLeft > lease {
+			t.Fatalf("lease left = %s, want in (0, %s]", out.LeaseLeft, lease)
+		}
+		if rec := get(t, s, key); rec.Token != "A" || rec.Fence != 1 {
+			t.Fatalf("in-progress claim changed the record: %+v", rec)
+		}
+		return false
+	})
 }
 
 func (c contract) mismatch(t *testing.T) {
@@ -459,21 +482,39 @@ func (c contract) leaseRecoveryShortTTL(t *testing.T) {
 }
 
 func (c contract) extendKeeps(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	acquire(t, s, c.req(key, "A"))
-	for range 3 {
-		c.h.Advance(t, c.h.Lease/2)
-		mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
-	}
-	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
-		t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
-	}
-	// A lease that ran out, unclaimed by anyone, still belongs to its holder.
-	c.h.Advance(t, c.h.Lease)
-	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
-	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
-		t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
-	}
+	// Each claim must reach the store before the lease the extension
+	// before it gave ends: onTime runs again with a longer lease when a
+	// claim did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		acquire(t, s, r)
+		var extended time.Time
+		for range 3 {
+			c.h.Advance(t, lease/2)
+			extended = time.Now()
+			mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease))
+		}
+		r.Token = "B"
+		if out := claim(t, s, r); out.Status != guard.InProgress {
+			if late(extended, lease) {
+				return true
+			}
+			t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
+		}
+		// A lease that ran out, unclaimed by anyone, still belongs to its holder.
+		c.h.Advance(t, lease)
+		extended = time.Now()
+		mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease))
+		if out := claim(t, s, r); out.Status != guard.InProgress {
+			if late(extended, lease) {
+				return true
+			}
+			t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
+		}
+		return false
+	})
 }
 
 // mustRefuse: a call with a bad argument is refused with an error that
