@@ -36,6 +36,9 @@ type Harness struct {
 	// on miniredis, Wait on a real server.
 	Advance func(t *testing.T, d time.Duration)
 	// Lease is the lease used where one must run out. Default 500ms.
+	// A case that needs a call to reach the store within a lease (or a
+	// lease and a retention) runs again with 2, 4 and 8 times it when a
+	// loaded machine held the call back past that (onTime).
 	Lease time.Duration
 	// TTL is the retention used where a record must expire. Default 1s.
 	TTL time.Duration
