@@ -513,7 +513,9 @@ func (u *unavailableExtend) Extend(ctx context.Context, l guard.Lease, d time.Du
 // the lease ends the context at the deadline, with the last failure in
 // the cause.
 func TestHeartbeatRidesOutUnavailable(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// Three failed extensions and a successful one must fit in a lease:
+	// with 300ms a loaded machine can run past the deadline first.
+	const lease = 1200 * time.Millisecond
 	s := &unavailableExtend{hooked: &hooked{Store: realStore(t)}}
 	g := guard.New(s, guard.Options{Lease: lease})
 	s.down.Store(true)
