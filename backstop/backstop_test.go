@@ -223,7 +223,10 @@ func TestCrashWindow(t *testing.T) {
 // Redis the result.
 func TestCrashWindowWrapped(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	// Long enough for a claim through Wrap (Redis, then PostgreSQL) to
+	// be answered before the guard's deadline on a loaded machine:
+	// with 300ms, a commit slowed past it gets the claim refused as late.
+	const lease = time.Second
 	db := pgenv.Migrated(t, pgstore.Options{})
 	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
@@ -262,7 +265,10 @@ func TestCrashWindowWrapped(t *testing.T) {
 // the PostgreSQL Store and on Redis under Wrap.
 func TestStaleFenceAfterRecovery(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	// Long enough for a claim through Wrap (Redis, then PostgreSQL) to
+	// be answered before the guard's deadline on a loaded machine:
+	// with 300ms, a commit slowed past it gets the claim refused as late.
+	const lease = time.Second
 	for _, tc := range []struct {
 		name  string
 		store func(t *testing.T, b *backstop.Backstop) guard.Store
@@ -463,7 +469,11 @@ func TestRedisLosesRecords(t *testing.T) {
 // old holder cannot commit.
 func TestRedisLosesRunningHolder(t *testing.T) {
 	t.Parallel()
-	const lease = 500 * time.Millisecond
+	// The claim after the DEL must reach both stores while A's lease
+	// lasts (several round trips): 500ms was within a stall of a loaded
+	// machine. The wait for its end below polls, so a long lease costs
+	// only its length.
+	const lease = 2 * time.Second
 	srv := testenv.StartRedis(t)
 	client := srv.Client()
 	db := pgenv.Migrated(t, pgstore.Options{})
@@ -619,7 +629,10 @@ func TestCommitFenceRule(t *testing.T) {
 // happened, so the wrapped store replays it.
 func TestWrapExhaustedButCommitted(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	// Long enough for a claim through Wrap (Redis, then PostgreSQL) to
+	// be answered before the guard's deadline on a loaded machine:
+	// with 300ms, a commit slowed past it gets the claim refused as late.
+	const lease = time.Second
 	db := pgenv.Migrated(t, pgstore.Options{})
 	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})
@@ -718,7 +731,10 @@ func TestNewRefusesBadInput(t *testing.T) {
 // the committed effect is replayed.
 func TestWrapExhaustedWithoutBackstop(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	// Long enough for a claim through Wrap (Redis, then PostgreSQL) to
+	// be answered before the guard's deadline on a loaded machine:
+	// with 300ms, a commit slowed past it gets the claim refused as late.
+	const lease = time.Second
 	db := pgenv.Migrated(t, pgstore.Options{})
 	pgenv.PaymentsTable(t, db)
 	b := mustBackstop(t, db, pgstore.Options{})

@@ -66,7 +66,10 @@ func switchBackToOlderPrimary(t *testing.T, wrapOver bool) {
 		return fs, fs
 	}
 	st, s := compose()
-	const lease = 300 * time.Millisecond
+	// Long enough for the claims before the outage (Redis fsyncing every
+	// write, then PostgreSQL) to be answered before the guard's deadline
+	// on a loaded machine; the waits for the dead holders' leases poll.
+	const lease = time.Second
 	g := guard.New(st, guard.Options{Lease: lease})
 
 	var runs atomic.Int64

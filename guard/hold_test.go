@@ -71,7 +71,11 @@ func TestHoldClaimOutlivesCaller(t *testing.T) {
 // The holder's heartbeat keeps the key for longer than a lease, and Fail
 // ends the claim: the key runs again, as a second attempt.
 func TestHoldKeepsLeaseThenFails(t *testing.T) {
-	const lease = 600 * time.Millisecond
+	t.Parallel()
+	// Each heartbeat (one a third of a lease) and the second Hold's claim
+	// must be answered within a lease on a real server: 600ms was within
+	// a stall of a loaded machine.
+	const lease = 1500 * time.Millisecond
 	g := realGuard(t, guard.Options{Lease: lease})
 	key := guard.Key{Scope: "s", ID: "held-long"}
 	_, h, err := g.Hold(bg, key, "fp")
@@ -233,7 +237,10 @@ func TestKeepPastDeadlineKeepsLease(t *testing.T) {
 // holds the claim, so its lease must run out as an abandoned one's does,
 // not be extended for as long as the process lives.
 func TestHoldObserverPanicStopsHeartbeat(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// Long enough for Hold's claim to be answered before the guard's
+	// deadline on a loaded machine (a claim refused as late never reaches
+	// the observer); the wait for the lease's end polls.
+	const lease = time.Second
 	s := realStore(t)
 	panicky := guard.ObserverFunc(func(_ context.Context, e guard.Event) {
 		if e.Kind == guard.EventAcquired {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -512,7 +513,9 @@ func (u *unavailableExtend) Extend(ctx context.Context, l guard.Lease, d time.Du
 // the lease ends the context at the deadline, with the last failure in
 // the cause.
 func TestHeartbeatRidesOutUnavailable(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// Three failed extensions and a successful one must fit in a lease:
+	// with 300ms a loaded machine can run past the deadline first.
+	const lease = 1200 * time.Millisecond
 	s := &unavailableExtend{hooked: &hooked{Store: realStore(t)}}
 	g := guard.New(s, guard.Options{Lease: lease})
 	s.down.Store(true)
@@ -550,15 +553,45 @@ func TestHeartbeatRidesOutUnavailable(t *testing.T) {
 // when its answer came: the server ran it no sooner than it was sent, so
 // the lease it set may end Lease after that. An extension answered 250ms
 // late, followed by one that never answers, ends the effect's context at
-// (sent + Lease − LeaseMargin), not 250ms later.
+// (sent + Lease − LeaseMargin), not 250ms later. The deadline is read from
+// the next extension's context (the guard bounds it by the lease's
+// deadline), not from when the effect saw its context end: a loaded
+// machine wakes the effect late, and 150ms late looked like the bug.
 func TestExtensionDeadlineFromSent(t *testing.T) {
 	const lease = 600 * time.Millisecond
-	var sent atomic.Int64
+	validity := lease - guard.LeaseMargin(lease)
+	for round := 1; ; round++ {
+		if extensionDeadlineFromSent(t, lease, validity, round) {
+			return
+		}
+		if round == 3 {
+			t.Fatalf("in %d rounds the second extension was never sent before the lease's deadline: the machine is too slow to tell", round)
+		}
+	}
+}
+
+// extensionDeadlineFromSent runs one round of TestExtensionDeadlineFromSent;
+// it reports false when the guard gave the lease up before sending the
+// second extension (a stall of 300ms), which proves nothing either way.
+func extensionDeadlineFromSent(t *testing.T, lease, validity time.Duration, round int) bool {
+	var (
+		mu       sync.Mutex
+		sent     time.Time
+		deadline time.Time
+		bounded  bool
+	)
 	h := &hooked{Store: realStore(t), onWire: true}
 	h.beforeExtend = func(ctx context.Context, n int32) {
 		if n == 1 {
-			sent.Store(time.Now().UnixNano())
+			mu.Lock()
+			sent = time.Now()
+			mu.Unlock()
 			return
+		}
+		if n == 2 {
+			mu.Lock()
+			deadline, bounded = ctx.Deadline()
+			mu.Unlock()
 		}
 		<-ctx.Done() // the next one hangs until given up
 	}
@@ -568,11 +601,14 @@ func TestExtensionDeadlineFromSent(t *testing.T) {
 		}
 	}
 	g := guard.New(h, guard.Options{Lease: lease})
-	validity := lease - guard.LeaseMargin(lease)
-	_, err := g.Do(bg, guard.Key{Scope: "s", ID: "slow-answer"}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+	_, err := g.Do(bg, guard.Key{Scope: "s", ID: fmt.Sprintf("slow-answer-%d", round)}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
 		<-ctx.Done()
-		// sent is read a moment after the guard's own reading of the clock.
-		if at := time.Since(time.Unix(0, sent.Load())); at < validity-20*time.Millisecond || at > validity+150*time.Millisecond {
+		mu.Lock()
+		defer mu.Unlock()
+		// Never before the deadline counted from the send (sent is read a
+		// moment after the guard's own reading of the clock); a loaded
+		// machine can only make this later.
+		if at := time.Since(sent); at < validity-20*time.Millisecond {
 			t.Errorf("cancelled %s after the extension was sent, want %s", at, validity)
 		}
 		return nil, context.Cause(ctx)
@@ -580,4 +616,20 @@ func TestExtensionDeadlineFromSent(t *testing.T) {
 	if !errors.Is(err, guard.ErrLeaseLost) {
 		t.Fatalf("Do = %v, want ErrLeaseLost", err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if h.extends.Load() < 2 {
+		t.Logf("round %d: the lease's deadline passed before the second extension was sent; again", round)
+		return false
+	}
+	if !bounded {
+		t.Fatal("the second extension's context has no deadline")
+	}
+	// The guard read the clock before the hook did: counted from the
+	// send, the deadline is at most validity after the hook's reading;
+	// counted from the answer, 250ms more.
+	if d := deadline.Sub(sent); d > validity || d < validity-150*time.Millisecond {
+		t.Errorf("the lease's deadline after the first extension: %s after it was sent, want %s", d, validity)
+	}
+	return true
 }

@@ -196,14 +196,18 @@ func TestWaitManyDuplicatesOneEffect(t *testing.T) {
 // was left of the holder's lease; zero Timeout waits up to the guard's
 // Lease. Nothing is claimed.
 func TestWaitTimeout(t *testing.T) {
-	g := guard.New(realStore(t), guard.Options{Lease: 400 * time.Millisecond})
+	// The holder's heartbeats (one a third of a lease) must be answered
+	// within a lease on a loaded machine, or Wait gets the key: 400ms was
+	// within a stall.
+	const leaseD = 1200 * time.Millisecond
+	g := guard.New(realStore(t), guard.Options{Lease: leaseD})
 	key := guard.Key{Scope: "wait", ID: "timeout"}
 	lease := holdKey(t, g, key)
 	_, stop := g.KeepAlive(bg, lease)
 	defer stop()
 	for _, tc := range []struct {
 		timeout, want time.Duration
-	}{{150 * time.Millisecond, 150 * time.Millisecond}, {0, 400 * time.Millisecond}} {
+	}{{150 * time.Millisecond, 150 * time.Millisecond}, {0, leaseD}} {
 		start := time.Now()
 		out, err := g.Wait(bg, key, "fp", guard.WaitOptions{Timeout: tc.timeout})
 		took := time.Since(start)
@@ -211,7 +215,7 @@ func TestWaitTimeout(t *testing.T) {
 		if !ok || out.Status != 0 {
 			t.Fatalf("timeout %s: %v, %+v, want *InProgressError", tc.timeout, err, out)
 		}
-		if ip.RetryAfter <= 0 || ip.RetryAfter > 400*time.Millisecond {
+		if ip.RetryAfter <= 0 || ip.RetryAfter > leaseD {
 			t.Fatalf("timeout %s: RetryAfter %s, want the holder's lease left", tc.timeout, ip.RetryAfter)
 		}
 		if took < tc.want || took > tc.want+10*time.Second {

@@ -255,7 +255,10 @@ func (c contract) batchItems(t *testing.T, n int) []guard.BatchItem {
 // twice runs it once.
 func (c contract) doBatchOnce(t *testing.T) {
 	s := c.h.New(t)
-	g := guard.New(s, guard.Options{Lease: c.h.Lease})
+	// No lease needs to run out here: a long one keeps a batch claim
+	// answered late on a loaded machine from being refused as too late
+	// to use (as in doBatchMixed).
+	g := guard.New(s, guard.Options{Lease: heldLease})
 	items := c.batchItems(t, 20)
 	runs := make([]atomic.Int32, len(items))
 	fn := func(_ context.Context, i int, l guard.Lease) ([]byte, error) {
@@ -360,7 +363,10 @@ func (c contract) doBatchMixed(t *testing.T) {
 // (failed, released, released, failed), and every other key completes.
 func (c contract) doBatchEach(t *testing.T) {
 	s := c.h.New(t)
-	g := guard.New(s, guard.Options{Lease: c.h.Lease, MaxRun: 100 * time.Millisecond})
+	// No lease needs to run out here (MaxRun cuts the slow effect): a
+	// long one keeps a batch claim answered late on a loaded machine
+	// from being refused as too late to use.
+	g := guard.New(s, guard.Options{Lease: heldLease, MaxRun: 100 * time.Millisecond})
 	items := c.batchItems(t, 8)
 	boom := errors.New("boom")
 	res := g.DoBatch(ctx, items, func(ctx context.Context, i int, _ guard.Lease) ([]byte, error) {

@@ -216,18 +216,28 @@ func (c contract) stepsThroughRecovery(t *testing.T) {
 // a holder that died after a step leaves it to the claim that recovers
 // its key: the step's effect (a charge) is not made again.
 func (c contract) stepsThroughRecoveryShortTTL(t *testing.T) {
-	s, key := stepStore(t, c), newKey(t)
-	r := c.req(key, "A")
-	r.TTL = c.h.Lease * 9 / 10
-	a := acquire(t, s, r)
-	save(t, s, a, 0, step("charge", "ch_1"))
-	c.h.Advance(t, c.h.Lease) // A dies
-	r.Token = "B"
-	out := claim(t, s, r)
-	if out.Status != guard.Acquired || !out.Lease.Recovered || out.Lease.Attempt != 2 {
-		t.Fatalf("recovery = %+v, want acquired, recovered, attempt 2", out)
-	}
-	wantSteps(t, "recovering claim", out.Steps, step("charge", "ch_1"))
+	// The recovering claim must reach the store before the record's
+	// retention (0.9 × lease) after the lease ends: onTime runs again with
+	// a longer lease when a loaded machine missed that.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := stepStore(t, c), newKey(t)
+		r := c.req(key, "A")
+		r.Lease, r.TTL = lease, lease*9/10
+		began := time.Now()
+		a := acquire(t, s, r)
+		save(t, s, a, 0, step("charge", "ch_1"))
+		c.h.Advance(t, lease) // A dies
+		r.Token = "B"
+		out := claim(t, s, r)
+		if out.Status != guard.Acquired || !out.Lease.Recovered || out.Lease.Attempt != 2 {
+			if late(began, lease+r.TTL) {
+				return true
+			}
+			t.Fatalf("recovery = %+v, want acquired, recovered, attempt 2", out)
+		}
+		wantSteps(t, "recovering claim", out.Steps, step("charge", "ch_1"))
+		return false
+	})
 }
 
 // stepsStaleHolder: a holder whose lease another took over stores
@@ -306,20 +316,31 @@ func (c contract) stepsRelease(t *testing.T) {
 
 // stepsNothingRevealed: answers other than acquired carry no steps.
 func (c contract) stepsNothingRevealed(t *testing.T) {
-	s, key := stepStore(t, c), newKey(t)
-	a := acquire(t, s, c.req(key, "A"))
-	save(t, s, a, 0, step("a", "secret"))
-	other := c.req(key, "B")
-	other.Fingerprint = "other"
-	for _, r := range []guard.ClaimRequest{c.req(key, "B"), other} {
-		if out := claim(t, s, r); out.Steps != nil || out.Status == guard.Acquired {
-			t.Fatalf("claim by %s (fingerprint %q) while held = %+v, want no steps", r.Token, r.Fingerprint, out)
+	// The claims "while held" must reach the store before A's lease ends:
+	// onTime runs again with a longer lease when one did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := stepStore(t, c), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		a := acquire(t, s, r)
+		save(t, s, a, 0, step("a", "secret"))
+		same, other := r, r
+		same.Token, other.Token, other.Fingerprint = "B", "B", "other"
+		for _, r := range []guard.ClaimRequest{same, other} {
+			if out := claim(t, s, r); out.Steps != nil || out.Status == guard.Acquired {
+				if out.Status == guard.Acquired && late(began, lease) {
+					return true
+				}
+				t.Fatalf("claim by %s (fingerprint %q) while held = %+v, want no steps", r.Token, r.Fingerprint, out)
+			}
 		}
-	}
-	mustOK(t, "fail", s.Fail(ctx, a, "boom", time.Hour))
-	if out := claim(t, s, other); out.Status != guard.Mismatch || out.Steps != nil {
-		t.Fatalf("claim with another fingerprint = %+v, want a mismatch without steps", out)
-	}
+		mustOK(t, "fail", s.Fail(ctx, a, "boom", time.Hour))
+		if out := claim(t, s, other); out.Status != guard.Mismatch || out.Steps != nil {
+			t.Fatalf("claim with another fingerprint = %+v, want a mismatch without steps", out)
+		}
+		return false
+	})
 }
 
 func (c contract) stepsExhausted(t *testing.T) {

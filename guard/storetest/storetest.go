@@ -36,6 +36,9 @@ type Harness struct {
 	// on miniredis, Wait on a real server.
 	Advance func(t *testing.T, d time.Duration)
 	// Lease is the lease used where one must run out. Default 500ms.
+	// A case that needs a call to reach the store within a lease (or a
+	// lease and a retention) runs again with 2, 4 and 8 times it when a
+	// loaded machine held the call back past that (onTime).
 	Lease time.Duration
 	// TTL is the retention used where a record must expire. Default 1s.
 	TTL time.Duration
@@ -181,24 +184,35 @@ func mustLost(t *testing.T, what string, err error) {
 }
 
 func (c contract) claimNew(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
-		t.Fatalf("Get of a new key = %v, want ErrNotFound", err)
-	}
-	l := acquire(t, s, c.req(key, "A"))
-	if l.Fence != 1 || l.Attempt != 1 || l.Recovered {
-		t.Fatalf("first lease = %+v, want fence 1, attempt 1, not recovered", l)
-	}
-	rec := get(t, s, key)
-	if rec.State != guard.StatePending || rec.Token != "A" || rec.Fence != 1 || rec.Attempt != 1 || rec.Fingerprint != "fp" {
-		t.Fatalf("record = %+v", rec)
-	}
-	if rec.Key != key {
-		t.Fatalf("record key = %s, want %s", rec.Key, key)
-	}
-	if rec.LeaseLeft <= 0 || rec.LeaseLeft > c.h.Lease {
-		t.Fatalf("lease left = %s, want in (0, %s]", rec.LeaseLeft, c.h.Lease)
-	}
+	// Get must reach the store before the lease ends to see some of it
+	// left: onTime runs again with a longer lease when it did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("Get of a new key = %v, want ErrNotFound", err)
+		}
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		l := acquire(t, s, r)
+		if l.Fence != 1 || l.Attempt != 1 || l.Recovered {
+			t.Fatalf("first lease = %+v, want fence 1, attempt 1, not recovered", l)
+		}
+		rec := get(t, s, key)
+		if rec.State != guard.StatePending || rec.Token != "A" || rec.Fence != 1 || rec.Attempt != 1 || rec.Fingerprint != "fp" {
+			t.Fatalf("record = %+v", rec)
+		}
+		if rec.Key != key {
+			t.Fatalf("record key = %s, want %s", rec.Key, key)
+		}
+		if rec.LeaseLeft <= 0 || rec.LeaseLeft > lease {
+			if rec.LeaseLeft <= 0 && late(began, lease) {
+				return true
+			}
+			t.Fatalf("lease left = %s, want in (0, %s]", rec.LeaseLeft, lease)
+		}
+		return false
+	})
 }
 
 func (c contract) claimRepeated(t *testing.T) {
@@ -218,18 +232,30 @@ func (c contract) claimRepeated(t *testing.T) {
 }
 
 func (c contract) claimWhileHeld(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	acquire(t, s, c.req(key, "A"))
-	out := claim(t, s, c.req(key, "B"))
-	if out.Status != guard.InProgress {
-		t.Fatalf("second claim = %v, want in progress", out.Status)
-	}
-	if out.LeaseLeft <= 0 || out.LeaseLeft > c.h.Lease {
-		t.Fatalf("lease left = %s, want in (0, %s]", out.LeaseLeft, c.h.Lease)
-	}
-	if rec := get(t, s, key); rec.Token != "A" || rec.Fence != 1 {
-		t.Fatalf("in-progress claim changed the record: %+v", rec)
-	}
+	// The second claim must reach the store before the first lease ends:
+	// onTime runs again with a longer lease when it did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		began := time.Now()
+		acquire(t, s, r)
+		r.Token = "B"
+		out := claim(t, s, r)
+		if out.Status != guard.InProgress {
+			if late(began, lease) {
+				return true
+			}
+			t.Fatalf("second claim = %v, want in progress", out.Status)
+		}
+		if out.LeaseLeft <= 0 || out.LeaseLeft > lease {
+			t.Fatalf("lease left = %s, want in (0, %s]", out.LeaseLeft, lease)
+		}
+		if rec := get(t, s, key); rec.Token != "A" || rec.Fence != 1 {
+			t.Fatalf("in-progress claim changed the record: %+v", rec)
+		}
+		return false
+	})
 }
 
 func (c contract) mismatch(t *testing.T) {
@@ -419,41 +445,79 @@ func (c contract) leaseRecovery(t *testing.T) {
 // hand the next claim a first attempt again: the dead holder's fence
 // repeated or its attempts (MaxAttempts) and steps lost.
 func (c contract) leaseRecoveryShortTTL(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	r := c.req(key, "A")
-	r.TTL = c.h.Lease * 9 / 10
-	a := acquire(t, s, r)
-	c.h.Advance(t, c.h.Lease/2)
-	mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
-	c.h.Advance(t, c.h.Lease) // A stops heartbeating: it crashed
-	r.Token = "B"
-	b := acquire(t, s, r)
-	if b.Fence != a.Fence+1 || b.Attempt != 2 || !b.Recovered {
-		t.Fatalf("recovered lease with a TTL shorter than the lease = %+v, want fence %d, attempt 2, recovered", b, a.Fence+1)
-	}
-	c.h.Advance(t, c.h.Lease)
-	r.Token, r.MaxAttempts = "C", 2
-	if out := claim(t, s, r); out.Status != guard.Exhausted || out.Attempts != 2 {
-		t.Fatalf("claim after the last attempt's holder died = %+v, want exhausted after 2", out)
-	}
+	// Each claim and the extension must reach the store before the record's
+	// retention (0.9 × lease) after the lease ends: onTime runs again with a
+	// longer lease when a loaded machine missed that.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		r := c.req(key, "A")
+		r.Lease, r.TTL = lease, lease*9/10
+		began := time.Now()
+		a := acquire(t, s, r)
+		c.h.Advance(t, lease/2)
+		extended := time.Now()
+		if err := s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease); err != nil {
+			if late(began, lease+r.TTL) {
+				return true
+			}
+			t.Fatalf("extend: %v", err)
+		}
+		c.h.Advance(t, lease) // A stops heartbeating: it crashed
+		r.Token = "B"
+		claimed := time.Now()
+		out := claim(t, s, r)
+		if b := out.Lease; out.Status != guard.Acquired || b.Fence != a.Fence+1 || b.Attempt != 2 || !b.Recovered {
+			if late(extended, lease+r.TTL) {
+				return true
+			}
+			t.Fatalf("recovered claim with a TTL shorter than the lease = %+v, want acquired with fence %d, attempt 2, recovered", out, a.Fence+1)
+		}
+		c.h.Advance(t, lease)
+		r.Token, r.MaxAttempts = "C", 2
+		if out := claim(t, s, r); out.Status != guard.Exhausted || out.Attempts != 2 {
+			if late(claimed, lease+r.TTL) {
+				return true
+			}
+			t.Fatalf("claim after the last attempt's holder died = %+v, want exhausted after 2", out)
+		}
+		return false
+	})
 }
 
 func (c contract) extendKeeps(t *testing.T) {
-	s, key := c.h.New(t), newKey(t)
-	acquire(t, s, c.req(key, "A"))
-	for range 3 {
-		c.h.Advance(t, c.h.Lease/2)
-		mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
-	}
-	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
-		t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
-	}
-	// A lease that ran out, unclaimed by anyone, still belongs to its holder.
-	c.h.Advance(t, c.h.Lease)
-	mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, c.h.Lease))
-	if out := claim(t, s, c.req(key, "B")); out.Status != guard.InProgress {
-		t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
-	}
+	// Each claim must reach the store before the lease the extension
+	// before it gave ends: onTime runs again with a longer lease when a
+	// claim did not.
+	c.onTime(t, func(lease time.Duration) bool {
+		s, key := c.h.New(t), newKey(t)
+		r := c.req(key, "A")
+		r.Lease = lease
+		acquire(t, s, r)
+		var extended time.Time
+		for range 3 {
+			c.h.Advance(t, lease/2)
+			extended = time.Now()
+			mustOK(t, "extend", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease))
+		}
+		r.Token = "B"
+		if out := claim(t, s, r); out.Status != guard.InProgress {
+			if late(extended, lease) {
+				return true
+			}
+			t.Fatalf("claim while the lease is extended = %v, want in progress", out.Status)
+		}
+		// A lease that ran out, unclaimed by anyone, still belongs to its holder.
+		c.h.Advance(t, lease)
+		extended = time.Now()
+		mustOK(t, "extend after expiry, nobody took over", s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease))
+		if out := claim(t, s, r); out.Status != guard.InProgress {
+			if late(extended, lease) {
+				return true
+			}
+			t.Fatalf("claim after re-extension = %v, want in progress", out.Status)
+		}
+		return false
+	})
 }
 
 // mustRefuse: a call with a bad argument is refused with an error that
