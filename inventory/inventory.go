@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -156,6 +157,8 @@ type Entry struct {
 	// other rows of the pattern serve are known.
 	open    string
 	covered bool
+	// node is Route.Node: only rows of one node settle each other.
+	node any
 }
 
 // Options configure an Inventory. The zero value is ready to use.
@@ -207,18 +210,34 @@ type Route struct {
 	// Middleware applies to the route, outermost first (chi's, or those
 	// given to ServeMux.Handle).
 	Middleware []func(http.Handler) http.Handler
+	// Node identifies the registration whose methods a request for
+	// Pattern is served from: a comparable value, such as a pointer to
+	// the router (ServeMux: the http.ServeMux, where "POST /x" always
+	// takes POST from "/x"; chi: the router whose tree holds the pattern;
+	// gorilla/mux: the route itself, since a route without Methods that
+	// comes first takes every method). A method's own row settles an
+	// any-method row of the same pattern, leaving that method out of its
+	// gaps, only when both have the same Router and Node: a catch-all of
+	// another router, or of a chi router above a mounted one, still
+	// serves the method unguarded. Nil is one node per Router name.
+	Node any
 }
 
 // AddRoute lists a route: guarded by the policy PolicyOf finds on it, or
 // unguarded. An any-method route with a guard gives a row for each
 // method the guard covers and one for the others.
+//
+// AddRoute panics when rt.Node's type is not comparable.
 func (inv *Inventory) AddRoute(rt Route) {
+	if rt.Node != nil && !reflect.TypeOf(rt.Node).Comparable() {
+		panic(fmt.Sprintf("inventory.AddRoute: Route.Node of type %T is not comparable", rt.Node))
+	}
 	p, guarded := PolicyOf(rt.Handler, rt.Middleware...)
 	method := strings.ToUpper(rt.Method)
 	if method == "" {
 		method = AnyMethod
 	}
-	base := Entry{Kind: KindHTTP, Handler: rt.Pattern, Router: rt.Router}
+	base := Entry{Kind: KindHTTP, Handler: rt.Pattern, Router: rt.Router, node: rt.Node}
 	if method != AnyMethod {
 		e := base
 		e.Method = method
@@ -260,17 +279,20 @@ func (inv *Inventory) AddRoute(rt Route) {
 
 // settle works out Gap and Note of the AnyMethod rows in entries: the
 // unsafe methods such a route leaves unguarded, less those another row of
-// the same pattern and router serves (a method's own registration wins
-// over a catch-all in chi, ServeMux and gorilla/mux alike).
-func settle(entries []Entry) {
+// the same pattern, router and node serves (Route.Node: within a node a
+// method's own registration wins over the catch-all). It returns the
+// entries without the rows that are then equal to an earlier one (two
+// routers' "GET /healthz").
+func settle(entries []Entry) []Entry {
 	type route struct {
 		kind            Kind
 		handler, router string
+		node            any
 	}
 	own := map[route]map[string]bool{}
 	for _, e := range entries {
 		if e.Method != AnyMethod {
-			r := route{e.Kind, e.Handler, e.Router}
+			r := route{e.Kind, e.Handler, e.Router, e.node}
 			if own[r] == nil {
 				own[r] = map[string]bool{}
 			}
@@ -278,11 +300,11 @@ func settle(entries []Entry) {
 		}
 	}
 	for i, e := range entries {
-		entries[i].open, entries[i].covered = "", false // settled: an Entry compares with one built by hand
+		entries[i].open, entries[i].covered, entries[i].node = "", false, nil // settled: an Entry compares with one built by hand
 		if e.Method != AnyMethod || e.Kind != KindHTTP {
 			continue
 		}
-		served := own[route{e.Kind, e.Handler, e.Router}]
+		served := own[route{e.Kind, e.Handler, e.Router, e.node}]
 		var open []string
 		for m := range strings.SplitSeq(e.open, ",") {
 			if m != "" && !served[m] {
@@ -303,6 +325,14 @@ func settle(entries []Entry) {
 			entries[i].Note = ""
 		}
 	}
+	seen := make(map[Entry]bool, len(entries))
+	return slices.DeleteFunc(entries, func(e Entry) bool {
+		if seen[e] {
+			return true
+		}
+		seen[e] = true
+		return false
+	})
 }
 
 // AddConsumer lists a consumer group deduplicated by p. consumerx calls it
@@ -346,7 +376,7 @@ func (inv *Inventory) Entries() []Entry {
 	inv.mu.Lock()
 	out := slices.Clone(inv.entries)
 	inv.mu.Unlock()
-	settle(out)
+	out = settle(out)
 	slices.SortStableFunc(out, func(a, b Entry) int {
 		return cmp.Or(
 			cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)),

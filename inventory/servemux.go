@@ -44,7 +44,7 @@ func (m *ServeMux) Handle(pattern string, h http.Handler, middleware ...func(htt
 	}
 	m.mux.Handle(pattern, served) // panics first on a bad pattern: nothing is listed then
 	method, path := splitPattern(pattern)
-	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware})
+	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware, Node: m.mux})
 }
 
 // HandleFunc is Handle for a handler function.
