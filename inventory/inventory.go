@@ -211,15 +211,16 @@ type Route struct {
 	// given to ServeMux.Handle).
 	Middleware []func(http.Handler) http.Handler
 	// Node identifies the registration whose methods a request for
-	// Pattern is served from: a comparable value, such as a pointer to
-	// the router (ServeMux: the http.ServeMux, where "POST /x" always
-	// takes POST from "/x"; chi: the router whose tree holds the pattern;
-	// gorilla/mux: the route itself, since a route without Methods that
-	// comes first takes every method). A method's own row settles an
-	// any-method row of the same pattern, leaving that method out of its
-	// gaps, only when both have the same Router and Node: a catch-all of
-	// another router, or of a chi router above a mounted one, still
-	// serves the method unguarded. Nil is one node per Router name.
+	// Pattern is served from: a comparable value, such as a pointer. A
+	// method's own row settles an any-method row of the same pattern,
+	// leaving that method out of its gaps, only when both have the same
+	// Router and Node: chiwalk's node is the router whose tree holds the
+	// pattern (a catch-all on a router above a mounted one, or on another
+	// router, still serves the method unguarded; chi refuses "patch" with
+	// 405), muxwalk's the route itself (the first gorilla/mux route that
+	// matches serves, in the method's exact case), ServeMux's each
+	// registration (a "patch" request passes "PATCH /x" by for "/x"). Nil
+	// is one node per Router name.
 	Node any
 }
 

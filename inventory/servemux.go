@@ -44,7 +44,10 @@ func (m *ServeMux) Handle(pattern string, h http.Handler, middleware ...func(htt
 	}
 	m.mux.Handle(pattern, served) // panics first on a bad pattern: nothing is listed then
 	method, path := splitPattern(pattern)
-	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware, Node: m.mux})
+	// A node of its own: ServeMux matches a pattern's method in its exact
+	// case, so "patch" (as fetch sends PATCH) passes "PATCH /x" by for the
+	// catch-all "/x", which must keep PATCH among its gaps.
+	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware, Node: new(byte)})
 }
 
 // HandleFunc is Handle for a handler function.
