@@ -42,9 +42,12 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Requirement says whether a route or consumer demands an idempotency key.
@@ -517,11 +520,28 @@ func dash(s string) string {
 	return s
 }
 
-// escapeCell keeps a value inside its table cell.
+// escapeCell keeps a value inside its table cell, and its characters
+// what they look like: whitespace runs become one space, and what a
+// terminal or viewer would act on rather than show (control characters,
+// bidirectional overrides, bytes that are not UTF-8) is written as a Go
+// escape (\x1b, \u202e, \xff).
 func escapeCell(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
 	s = strings.ReplaceAll(s, "|", `\|`)
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }
 
 // FormatTTL writes d without zero units ("24h", "10m", "1h30m", "1.5s"); ""
