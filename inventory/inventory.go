@@ -171,7 +171,9 @@ type Options struct {
 	// the methods that are not idempotent by definition (RFC 9110
 	// section 9.2.2). Add PUT and DELETE when your handlers for them have
 	// effects a repeat would double (a PUT that appends, a DELETE that
-	// refunds).
+	// refunds). Methods are taken in any case, without surrounding
+	// spaces; a list with none (nil, or only empty strings) is the
+	// default.
 	UnsafeMethods []string
 }
 
@@ -188,13 +190,14 @@ type Inventory struct {
 
 // New returns an empty Inventory.
 func New(opts Options) *Inventory {
-	methods := opts.UnsafeMethods
-	if len(methods) == 0 {
-		methods = []string{http.MethodPost, http.MethodPatch}
-	}
 	inv := &Inventory{unsafe: map[string]bool{}, seen: map[Entry]bool{}}
-	for _, m := range methods {
-		inv.unsafe[strings.ToUpper(m)] = true
+	for _, m := range opts.UnsafeMethods {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			inv.unsafe[m] = true
+		}
+	}
+	if len(inv.unsafe) == 0 {
+		inv.unsafe[http.MethodPost], inv.unsafe[http.MethodPatch] = true, true
 	}
 	return inv
 }
