@@ -240,6 +240,11 @@ func (inv *Inventory) AddRoute(rt Route) {
 		panic(fmt.Sprintf("inventory.AddRoute: Route.Node of type %T is not comparable", rt.Node))
 	}
 	p, guarded := PolicyOf(rt.Handler, rt.Middleware...)
+	switch p.Required {
+	case "", RequireSoft, RequireHard:
+	default: // a guard that requires no key, or what this package does not know, vouches for nothing
+		guarded = false
+	}
 	method := strings.ToUpper(rt.Method)
 	if method == "" {
 		method = AnyMethod
@@ -267,6 +272,13 @@ func (inv *Inventory) AddRoute(rt Route) {
 		}
 	}
 	slices.Sort(open)
+	if guarded && len(p.Methods) == 0 { // a guard on every method: one row says it
+		e := base
+		e.Method = AnyMethod
+		e.setPolicy(p)
+		inv.add(e)
+		return
+	}
 	if guarded {
 		methods := slices.Clone(p.Methods)
 		slices.Sort(methods)
