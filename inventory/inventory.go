@@ -90,7 +90,9 @@ const (
 
 // Policy is what a guard enforces.
 type Policy struct {
-	// Required is RequireSoft or RequireHard for a guard.
+	// Required is RequireSoft or RequireHard for a guard (empty counts as
+	// RequireHard). A Guarded handler reporting anything else, RequireNone
+	// included, is taken for no guard.
 	Required Requirement
 	// KeySource is where the key comes from.
 	KeySource KeySource

@@ -18,7 +18,8 @@ type ServeMux struct {
 }
 
 // NewServeMux returns a ServeMux that registers on mux (a new
-// http.ServeMux if nil) and lists in inv.
+// http.ServeMux if nil) and lists in inv. Routes mux already has are
+// served but not listed: register every route through the ServeMux.
 func NewServeMux(inv *Inventory, mux *http.ServeMux) *ServeMux {
 	if inv == nil {
 		panic("inventory.NewServeMux: nil Inventory")

@@ -20,7 +20,9 @@ import (
 // route; methods registered on their own are listed on their own, and
 // settle its gaps only when they are in the same router's tree (not in a
 // mounted router, nor in another router walked into inv). Walk it after
-// every route is registered; routes added later are not listed.
+// every route is registered; routes added later are not listed. The
+// router's NotFound and MethodNotAllowed handlers are not listed: they
+// must not have effects a repeat would double.
 func Add(inv *inventory.Inventory, r chi.Routes) error {
 	if inv == nil || r == nil {
 		return errors.New("chiwalk: nil inventory or router")

@@ -23,7 +23,8 @@ import (
 // with every unsafe method it leaves unguarded, even those another route
 // of its path registers on its own (inventory.Route.Node is the route).
 // Walk it after every route is registered; routes added later are not
-// listed.
+// listed, nor are the NotFoundHandler and MethodNotAllowedHandler, which
+// must not have effects a repeat would double.
 //
 // gorilla/mux keeps Use's middleware in an unexported field; Add reads it
 // (with reflect and unsafe, read only). Should a later gorilla/mux rename
