@@ -164,6 +164,9 @@ type Entry struct {
 	covered bool
 	// node is Route.Node: only rows of one node settle each other.
 	node any
+	// expanded marks the row of a method an any-method route's guard acts
+	// on: a route of its own for that method in the node takes it.
+	expanded bool
 }
 
 // Options configure an Inventory. The zero value is ready to use.
@@ -288,6 +291,7 @@ func (inv *Inventory) AddRoute(rt Route) {
 			e := base
 			e.Method = m
 			e.setPolicy(p)
+			e.expanded = true
 			inv.add(e)
 		}
 	}
@@ -302,26 +306,34 @@ func (inv *Inventory) AddRoute(rt Route) {
 // unsafe methods such a route leaves unguarded, less those another row of
 // the same pattern, router and node serves (Route.Node: within a node a
 // method's own registration wins over the catch-all). It returns the
-// entries without the rows that are then equal to an earlier one (two
-// routers' "GET /healthz").
+// entries without the rows a catch-all's guard gives for a method the
+// node registers on its own (the guard never sees that method), nor the
+// rows that are then equal to an earlier one (two routers' "GET /healthz").
 func settle(entries []Entry) []Entry {
 	type route struct {
 		kind            Kind
 		handler, router string
 		node            any
 	}
-	own := map[route]map[string]bool{}
+	own := map[route]map[string]bool{}      // methods with a row
+	dedicated := map[route]map[string]bool{} // methods registered on their own, in upper case
 	for _, e := range entries {
 		if e.Method != AnyMethod {
 			r := route{e.Kind, e.Handler, e.Router, e.node}
 			if own[r] == nil {
-				own[r] = map[string]bool{}
+				own[r], dedicated[r] = map[string]bool{}, map[string]bool{}
 			}
 			own[r][e.Method] = true
+			if !e.expanded {
+				dedicated[r][strings.ToUpper(e.Method)] = true
+			}
 		}
 	}
+	taken := make([]bool, len(entries))
 	for i, e := range entries {
-		entries[i].open, entries[i].covered, entries[i].node = "", false, nil // settled: an Entry compares with one built by hand
+		r := route{e.Kind, e.Handler, e.Router, e.node}
+		taken[i] = e.expanded && dedicated[r][strings.ToUpper(e.Method)]
+		entries[i].open, entries[i].covered, entries[i].node, entries[i].expanded = "", false, nil, false // settled: an Entry compares with one built by hand
 		if e.Method != AnyMethod || e.Kind != KindHTTP {
 			continue
 		}
@@ -347,13 +359,14 @@ func settle(entries []Entry) []Entry {
 		}
 	}
 	seen := make(map[Entry]bool, len(entries))
-	return slices.DeleteFunc(entries, func(e Entry) bool {
-		if seen[e] {
-			return true
+	out := entries[:0]
+	for i, e := range entries {
+		if !taken[i] && !seen[e] {
+			seen[e] = true
+			out = append(out, e)
 		}
-		seen[e] = true
-		return false
-	})
+	}
+	return out
 }
 
 // AddConsumer lists a consumer group deduplicated by p. consumerx calls it
