@@ -1,8 +1,10 @@
 package inventory_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemguard/idemguard/inventory"
 )
@@ -33,5 +35,34 @@ func TestMarkdownControlCharacters(t *testing.T) {
 		if r != '\n' && (r < ' ' || r == 0x7f || r == '\u202e' || r == '\u2066' || r == '\ufffd') {
 			t.Fatalf("raw %U at %d in\n%q", r, i, out)
 		}
+	}
+}
+
+// TestJSONKeepsPatterns: JSON carries a pattern with quotes, backslashes
+// and control characters as it is, and consumer groups of one name with
+// different settings (two processors) as two entries, neither hidden.
+func TestJSONKeepsPatterns(t *testing.T) {
+	pattern := "/a\"b\\c\x1b\n\u2028</script>"
+	inv := inventory.New(inventory.Options{})
+	inv.AddRoute(inventory.Route{Router: "r", Method: "POST", Pattern: pattern, Handler: ok})
+	inv.AddConsumer("shipping", "order.paid", inventory.Policy{TTL: time.Hour})
+	inv.AddConsumer("shipping", "order.paid", inventory.Policy{TTL: time.Minute, KeySource: inventory.KeyComputed})
+	body, err := json.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Entries []struct {
+			Handler, Method, TTL string
+			Gap                  bool
+		} `json:"entries"`
+		Gaps int `json:"gaps"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	if len(doc.Entries) != 3 || doc.Gaps != 1 || doc.Entries[0].Handler != pattern || !doc.Entries[0].Gap ||
+		doc.Entries[1].TTL == doc.Entries[2].TTL {
+		t.Fatalf("%s", body)
 	}
 }

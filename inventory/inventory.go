@@ -315,7 +315,7 @@ func settle(entries []Entry) []Entry {
 		handler, router string
 		node            any
 	}
-	own := map[route]map[string]bool{}      // methods with a row
+	own := map[route]map[string]bool{}       // methods with a row
 	dedicated := map[route]map[string]bool{} // methods registered on their own, in upper case
 	for _, e := range entries {
 		if e.Method != AnyMethod {
