@@ -315,18 +315,18 @@ func settle(entries []Entry) []Entry {
 		handler, router string
 		node            any
 	}
-	own := map[route]map[string]bool{}       // methods with a row
-	dedicated := map[route]map[string]bool{} // methods registered on their own, in upper case
+	// The methods of a pattern registered on their own, in upper case. Not
+	// the rows a catch-all's guard gives: a subrouter mounted by two
+	// routers is one node, and its catch-all guarded through one router is
+	// not through the other.
+	dedicated := map[route]map[string]bool{}
 	for _, e := range entries {
-		if e.Method != AnyMethod {
+		if e.Method != AnyMethod && !e.expanded {
 			r := route{e.Kind, e.Handler, e.Router, e.node}
-			if own[r] == nil {
-				own[r], dedicated[r] = map[string]bool{}, map[string]bool{}
+			if dedicated[r] == nil {
+				dedicated[r] = map[string]bool{}
 			}
-			own[r][e.Method] = true
-			if !e.expanded {
-				dedicated[r][strings.ToUpper(e.Method)] = true
-			}
+			dedicated[r][strings.ToUpper(e.Method)] = true
 		}
 	}
 	taken := make([]bool, len(entries))
@@ -337,7 +337,7 @@ func settle(entries []Entry) []Entry {
 		if e.Method != AnyMethod || e.Kind != KindHTTP {
 			continue
 		}
-		served := own[route{e.Kind, e.Handler, e.Router, e.node}]
+		served := dedicated[route{e.Kind, e.Handler, e.Router, e.node}]
 		var open []string
 		for m := range strings.SplitSeq(e.open, ",") {
 			if m != "" && !served[m] {

@@ -49,3 +49,33 @@ func TestCatchAllFirstIsAGap(t *testing.T) {
 		"http | /refunds | * | none |  |  |  |  | gorilla/mux | GAP | every method, unguarded: PATCH, POST",
 	})
 }
+
+// TestSharedRouter: one router served by two (a public and an internal
+// listener), behind a guard Used in one only: its route without Methods
+// is guarded for POST through the first, not through the second.
+func TestSharedRouter(t *testing.T) {
+	api := mux.NewRouter()
+	api.Handle("/api/orders", ok)
+	public := mux.NewRouter()
+	public.Use(mux.MiddlewareFunc(httpx.Guard(newGuard(), httpx.Options{SingleCaller: true})))
+	public.PathPrefix("/api").Handler(api)
+	internal := mux.NewRouter()
+	internal.PathPrefix("/api").Handler(api)
+	rec := httptest.NewRecorder()
+	internal.ServeHTTP(rec, httptest.NewRequest("POST", "/api/orders", nil))
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("internal POST without a key: %d", rec.Code)
+	}
+	inv := inventory.New(inventory.Options{})
+	for _, r := range []*mux.Router{public, internal} {
+		if err := muxwalk.Add(inv, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	invtest.SameRows(t, inv, []string{
+		"http | /api/orders | POST | hard | header | Idempotency-Key | global | 48h | gorilla/mux",
+		"http | /api/orders | PATCH | hard | header | Idempotency-Key | global | 48h | gorilla/mux",
+		"http | /api/orders | * | none |  |  |  |  | gorilla/mux | other methods",
+		"http | /api/orders | * | none |  |  |  |  | gorilla/mux | GAP | every method, unguarded: PATCH, POST",
+	})
+}
