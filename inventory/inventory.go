@@ -40,10 +40,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Requirement says whether a route or consumer demands an idempotency key.
@@ -86,7 +90,9 @@ const (
 
 // Policy is what a guard enforces.
 type Policy struct {
-	// Required is RequireSoft or RequireHard for a guard.
+	// Required is RequireSoft or RequireHard for a guard (empty counts as
+	// RequireHard). A Guarded handler reporting anything else, RequireNone
+	// included, is taken for no guard.
 	Required Requirement
 	// KeySource is where the key comes from.
 	KeySource KeySource
@@ -156,6 +162,11 @@ type Entry struct {
 	// other rows of the pattern serve are known.
 	open    string
 	covered bool
+	// node is Route.Node: only rows of one node settle each other.
+	node any
+	// expanded marks the row of a method an any-method route's guard acts
+	// on: a route of its own for that method in the node takes it.
+	expanded bool
 }
 
 // Options configure an Inventory. The zero value is ready to use.
@@ -165,7 +176,9 @@ type Options struct {
 	// the methods that are not idempotent by definition (RFC 9110
 	// section 9.2.2). Add PUT and DELETE when your handlers for them have
 	// effects a repeat would double (a PUT that appends, a DELETE that
-	// refunds).
+	// refunds). Methods are taken in any case, without surrounding
+	// spaces; a list with none (nil, or only empty strings) is the
+	// default.
 	UnsafeMethods []string
 }
 
@@ -182,13 +195,14 @@ type Inventory struct {
 
 // New returns an empty Inventory.
 func New(opts Options) *Inventory {
-	methods := opts.UnsafeMethods
-	if len(methods) == 0 {
-		methods = []string{http.MethodPost, http.MethodPatch}
-	}
 	inv := &Inventory{unsafe: map[string]bool{}, seen: map[Entry]bool{}}
-	for _, m := range methods {
-		inv.unsafe[strings.ToUpper(m)] = true
+	for _, m := range opts.UnsafeMethods {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			inv.unsafe[m] = true
+		}
+	}
+	if len(inv.unsafe) == 0 {
+		inv.unsafe[http.MethodPost], inv.unsafe[http.MethodPatch] = true, true
 	}
 	return inv
 }
@@ -207,18 +221,40 @@ type Route struct {
 	// Middleware applies to the route, outermost first (chi's, or those
 	// given to ServeMux.Handle).
 	Middleware []func(http.Handler) http.Handler
+	// Node identifies the registration whose methods a request for
+	// Pattern is served from: a comparable value, such as a pointer. A
+	// method's own row settles an any-method row of the same pattern,
+	// leaving that method out of its gaps, only when both have the same
+	// Router and Node: chiwalk's node is the router whose tree holds the
+	// pattern (a catch-all on a router above a mounted one, or on another
+	// router, still serves the method unguarded; chi refuses "patch" with
+	// 405), muxwalk's the route itself (the first gorilla/mux route that
+	// matches serves, in the method's exact case), ServeMux's each
+	// registration (a "patch" request passes "PATCH /x" by for "/x"). Nil
+	// is one node per Router name.
+	Node any
 }
 
 // AddRoute lists a route: guarded by the policy PolicyOf finds on it, or
 // unguarded. An any-method route with a guard gives a row for each
 // method the guard covers and one for the others.
+//
+// AddRoute panics when rt.Node's type is not comparable.
 func (inv *Inventory) AddRoute(rt Route) {
+	if rt.Node != nil && !reflect.TypeOf(rt.Node).Comparable() {
+		panic(fmt.Sprintf("inventory.AddRoute: Route.Node of type %T is not comparable", rt.Node))
+	}
 	p, guarded := PolicyOf(rt.Handler, rt.Middleware...)
+	switch p.Required {
+	case "", RequireSoft, RequireHard:
+	default: // a guard that requires no key, or what this package does not know, vouches for nothing
+		guarded = false
+	}
 	method := strings.ToUpper(rt.Method)
 	if method == "" {
 		method = AnyMethod
 	}
-	base := Entry{Kind: KindHTTP, Handler: rt.Pattern, Router: rt.Router}
+	base := Entry{Kind: KindHTTP, Handler: rt.Pattern, Router: rt.Router, node: rt.Node}
 	if method != AnyMethod {
 		e := base
 		e.Method = method
@@ -241,6 +277,13 @@ func (inv *Inventory) AddRoute(rt Route) {
 		}
 	}
 	slices.Sort(open)
+	if guarded && len(p.Methods) == 0 { // a guard on every method: one row says it
+		e := base
+		e.Method = AnyMethod
+		e.setPolicy(p)
+		inv.add(e)
+		return
+	}
 	if guarded {
 		methods := slices.Clone(p.Methods)
 		slices.Sort(methods)
@@ -248,6 +291,7 @@ func (inv *Inventory) AddRoute(rt Route) {
 			e := base
 			e.Method = m
 			e.setPolicy(p)
+			e.expanded = true
 			inv.add(e)
 		}
 	}
@@ -260,29 +304,40 @@ func (inv *Inventory) AddRoute(rt Route) {
 
 // settle works out Gap and Note of the AnyMethod rows in entries: the
 // unsafe methods such a route leaves unguarded, less those another row of
-// the same pattern and router serves (a method's own registration wins
-// over a catch-all in chi, ServeMux and gorilla/mux alike).
-func settle(entries []Entry) {
+// the same pattern, router and node serves (Route.Node: within a node a
+// method's own registration wins over the catch-all). It returns the
+// entries without the rows a catch-all's guard gives for a method the
+// node registers on its own (the guard never sees that method), nor the
+// rows that are then equal to an earlier one (two routers' "GET /healthz").
+func settle(entries []Entry) []Entry {
 	type route struct {
 		kind            Kind
 		handler, router string
+		node            any
 	}
-	own := map[route]map[string]bool{}
+	// The methods of a pattern registered on their own, in upper case. Not
+	// the rows a catch-all's guard gives: a subrouter mounted by two
+	// routers is one node, and its catch-all guarded through one router is
+	// not through the other.
+	dedicated := map[route]map[string]bool{}
 	for _, e := range entries {
-		if e.Method != AnyMethod {
-			r := route{e.Kind, e.Handler, e.Router}
-			if own[r] == nil {
-				own[r] = map[string]bool{}
+		if e.Method != AnyMethod && !e.expanded {
+			r := route{e.Kind, e.Handler, e.Router, e.node}
+			if dedicated[r] == nil {
+				dedicated[r] = map[string]bool{}
 			}
-			own[r][e.Method] = true
+			dedicated[r][strings.ToUpper(e.Method)] = true
 		}
 	}
+	taken := make([]bool, len(entries))
 	for i, e := range entries {
-		entries[i].open, entries[i].covered = "", false // settled: an Entry compares with one built by hand
+		r := route{e.Kind, e.Handler, e.Router, e.node}
+		taken[i] = e.expanded && dedicated[r][strings.ToUpper(e.Method)]
+		entries[i].open, entries[i].covered, entries[i].node, entries[i].expanded = "", false, nil, false // settled: an Entry compares with one built by hand
 		if e.Method != AnyMethod || e.Kind != KindHTTP {
 			continue
 		}
-		served := own[route{e.Kind, e.Handler, e.Router}]
+		served := dedicated[route{e.Kind, e.Handler, e.Router, e.node}]
 		var open []string
 		for m := range strings.SplitSeq(e.open, ",") {
 			if m != "" && !served[m] {
@@ -303,6 +358,15 @@ func settle(entries []Entry) {
 			entries[i].Note = ""
 		}
 	}
+	seen := make(map[Entry]bool, len(entries))
+	out := entries[:0]
+	for i, e := range entries {
+		if !taken[i] && !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // AddConsumer lists a consumer group deduplicated by p. consumerx calls it
@@ -346,7 +410,7 @@ func (inv *Inventory) Entries() []Entry {
 	inv.mu.Lock()
 	out := slices.Clone(inv.entries)
 	inv.mu.Unlock()
-	settle(out)
+	out = settle(out)
 	slices.SortStableFunc(out, func(a, b Entry) int {
 		return cmp.Or(
 			cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)),
@@ -486,11 +550,28 @@ func dash(s string) string {
 	return s
 }
 
-// escapeCell keeps a value inside its table cell.
+// escapeCell keeps a value inside its table cell, and its characters
+// what they look like: whitespace runs become one space, and what a
+// terminal or viewer would act on rather than show (control characters,
+// bidirectional overrides, bytes that are not UTF-8) is written as a Go
+// escape (\x1b, \u202e, \xff).
 func escapeCell(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
 	s = strings.ReplaceAll(s, "|", `\|`)
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }
 
 // FormatTTL writes d without zero units ("24h", "10m", "1h30m", "1.5s"); ""

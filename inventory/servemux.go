@@ -18,7 +18,8 @@ type ServeMux struct {
 }
 
 // NewServeMux returns a ServeMux that registers on mux (a new
-// http.ServeMux if nil) and lists in inv.
+// http.ServeMux if nil) and lists in inv. Routes mux already has are
+// served but not listed: register every route through the ServeMux.
 func NewServeMux(inv *Inventory, mux *http.ServeMux) *ServeMux {
 	if inv == nil {
 		panic("inventory.NewServeMux: nil Inventory")
@@ -44,7 +45,10 @@ func (m *ServeMux) Handle(pattern string, h http.Handler, middleware ...func(htt
 	}
 	m.mux.Handle(pattern, served) // panics first on a bad pattern: nothing is listed then
 	method, path := splitPattern(pattern)
-	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware})
+	// A node of its own: ServeMux matches a pattern's method in its exact
+	// case, so "patch" (as fetch sends PATCH) passes "PATCH /x" by for the
+	// catch-all "/x", which must keep PATCH among its gaps.
+	m.inv.AddRoute(Route{Router: "ServeMux", Method: method, Pattern: path, Handler: h, Middleware: middleware, Node: new(byte)})
 }
 
 // HandleFunc is Handle for a handler function.

@@ -17,8 +17,12 @@ import (
 // guard found among its middleware (r.Use, r.With, r.Group, r.Route,
 // mounted subrouters' middleware) or on its handler. A route registered
 // for every method (r.Handle, r.HandleFunc) is one inventory.AnyMethod
-// route; methods registered on their own are listed on their own. Walk it
-// after every route is registered; routes added later are not listed.
+// route; methods registered on their own are listed on their own, and
+// settle its gaps only when they are in the same router's tree (not in a
+// mounted router, nor in another router walked into inv). Walk it after
+// every route is registered; routes added later are not listed. The
+// router's NotFound and MethodNotAllowed handlers are not listed: they
+// must not have effects a repeat would double.
 func Add(inv *inventory.Inventory, r chi.Routes) error {
 	if inv == nil || r == nil {
 		return errors.New("chiwalk: nil inventory or router")
@@ -31,6 +35,13 @@ type middleware = func(http.Handler) http.Handler
 
 // walk follows chi.Walk (chi v5 tree.go), keeping a catch-all route whole.
 func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []middleware) {
+	// The node of r's routes: chi serves a path from the first router whose
+	// tree holds it, so a catch-all on a router above a mounted one keeps
+	// every method of its pattern whatever the mounted router registers.
+	var node any = r
+	if reflect.TypeOf(r).Kind() != reflect.Pointer {
+		node = new(byte) // not known to be comparable: a node of its own, settling nothing else
+	}
 	for _, route := range r.Routes() {
 		mws := slices.Concat(parentMw, r.Middlewares())
 		if route.SubRoutes != nil {
@@ -42,7 +53,7 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 		}
 		pattern := strings.ReplaceAll(parent+route.Pattern, "/*/", "/")
 		add := func(method string, h http.Handler) {
-			rt := inventory.Route{Router: "chi", Method: method, Pattern: pattern, Handler: h, Middleware: mws}
+			rt := inventory.Route{Router: "chi", Method: method, Pattern: pattern, Handler: h, Middleware: mws, Node: node}
 			if chain, ok := h.(*chi.ChainHandler); ok {
 				rt.Handler, rt.Middleware = chain.Endpoint, slices.Concat(mws, chain.Middlewares)
 			}

@@ -17,8 +17,14 @@ import (
 // Add walks r with Router.Walk and lists each route in inv, with the
 // guard found on its handler or among the middleware its router and the
 // routers above it added with Use. A route without Methods is listed as
-// inventory.AnyMethod. Walk it after every route is registered; routes
-// added later are not listed.
+// inventory.AnyMethod. gorilla/mux serves a request with the first route
+// that matches it, and a route may have matchers Add cannot read
+// (Headers, MatcherFunc): a route without Methods is therefore listed
+// with every unsafe method it leaves unguarded, even those another route
+// of its path registers on its own (inventory.Route.Node is the route).
+// Walk it after every route is registered; routes added later are not
+// listed, nor are the NotFoundHandler and MethodNotAllowedHandler, which
+// must not have effects a repeat would double.
 //
 // gorilla/mux keeps Use's middleware in an unexported field; Add reads it
 // (with reflect and unsafe, read only). Should a later gorilla/mux rename
@@ -56,7 +62,7 @@ func Add(inv *inventory.Inventory, r *mux.Router) error {
 			methods = []string{inventory.AnyMethod}
 		}
 		for _, m := range methods {
-			inv.AddRoute(inventory.Route{Router: "gorilla/mux", Method: m, Pattern: pattern, Handler: h, Middleware: mws})
+			inv.AddRoute(inventory.Route{Router: "gorilla/mux", Method: m, Pattern: pattern, Handler: h, Middleware: mws, Node: route})
 		}
 		return nil
 	})
