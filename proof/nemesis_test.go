@@ -147,9 +147,12 @@ func runNemesis(t *testing.T, w workload) {
 							st.replays.Add(1)
 						}
 					}
-				case p < 85:
+				case p < 80:
 					st.manual.Add(1)
 					manualClaim(ctx, g, bk, k, fp(k), w.Lease, r, &st)
+				case p < 85: // nemesis_batch_test.go: completions of lost leases, batched
+					st.manual.Add(1)
+					manualBatch(ctx, g, rec, bk, keys, fp, w.Lease, r, &st)
 				case p < 95:
 					_, _ = g.Get(ctx, k)
 				default:
