@@ -163,7 +163,7 @@ func runNemesis(t *testing.T, w workload) {
 				case p < 92:
 					_, _ = g.Get(ctx, k)
 				case p < 95:
-					exhaustOnce(ctx, g, exhaustKeys[r.IntN(len(exhaustKeys))], r, &st)
+					exhaustOnce(ctx, g, exhaustKeys[r.IntN(len(exhaustKeys))], w.Lease, r, &st)
 				default:
 					// A different payload under a key seen completed must
 					// learn nothing and change nothing.
@@ -374,11 +374,11 @@ func manualClaim(ctx context.Context, g *guard.Guard, bk *bank, k guard.Key, fp 
 // exhaustOnce claims k, a key that never completes, with a limit of two to
 // six attempts of its own (callers with different limits see their own:
 // guard.CallOptions), and ends an acquired claim by failing or releasing
-// it, or by abandoning it (a lease that runs out: a failure counted by
-// the claim that finds it). Every EXHAUSTED answer, its count and its last error, and
+// it, by abandoning it (a lease that runs out: a failure counted by the
+// claim that finds it), or by extending it and failing after its lease. Every EXHAUSTED answer, its count and its last error, and
 // the "lease expired" failure an exhausted claim records, are checked
 // against the model.
-func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, r *rand.Rand, st *stats) {
+func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, lease time.Duration, r *rand.Rand, st *stats) {
 	out, err := g.ClaimWith(ctx, k, "fp-exhaust", guard.CallOptions{MaxAttempts: 2 + r.IntN(5)})
 	countErr(st, err)
 	if errors.Is(err, guard.ErrExhausted) {
@@ -390,7 +390,14 @@ func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, r *rand.Rand,
 	switch p := r.IntN(10); {
 	case p < 2:
 		// The holder died: its lease runs out.
-	case p < 4:
+	case p < 3:
+		// The holder paused past its lease, then its heartbeat woke up:
+		// the key taken over meanwhile, it must hear LOST and push out no
+		// one's lease.
+		time.Sleep(lease + time.Duration(r.Int64N(int64(lease/2))))
+		countErr(st, g.Extend(ctx, out.Lease))
+		countErr(st, g.Fail(ctx, out.Lease, errTransient))
+	case p < 5:
 		countErr(st, g.Release(ctx, out.Lease))
 	default:
 		time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
