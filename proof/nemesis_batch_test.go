@@ -106,3 +106,53 @@ func longBatch(ctx context.Context, t *testing.T, g *guard.Guard, wins *Windows,
 		}
 	}
 }
+
+// manualBatch claims two to four keys as manualClaim does, holds them
+// (now and then past the lease), makes each one's business effect and
+// ends them all with one WriteBatch of the store: completions (fails where
+// the effect failed) that go, on Redis, as one run of complete_batch.lua.
+// A holder whose lease ran out and was taken over meanwhile must learn
+// LOST, key by key, and change nothing: DoBatch's short effects never
+// outlive a lease, so without this shape no batched completion would
+// meet a key taken over.
+func manualBatch(ctx context.Context, g *guard.Guard, bs guard.BatchStore, bk *bank, keys []guard.Key, fp func(guard.Key) string,
+	lease time.Duration, r *rand.Rand, st *stats) {
+	var leases []guard.Lease
+	taken := map[guard.Key]bool{}
+	for range 2 + r.IntN(3) {
+		k := keys[r.IntN(len(keys))]
+		if taken[k] {
+			continue
+		}
+		taken[k] = true
+		out, err := g.Claim(ctx, k, fp(k))
+		countErr(st, err)
+		if err == nil && out.Status == guard.Acquired {
+			leases = append(leases, out.Lease)
+		}
+	}
+	if len(leases) == 0 {
+		return
+	}
+	hold := time.Duration(r.IntN(10)) * time.Millisecond
+	if r.IntN(2) == 0 {
+		hold = lease + time.Duration(r.Int64N(int64(lease/2))) // outlive the lease: a paused process
+	}
+	time.Sleep(hold) // the holder working (or paused) for this long
+	ws := make([]guard.Write, len(leases))
+	for i, l := range leases {
+		if l.Recovered {
+			st.recovered.Add(1)
+		}
+		v, err := bk.effect(fp(l.Key), 0)(ctx, l)
+		if err != nil {
+			ws[i] = guard.Write{Kind: guard.WriteFail, Lease: l, Reason: err.Error(), TTL: g.Options().TTL}
+			continue
+		}
+		ws[i] = guard.Write{Kind: guard.WriteComplete, Lease: l, Result: v, TTL: g.Options().TTL}
+	}
+	st.batches.Add(1)
+	for _, err := range bs.WriteBatch(ctx, ws) {
+		countErr(st, err)
+	}
+}

@@ -37,13 +37,13 @@ type workload struct {
 
 // stats counts what a run saw, to show the faults bit.
 type stats struct {
-	ops, unknown, lost, recovered, replays, inProgress, fnErrors, panics, manual, long, batches atomic.Int64
+	ops, unknown, lost, recovered, replays, inProgress, fnErrors, panics, manual, long, batches, exhausted atomic.Int64
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("ops=%d unknown=%d lost=%d recovered=%d replays=%d in_progress=%d fn_errors=%d panics=%d manual=%d long=%d batches=%d",
+	return fmt.Sprintf("ops=%d unknown=%d lost=%d recovered=%d replays=%d in_progress=%d fn_errors=%d panics=%d manual=%d long=%d batches=%d exhausted=%d",
 		s.ops.Load(), s.unknown.Load(), s.lost.Load(), s.recovered.Load(), s.replays.Load(), s.inProgress.Load(),
-		s.fnErrors.Load(), s.panics.Load(), s.manual.Load(), s.long.Load(), s.batches.Load())
+		s.fnErrors.Load(), s.panics.Load(), s.manual.Load(), s.long.Load(), s.batches.Load(), s.exhausted.Load())
 }
 
 // longLease is the lease of the long effects: they outlive several
@@ -104,6 +104,13 @@ func runNemesis(t *testing.T, w workload) {
 		leaseKeys[i] = guard.Key{Scope: scope + "-lease", ID: fmt.Sprintf("l%d", i)}
 	}
 
+	// Keys that never complete: claimed with a limit on attempts and
+	// failed, released or left to expire, until the limits run out.
+	exhaustKeys := make([]guard.Key, 4)
+	for i := range exhaustKeys {
+		exhaustKeys[i] = guard.Key{Scope: scope + "-exhaust", ID: fmt.Sprintf("x%d", i)}
+	}
+
 	// Keys whose effects run in steps (nemesis_steps_test.go).
 	stepKeys, stepVals := stepNemesisKeys(scope), newStepValues()
 
@@ -147,11 +154,16 @@ func runNemesis(t *testing.T, w workload) {
 							st.replays.Add(1)
 						}
 					}
-				case p < 85:
+				case p < 80:
 					st.manual.Add(1)
 					manualClaim(ctx, g, bk, k, fp(k), w.Lease, r, &st)
-				case p < 95:
+				case p < 85: // nemesis_batch_test.go: completions of lost leases, batched
+					st.manual.Add(1)
+					manualBatch(ctx, g, rec, bk, keys, fp, w.Lease, r, &st)
+				case p < 92:
 					_, _ = g.Get(ctx, k)
+				case p < 95:
+					exhaustOnce(ctx, g, exhaustKeys[r.IntN(len(exhaustKeys))], w.Lease, r, &st)
 				default:
 					// A different payload under a key seen completed must
 					// learn nothing and change nothing.
@@ -356,6 +368,40 @@ func manualClaim(ctx context.Context, g *guard.Guard, bk *bank, k guard.Key, fp 
 		countErr(st, g.Release(ctx, l))
 	default:
 		countErr(st, g.Fail(ctx, l, errTransient))
+	}
+}
+
+// exhaustOnce claims k, a key that never completes, with a limit of two to
+// six attempts of its own (callers with different limits see their own:
+// guard.CallOptions), and ends an acquired claim by failing or releasing
+// it, by abandoning it (a lease that runs out: a failure counted by the
+// claim that finds it), or by extending it and failing after its lease. Every EXHAUSTED answer, its count and its last error, and
+// the "lease expired" failure an exhausted claim records, are checked
+// against the model.
+func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, lease time.Duration, r *rand.Rand, st *stats) {
+	out, err := g.ClaimWith(ctx, k, "fp-exhaust", guard.CallOptions{MaxAttempts: 2 + r.IntN(5)})
+	countErr(st, err)
+	if errors.Is(err, guard.ErrExhausted) {
+		st.exhausted.Add(1)
+	}
+	if err != nil || out.Status != guard.Acquired {
+		return
+	}
+	switch p := r.IntN(10); {
+	case p < 2:
+		// The holder died: its lease runs out.
+	case p < 3:
+		// The holder paused past its lease, then its heartbeat woke up:
+		// the key taken over meanwhile, it must hear LOST and push out no
+		// one's lease.
+		time.Sleep(lease + time.Duration(r.Int64N(int64(lease/2))))
+		countErr(st, g.Extend(ctx, out.Lease))
+		countErr(st, g.Fail(ctx, out.Lease, errTransient))
+	case p < 5:
+		countErr(st, g.Release(ctx, out.Lease))
+	default:
+		time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
+		countErr(st, g.Fail(ctx, out.Lease, errTransient))
 	}
 }
 

@@ -245,7 +245,13 @@ func partitionTrial(t *testing.T, name string, i int, copts redis.Options, when,
 	<-partitioned
 	err = claimant(t, gB, key, aCtx, tr, 10*lease)
 	proxy.Close() // the holder's calls fail now, instead of waiting out their timeouts
-	<-done
+	select {
+	case <-done:
+	case <-time.After(2 * lease):
+		// A fail, not a hang until the test binary's timeout.
+		return fmt.Errorf("%s: the holder's effect still ran %s after the partition was closed: its context did not end at its deadline (claimant: %v)",
+			key, 2*lease, err)
+	}
 	if err != nil {
 		return err
 	}
