@@ -85,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, extend, holder, lock, lookup, mark, peek, read, unmark string
+	commit, done, extend, holder, lock, lookup, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -105,6 +105,11 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+		// $1 scope, $2 id, $3 fingerprint as stored: the result of the
+		// key's live committed row of that fingerprint (Func, after fn
+		// failed).
+		done: `SELECT result FROM ` + k + ` WHERE scope = $1 AND id = $2 AND fingerprint = $3
+				AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
 		// mark lives as long as its lease, and the TTL after it.
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
@@ -326,7 +331,11 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // Func returns a guard.Func that runs fn in a transaction on the backstop's
 // database and commits the key's row in the same transaction. If the key
 // was committed before, the transaction is rolled back and the stored
-// result is returned as fn's, without error: the effect stays single. A
+// result is returned as fn's, without error: the effect stays single.
+// That holds when fn itself fails because the effect was made before (a
+// unique business row the first commit wrote, a balance it spent): an
+// error of fn is answered with the stored result when the key's committed
+// row of this fingerprint exists once fn's transaction rolled back. A
 // stale fence is returned as an error and nothing is committed.
 //
 // The transaction lives in the context Guard.Do passes: when the lease is
@@ -335,16 +344,25 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		return b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
 			return b.Commit(ctx, tx, lease, fingerprint, result)
-		}, func(err error) error { return dbErr(ctx, "commit", err) })
+		}, func(err error) error { return dbErr(ctx, "commit", err) }, func() ([]byte, bool) {
+			var result []byte
+			err := b.db.QueryRowContext(ctx, b.q.done, lease.Key.Scope, lease.Key.ID,
+				pgstore.StoredText(fingerprint)).Scan(&result)
+			return result, err == nil
+		})
 	}
 }
 
 // inTx runs fn in a transaction of its own and commit (the key's or a
 // step's row) in the same transaction: when the row was committed before,
 // fn's writes are rolled back and the committed result returned. A
-// failure of the final COMMIT goes through commitErr.
+// failure of the final COMMIT goes through commitErr. When fn fails, its
+// transaction is rolled back and committed reads the row: found, its
+// result is the answer (fn failed because the effect was made before),
+// else fn's error is.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
-	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error) ([]byte, error) {
+	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
+	committed func() ([]byte, bool)) ([]byte, error) {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, dbErr(ctx, "begin", err)
@@ -352,6 +370,13 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	defer func() { _ = tx.Rollback() }()
 	result, err := fn(ctx, tx, lease)
 	if err != nil {
+		_ = tx.Rollback() // before the read: fn's writes may hold the row's lock
+		if stored, ok := committed(); ok {
+			if stored == nil {
+				stored = []byte{}
+			}
+			return stored, nil
+		}
 		return nil, err
 	}
 	err = commit(tx, result)
