@@ -211,8 +211,12 @@ func checkLease(lease guard.Lease) error {
 // keeps an effect run unguarded during an outage single, a duplicate
 // gets ErrAlreadyCommitted, and any holder's row refuses it as stale.
 //
-// tx must run at READ COMMITTED (PostgreSQL's default): the row of a
-// concurrent commit must be visible once its lock is granted.
+// At READ COMMITTED (PostgreSQL's default) a transaction whose Commit
+// waited for a concurrent commit of the key sees its row once the lock is
+// granted (ErrAlreadyCommitted). At REPEATABLE READ or SERIALIZABLE that
+// row is not in its snapshot: Commit answers guard.ErrUnavailable (a
+// serialization failure, 40001), never success; roll back and run again,
+// and the new transaction finds the row (Func reads it itself).
 func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: Commit needs the business transaction, got nil")
@@ -333,10 +337,14 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // was committed before, the transaction is rolled back and the stored
 // result is returned as fn's, without error: the effect stays single.
 // That holds when fn itself fails because the effect was made before (a
-// unique business row the first commit wrote, a balance it spent): an
-// error of fn is answered with the stored result when the key's committed
-// row of this fingerprint exists once fn's transaction rolled back. A
-// stale fence is returned as an error and nothing is committed.
+// unique business row the first commit wrote, a balance it spent), when
+// the transaction lost a serialization failure or a deadlock to the one
+// that committed the row (at REPEATABLE READ or SERIALIZABLE, where
+// Commit answers guard.ErrUnavailable), and when the reply to its COMMIT
+// was lost after it committed: a failed transaction is answered with the
+// stored result when the key's committed row of this fingerprint exists
+// once it rolled back.
+// A stale fence is returned as an error and nothing is committed.
 //
 // The transaction lives in the context Guard.Do passes: when the lease is
 // found lost, it is rolled back.
@@ -356,10 +364,14 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 // inTx runs fn in a transaction of its own and commit (the key's or a
 // step's row) in the same transaction: when the row was committed before,
 // fn's writes are rolled back and the committed result returned. A
-// failure of the final COMMIT goes through commitErr. When fn fails, its
-// transaction is rolled back and committed reads the row: found, its
-// result is the answer (fn failed because the effect was made before),
-// else fn's error is.
+// failure of the final COMMIT goes through commitErr.
+//
+// When the transaction fails (fn's error, commit's, the COMMIT's), it is
+// rolled back and committed reads the row on another connection: found,
+// its result is the answer, as the effect was made (fn failed on what
+// it made before, a concurrent transaction committed the row first and
+// this one lost a serialization failure or a deadlock to it, or this
+// COMMIT's reply was lost after it committed); else the error is.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
 	committed func() ([]byte, bool)) ([]byte, error) {
@@ -369,28 +381,27 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	}
 	defer func() { _ = tx.Rollback() }()
 	result, err := fn(ctx, tx, lease)
-	if err != nil {
-		_ = tx.Rollback() // before the read: fn's writes may hold the row's lock
-		if stored, ok := committed(); ok {
-			if stored == nil {
-				stored = []byte{}
-			}
-			return stored, nil
+	if err == nil {
+		err = commit(tx, result)
+		var done *AlreadyCommittedError
+		if errors.As(err, &done) {
+			return done.Result, nil // the deferred Rollback undoes fn's writes
 		}
-		return nil, err
+		if err == nil {
+			if err = tx.Commit(); err == nil {
+				return result, nil
+			}
+			err = commitErr(err)
+		}
 	}
-	err = commit(tx, result)
-	var done *AlreadyCommittedError
-	if errors.As(err, &done) {
-		return done.Result, nil // the deferred Rollback undoes fn's writes
+	_ = tx.Rollback() // before the read: the transaction may hold the row's lock
+	if stored, ok := committed(); ok {
+		if stored == nil {
+			stored = []byte{}
+		}
+		return stored, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, commitErr(err)
-	}
-	return result, nil
+	return nil, err
 }
 
 // unmark ends the lease of lease's holder on its mark, so the next holder

@@ -59,8 +59,10 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // key's row without locking it; the step's row is what makes its effect
 // happen once.
 //
-// Inside guard.Step, Backstop.Step does all of this. tx must run at READ
-// COMMITTED (PostgreSQL's default).
+// Inside guard.Step, Backstop.Step does all of this. At REPEATABLE READ
+// or SERIALIZABLE, a CommitStep that waited for a concurrent commit of the
+// step answers guard.ErrUnavailable (a serialization failure), as Commit
+// does: roll back and run again.
 func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease, name string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: CommitStep needs the business transaction, got nil")
