@@ -366,12 +366,13 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 // fn's writes are rolled back and the committed result returned. A
 // failure of the final COMMIT goes through commitErr.
 //
-// When the transaction fails (fn's error, commit's, the COMMIT's), it is
-// rolled back and committed reads the row on another connection: found,
-// its result is the answer, as the effect was made (fn failed on what
-// it made before, a concurrent transaction committed the row first and
-// this one lost a serialization failure or a deadlock to it, or this
-// COMMIT's reply was lost after it committed); else the error is.
+// When the transaction fails (fn's error, commit's serialization failure
+// or deadlock, the COMMIT's error), it is rolled back and committed reads
+// the row on another connection: found, its result is the answer, as the
+// effect was made (fn failed on what it made before, a concurrent
+// transaction committed the row first and this one lost a serialization
+// failure or a deadlock to it, or this COMMIT's reply was lost after it
+// committed); else the error is.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
 	committed func() ([]byte, bool)) ([]byte, error) {
@@ -386,6 +387,9 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 		var done *AlreadyCommittedError
 		if errors.As(err, &done) {
 			return done.Result, nil // the deferred Rollback undoes fn's writes
+		}
+		if err != nil && !lostRace(err) {
+			return nil, err // refused (a stale fence, another fingerprint) or unreachable
 		}
 		if err == nil {
 			if err = tx.Commit(); err == nil {
@@ -402,6 +406,14 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 		return stored, nil
 	}
 	return nil, err
+}
+
+// lostRace reports a serialization failure (40001) or a deadlock (40P01):
+// the transaction lost to a concurrent one, perhaps the one that committed
+// the key's row.
+func lostRace(err error) bool {
+	code, _ := pgsql.SQLState(err)
+	return code == "40001" || code == "40P01"
 }
 
 // unmark ends the lease of lease's holder on its mark, so the next holder
