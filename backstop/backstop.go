@@ -217,6 +217,10 @@ func checkLease(lease guard.Lease) error {
 // row is not in its snapshot: Commit answers guard.ErrUnavailable (a
 // serialization failure, 40001), never success; roll back and run again,
 // and the new transaction finds the row (Func reads it itself).
+//
+// Call Commit once per transaction: a second call in the same transaction
+// finds the row the first one wrote, not yet committed, and answers
+// ErrAlreadyCommitted with it.
 func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: Commit needs the business transaction, got nil")
