@@ -1,6 +1,7 @@
 package backstop_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/internal/pgsql/pgproxy"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
+	"github.com/idemguard/idemguard/memstore"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -159,6 +161,37 @@ func TestFuncCommitReplyLost(t *testing.T) {
 	res, err = b.Func("fp", payFn)(ctx, guard.Lease{Key: key, Token: "B", Fence: 2, Attempt: 2})
 	if err != nil || string(res) != "paid by A" {
 		t.Fatalf("retry = %q, %v; want the replay of %q", res, err, "paid by A")
+	}
+	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
+		t.Fatalf("payments = %d, want 1", rows)
+	}
+}
+
+// TestStepCommitReplyLost: the reply to a backstopped step's COMMIT is lost
+// after the server committed. Step reads the step's row on another
+// connection and answers its result, which the guard stores with the
+// key's record; the reservation is made once. Step answered
+// guard.ErrUnavailable, and the attempt failed though its step was made.
+func TestStepCommitReplyLost(t *testing.T) {
+	t.Parallel()
+	_, dsn := testenv.Postgres(t)
+	p, db := pgproxy.New(t, dsn)
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pgenv.PaymentsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	g := guard.New(memstore.New(memstore.Options{}), guard.Options{})
+	key := newKey(t)
+	p.LoseReply("COMMIT")
+	res, err := g.Do(ctx, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		return b.Step(ctx, l, "pay", payFn)
+	})
+	if p.Cuts() != 1 {
+		t.Fatalf("the proxy lost %d replies, want 1", p.Cuts())
+	}
+	if err != nil || !bytes.HasPrefix(res.Value, []byte("paid by ")) {
+		t.Fatalf("Do whose step's COMMIT reply was lost = %q, %v; want the step's result", res.Value, err)
 	}
 	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
