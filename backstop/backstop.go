@@ -106,8 +106,8 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
 		// $1 scope, $2 id, $3 fingerprint as stored: the result of the
-		// key's live committed row of that fingerprint (Func, after fn
-		// failed).
+		// key's live committed row of that fingerprint (Func, after its
+		// transaction failed).
 		done: `SELECT result FROM ` + k + ` WHERE scope = $1 AND id = $2 AND fingerprint = $3
 				AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
@@ -347,8 +347,8 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // Commit answers guard.ErrUnavailable), and when the reply to its COMMIT
 // was lost after it committed: a failed transaction is answered with the
 // stored result when the key's committed row of this fingerprint exists
-// once it rolled back.
-// A stale fence is returned as an error and nothing is committed.
+// once it rolled back. A stale fence is returned as an error and nothing
+// is committed.
 //
 // The transaction lives in the context Guard.Do passes: when the lease is
 // found lost, it is rolled back.

@@ -117,9 +117,11 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 // guard's store forgot the key. It returns the step's result: fn's, or
 // the one committed before (the transaction then rolls back, undoing fn's
 // writes), also when fn fails because the step's effect was made before (a
-// unique row of it stands): fn's error is answered with the step's
-// committed row when one exists once fn's transaction rolled back. A
-// stale fence is returned as an error and nothing is committed. The
+// unique row of it stands), when the transaction lost a serialization
+// failure or a deadlock to the one that committed the step, and when the
+// reply to its COMMIT was lost after it committed: a failed transaction is
+// answered with the step's committed row when one exists once it rolled
+// back. A stale fence is returned as an error and nothing is committed. The
 // result is stored with the key's record too, as every step's is: a later
 // attempt gets it from its claim without running fn or touching the
 // database.
