@@ -5,7 +5,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +197,60 @@ func TestStepCommitReplyLost(t *testing.T) {
 	}
 	if rows, _ := pgenv.CountPayments(t, db); rows != 1 {
 		t.Fatalf("payments = %d, want 1", rows)
+	}
+}
+
+// TestFuncRaceStrictIsolation: 8 Func calls of one key at once, on a
+// database whose default isolation is REPEATABLE READ or SERIALIZABLE:
+// one payment, and every call answers the winner's result without error
+// (the losers' serialization failures are answered from the committed
+// row).
+func TestFuncRaceStrictIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			direct, dsn := testenv.Postgres(t)
+			if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			pgenv.PaymentsTable(t, direct)
+			u, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("default_transaction_isolation", level)
+			u.RawQuery = q.Encode()
+			db, err := sql.Open("postgres", u.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			b := mustBackstop(t, db, pgstore.Options{})
+			key := newKey(t)
+			results := make([][]byte, 8)
+			errs := make([]error, 8)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range results {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					results[i], errs[i] = b.Func("fp", payFn)(ctx, guard.Lease{Key: key, Token: fmt.Sprint("T", i), Fence: 1, Attempt: 1})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for i := range results {
+				if errs[i] != nil || !bytes.Equal(results[i], results[0]) {
+					t.Errorf("call %d = %q, %v; want %q like call 0", i, results[i], errs[i], results[0])
+				}
+			}
+			if rows, _ := pgenv.CountPayments(t, direct); rows != 1 {
+				t.Fatalf("payments = %d, want 1", rows)
+			}
+		})
 	}
 }
