@@ -85,7 +85,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, extend, holder, lock, lookup, mark, peek, read, unmark string
+	commit, done, extend, holder, lock, lookup, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -105,6 +105,11 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
 				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+		// $1 scope, $2 id, $3 fingerprint as stored: the result of the
+		// key's live committed row of that fingerprint (Func, after its
+		// transaction failed).
+		done: `SELECT result FROM ` + k + ` WHERE scope = $1 AND id = $2 AND fingerprint = $3
+				AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
 		// mark lives as long as its lease, and the TTL after it.
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
@@ -206,8 +211,16 @@ func checkLease(lease guard.Lease) error {
 // keeps an effect run unguarded during an outage single, a duplicate
 // gets ErrAlreadyCommitted, and any holder's row refuses it as stale.
 //
-// tx must run at READ COMMITTED (PostgreSQL's default): the row of a
-// concurrent commit must be visible once its lock is granted.
+// At READ COMMITTED (PostgreSQL's default) a transaction whose Commit
+// waited for a concurrent commit of the key sees its row once the lock is
+// granted (ErrAlreadyCommitted). At REPEATABLE READ or SERIALIZABLE that
+// row is not in its snapshot: Commit answers guard.ErrUnavailable (a
+// serialization failure, 40001), never success; roll back and run again,
+// and the new transaction finds the row (Func reads it itself).
+//
+// Call Commit once per transaction: a second call in the same transaction
+// finds the row the first one wrote, not yet committed, and answers
+// ErrAlreadyCommitted with it.
 func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: Commit needs the business transaction, got nil")
@@ -326,8 +339,16 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // Func returns a guard.Func that runs fn in a transaction on the backstop's
 // database and commits the key's row in the same transaction. If the key
 // was committed before, the transaction is rolled back and the stored
-// result is returned as fn's, without error: the effect stays single. A
-// stale fence is returned as an error and nothing is committed.
+// result is returned as fn's, without error: the effect stays single.
+// That holds when fn itself fails because the effect was made before (a
+// unique business row the first commit wrote, a balance it spent), when
+// the transaction lost a serialization failure or a deadlock to the one
+// that committed the row (at REPEATABLE READ or SERIALIZABLE, where
+// Commit answers guard.ErrUnavailable), and when the reply to its COMMIT
+// was lost after it committed: a failed transaction is answered with the
+// stored result when the key's committed row of this fingerprint exists
+// once it rolled back. A stale fence is returned as an error and nothing
+// is committed.
 //
 // The transaction lives in the context Guard.Do passes: when the lease is
 // found lost, it is rolled back.
@@ -335,7 +356,12 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		return b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
 			return b.Commit(ctx, tx, lease, fingerprint, result)
-		}, func(err error) error { return dbErr(ctx, "commit", err) })
+		}, func(err error) error { return dbErr(ctx, "commit", err) }, func() ([]byte, bool) {
+			var result []byte
+			err := b.db.QueryRowContext(ctx, b.q.done, lease.Key.Scope, lease.Key.ID,
+				pgstore.StoredText(fingerprint)).Scan(&result)
+			return result, err == nil
+		})
 	}
 }
 
@@ -343,29 +369,55 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 // step's row) in the same transaction: when the row was committed before,
 // fn's writes are rolled back and the committed result returned. A
 // failure of the final COMMIT goes through commitErr.
+//
+// When the transaction fails (fn's error, commit's serialization failure
+// or deadlock, the COMMIT's error), it is rolled back and committed reads
+// the row on another connection: found, its result is the answer, as the
+// effect was made (fn failed on what it made before, a concurrent
+// transaction committed the row first and this one lost a serialization
+// failure or a deadlock to it, or this COMMIT's reply was lost after it
+// committed); else the error is.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
-	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error) ([]byte, error) {
+	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
+	committed func() ([]byte, bool)) ([]byte, error) {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, dbErr(ctx, "begin", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	result, err := fn(ctx, tx, lease)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = commit(tx, result)
+		var done *AlreadyCommittedError
+		if errors.As(err, &done) {
+			return done.Result, nil // the deferred Rollback undoes fn's writes
+		}
+		if err != nil && !lostRace(err) {
+			return nil, err // refused (a stale fence, another fingerprint) or unreachable
+		}
+		if err == nil {
+			if err = tx.Commit(); err == nil {
+				return result, nil
+			}
+			err = commitErr(err)
+		}
 	}
-	err = commit(tx, result)
-	var done *AlreadyCommittedError
-	if errors.As(err, &done) {
-		return done.Result, nil // the deferred Rollback undoes fn's writes
+	_ = tx.Rollback() // before the read: the transaction may hold the row's lock
+	if stored, ok := committed(); ok {
+		if stored == nil {
+			stored = []byte{}
+		}
+		return stored, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, commitErr(err)
-	}
-	return result, nil
+	return nil, err
+}
+
+// lostRace reports a serialization failure (40001) or a deadlock (40P01):
+// the transaction lost to a concurrent one, perhaps the one that committed
+// the key's row.
+func lostRace(err error) bool {
+	code, _ := pgsql.SQLState(err)
+	return code == "40001" || code == "40P01"
 }
 
 // unmark ends the lease of lease's holder on its mark, so the next holder

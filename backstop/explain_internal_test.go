@@ -26,6 +26,7 @@ func TestKeyLookupUsesPrimaryKey(t *testing.T) {
 	}
 	testenv.UsesKeysPrimaryKey(t, db, map[string]string{
 		"Backstop.Lookup":      b.q.lookup,
+		"Backstop.Func done":   b.q.done,
 		"Backstop.Commit lock": b.q.lock,
 		"Backstop mark read":   b.q.read,
 		"Backstop peek":        b.q.peek,

@@ -59,8 +59,10 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // key's row without locking it; the step's row is what makes its effect
 // happen once.
 //
-// Inside guard.Step, Backstop.Step does all of this. tx must run at READ
-// COMMITTED (PostgreSQL's default).
+// Inside guard.Step, Backstop.Step does all of this. At REPEATABLE READ
+// or SERIALIZABLE, a CommitStep that waited for a concurrent commit of the
+// step answers guard.ErrUnavailable (a serialization failure), as Commit
+// does: roll back and run again.
 func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease, name string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: CommitStep needs the business transaction, got nil")
@@ -114,9 +116,14 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 // it (CommitStep): the step's effect is committed once even when the
 // guard's store forgot the key. It returns the step's result: fn's, or
 // the one committed before (the transaction then rolls back, undoing fn's
-// writes). A stale fence is returned as an error and nothing is committed.
-// The result is stored with the key's record too, as every step's is: a
-// later attempt gets it from its claim without running fn or touching the
+// writes), also when fn fails because the step's effect was made before (a
+// unique row of it stands), when the transaction lost a serialization
+// failure or a deadlock to the one that committed the step, and when the
+// reply to its COMMIT was lost after it committed: a failed transaction is
+// answered with the step's committed row when one exists once it rolled
+// back. A stale fence is returned as an error and nothing is committed. The
+// result is stored with the key's record too, as every step's is: a later
+// attempt gets it from its claim without running fn or touching the
 // database.
 //
 // Put only the transaction's work in fn: a call to another service inside
@@ -129,6 +136,9 @@ func (b *Backstop) Step(ctx context.Context, lease guard.Lease, name string, fn 
 			return b.CommitStep(ctx, tx, lease, name, result)
 		}, func(err error) error {
 			return fmt.Errorf("%w: commit of step %q: %w", guard.ErrUnavailable, name, err)
+		}, func() ([]byte, bool) {
+			stored, _, found, err := b.LookupStep(ctx, lease.Key, name)
+			return stored, found && err == nil
 		})
 		if err != nil {
 			return nil, err
