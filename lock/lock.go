@@ -14,8 +14,10 @@
 // lock; its context is cancelled, but nothing stops code that ignores it.
 // Writes that must not overlap should also be fenced downstream: with
 // Options.Fencing each holder gets a number greater than every earlier
-// holder's (Lock.Fence), which a store can compare; the guard's
-// Lease.Fence and the SQL backstop's unique row do the same per key.
+// holder's, and two holders at once distinct ones (Lock.Fence; the faults
+// it survives are under Options.Fencing), which a store can compare; the
+// guard's Lease.Fence and the SQL backstop's unique row do the same per
+// key.
 // Nodes should persist (AOF with fsync) or stay down longer than Expiry
 // after a crash, or a restarted empty node can hand the lock out twice.
 // A node that evicts keys, or whose clock steps forward (it lets keys go
@@ -414,7 +416,9 @@ type Lock struct {
 }
 
 // Fence returns the lock's fencing number: greater than that of every
-// earlier holder of the name. It is 0 unless Options.Fencing is set.
+// earlier holder of the name, and no other holder's, while a quorum of
+// nodes keeps its counters (see Options.Fencing). It is 0 unless
+// Options.Fencing is set.
 func (k *Lock) Fence() int64 { return k.fence }
 
 // Name returns the lock's name (without the Locker's prefix).
