@@ -223,7 +223,7 @@ func (r *request) HTTPRequest() *http.Request {
 			// take; give the funcs what can be had.
 			hr = &http.Request{Method: r.Method(), Header: http.Header{}}
 		}
-		own(hr)
+		own(hr, &r.c.Request().Header)
 		r.hr = hr
 	}
 	return r.hr
@@ -233,7 +233,12 @@ func (r *request) HTTPRequest() *http.Request {
 // them views of fasthttp's buffers, which the next request on the
 // connection overwrites, and what the funcs return from them may be kept
 // past the request (the guard keeps Scope's, for the route's run times).
-func own(hr *http.Request) {
+// Its header is taken again from fh, with every value of a field sent
+// more than once, in order, under its canonical name, as net/http gives
+// them: the adaptor keeps only the last, so a Tenant reading the first
+// (Header.Get, as Fiber's c.Get does) would name another caller than the
+// middleware before it checked.
+func own(hr *http.Request, fh *fasthttp.RequestHeader) {
 	hr.Method = strings.Clone(hr.Method)
 	hr.Proto = strings.Clone(hr.Proto)
 	hr.Host = strings.Clone(hr.Host)
@@ -248,12 +253,12 @@ func own(hr *http.Request) {
 		hr.URL = u
 	}
 	h := make(http.Header, len(hr.Header))
-	for k, vs := range hr.Header {
-		c := make([]string, len(vs))
-		for i, v := range vs {
-			c[i] = strings.Clone(v)
+	for k, v := range fh.All() {
+		name := textproto.CanonicalMIMEHeaderKey(string(k))
+		if name == "Transfer-Encoding" {
+			continue // in hr.TransferEncoding, as the adaptor put it
 		}
-		h[strings.Clone(k)] = c
+		h[name] = append(h[name], string(v))
 	}
 	hr.Header = h
 	for i, v := range hr.TransferEncoding {
