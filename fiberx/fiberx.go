@@ -29,7 +29,9 @@
 // handler returns is rendered by the app's ErrorHandler inside the guarded
 // run, so it is part of the response: a 4xx is stored and replayed, a 5xx
 // (and a 408, 429 or 499, which ask for the retry) releases the key; the middleware then returns nil. Fiber's BodyLimit
-// (4 MiB by default) answers larger bodies before the guard sees them.
+// (4 MiB by default) answers larger bodies before the guard sees them;
+// with StreamRequestBody it does not, and the guard reads the stream up
+// to Options.MaxBody (413 past it, 400 for a body cut off).
 // A handler that switches protocols (a WebSocket, through fasthttp's
 // Hijack, answering 101 or writing its own on the connection) stores
 // nothing, as under httpx.Guard, but fasthttp runs the session after the
@@ -46,6 +48,7 @@ package fiberx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -205,14 +208,37 @@ func (r *request) ContentLength() int64 {
 
 func (r *request) Context() context.Context { return r.c.Context() }
 
-// ReadBody returns the body fasthttp has read already, as sent (not
-// decompressed).
+// ReadBody returns the body as sent (not decompressed): the one
+// fasthttp has read already, or, with Fiber's StreamRequestBody, the
+// stream fasthttp leaves (a chunked body, or one past BodyLimit) read
+// here up to max and put back for the handlers. fasthttp's own read of
+// a stream takes a body cut off as whole, and has no bound.
 func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
+	if req := r.c.Request(); req.IsBodyStream() {
+		return readStream(req, max)
+	}
 	body := r.c.BodyRaw()
 	if int64(len(body)) > max {
 		return nil, &http.MaxBytesError{Limit: max}
 	}
 	return body, nil
+}
+
+// readStream reads req's body stream, up to max bytes, and makes what
+// it read req's body. A body cut off, or past max, leaves the connection
+// to be closed after the answer: the rest of the body is not read.
+func readStream(req *fasthttp.Request, max int64) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(req.BodyStream(), max+1))
+	switch {
+	case err != nil:
+		req.SetConnectionClose()
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	case int64(len(body)) > max:
+		req.SetConnectionClose()
+		return nil, &http.MaxBytesError{Limit: max}
+	}
+	req.SetBody(body)
+	return req.Body(), nil
 }
 
 func (r *request) HTTPRequest() *http.Request {
