@@ -100,12 +100,16 @@ func Guard(g *guard.Guard, opts Options) fiber.Handler {
 	if max <= 0 {
 		max = httpx.DefaultMaxStoredResponse
 	}
+	maxBody := opts.MaxBody
+	if maxBody <= 0 {
+		maxBody = httpx.DefaultMaxBody
+	}
 	e := httpcore.New(g, cfg)
-	return func(c fiber.Ctx) error { return serve(e, c, max) }
+	return func(c fiber.Ctx) error { return serve(e, c, max, maxBody) }
 }
 
-func serve(e *httpcore.Engine, c fiber.Ctx, max int) error {
-	v := &request{c: c}
+func serve(e *httpcore.Engine, c fiber.Ctx, max int, maxBody int64) error {
+	v := &request{c: c, maxBody: maxBody}
 	b := e.Begin(&answer{c: c}, v)
 	switch {
 	case b.Pass:
@@ -137,9 +141,13 @@ func ClaimFrom(c fiber.Ctx) (lease guard.Lease, fingerprint string, ok bool) {
 
 // request is httpcore.Request over a Fiber context.
 type request struct {
-	c    fiber.Ctx
-	hr   *http.Request // HTTPRequest, converted once
-	path string        // Path, copied once
+	c       fiber.Ctx
+	hr      *http.Request // HTTPRequest, converted once
+	path    string        // Path, copied once
+	maxBody int64         // Options.MaxBody, for a body stream HTTPRequest reads
+	// A body stream (StreamRequestBody), once read: readStream.
+	streamRead bool
+	streamErr  error
 }
 
 func (r *request) Method() string { return r.c.Method() }
@@ -214,8 +222,8 @@ func (r *request) Context() context.Context { return r.c.Context() }
 // here up to max and put back for the handlers. fasthttp's own read of
 // a stream takes a body cut off as whole, and has no bound.
 func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
-	if req := r.c.Request(); req.IsBodyStream() {
-		return readStream(req, max)
+	if err := r.readStream(max); err != nil {
+		return nil, err
 	}
 	body := r.c.BodyRaw()
 	if int64(len(body)) > max {
@@ -224,25 +232,38 @@ func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
 	return body, nil
 }
 
-// readStream reads req's body stream, up to max bytes, and makes what
-// it read req's body. A body cut off, or past max, leaves the connection
-// to be closed after the answer: the rest of the body is not read.
-func readStream(req *fasthttp.Request, max int64) ([]byte, error) {
+// readStream reads the request's body stream, if it has one, up to max
+// bytes, once, and makes what it read the request's body. A body cut
+// off, or past max, is dropped (the request has none) and the
+// connection is closed after the answer: the rest is not read.
+func (r *request) readStream(max int64) error {
+	req := r.c.Request()
+	if r.streamRead || !req.IsBodyStream() {
+		return r.streamErr
+	}
+	r.streamRead = true
 	body, err := io.ReadAll(io.LimitReader(req.BodyStream(), max+1))
 	switch {
 	case err != nil:
-		req.SetConnectionClose()
-		return nil, fmt.Errorf("reading the request body: %w", err)
+		r.streamErr = fmt.Errorf("reading the request body: %w", err)
 	case int64(len(body)) > max:
-		req.SetConnectionClose()
-		return nil, &http.MaxBytesError{Limit: max}
+		r.streamErr = &http.MaxBytesError{Limit: max}
 	}
-	req.SetBody(body)
-	return req.Body(), nil
+	if r.streamErr != nil {
+		req.SetConnectionClose()
+		body = nil
+	}
+	req.SetBody(body) // the stream is done with
+	return r.streamErr
 }
 
+// HTTPRequest is the request converted for net/http funcs. A body
+// stream is read first, as ReadBody reads it (fasthttp's adaptor would
+// read it whole, without a bound, and take a body cut off as whole);
+// when it cannot be read, hr's body is empty and ReadBody says why.
 func (r *request) HTTPRequest() *http.Request {
 	if r.hr == nil {
+		_ = r.readStream(r.maxBody)
 		hr, err := adaptor.ConvertRequest(r.c, true)
 		if err != nil {
 			// Only for a request fasthttp parsed but net/http would not

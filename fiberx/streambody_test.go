@@ -30,11 +30,24 @@ import (
 //     after reading the rest into memory (a client that never ends its
 //     body would hold the guard for ever);
 //   - a whole body is what the fingerprint and the handler see.
+//
+// The same with a Tenant written for net/http, which gets the request
+// converted, body and all, before the guard reads the body.
 func TestStreamedRequestBody(t *testing.T) {
+	t.Run("SingleCaller", func(t *testing.T) {
+		testStreamedRequestBody(t, httpx.Options{SingleCaller: true, MaxBody: 4096})
+	})
+	t.Run("net/http Tenant", func(t *testing.T) {
+		tenant := func(r *http.Request) string { return "account-" + r.Header.Get("Host") }
+		testStreamedRequestBody(t, httpx.Options{Tenant: tenant, MaxBody: 4096})
+	})
+}
+
+func testStreamedRequestBody(t *testing.T, o httpx.Options) {
 	g := guardenv.Guard(t, guard.Options{})
 	var runs atomic.Int64
 	app := fiber.New(fiber.Config{StreamRequestBody: true, BodyLimit: 1024})
-	opts := fiberx.Options{Options: httpx.Options{SingleCaller: true, MaxBody: 4096}}
+	opts := fiberx.Options{Options: o}
 	app.Post("/pay", fiberx.Guard(g, opts), func(c fiber.Ctx) error {
 		runs.Add(1)
 		return c.Status(http.StatusCreated).SendString("got " + strconv.Quote(string(c.Body())))
