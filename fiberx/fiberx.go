@@ -68,8 +68,10 @@ import (
 // mean for httpx.Guard, and a Fiber way to name the caller. The funcs of
 // httpx.Options written for net/http (Tenant, Scope, Fingerprint) work
 // too: they get the request converted to a *http.Request with copies of
-// its own (what they return may be kept), which costs an allocation of
-// the whole request; prefer Tenant here.
+// its own (what they return may be kept) and c.Context() as its context
+// (httpx.TenantFromContext and TenantFromJWT read a value middleware put
+// there with c.SetContext), which costs an allocation of the whole
+// request; prefer Tenant here.
 type Options struct {
 	httpx.Options
 	// Tenant names the caller from the Fiber context, e.g. a value an
@@ -257,7 +259,8 @@ func (r *request) readStream(max int64) error {
 	return r.streamErr
 }
 
-// HTTPRequest is the request converted for net/http funcs. A body
+// HTTPRequest is the request converted for net/http funcs, with the
+// Fiber context's context.Context (c.Context()). A body
 // stream is read first, as ReadBody reads it (fasthttp's adaptor would
 // read it whole, without a bound, and take a body cut off as whole);
 // when it cannot be read, hr's body is empty and ReadBody says why.
@@ -271,7 +274,9 @@ func (r *request) HTTPRequest() *http.Request {
 			hr = &http.Request{Method: r.Method(), Header: http.Header{}}
 		}
 		own(hr, &r.c.Request().Header)
-		r.hr = hr
+		// The context middleware before the guard put values in, as a
+		// net/http request's (httpx.TenantFromContext reads it).
+		r.hr = hr.WithContext(r.c.Context())
 	}
 	return r.hr
 }
