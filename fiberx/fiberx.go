@@ -260,10 +260,10 @@ func (r *request) readStream(max int64) error {
 }
 
 // HTTPRequest is the request converted for net/http funcs, with the
-// Fiber context's context.Context (c.Context()). A body
-// stream is read first, as ReadBody reads it (fasthttp's adaptor would
-// read it whole, without a bound, and take a body cut off as whole);
-// when it cannot be read, hr's body is empty and ReadBody says why.
+// Fiber context's context.Context (c.Context()). A body stream is read
+// first, as ReadBody reads it (fasthttp's adaptor would read it whole,
+// without a bound, and take a body cut off as whole); when it cannot be
+// read, the converted request has no body and ReadBody says why.
 func (r *request) HTTPRequest() *http.Request {
 	if r.hr == nil {
 		_ = r.readStream(r.maxBody)
