@@ -29,7 +29,9 @@
 // handler returns is rendered by the app's ErrorHandler inside the guarded
 // run, so it is part of the response: a 4xx is stored and replayed, a 5xx
 // (and a 408, 429 or 499, which ask for the retry) releases the key; the middleware then returns nil. Fiber's BodyLimit
-// (4 MiB by default) answers larger bodies before the guard sees them.
+// (4 MiB by default) answers larger bodies before the guard sees them;
+// with StreamRequestBody it does not, and the guard reads the stream up
+// to Options.MaxBody (413 past it, 400 for a body cut off).
 // A handler that switches protocols (a WebSocket, through fasthttp's
 // Hijack, answering 101 or writing its own on the connection) stores
 // nothing, as under httpx.Guard, but fasthttp runs the session after the
@@ -46,6 +48,7 @@ package fiberx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -65,8 +68,10 @@ import (
 // mean for httpx.Guard, and a Fiber way to name the caller. The funcs of
 // httpx.Options written for net/http (Tenant, Scope, Fingerprint) work
 // too: they get the request converted to a *http.Request with copies of
-// its own (what they return may be kept), which costs an allocation of
-// the whole request; prefer Tenant here.
+// its own (what they return may be kept) and c.Context() as its context
+// (httpx.TenantFromContext and TenantFromJWT read a value middleware put
+// there with c.SetContext), which costs an allocation of the whole
+// request; prefer Tenant here.
 type Options struct {
 	httpx.Options
 	// Tenant names the caller from the Fiber context, e.g. a value an
@@ -97,12 +102,16 @@ func Guard(g *guard.Guard, opts Options) fiber.Handler {
 	if max <= 0 {
 		max = httpx.DefaultMaxStoredResponse
 	}
+	maxBody := opts.MaxBody
+	if maxBody <= 0 {
+		maxBody = httpx.DefaultMaxBody
+	}
 	e := httpcore.New(g, cfg)
-	return func(c fiber.Ctx) error { return serve(e, c, max) }
+	return func(c fiber.Ctx) error { return serve(e, c, max, maxBody) }
 }
 
-func serve(e *httpcore.Engine, c fiber.Ctx, max int) error {
-	v := &request{c: c}
+func serve(e *httpcore.Engine, c fiber.Ctx, max int, maxBody int64) error {
+	v := &request{c: c, maxBody: maxBody}
 	b := e.Begin(&answer{c: c}, v)
 	switch {
 	case b.Pass:
@@ -134,9 +143,13 @@ func ClaimFrom(c fiber.Ctx) (lease guard.Lease, fingerprint string, ok bool) {
 
 // request is httpcore.Request over a Fiber context.
 type request struct {
-	c    fiber.Ctx
-	hr   *http.Request // HTTPRequest, converted once
-	path string        // Path, copied once
+	c       fiber.Ctx
+	hr      *http.Request // HTTPRequest, converted once
+	path    string        // Path, copied once
+	maxBody int64         // Options.MaxBody, for a body stream HTTPRequest reads
+	// A body stream (StreamRequestBody), once read: readStream.
+	streamRead bool
+	streamErr  error
 }
 
 func (r *request) Method() string { return r.c.Method() }
@@ -205,9 +218,15 @@ func (r *request) ContentLength() int64 {
 
 func (r *request) Context() context.Context { return r.c.Context() }
 
-// ReadBody returns the body fasthttp has read already, as sent (not
-// decompressed).
+// ReadBody returns the body as sent (not decompressed): the one
+// fasthttp has read already, or, with Fiber's StreamRequestBody, the
+// stream fasthttp leaves (a chunked body, or one past BodyLimit) read
+// here up to max and put back for the handlers. fasthttp's own read of
+// a stream takes a body cut off as whole, and has no bound.
 func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
+	if err := r.readStream(max); err != nil {
+		return nil, err
+	}
 	body := r.c.BodyRaw()
 	if int64(len(body)) > max {
 		return nil, &http.MaxBytesError{Limit: max}
@@ -215,16 +234,49 @@ func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
 	return body, nil
 }
 
+// readStream reads the request's body stream, if it has one, up to max
+// bytes, once, and makes what it read the request's body. A body cut
+// off, or past max, is dropped (the request has none) and the
+// connection is closed after the answer: the rest is not read.
+func (r *request) readStream(max int64) error {
+	req := r.c.Request()
+	if r.streamRead || !req.IsBodyStream() {
+		return r.streamErr
+	}
+	r.streamRead = true
+	body, err := io.ReadAll(io.LimitReader(req.BodyStream(), max+1))
+	switch {
+	case err != nil:
+		r.streamErr = fmt.Errorf("reading the request body: %w", err)
+	case int64(len(body)) > max:
+		r.streamErr = &http.MaxBytesError{Limit: max}
+	}
+	if r.streamErr != nil {
+		req.SetConnectionClose()
+		body = nil
+	}
+	req.SetBody(body) // the stream is done with
+	return r.streamErr
+}
+
+// HTTPRequest is the request converted for net/http funcs, with the
+// Fiber context's context.Context (c.Context()). A body stream is read
+// first, as ReadBody reads it (fasthttp's adaptor would read it whole,
+// without a bound, and take a body cut off as whole); when it cannot be
+// read, the converted request has no body and ReadBody says why.
 func (r *request) HTTPRequest() *http.Request {
 	if r.hr == nil {
+		_ = r.readStream(r.maxBody)
 		hr, err := adaptor.ConvertRequest(r.c, true)
 		if err != nil {
 			// Only for a request fasthttp parsed but net/http would not
 			// take; give the funcs what can be had.
 			hr = &http.Request{Method: r.Method(), Header: http.Header{}}
 		}
-		own(hr)
-		r.hr = hr
+		own(hr, &r.c.Request().Header)
+		// The context middleware before the guard put values in, as a
+		// net/http request's (httpx.TenantFromContext reads it).
+		r.hr = hr.WithContext(r.c.Context())
 	}
 	return r.hr
 }
@@ -233,7 +285,12 @@ func (r *request) HTTPRequest() *http.Request {
 // them views of fasthttp's buffers, which the next request on the
 // connection overwrites, and what the funcs return from them may be kept
 // past the request (the guard keeps Scope's, for the route's run times).
-func own(hr *http.Request) {
+// Its header is taken again from fh, with every value of a field sent
+// more than once, in order, under its canonical name, as net/http gives
+// them: the adaptor keeps only the last, so a Tenant reading the first
+// (Header.Get, as Fiber's c.Get does) would name another caller than the
+// middleware before it checked.
+func own(hr *http.Request, fh *fasthttp.RequestHeader) {
 	hr.Method = strings.Clone(hr.Method)
 	hr.Proto = strings.Clone(hr.Proto)
 	hr.Host = strings.Clone(hr.Host)
@@ -248,12 +305,12 @@ func own(hr *http.Request) {
 		hr.URL = u
 	}
 	h := make(http.Header, len(hr.Header))
-	for k, vs := range hr.Header {
-		c := make([]string, len(vs))
-		for i, v := range vs {
-			c[i] = strings.Clone(v)
+	for k, v := range fh.All() {
+		name := textproto.CanonicalMIMEHeaderKey(string(k))
+		if name == "Transfer-Encoding" {
+			continue // in hr.TransferEncoding, as the adaptor put it
 		}
-		h[strings.Clone(k)] = c
+		h[name] = append(h[name], string(v))
 	}
 	hr.Header = h
 	for i, v := range hr.TransferEncoding {
