@@ -30,7 +30,10 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 // PostgreSQL a cancel request and returns its answer, SQLSTATE 57014
 // query_canceled) is reported as ctx's end, as a call that never began:
 // a deadline as guard.ErrUnavailable, a cancellation as context.Canceled.
-// A 57014 with ctx alive (a server statement_timeout) stays a plain error.
+// A 57014 with ctx alive (the server's statement_timeout, or an operator's
+// pg_cancel_backend) and a 55P03 (lock_timeout, NOWAIT: a lock another
+// transaction holds) wrap guard.ErrUnavailable: the statement did not
+// apply, and may when the load or the lock has passed.
 func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -53,8 +56,13 @@ func Err(ctx context.Context, what string, err error) error {
 // Unavailable reports whether err means the database could not do the
 // work now but may later: SQLSTATE class 08 (connection exception), 53
 // (insufficient resources), 57P (admin or crash shutdown, cannot connect
-// now), 40001 (serialization failure) and 40P01 (deadlock); a bad or done
-// connection, an EOF, a deadline or a network error.
+// now), 40001 (serialization failure), 40P01 (deadlock), 57014 (statement
+// cancelled: statement_timeout) and 55P03 (lock_not_available:
+// lock_timeout); a bad or done connection, an EOF, a deadline or a
+// network error.
 func Unavailable(err error) bool {
+	if code, _ := SQLState(err); code == "57014" || code == "55P03" {
+		return true
+	}
 	return sqlstate.Unreachable(err) || sqlstate.Retryable(err)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,8 @@ func TestUnavailableBySQLState(t *testing.T) {
 		"53000": true, "53100": true, "53200": true, "53300": true, // insufficient resources
 		"57P01": true, "57P02": true, "57P03": true, // admin/crash shutdown, cannot connect now
 		"40001": true, "40P01": true, // serialization failure, deadlock
-		"23505": false, "23503": false, "42P01": false, "22P02": false, "57014": false, "40002": false,
+		"57014": true, "55P03": true, // statement_timeout (or pg_cancel_backend), lock_timeout
+		"23505": false, "23503": false, "42P01": false, "22P02": false, "40002": false, "55000": false,
 	} {
 		for name, err := range map[string]error{
 			"value":        stateErr(code),
@@ -166,5 +168,61 @@ func TestServerSQLStateThroughLibPQ(t *testing.T) {
 		if got := errors.Is(pgsql.Err(ctx, "exec", err), guard.ErrUnavailable); got != want {
 			t.Errorf("SQLSTATE %s: unavailable = %v, want %v", code, got, want)
 		}
+	}
+}
+
+// TestServerTimeoutsAreUnavailable: a statement the server cancels under
+// its own statement_timeout, and one that gives up on a lock another
+// transaction holds (lock_timeout), are unavailable with the caller's
+// context alive: they did not apply and may later, so a guard answers
+// 503 with Retry-After, not a plain failure.
+func TestServerTimeoutsAreUnavailable(t *testing.T) {
+	db, _ := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SET LOCAL statement_timeout = '20ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, `SELECT pg_sleep(5)`)
+	if got, _ := pgsql.SQLState(err); got != "57014" {
+		t.Fatalf("statement_timeout: SQLState %q (%v)", got, err)
+	}
+	if mapped := pgsql.Err(ctx, "exec", err); !errors.Is(mapped, guard.ErrUnavailable) || ctx.Err() != nil {
+		t.Errorf("statement_timeout: Err = %v, want guard.ErrUnavailable with ctx alive", mapped)
+	}
+
+	table := "lock_timeout_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE ` + table) })
+	holder, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Rollback()
+	if _, err := waiter.ExecContext(ctx, `SET LOCAL lock_timeout = '20ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = waiter.ExecContext(ctx, `INSERT INTO `+table+` VALUES (1)`)
+	if got, _ := pgsql.SQLState(err); got != "55P03" {
+		t.Fatalf("lock_timeout: SQLState %q (%v)", got, err)
+	}
+	if mapped := pgsql.Err(ctx, "exec", err); !errors.Is(mapped, guard.ErrUnavailable) {
+		t.Errorf("lock_timeout: Err = %v, want guard.ErrUnavailable", mapped)
 	}
 }
