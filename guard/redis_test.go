@@ -56,8 +56,13 @@ func TestContractRedisCluster(t *testing.T) {
 }
 
 // runContract runs the contract over a real server on stores with options
-// o, each test under a key prefix of its own.
+// o, each test under a key prefix of its own, in parallel with the other
+// parallel tests: the contract mostly waits for leases and retention to
+// run out, and its cases that need a call answered within a span run
+// again with a longer lease when a loaded machine was late (storetest's
+// onTime).
 func runContract(t *testing.T, c redis.UniversalClient, o guard.RedisOptions) {
+	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) guard.Store {
 			return guardenv.StoreOn(t, c, o)

@@ -443,18 +443,22 @@ func (c contract) leaseRecovery(t *testing.T) {
 // retention + lease), so the next claim recovers it with fence+1 and
 // attempt 2, and a store never forgets it at the lease's end, which would
 // hand the next claim a first attempt again: the dead holder's fence
-// repeated or its attempts (MaxAttempts) and steps lost.
+// repeated or its attempts (MaxAttempts) and steps lost. An extension
+// moves the record's end with its lease: the extension, sent more than a
+// retention after the claim, leaves the record to the claim's lease and
+// retention (1.5 × lease) in a store that moves only the lease, and B's
+// claim comes after that (1.6 × lease).
 func (c contract) leaseRecoveryShortTTL(t *testing.T) {
 	// Each claim and the extension must reach the store before the record's
-	// retention (0.9 × lease) after the lease ends: onTime runs again with a
+	// retention (0.5 × lease) after the lease ends: onTime runs again with a
 	// longer lease when a loaded machine missed that.
 	c.onTime(t, func(lease time.Duration) bool {
 		s, key := c.h.New(t), newKey(t)
 		r := c.req(key, "A")
-		r.Lease, r.TTL = lease, lease*9/10
+		r.Lease, r.TTL = lease, lease/2
 		began := time.Now()
 		a := acquire(t, s, r)
-		c.h.Advance(t, lease/2)
+		c.h.Advance(t, lease*3/5) // more than the retention
 		extended := time.Now()
 		if err := s.Extend(ctx, guard.Lease{Key: key, Token: "A"}, lease); err != nil {
 			if late(began, lease+r.TTL) {
