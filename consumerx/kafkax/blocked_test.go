@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
@@ -38,12 +37,8 @@ func TestWaitingRebalanceStopsThePoll(t *testing.T) {
 
 func waitingRebalance(t *testing.T, hang bool) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	_, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders")
+	defer stopKafka()
 	var (
 		mu        sync.Mutex
 		effects   = map[string]int{}
@@ -67,11 +62,6 @@ func waitingRebalance(t *testing.T, hang bool) {
 		}
 		return cl
 	}
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
 	ctx := context.Background()
 	if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("ok1")},
 		&kgo.Record{Topic: "orders", Value: []byte("poison")}, &kgo.Record{Topic: "orders", Value: []byte("ok2")}).FirstErr(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
@@ -37,17 +36,8 @@ func TestWaitingRebalanceUnacknowledgedNotCommitted(t *testing.T) {
 
 func unacknowledgedNotCommitted(t *testing.T, goexit bool) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
+	_, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders")
+	defer stopKafka()
 	ctx := context.Background()
 	if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("ok1")},
 		&kgo.Record{Topic: "orders", Value: []byte("bad")}, &kgo.Record{Topic: "orders", Value: []byte("ok2")}).FirstErr(); err != nil {

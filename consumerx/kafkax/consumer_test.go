@@ -27,7 +27,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // producer client; stop closes both.
 func startKafka(t *testing.T, topics ...string) (addrs []string, producer *kgo.Client, stop func()) {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
+	_, addrs, producer, stop = startKafkaCluster(t, 3, topics...)
+	return addrs, producer, stop
+}
+
+// startKafkaCluster is startKafka with the partitions of each topic
+// chosen, returning the cluster too (for its ControlKey); stop, also
+// registered with t.Cleanup, closes the producer, then the cluster.
+func startKafkaCluster(t *testing.T, partitions int32, topics ...string) (cluster *kfake.Cluster, addrs []string, producer *kgo.Client, stop func()) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +54,7 @@ func startKafka(t *testing.T, topics ...string) (addrs []string, producer *kgo.C
 		})
 	}
 	t.Cleanup(stop)
-	return addrs, producer, stop
+	return cluster, addrs, producer, stop
 }
 
 func groupClient(t *testing.T, addrs []string, group, topic string) *kgo.Client {

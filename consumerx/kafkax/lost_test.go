@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -27,12 +26,8 @@ import (
 // record runs once.
 func TestLostPartitionsHandlerInterrupted(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	cluster, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders")
+	defer stopKafka()
 	var (
 		mu      sync.Mutex
 		runs    int
@@ -87,11 +82,6 @@ func TestLostPartitionsHandlerInterrupted(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
 	if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("charge")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

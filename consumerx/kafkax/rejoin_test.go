@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
@@ -26,12 +25,8 @@ import (
 // records are fetched again if the member holds it (again).
 func TestPartitionGivenBackMidPollRecordsNotSkipped(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "other"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	_, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders", "other")
+	defer stopKafka()
 	var (
 		mu      sync.Mutex
 		ran     = map[string]int{}
@@ -67,11 +62,6 @@ func TestPartitionGivenBackMidPollRecordsNotSkipped(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
 	produce := func(v string) {
 		if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte(v)}).FirstErr(); err != nil {
 			t.Fatal(err)

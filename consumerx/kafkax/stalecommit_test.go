@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -31,17 +30,8 @@ import (
 // next, are found done: Duplicates, each effect once.
 func TestStaleCommitRecordsFoundDone(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
+	cluster, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders")
+	defer stopKafka()
 	ctx := context.Background()
 	produce := func(vals ...string) {
 		t.Helper()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemguard/idemguard/consumerx"
@@ -31,17 +30,8 @@ func TestSecondRunOnOneClientRefused(t *testing.T) {
 
 func secondRun(t *testing.T, same bool) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
+	_, addrs, producer, stopKafka := startKafkaCluster(t, 1, "orders")
+	defer stopKafka()
 	ctx := context.Background()
 	recs := []*kgo.Record{{Topic: "orders", Value: []byte("poison")}}
 	for i := range 9 {
