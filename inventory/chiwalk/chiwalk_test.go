@@ -30,6 +30,29 @@ func authenticate(next http.Handler) http.Handler {
 
 func ok(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }
 
+// singleCallerGuard is a SingleCaller httpx guard (TTL 1h) on a memstore
+// of its own.
+func singleCallerGuard() func(http.Handler) http.Handler {
+	return httpx.Guard(guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: time.Hour}), httpx.Options{SingleCaller: true})
+}
+
+// marker makes handlers that append their name to *served.
+func marker(served *[]string) func(name string) http.HandlerFunc {
+	return func(name string) http.HandlerFunc {
+		return func(http.ResponseWriter, *http.Request) { *served = append(*served, name) }
+	}
+}
+
+// addAll walks each router into inv, failing t on an error.
+func addAll(t *testing.T, inv *inventory.Inventory, routers ...chi.Routes) {
+	t.Helper()
+	for _, router := range routers {
+		if err := chiwalk.Add(inv, router); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestChiApp: a chi service with guards by With, Use in a Group and a
 // Route, an unguarded webhook, a mounted subrouter without a guard, a
 // catch-all route, and a consumer.
@@ -137,11 +160,7 @@ func TestGuardAboveSubrouters(t *testing.T) {
 	})
 	plain.Post("/open", ok)
 	inv := inventory.New(inventory.Options{})
-	for _, router := range []chi.Routes{r, plain} {
-		if err := chiwalk.Add(inv, router); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addAll(t, inv, r, plain)
 	invtest.SameRows(t, inv, []string{
 		"http | /api/orders | POST | hard | header | Idempotency-Key | global | 1h | chi",
 		"http | /open | POST | none |  |  |  |  | chi | GAP",

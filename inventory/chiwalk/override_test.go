@@ -1,19 +1,13 @@
 package chiwalk_test
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
-	"github.com/idemguard/idemguard/inventory/chiwalk"
 	"github.com/idemguard/idemguard/inventory/internal/invtest"
-	"github.com/idemguard/idemguard/memstore"
 )
 
 // TestMethodOverridesGuardedCatchAll: a guarded catch-all and a POST of
@@ -22,11 +16,9 @@ import (
 // guarded by the catch-all's guard, which never sees it. Registered the
 // other way round, the catch-all takes POST back, guarded.
 func TestMethodOverridesGuardedCatchAll(t *testing.T) {
-	idem := httpx.Guard(guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: time.Hour}), httpx.Options{SingleCaller: true})
+	idem := singleCallerGuard()
 	var served []string
-	mark := func(name string) http.HandlerFunc {
-		return func(http.ResponseWriter, *http.Request) { served = append(served, name) }
-	}
+	mark := marker(&served)
 	r := chi.NewRouter()
 	r.With(idem).HandleFunc("/orders", mark("guarded catch-all"))
 	r.Post("/orders", mark("own POST"))
@@ -41,9 +33,7 @@ func TestMethodOverridesGuardedCatchAll(t *testing.T) {
 		t.Fatalf("served %v", served)
 	}
 	inv := inventory.New(inventory.Options{})
-	if err := chiwalk.Add(inv, r); err != nil {
-		t.Fatal(err)
-	}
+	addAll(t, inv, r)
 	invtest.SameRows(t, inv, []string{
 		"http | /carts | POST | hard | header | Idempotency-Key | global | 1h | chi",
 		"http | /carts | PATCH | hard | header | Idempotency-Key | global | 1h | chi",

@@ -1,19 +1,13 @@
 package chiwalk_test
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
-	"github.com/idemguard/idemguard/inventory/chiwalk"
 	"github.com/idemguard/idemguard/inventory/internal/invtest"
-	"github.com/idemguard/idemguard/memstore"
 )
 
 // TestSamePatternOtherNode: a catch-all on the root router and a guarded
@@ -22,11 +16,9 @@ import (
 // one inventory each serve their own routes. A method's row settles a
 // catch-all of its pattern only when both are one chi node's.
 func TestSamePatternOtherNode(t *testing.T) {
-	idem := httpx.Guard(guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: time.Hour}), httpx.Options{SingleCaller: true})
+	idem := singleCallerGuard()
 	var served []string
-	mark := func(name string) http.HandlerFunc {
-		return func(http.ResponseWriter, *http.Request) { served = append(served, name) }
-	}
+	mark := marker(&served)
 	r := chi.NewRouter()
 	r.HandleFunc("/api/orders", mark("root catch-all"))
 	api := chi.NewRouter()
@@ -45,11 +37,7 @@ func TestSamePatternOtherNode(t *testing.T) {
 	}
 	inv := inventory.New(inventory.Options{})
 	for range 2 { // a second walk lists nothing twice
-		for _, router := range []chi.Routes{r, public, admin} {
-			if err := chiwalk.Add(inv, router); err != nil {
-				t.Fatal(err)
-			}
-		}
+		addAll(t, inv, r, public, admin)
 	}
 	invtest.SameRows(t, inv, []string{
 		"http | /api/orders | POST | hard | header | Idempotency-Key | global | 1h | chi",

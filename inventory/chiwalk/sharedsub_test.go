@@ -3,16 +3,11 @@ package chiwalk_test
 import (
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/inventory"
-	"github.com/idemguard/idemguard/inventory/chiwalk"
 	"github.com/idemguard/idemguard/inventory/internal/invtest"
-	"github.com/idemguard/idemguard/memstore"
 )
 
 // TestSharedSubrouter: one subrouter mounted by two routers (a public and
@@ -20,7 +15,7 @@ import (
 // guarded for POST through the first and not through the second: the
 // first's guard must not settle the second's catch-all.
 func TestSharedSubrouter(t *testing.T) {
-	idem := httpx.Guard(guard.New(memstore.New(memstore.Options{}), guard.Options{TTL: time.Hour}), httpx.Options{SingleCaller: true})
+	idem := singleCallerGuard()
 	api := chi.NewRouter()
 	api.HandleFunc("/orders", ok)
 	public := chi.NewRouter()
@@ -33,11 +28,7 @@ func TestSharedSubrouter(t *testing.T) {
 		t.Fatalf("internal POST without a key: %d", rec.Code)
 	}
 	inv := inventory.New(inventory.Options{})
-	for _, r := range []chi.Routes{public, internal} {
-		if err := chiwalk.Add(inv, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addAll(t, inv, public, internal)
 	invtest.SameRows(t, inv, []string{
 		"http | /api/orders | POST | hard | header | Idempotency-Key | global | 1h | chi",
 		"http | /api/orders | PATCH | hard | header | Idempotency-Key | global | 1h | chi",
