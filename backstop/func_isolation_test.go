@@ -27,6 +27,31 @@ func payFn(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
 	return []byte("paid by " + l.Token), err
 }
 
+// isolatedDB is a migrated database with the payments table: direct at
+// the server's default isolation, db (closed at t's end) with level as
+// its default_transaction_isolation.
+func isolatedDB(t *testing.T, level string) (direct, db *sql.DB) {
+	t.Helper()
+	direct, dsn := testenv.Postgres(t)
+	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pgenv.PaymentsTable(t, direct)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", level)
+	u.RawQuery = q.Encode()
+	db, err = sql.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return direct, db
+}
+
 // TestCommitStrictIsolation: at REPEATABLE READ and SERIALIZABLE, a
 // transaction whose Commit waited for another's row of the key, which
 // then committed, is refused with a serialization failure (40001: the row
@@ -40,23 +65,7 @@ func TestCommitStrictIsolation(t *testing.T) {
 	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			direct, dsn := testenv.Postgres(t)
-			if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			pgenv.PaymentsTable(t, direct)
-			u, err := url.Parse(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("default_transaction_isolation", level)
-			u.RawQuery = q.Encode()
-			db, err := sql.Open("postgres", u.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
+			direct, db := isolatedDB(t, level)
 			b := mustBackstop(t, db, pgstore.Options{})
 
 			// The first holder's transaction commits the key's row and
@@ -210,23 +219,7 @@ func TestFuncRaceStrictIsolation(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			direct, dsn := testenv.Postgres(t)
-			if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			pgenv.PaymentsTable(t, direct)
-			u, err := url.Parse(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("default_transaction_isolation", level)
-			u.RawQuery = q.Encode()
-			db, err := sql.Open("postgres", u.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
+			direct, db := isolatedDB(t, level)
 			b := mustBackstop(t, db, pgstore.Options{})
 			key := newKey(t)
 			results := make([][]byte, 8)
