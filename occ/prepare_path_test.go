@@ -37,6 +37,34 @@ func (preparePathConn) QueryContext(context.Context, string, []driver.NamedValue
 
 var registerPreparePath = sync.OnceFunc(func() { sql.Register("occ-test-prepare-path", preparePathDriver{}) })
 
+// preparePathDB is a *sql.DB on dsn through preparePathDriver, closed at
+// t's end.
+func preparePathDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	registerPreparePath()
+	db, err := sql.Open("occ-test-prepare-path", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// beginRepeatableRead begins a REPEATABLE READ transaction on db, rolled back
+// at t's end unless committed.
+func beginRepeatableRead(t *testing.T, db *sql.DB) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // TestVersionedConflictPreparePath: on a driver that takes database/sql's
 // prepare path, a plain conflict (the row moved on; the update was sent
 // once and matched no row) must still match ErrConflict, so UpdateRetry
@@ -49,17 +77,12 @@ func TestVersionedConflictPreparePath(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	acc := accountsTable(t, direct)
-	registerPreparePath()
-	db, err := sql.Open("occ-test-prepare-path", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := preparePathDB(t, dsn)
 
 	if _, err := acc.Update(ctx, db, 1, 1, map[string]any{"balance": 110}); err != nil {
 		t.Fatalf("Update at version 1: %v", err)
 	}
-	_, err = acc.Update(ctx, db, 1, 1, map[string]any{"balance": 120})
+	_, err := acc.Update(ctx, db, 1, 1, map[string]any{"balance": 120})
 	if !errors.Is(err, occ.ErrConflict) || errors.Is(err, occ.ErrUnavailable) {
 		t.Fatalf("Update at a stale version on the prepare path = %v, want ErrConflict", err)
 	}
@@ -102,20 +125,8 @@ func TestVectorSerializationFailurePreparePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	registerPreparePath()
-	db, err := sql.Open("occ-test-prepare-path", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
+	db := preparePathDB(t, dsn)
+	tx := beginRepeatableRead(t, db)
 	if _, err := tbl.Read(ctx, tx, "c"); err != nil { // the snapshot
 		t.Fatal(err)
 	}
@@ -137,20 +148,8 @@ func TestVectorCreateSerializationFailurePreparePath(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	tbl := cartsTable(t, direct, "w")
-	registerPreparePath()
-	db, err := sql.Open("occ-test-prepare-path", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
+	db := preparePathDB(t, dsn)
+	tx := beginRepeatableRead(t, db)
 	if _, err := tbl.Read(ctx, tx, "d"); !errors.Is(err, occ.ErrNotFound) { // the snapshot
 		t.Fatalf("Read of a row not created yet = %v", err)
 	}
@@ -158,7 +157,7 @@ func TestVectorCreateSerializationFailurePreparePath(t *testing.T) {
 	if _, err := other.Write(ctx, direct, "d", occ.Vector{}, []byte(`["b"]`)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tbl.Write(ctx, tx, "d", occ.Vector{}, []byte(`["c"]`))
+	_, err := tbl.Write(ctx, tx, "d", occ.Vector{}, []byte(`["c"]`))
 	if !occ.IsConflict(err) || errors.Is(err, occ.ErrUnavailable) {
 		t.Fatalf("creating Write racing another writer in a REPEATABLE READ transaction on the prepare path = %v, want ErrConflict", err)
 	}
