@@ -70,6 +70,23 @@ func (h *passes) wait(t *testing.T, n int64) {
 	testenv.WaitFor(t, 10*time.Second, "the reclaim passes", func() bool { return h.n.Load() >= from+n })
 }
 
+// deleteThenReclaim deletes entry 1-1 from stream (XDEL) and runs the
+// reclaiming consumer c, whose XAUTOCLAIMs b counts; it returns, with a
+// function that stops c, once c's reclaim pass has dropped the deleted
+// entry from the pending list and two more passes have answered.
+func deleteThenReclaim(t *testing.T, e *env, stream string, c *Consumer, b *passes) (stop func()) {
+	t.Helper()
+	if err := e.rdb.XDel(context.Background(), stream, "1-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop = e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
+		return pending(t, e.rdb, stream, "billing") == 0
+	})
+	b.wait(t, 2)
+	return stop
+}
+
 // runningElsewhere sets up entry 1-1 of a stream of its own running in
 // consumer "a" (its handler blocked until release is closed, then
 // returning what result gives) and deleted from the stream (XDEL), and
@@ -101,16 +118,9 @@ func runningElsewhere(t *testing.T, result func() error, release <-chan struct{}
 			Process: consumerx.Options{DeadLetter: dead.hook, Logger: logger}})
 	stopA := e.run(a)
 	<-started
-	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	stopB := e.run(bc)
 	// b's XAUTOCLAIM drops the deleted entry from the pending list, though
 	// a runs it.
-	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
-		return pending(t, e.rdb, stream, "billing") == 0
-	})
-	b.wait(t, 2)
+	stopB := deleteThenReclaim(t, e, stream, bc, b)
 	return e, stream, dead, b, func() { stopB(); stopA() }
 }
 
@@ -229,14 +239,7 @@ func holderDies(t *testing.T, fingerprint string, gopts guard.Options) {
 	if err != nil || held.Status != guard.Acquired {
 		t.Fatalf("claim = %+v, %v", held, err)
 	}
-	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	stop := e.run(c)
-	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
-		return pending(t, e.rdb, stream, "billing") == 0
-	})
-	b.wait(t, 2)
+	stop := deleteThenReclaim(t, e, stream, c, b)
 	// A dead letter while the lease still has time left is too soon.
 	n := dead.len()
 	if rec, err := e.g.Get(ctx, key); n != 0 && err == nil && rec.LeaseLeft > 0 {
@@ -351,14 +354,7 @@ func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T
 			Process: consumerx.Options{DeadLetter: dead.hook}})
 	stopA := e.run(a)
 	<-gate.read // a has read 1-1 and not claimed it
-	if err := e.rdb.XDel(ctx, stream, "1-1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	stopB := e.run(bc)
-	testenv.WaitFor(t, 10*time.Second, "b's reclaim pass to drop the deleted entry", func() bool {
-		return pending(t, e.rdb, stream, "billing") == 0
-	})
-	b.wait(t, 2)
+	stopB := deleteThenReclaim(t, e, stream, bc, b)
 	close(gate.open)
 	testenv.WaitFor(t, 10*time.Second, "a's effect", func() bool { return ran.Load() == 1 })
 	key := guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: ID(stream, "1-1")}
