@@ -243,26 +243,10 @@ func TestFenceUniqueAcrossConcurrentHolders(t *testing.T) {
 	nodesB := redlockNodes(t)
 	b := newLocker(t, nodesB, opts)
 
-	type obtained struct {
-		k   *lock.Lock
-		err error
-	}
-	resA := make(chan obtained, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() {
-		k, err := a.TryObtain(bg, "dup")
-		resA <- obtained{k, err}
-	})
-	for range addrs { // A holds the lock and has read every counter
-		select {
-		case <-hook.arrived:
-		case r := <-resA:
-			close(hook.gate)
-			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
-		}
-	}
-	for _, c := range nodesB { // A's keys vanish; the counters stay
+	resA := hook.obtainPaused(t, &wg, a, "dup", len(addrs)) // A holds the lock and has read every counter
+	for _, c := range nodesB {                              // A's keys vanish; the counters stay
 		if err := c.Del(bg, prefix+"dup").Err(); err != nil {
 			close(hook.gate)
 			t.Fatal(err)
@@ -486,10 +470,6 @@ func fenceAfterRestartBrokeLock(t *testing.T, addrs []string) {
 	a := newLocker(t, nodesA, opts)
 	b := newLocker(t, nodesB, opts)
 
-	type obtained struct {
-		k   *lock.Lock
-		err error
-	}
 	resA := make(chan obtained, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()

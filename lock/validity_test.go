@@ -42,6 +42,33 @@ func (h *pauseAfterFenceRead) ProcessHook(next redis.ProcessHook) redis.ProcessH
 	}
 }
 
+// obtained is a TryObtain's result, sent by the goroutine that called it.
+type obtained struct {
+	k   *lock.Lock
+	err error
+}
+
+// obtainPaused runs a.TryObtain(bg, name) on wg and returns once h has
+// held n of its fence reads, its result to come on the channel. If
+// TryObtain returns first, it opens h's gate and fails t.
+func (h *pauseAfterFenceRead) obtainPaused(t *testing.T, wg *sync.WaitGroup, a *lock.Locker, name string, n int) <-chan obtained {
+	t.Helper()
+	resA := make(chan obtained, 1)
+	wg.Go(func() {
+		k, err := a.TryObtain(bg, name)
+		resA <- obtained{k, err}
+	})
+	for range n {
+		select {
+		case <-h.arrived:
+		case r := <-resA:
+			close(h.gate)
+			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
+		}
+	}
+	return resA
+}
+
 // TestFenceOfHolderStalledBeforeRaise: holder A takes the lock, reads the
 // fence counters, and stalls past its lock's validity before raising
 // them. Holder B takes the lock meanwhile and its fence. When A wakes up,
@@ -67,25 +94,9 @@ func TestFenceOfHolderStalledBeforeRaise(t *testing.T) {
 	a := newLocker(t, nodesA, opts)
 	b := newLocker(t, redlockNodes(t), opts)
 
-	type obtained struct {
-		k   *lock.Lock
-		err error
-	}
-	resA := make(chan obtained, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() {
-		k, err := a.TryObtain(bg, "stall")
-		resA <- obtained{k, err}
-	})
-	for range addrs { // A holds the lock and has read every counter
-		select {
-		case <-hook.arrived:
-		case r := <-resA:
-			close(hook.gate)
-			t.Fatalf("A's TryObtain returned before reading the fences: %v", r.err)
-		}
-	}
+	resA := hook.obtainPaused(t, &wg, a, "stall", len(addrs)) // A holds the lock and has read every counter
 
 	// B waits for A's lock to expire, then takes it and its fence.
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
