@@ -146,6 +146,19 @@ func TestCommitStrictIsolation(t *testing.T) {
 	}
 }
 
+// proxiedBackstop is a backstop on a migrated database with the payments
+// table, reached through p.
+func proxiedBackstop(t *testing.T) (p *pgproxy.Proxy, db *sql.DB, b *backstop.Backstop) {
+	t.Helper()
+	_, dsn := testenv.Postgres(t)
+	p, db = pgproxy.New(t, dsn)
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pgenv.PaymentsTable(t, db)
+	return p, db, mustBackstop(t, db, pgstore.Options{})
+}
+
 // TestFuncCommitReplyLost: the reply to Func's COMMIT is lost after the
 // server committed (the connection dies). Func reads the key's row on
 // another connection, finds it committed with its fingerprint, and answers
@@ -153,13 +166,7 @@ func TestCommitStrictIsolation(t *testing.T) {
 // answered guard.ErrUnavailable, though the effect had committed.
 func TestFuncCommitReplyLost(t *testing.T) {
 	t.Parallel()
-	_, dsn := testenv.Postgres(t)
-	p, db := pgproxy.New(t, dsn)
-	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	pgenv.PaymentsTable(t, db)
-	b := mustBackstop(t, db, pgstore.Options{})
+	p, db, b := proxiedBackstop(t)
 	key := newKey(t)
 	p.LoseReply("COMMIT")
 	res, err := b.Func("fp", payFn)(ctx, guard.Lease{Key: key, Token: "A", Fence: 1, Attempt: 1})
@@ -185,13 +192,7 @@ func TestFuncCommitReplyLost(t *testing.T) {
 // guard.ErrUnavailable, and the attempt failed though its step was made.
 func TestStepCommitReplyLost(t *testing.T) {
 	t.Parallel()
-	_, dsn := testenv.Postgres(t)
-	p, db := pgproxy.New(t, dsn)
-	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	pgenv.PaymentsTable(t, db)
-	b := mustBackstop(t, db, pgstore.Options{})
+	p, db, b := proxiedBackstop(t)
 	g := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	key := newKey(t)
 	p.LoseReply("COMMIT")
