@@ -54,7 +54,17 @@ func claimSteps(s Snapshot, in Input) []transition {
 			return []transition{{Output{Status: guard.Acquired, Fence: s.Fence, Attempt: s.Attempt, Recovered: s.Recovered, Steps: s.Steps}, s}}
 		}
 		// The holder's lease may be alive, or may have run out.
-		return append([]transition{{Output{Status: guard.InProgress}, s}}, recoverSteps(s, in, true)...)
+		ts := append([]transition{{Output{Status: guard.InProgress}, s}}, recoverSteps(s, in, true)...)
+		if n := ts[1].next; ts[1].out.Status == guard.Exhausted && n != s {
+			// A claim at its MaxAttempts that found the lease run out
+			// recorded the attempt failed ("lease expired") and answered
+			// EXHAUSTED; go-redis re-sent it after losing that reply, and
+			// the copy met a holder with a larger limit of its own that
+			// had taken the key meanwhile: IN_PROGRESS. The caller learns
+			// less than happened (docs/design.md, rule 2).
+			ts = append(ts, transition{Output{Status: guard.InProgress}, n})
+		}
+		return ts
 	case guard.StateFailed:
 		return recoverSteps(s, in, false)
 	}

@@ -104,6 +104,26 @@ func TestModelAcceptsCorrectHistories(t *testing.T) {
 	if res := check(t, &h); res != porcupine.Ok {
 		t.Fatalf("re-sent fail history: %s, want ok", res)
 	}
+
+	// A claim at its limit (4) finds the lease of attempt 4 run out: it
+	// records the attempt failed ("lease expired") and answers EXHAUSTED,
+	// but that reply is lost; C, with a limit of 6, takes the failed key
+	// (not recovered: the record says failed); the copy go-redis re-sent
+	// meets C: IN_PROGRESS (seen by the soak, seed 30).
+	h = hist{}
+	exhaustAt := func(tok string, max int) Input { in := claim(tok); in.MaxAttempts = max; return in }
+	h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
+	h.add(0, 2, 3, Input{Op: OpFail, Token: "A", Value: "x"}, Output{OK: true})
+	h.add(0, 4, 5, claim("A2"), acquired(2, 2, false))
+	h.add(0, 6, 7, Input{Op: OpFail, Token: "A2", Value: "x"}, Output{OK: true})
+	h.add(0, 8, 9, claim("A3"), acquired(3, 3, false))
+	h.add(0, 10, 11, Input{Op: OpFail, Token: "A3", Value: "x"}, Output{OK: true})
+	h.add(0, 12, 13, claim("A4"), acquired(4, 4, false)) // abandoned: its lease runs out
+	h.add(1, 20, 60, exhaustAt("B", 4), Output{Status: guard.InProgress})
+	h.add(2, 21, 61, exhaustAt("C", 6), acquired(5, 5, false))
+	if res := check(t, &h); res != porcupine.Ok {
+		t.Fatalf("re-sent exhausting claim history: %s, want ok", res)
+	}
 }
 
 // The checker must be able to fail: each history here is one of the bugs
@@ -144,6 +164,13 @@ func TestModelRejectsKnownBugs(t *testing.T) {
 			h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
 			h.add(1, 2, 3, claim("B"), acquired(2, 2, true))
 			h.add(0, 4, 5, Input{Op: OpFail, Token: "A", Value: "x"}, Output{OK: true})
+		},
+		// The same taken over without a claim at its limit in between:
+		// the dead holder's successor must be told it recovered the key.
+		"takeover of a dead holder not recovered": func(h *hist) {
+			h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
+			h.add(1, 2, 3, claim("B"), Output{Status: guard.InProgress})
+			h.add(2, 4, 5, claim("C"), acquired(2, 2, false))
 		},
 		"corrupt reply": func(h *hist) {
 			h.add(0, 0, 1, claim("A"), Output{Bad: true, Err: "corrupt"})
