@@ -48,11 +48,7 @@ func TestBackstopDownOverWrap(t *testing.T) {
 
 func backstopDownOverWrap(t *testing.T, policy fallback.Policy) {
 	db := pgenv.Migrated(t, pgstore.Options{})
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	var opened int
 	s := newStore(t, backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), fallback.Options{
 		Policy: policy, FailuresToOpen: 2, OpenTimeout: time.Hour, Logger: quiet,
@@ -176,11 +172,7 @@ func TestBreakerOpenLogsCause(t *testing.T) {
 func TestFailOpenBackstopBlipsRace(t *testing.T) {
 	t.Parallel()
 	db := pgenv.Migrated(t, pgstore.Options{})
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	s := newStore(t, backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), fallback.Options{
 		Policy: fallback.FailOpen, FailuresToOpen: 3, OpenTimeout: 100 * time.Millisecond, Logger: quiet})
 	// A holder whose commit a blip refused fails, and the failure's end of

@@ -14,7 +14,6 @@ import (
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestSwitchOverBackstopRace: the fallback's primary is Redis wrapped by
@@ -32,11 +31,7 @@ func TestSwitchOverBackstopRace(t *testing.T) {
 	t.Parallel()
 	p := newPrimary(t)
 	pg, db := pgStore(t)
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	sec := &acquisitions{Store: pg}
 	s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{
 		Policy: fallback.Secondary, Secondary: sec,

@@ -24,11 +24,7 @@ func TestFailOpenCommitsThroughBackstop(t *testing.T) {
 	t.Parallel()
 	p := newPrimary(t)
 	db := pgenv.Migrated(t, pgstore.Options{})
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{
 		Policy: fallback.FailOpen, FailuresToOpen: 1, OpenTimeout: time.Hour, Timeout: 3 * time.Second, Logger: quiet,
 	})

@@ -13,7 +13,6 @@ import (
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestFlushOverWrapRace: the recommended composition (fallback over
@@ -28,11 +27,7 @@ func TestFlushOverWrapRace(t *testing.T) {
 	t.Parallel()
 	p := newPrimary(t)
 	pg, db := pgStore(t)
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	s := newStore(t, backstop.Wrap(p.store, b), fallback.Options{Policy: fallback.Secondary, Secondary: pg,
 		Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet})
 	s.ConsultSecondary(time.Now().Add(time.Hour))

@@ -13,9 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -81,6 +83,18 @@ func (p primary) get(t *testing.T, key guard.Key) (guard.Record, error) {
 
 // pgStore is a Postgres Store in a fresh schema, the secondary of the
 // design.
+// paymentsBackstop makes db's payments table (pgenv.PaymentsTable) and
+// returns a backstop on db's default tables, which must be migrated.
+func paymentsBackstop(t testing.TB, db *sql.DB) *backstop.Backstop {
+	t.Helper()
+	pgenv.PaymentsTable(t, db)
+	b, err := backstop.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func pgStore(t testing.TB) (*pgstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := testenv.Postgres(t)

@@ -17,7 +17,6 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestSwitchBackToOlderPrimary: the recommended composition (fallback
@@ -48,11 +47,7 @@ func switchBackToOlderPrimary(t *testing.T, wrapOver bool) {
 	t.Cleanup(func() { _ = c.Close() })
 	rs := guard.NewRedisStore(c, guard.RedisOptions{Prefix: testenv.Prefix(t)})
 	pg, db := pgStore(t)
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	opts := fallback.Options{Policy: fallback.Secondary, Secondary: pg, FailuresToOpen: 1, OpenTimeout: openFor,
 		Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet}
 	// compose is the guard's store: the fallback over Wrap, or Wrap

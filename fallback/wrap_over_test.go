@@ -11,7 +11,6 @@ import (
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestWrapOverFallback: the order the documentation does not describe,
@@ -36,11 +35,7 @@ func TestWrapOverFallback(t *testing.T) {
 func wrapOverFallback(t *testing.T, policy fallback.Policy) {
 	p := newPrimary(t)
 	pg, db := pgStore(t)
-	pgenv.PaymentsTable(t, db)
-	b, err := backstop.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := paymentsBackstop(t, db)
 	opts := fallback.Options{Policy: policy, FailuresToOpen: 1, OpenTimeout: openFor, Timeout: 3 * time.Second,
 		SecondaryTimeout: 5 * time.Second, Logger: quiet}
 	if policy == fallback.Secondary {
