@@ -32,7 +32,9 @@ type ClientOptions struct {
 	MaxDelay  time.Duration
 	// RetryCodes are the codes retried with the same key. Default
 	// CodeUnavailable, CodeResourceExhausted, CodeAborted and
-	// CodeDeadlineExceeded (the server's, not the caller's).
+	// CodeDeadlineExceeded (the server's, not the caller's). A
+	// CodeCanceled while the caller's context is alive (connect-go's
+	// report of a connection reset mid-answer) counts as CodeUnavailable.
 	RetryCodes []connect.Code
 	// MaxRetryDelay is the longest RetryInfo (or grpc-retry-pushback-ms)
 	// delay honoured; a longer one ends the retries. Default 1 min.
@@ -125,7 +127,15 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			if ce, ok := errors.AsType[*connect.Error](err); ok {
 				pushback = ce.Meta().Values(http.CanonicalHeaderKey("grpc-retry-pushback-ms"))
 			}
-			wait, again := retries.Next(core.Failure{Code: core.Code(connect.CodeOf(err)), Details: details(err), Pushback: pushback})
+			code := connect.CodeOf(err)
+			if code == connect.CodeCanceled {
+				// Not the caller's cancel (its context is alive): connect-go
+				// reports a connection reset mid-answer so. The attempt's
+				// outcome is unknown, as for CodeUnavailable; the key makes
+				// the retry safe.
+				code = connect.CodeUnavailable
+			}
+			wait, again := retries.Next(core.Failure{Code: core.Code(code), Details: details(err), Pushback: pushback})
 			if !again {
 				return res, err
 			}
