@@ -288,10 +288,15 @@ func TestRevokedPartitionsRetryStops(t *testing.T) {
 	forever := Options{Process: consumerx.Options{MaxAttempts: -1}}
 	rg.member("A", handler("A"), forever)
 	rg.warm()
+	// One produce for the three partitions, so that A's one poll has
+	// them all: a poll that took one partition alone would retry its
+	// poison for ever and never fetch the others.
+	var recs []*kgo.Record
 	for p := range int32(3) {
-		rg.produce(&kgo.Record{Topic: "orders", Partition: p, Value: []byte("poison")},
+		recs = append(recs, &kgo.Record{Topic: "orders", Partition: p, Value: []byte("poison")},
 			&kgo.Record{Topic: "orders", Partition: p, Value: []byte("next")})
 	}
+	rg.produce(recs...)
 	testenv.WaitFor(t, 20*time.Second, "A retrying the first record of each partition", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
