@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"go.uber.org/goleak"
@@ -34,6 +35,12 @@ var fasthttpGoroutines = []goleak.Option{
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, fasthttpGoroutines...) }
+
+// testConfig is app.Test's bound in these tests: a hang's, not a busy
+// machine's. Fiber's default gives up after 1 s with
+// os.ErrDeadlineExceeded, a real-clock window that a request to the
+// shared Redis can overrun under -race on a loaded CI machine.
+var testConfig = fiber.TestConfig{Timeout: 30 * time.Second, FailOnTimeout: true}
 
 // handler runs a conformance handler as a Fiber handler.
 func handler(h conformance.Handler) fiber.Handler {
@@ -125,7 +132,7 @@ func post(t *testing.T, app *fiber.App, path, key string, header ...string) (int
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := app.Test(req)
+	res, err := app.Test(req, testConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestHeaderNamesNotNormalized(t *testing.T) {
 	send := func() (int, http.Header, string) {
 		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
 		req.Header = http.Header{"idempotency-key": {"k-lower"}, "content-type": {"application/json"}} // as an HTTP/2 client names them
-		res, err := app.Test(req)
+		res, err := app.Test(req, testConfig)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestHeaderNamesNotNormalized(t *testing.T) {
 	// under net/http.
 	req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
 	req.Header = http.Header{"idempotency-key": {"k-a"}, "Idempotency-Key": {"k-b"}}
-	res, err := app.Test(req)
+	res, err := app.Test(req, testConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func TestHTTPRequestKeepsEveryValue(t *testing.T) {
 		send := func(h http.Header) (int, string) {
 			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
 			req.Header = h
-			res, err := app.Test(req)
+			res, err := app.Test(req, testConfig)
 			if err != nil {
 				t.Fatal(err)
 			}
