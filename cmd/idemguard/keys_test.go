@@ -31,8 +31,11 @@ func TestReleaseNextHolderGetsALargerFence(t *testing.T) {
 		lease time.Duration
 		force bool
 	}{
-		{"live", time.Minute, true},               // freed while its holder runs
-		{"paused", 100 * time.Millisecond, false}, // a holder whose lease ran out
+		{"live", time.Minute, true}, // freed while its holder runs
+		// A holder whose lease ran out. Not shorter: a claim answered after
+		// its deadline (lease − LeaseMargin: 97ms at 100ms) is released, and
+		// a loaded machine's Redis round trip can take that long.
+		{"paused", 500 * time.Millisecond, false},
 	} {
 		key := guard.Key{Scope: "POST /pay", ID: c.id}
 		holder := guard.New(g.Store(), guard.Options{Lease: c.lease})

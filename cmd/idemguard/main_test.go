@@ -334,8 +334,10 @@ func TestInspectListRelease(t *testing.T) {
 	if _, err := g.Claim(ctx, k("running"), "fp"); err != nil {
 		t.Fatal(err)
 	}
-	// A holder that died: its lease (100ms) ran out.
-	short := guard.New(g.Store(), guard.Options{Lease: 100 * time.Millisecond})
+	// A holder that died: its lease (500ms) ran out. Not shorter: a claim
+	// answered after its deadline (lease − LeaseMargin: 97ms at 100ms) is
+	// released, and a loaded machine's Redis round trip can take that long.
+	short := guard.New(g.Store(), guard.Options{Lease: 500 * time.Millisecond})
 	if _, err := short.Claim(ctx, k("stuck"), "fp"); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +367,7 @@ func TestInspectListRelease(t *testing.T) {
 	}
 
 	// Wait for the stuck key's lease to run out (a Redis TTL on a real server).
-	testenv.WaitFor(t, 5*time.Second, "the stuck key's 100ms lease to run out", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the stuck key's 500ms lease to run out", func() bool {
 		rec, err := g.Get(ctx, k("stuck"))
 		if err != nil {
 			t.Fatal(err)
