@@ -7,7 +7,8 @@ file is what a test counts. GET /healthz answers "ok".
     python3 upstream.py --port PORT --file FILE [--delay-ms N]
 
 --delay-ms waits between appending the line and answering, so a process
-killed meanwhile has acted without answering.
+killed meanwhile has acted without answering; a request's X-Delay-Ms header
+sets that wait for it alone.
 """
 import argparse
 import json
@@ -61,8 +62,9 @@ class Handler(BaseHTTPRequestHandler):
             os.write(fd, (json.dumps(entry) + "\n").encode())
             lines += 1
             line = lines
-        if args.delay_ms:
-            time.sleep(args.delay_ms / 1000)
+        delay_ms = float(self.headers.get("X-Delay-Ms") or args.delay_ms)
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
         self.answer(201, json.dumps({"order": order, "line": line, "server": "python"}))
 
     def log_message(self, *a):
