@@ -172,7 +172,9 @@ func TestGuardedNotObtained(t *testing.T) {
 	key := guard.Key{Scope: "s", ID: "busy-resource"}
 	ran := 0
 	fn := func(context.Context, guard.Lease) ([]byte, error) { ran++; return []byte("ok"), nil }
-	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	// The deadline also bounds the guard's claim: at 200ms a loaded
+	// machine could spend it there, before the lock was tried.
+	ctx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
 	_, err = g.Do(ctx, key, "fp", lock.Guarded(l, "acct", fn))
 	if !errors.Is(err, lock.ErrNotObtained) || ran != 0 {
