@@ -602,15 +602,26 @@ func TestExtendAfterUntil(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = k.Release(bg) }()
+	keysGo := k.Until().Add(500 * time.Millisecond)         // Until + Expiry*DriftFactor
 	time.Sleep(time.Until(k.Until()) + 20*time.Millisecond) // a stall past the validity, short of the keys' expiry
-	if err := k.Extend(bg); err != nil {
+	err = k.Extend(bg)
+	// ErrUnavailable: the round (100ms) timed out on a loaded machine,
+	// and said nothing of the keys; ask again while they are surely there.
+	for errors.Is(err, lock.ErrUnavailable) && time.Until(keysGo) > 200*time.Millisecond {
+		err = k.Extend(bg)
+	}
+	if err != nil {
 		t.Fatalf("Extend after Until, keys still held: %v", err)
 	}
 	if !k.Until().After(time.Now()) {
 		t.Fatalf("Until %s not renewed", k.Until())
 	}
 	time.Sleep(2*time.Second + 20*time.Millisecond) // past the keys' own expiry
-	if err := k.Extend(bg); !errors.Is(err, lock.ErrLost) {
+	err = k.Extend(bg)
+	for try := 0; errors.Is(err, lock.ErrUnavailable) && try < 5; try++ {
+		err = k.Extend(bg) // the keys are gone for good: ask until the nodes answer
+	}
+	if !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Extend after the keys expired = %v, want ErrLost", err)
 	}
 }
