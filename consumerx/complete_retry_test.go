@@ -38,7 +38,10 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 			}
 		}
 	})
-	const lease = 300 * time.Millisecond
+	// Long enough that the claim outlives the handler's CONFIG SET on a
+	// loaded machine (its extensions are refused once Redis refuses
+	// writes); a redelivery of a message left pending waits it out.
+	const lease = time.Second
 	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: lease, Observer: obs})
 	p := newProcessor(t, g, "billing", consumerx.Options{})
 	var effects atomic.Int32
@@ -87,10 +90,11 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 	}
 }
 
-// lateStore is the Redis store whose Complete of key, called with less
-// than 150ms of its caller's deadline left, lifts the refusal of writes
-// and answers just after that deadline: a store back at the very end of
-// the time a completion is retried for, answering late.
+// lateStore is the Redis store whose Complete of key (only the retries
+// call it: a batch's first completions go through WriteBatch), called
+// with less than lateWindow of its caller's deadline left, lifts the
+// refusal of writes and answers just after that deadline: a store back at
+// the very end of the time a completion is retried for, answering late.
 type lateStore struct {
 	*guard.RedisStore
 	key   guard.Key
@@ -98,8 +102,14 @@ type lateStore struct {
 	late  atomic.Bool
 }
 
+// lateWindow is wide enough to take one of the last tries of a
+// completion, which back off to 500ms apart: with a window of 150ms, a
+// try answered late on a loaded machine left none inside it, and the
+// store never came back.
+const lateWindow = 900 * time.Millisecond
+
 func (s *lateStore) Complete(ctx context.Context, l guard.Lease, result []byte, ttl time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && l.Key == s.key && time.Until(dl) < 150*time.Millisecond && !s.late.Swap(true) {
+	if dl, ok := ctx.Deadline(); ok && l.Key == s.key && time.Until(dl) < lateWindow && !s.late.Swap(true) {
 		if err := s.admin.ConfigSet(context.WithoutCancel(ctx), "min-replicas-to-write", "0").Err(); err != nil {
 			return err
 		}
@@ -119,7 +129,7 @@ func TestCompletionRetrySharedByBatchTriesEachOnce(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	admin := srv.Client()
 	msgs := batchOf(2)
-	const lease = 500 * time.Millisecond
+	const lease = time.Second // m1's claim outlives m0's and m1's CONFIG SET on a loaded machine
 	s := &lateStore{RedisStore: guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), admin: admin,
 		key: guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msgs[0].ID}}
 	g := guard.New(s, guard.Options{Lease: lease})
@@ -255,7 +265,7 @@ func TestBatchCompletionsRetriedBeforeDeadLetters(t *testing.T) {
 			}
 		}
 	})
-	const lease = 500 * time.Millisecond
+	const lease = time.Second // m1's claim outlives its handler's CONFIG SET on a loaded machine
 	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: lease, Observer: obs})
 	msgs := batchOf(2)
 	ctx := context.Background()

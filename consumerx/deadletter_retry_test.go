@@ -35,7 +35,11 @@ func TestDeadLetterCompletionRetriedAfterStoreBlip(t *testing.T) {
 			}
 		}
 	})
-	const lease = 300 * time.Millisecond
+	// Long enough that the dead letter's claim outlives the DeadLetter's
+	// CONFIG SET on a loaded machine (its extensions are refused once
+	// Redis refuses writes), short enough that the redeliveries below
+	// outlast it.
+	const lease = time.Second
 	g := guard.New(guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), guard.Options{Lease: lease, Observer: obs})
 	p := newProcessor(t, g, "billing", consumerx.Options{MaxAttempts: 1,
 		DeadLetter: func(ctx context.Context, _ consumerx.Message, _ error) error {

@@ -140,7 +140,9 @@ func TestGuardedLockLost(t *testing.T) {
 // TestGuardedLeaseLost: fn's context is cancelled with guard.ErrLeaseLost
 // when the guard's lease is lost, although the lock is still held.
 func TestGuardedLeaseLost(t *testing.T) {
-	g, store := newGuard(t, guard.Options{Lease: 300 * time.Millisecond})
+	// 1s, extended every 333ms: the lease must outlive the claim, the lock's
+	// round and the DEL on a loaded machine, so that it is lost by the DEL.
+	g, store := newGuard(t, guard.Options{Lease: time.Second})
 	l := newLocker(t, redlockNodes(t), lock.Options{})
 	key := guard.Key{Scope: "s", ID: "lease-lost"}
 	rdb := testenv.Redis(t) // the store's server, behind its back
@@ -172,7 +174,9 @@ func TestGuardedNotObtained(t *testing.T) {
 	key := guard.Key{Scope: "s", ID: "busy-resource"}
 	ran := 0
 	fn := func(context.Context, guard.Lease) ([]byte, error) { ran++; return []byte("ok"), nil }
-	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	// The deadline also bounds the guard's claim: at 200ms a loaded
+	// machine could spend it there, before the lock was tried.
+	ctx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
 	_, err = g.Do(ctx, key, "fp", lock.Guarded(l, "acct", fn))
 	if !errors.Is(err, lock.ErrNotObtained) || ran != 0 {

@@ -307,15 +307,17 @@ func stalledHolder(l *lock.Locker, name string) (started chan time.Time, lost ch
 	return started, lost, release, done
 }
 
-// waitStarted waits until a stalledHolder's fn runs, or fails the test if
-// its Do returned without running it.
-func waitStarted(t *testing.T, started chan time.Time, done chan error) {
+// waitStarted waits until a stalledHolder's fn runs, and returns when it
+// started, or fails the test if its Do returned without running it.
+func waitStarted(t *testing.T, started chan time.Time, done chan error) time.Time {
 	t.Helper()
 	select {
-	case <-started:
+	case t0 := <-started:
+		return t0
 	case err := <-done:
 		t.Fatalf("the first holder did not get the lock: %v", err)
 	}
+	return time.Time{}
 }
 
 // TestStalledHolderLosesLock: the holder's keys vanish behind its back (as
@@ -327,13 +329,14 @@ func TestStalledHolderLosesLock(t *testing.T) {
 	nodes := redlockNodes(t)
 	l := newLocker(t, nodes, lock.Options{Expiry: expiry, RetryDelay: 10 * time.Millisecond})
 	started, lost, release, done := stalledHolder(l, "stall")
-	waitStarted(t, started, done)
+	t0 := waitStarted(t, started, done)
 	key := l.Options().Prefix + "stall"
 	for _, c := range nodes {
 		if err := c.Del(bg, key).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	deleted := time.Now()
 	var loss lossResult
 	select {
 	case loss = <-lost:
@@ -343,8 +346,10 @@ func TestStalledHolderLosesLock(t *testing.T) {
 	if !errors.Is(loss.cause, lock.ErrLost) {
 		t.Fatalf("fn's context cause = %v, want ErrLost", loss.cause)
 	}
-	if loss.after > expiry {
-		t.Fatalf("fn heard of the loss after %s, more than the expiry %s", loss.after, expiry)
+	// Reckoned from the deletions, not from fn's start: on a loaded
+	// machine the deletions themselves can take a good part of an expiry.
+	if d := t0.Add(loss.after).Sub(deleted); d > expiry {
+		t.Fatalf("fn heard of the loss %s after the lock vanished, more than the expiry %s", d, expiry)
 	}
 	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
@@ -602,15 +607,26 @@ func TestExtendAfterUntil(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = k.Release(bg) }()
+	keysGo := k.Until().Add(500 * time.Millisecond)         // Until + Expiry*DriftFactor
 	time.Sleep(time.Until(k.Until()) + 20*time.Millisecond) // a stall past the validity, short of the keys' expiry
-	if err := k.Extend(bg); err != nil {
+	err = k.Extend(bg)
+	// ErrUnavailable: the round (100ms) timed out on a loaded machine,
+	// and said nothing of the keys; ask again while they are surely there.
+	for errors.Is(err, lock.ErrUnavailable) && time.Until(keysGo) > 200*time.Millisecond {
+		err = k.Extend(bg)
+	}
+	if err != nil {
 		t.Fatalf("Extend after Until, keys still held: %v", err)
 	}
 	if !k.Until().After(time.Now()) {
 		t.Fatalf("Until %s not renewed", k.Until())
 	}
 	time.Sleep(2*time.Second + 20*time.Millisecond) // past the keys' own expiry
-	if err := k.Extend(bg); !errors.Is(err, lock.ErrLost) {
+	err = k.Extend(bg)
+	for try := 0; errors.Is(err, lock.ErrUnavailable) && try < 5; try++ {
+		err = k.Extend(bg) // the keys are gone for good: ask until the nodes answer
+	}
+	if !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Extend after the keys expired = %v, want ErrLost", err)
 	}
 }
