@@ -202,8 +202,13 @@ func TestDeletedEntryLastAttemptFailsRunningElsewhereDeadLetteredOnce(t *testing
 		t.Fatalf("dead-lettered %v (%v) while another consumer runs it", dead.ids, dead.causes)
 	}
 	close(release)
-	o := <-settled // a's dead letter sent, or left to b's
-	b.wait(t, 2)   // b looks at the record again
+	var o consumerx.Outcome
+	select {
+	case o = <-settled: // a's dead letter sent, or left to b's
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's delivery did not settle")
+	}
+	b.wait(t, 2) // b looks at the record again
 	stop()
 	deadA.mu.Lock()
 	dead.mu.Lock()
