@@ -77,7 +77,10 @@ func ok(_ context.Context, _ guard.Lease) ([]byte, error) { return []byte("done"
 // timed under its operation and result.
 func TestOutcomesCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g, _ := redisGuard(t, reg, guard.Options{MaxAttempts: 1, Lease: 300 * time.Millisecond})
+	// The lease bounds the time between b's two claims below (the second
+	// must find the first's lease alive): 1s, not 300ms, which a loaded
+	// machine can stall for.
+	g, _ := redisGuard(t, reg, guard.Options{MaxAttempts: 1, Lease: time.Second})
 	ctx := context.Background()
 	k := func(id string) guard.Key { return guard.Key{Scope: "metrics", ID: id} }
 
