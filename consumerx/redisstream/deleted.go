@@ -294,6 +294,11 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 			// it is sent (or its sender fails, and this one sends it).
 			c.watch[id] = &watched{until: time.Now()}
 			continue
+		case errors.Is(err, guard.ErrInProgress):
+			delete(c.watch, id)
+			c.log.WarnContext(ctx, "redisstream: pending entry deleted from the stream, its dead letter being sent by another consumer: not sent here",
+				"id", id, "cause", cause)
+			continue
 		case err != nil:
 			delete(c.watch, id)
 			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream and not dead-lettered: its effect may not have run",
