@@ -79,7 +79,8 @@ var _ guard.Observer = (*Metrics)(nil)
 // New creates the metrics and registers them on reg. It fails if reg
 // already holds metrics of the same names (use a prometheus.WrapRegistererWith
 // or another Namespace for a second guard), or if opts are refused (Buckets
-// not increasing, a constant label named kind, op or result).
+// not increasing, a constant label named kind, op, result or le). When it
+// fails it leaves nothing registered on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: nil Registerer")
@@ -94,6 +95,16 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	for i := 1; i < len(opts.Buckets); i++ {
 		if opts.Buckets[i-1] >= opts.Buckets[i] {
 			return nil, fmt.Errorf("metrics: Buckets must increase: %g then %g", opts.Buckets[i-1], opts.Buckets[i])
+		}
+	}
+	// Refused before anything is registered: the outcomes counter would
+	// register with such a label and the histogram not (le: the histogram
+	// panics when its first series is made), and a registry keeps the
+	// label names a metric name was registered with for its life, even
+	// unregistered.
+	for _, l := range []string{"kind", "op", "result", "le"} {
+		if _, ok := opts.ConstLabels[l]; ok {
+			return nil, fmt.Errorf("metrics: ConstLabels: %q is a label of the metrics", l)
 		}
 	}
 	m := &Metrics{
@@ -111,10 +122,17 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Buckets:     opts.Buckets,
 		}, []string{"op", "result"}),
 	}
+	// All or nothing: a metric registered before one refused is
+	// unregistered, so a corrected New on the same reg succeeds.
+	var registered []prometheus.Collector
 	for _, c := range []prometheus.Collector{m.outcomes, m.latency} {
 		if err := reg.Register(c); err != nil {
+			for _, r := range registered {
+				reg.Unregister(r)
+			}
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
+		registered = append(registered, c)
 	}
 	m.byKind = make([]prometheus.Counter, int(slices.Max(Kinds))+1)
 	for _, k := range Kinds {

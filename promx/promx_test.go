@@ -77,7 +77,10 @@ func ok(_ context.Context, _ guard.Lease) ([]byte, error) { return []byte("done"
 // timed under its operation and result.
 func TestOutcomesCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g, _ := redisGuard(t, reg, guard.Options{MaxAttempts: 1, Lease: 300 * time.Millisecond})
+	// The lease bounds the time between b's two claims below (the second
+	// must find the first's lease alive): 1s, not 300ms, which a loaded
+	// machine can stall for.
+	g, _ := redisGuard(t, reg, guard.Options{MaxAttempts: 1, Lease: time.Second})
 	ctx := context.Background()
 	k := func(id string) guard.Key { return guard.Key{Scope: "metrics", ID: id} }
 
@@ -276,6 +279,51 @@ func TestNewBadBuckets(t *testing.T) {
 				t.Errorf("New after a refused one: %v", err)
 			}
 		}()
+	}
+}
+
+// TestNewAllOrNothing: a New that fails on its second metric leaves
+// nothing registered, so a corrected New on the same registry succeeds.
+// Its second metric fails when reg already holds one of its name (here an
+// identical histogram, as a Metrics half registered would leave: a
+// Prometheus registry keeps a name's label names for its life, even
+// unregistered), or with a constant label its histogram's labels refuse
+// (op, result, le): refused before anything is registered, for the
+// outcomes counter registered with it would keep that label's name in reg
+// for ever.
+func TestNewAllOrNothing(t *testing.T) {
+	t.Run("second name taken", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		blocker := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: promx.DefaultNamespace, Name: "store_duration_seconds",
+			Help: "Latency of idempotency store operations by operation and result.",
+		}, []string{"op", "result"})
+		reg.MustRegister(blocker)
+		_, err := promx.New(reg, promx.Options{})
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			t.Fatalf("New with its histogram registered: %v, want AlreadyRegisteredError", err)
+		}
+		reg.Unregister(blocker)
+		if _, err := promx.New(reg, promx.Options{}); err != nil {
+			t.Fatalf("New after the histogram was unregistered: %v", err)
+		}
+	})
+	for _, l := range []string{"kind", "op", "result", "le"} {
+		t.Run("constant label "+l, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("New with a constant label %s panicked: %v", l, p)
+				}
+			}()
+			reg := prometheus.NewRegistry()
+			if _, err := promx.New(reg, promx.Options{ConstLabels: prometheus.Labels{l: "x"}}); err == nil {
+				t.Fatalf("a constant label named %s accepted", l)
+			}
+			if _, err := promx.New(reg, promx.Options{ConstLabels: prometheus.Labels{"service": "x"}}); err != nil {
+				t.Fatalf("New after a refused one: %v", err)
+			}
+		})
 	}
 }
 

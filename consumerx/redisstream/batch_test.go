@@ -25,7 +25,11 @@ import (
 // is a failed attempt), the cut-off one on attempt 2; at the end nothing
 // is pending.
 func TestBatchFailPanicLongLease(t *testing.T) {
-	const lease = 200 * time.Millisecond
+	// The lease is the test's unit of time: long enough that its extensions
+	// (every Lease/3) are on time on a loaded machine (at 200ms, and at
+	// 500ms, one came late under load: "lease lost: an extension succeeded
+	// only after the lease's deadline", and the long entry ran again).
+	const lease = time.Second
 	e := newEnv(t, guard.Options{Lease: lease, MaxRun: 4 * lease})
 	ctx := context.Background()
 	stream := e.prefix + "orders"
@@ -72,7 +76,10 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	}
 	var outs consumertest.Outcomes
 	c := e.consumer(h, Options{Stream: stream, Group: "billing", Consumer: "c", Count: 8, Concurrency: 8,
-		MinIdle: 10 * lease, ClaimEvery: 50 * time.Millisecond, Process: consumerx.Options{OnOutcome: outs.Hook}})
+		// The failed entries are taken over once the batch has ended (at
+		// MaxRun, the cut-off one): the loop does not reclaim while a
+		// batch runs.
+		MinIdle: 2 * lease, ClaimEvery: 50 * time.Millisecond, Process: consumerx.Options{OnOutcome: outs.Hook}})
 	stop := e.run(c)
 	testenv.WaitFor(t, 30*time.Second, "every entry processed and acknowledged", func() bool {
 		return outs.Final()[consumerx.Processed] == 8 && pending(t, e.rdb, stream, "billing") == 0

@@ -116,7 +116,8 @@ type Options struct {
 	// (see consumerx.DeadLettered), with its fields and the Field* fields
 	// above, and every pending entry found deleted from the stream whose
 	// effect did not complete and will not (ErrDeleted), with the Field*
-	// fields alone.
+	// fields alone. An entry is added once, though both happen to it
+	// (its last attempt fails while it is deleted): see ErrDeleted.
 	// Default Stream + ":dead".
 	DeadLetterStream string
 	// Process configures deduplication: key and fingerprint functions,
@@ -140,8 +141,9 @@ type Consumer struct {
 	proc    *consumerx.Processor
 	handler consumerx.Handler
 	log     *slog.Logger
-	// deadLetterFn is the processor's DeadLetter: the dead-letter stream,
-	// then Options.Process.DeadLetter.
+	// deadLetterFn sends a dead letter: the dead-letter stream, then
+	// Options.Process.DeadLetter. The processor's DeadLetter runs it under
+	// the entry's dead-letter record (sendOnce), as deleted does.
 	deadLetterFn func(ctx context.Context, msg consumerx.Message, cause error) error
 	// read is the highest entry id the group is known to have delivered:
 	// its last delivered id when Run started, then the highest id read
@@ -214,7 +216,7 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		log: log.With("stream", opts.Stream, "group", opts.Group, "consumer", opts.Consumer)}
 	popts := opts.Process
 	user := popts.DeadLetter
-	popts.DeadLetter = func(ctx context.Context, msg consumerx.Message, cause error) error {
+	c.deadLetterFn = func(ctx context.Context, msg consumerx.Message, cause error) error {
 		if user == nil {
 			return c.deadLetter(ctx, msg, cause)
 		}
@@ -223,7 +225,15 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		}
 		return user(ctx, msg, cause)
 	}
-	c.deadLetterFn = popts.DeadLetter
+	// Under the entry's own dead-letter record, which a consumer that
+	// finds the entry deleted sends under too (see sendOnce).
+	popts.DeadLetter = func(ctx context.Context, msg consumerx.Message, cause error) error {
+		sent, err := c.sendOnce(ctx, msg, func(ctx context.Context) error { return c.deadLetterFn(ctx, msg, cause) })
+		if err == nil && !sent {
+			c.log.InfoContext(ctx, "redisstream: the entry's dead letter was sent already: not sent again", "id", msg.ID)
+		}
+		return err
+	}
 	proc, err := consumerx.NewProcessor(g, opts.Group, popts)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: %w", err)

@@ -32,7 +32,10 @@ import (
 // (the record shows "pending … lease left": check it before adding the
 // payload again). The dead letter carries its id alone;
 // Options.Process's OnOutcome does not hear of it (nothing was
-// delivered).
+// delivered). It is sent under the entry's own dead-letter record, as the
+// consumer that runs the entry's last attempt sends its own (its attempts
+// ran out): an entry deleted while its last attempt fails is dead-lettered
+// once, by whichever comes first.
 var ErrDeleted = errors.New("redisstream: entry deleted from the stream while pending")
 
 // autoClaim sends XAUTOCLAIM and returns where the pass goes on, the
@@ -281,14 +284,32 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 				record = fmt.Sprintf("%s, attempt %d", rec.State, rec.Attempt)
 			}
 		}
-		delete(c.watch, id)
 		cause := fmt.Errorf("%w (its record: %s)", ErrDeleted, record)
-		if err := c.sendDeleted(ctx, msg, cause); err != nil {
+		// Under the entry's dead-letter record: the consumer that ran its
+		// last attempt dead-letters it too (see sendOnce).
+		sent, err := c.sendOnce(ctx, msg, func(ctx context.Context) error { return c.sendDeleted(ctx, msg, cause) })
+		switch {
+		case errors.Is(err, guard.ErrInProgress) && !last && (w != nil || len(c.watch) < maxWatched):
+			// Another consumer is sending its dead letter: watched until
+			// it is sent (or its sender fails, and this one sends it).
+			c.watch[id] = &watched{until: time.Now()}
+			continue
+		case errors.Is(err, guard.ErrInProgress):
+			delete(c.watch, id)
+			c.log.WarnContext(ctx, "redisstream: pending entry deleted from the stream, its dead letter being sent by another consumer: not sent here",
+				"id", id, "cause", cause)
+			continue
+		case err != nil:
+			delete(c.watch, id)
 			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream and not dead-lettered: its effect may not have run",
 				"id", id, "cause", cause, "err", err)
 			continue
+		case !sent:
+			c.log.InfoContext(ctx, "redisstream: pending entry deleted from the stream; its dead letter was sent already", "id", id)
+		default:
+			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream: dead-lettered", "id", id, "cause", cause)
 		}
-		c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream: dead-lettered", "id", id, "cause", cause)
+		delete(c.watch, id)
 		ack = append(ack, id)
 	}
 	if len(ack) > 0 {

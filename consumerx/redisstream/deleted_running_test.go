@@ -94,7 +94,13 @@ func deleteThenReclaim(t *testing.T, e *env, stream string, c *Consumer, b *pass
 // short MinIdle, started once "a" runs the entry. It returns the stream, b's dead letters, b's reclaim passes
 // and a stop function for both.
 func runningElsewhere(t *testing.T, result func() error, release <-chan struct{}, logger *slog.Logger) (e *env, stream string, dead *deadLetters, b *passes, stop func()) {
-	e = newEnv(t, guard.Options{})
+	return runningElsewhereWith(t, guard.Options{}, consumerx.Options{}, result, release, logger)
+}
+
+// runningElsewhereWith is runningElsewhere with a guard made with gopts,
+// and consumer "a" processing with aopts.
+func runningElsewhereWith(t *testing.T, gopts guard.Options, aopts consumerx.Options, result func() error, release <-chan struct{}, logger *slog.Logger) (e *env, stream string, dead *deadLetters, b *passes, stop func()) {
+	e = newEnv(t, gopts)
 	ctx := context.Background()
 	stream = e.prefix + "orders"
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
@@ -109,7 +115,7 @@ func runningElsewhere(t *testing.T, result func() error, release <-chan struct{}
 			return ctx.Err()
 		}
 		return result()
-	}, Options{Stream: stream, Group: "billing", Consumer: "a"})
+	}, Options{Stream: stream, Group: "billing", Consumer: "a", Process: aopts})
 	b = &passes{consumer: "b"}
 	e.rdb.AddHook(b)
 	dead = &deadLetters{}
@@ -173,6 +179,142 @@ func TestDeletedEntryRunningElsewhereFailsDeadLetteredOnce(t *testing.T) {
 	}
 	if n, err := e.rdb.XLen(context.Background(), stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
 		t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
+	}
+}
+
+// As above, but a's attempt is the last the guard allows: a dead-letters
+// the entry itself (its attempts ran out), and b, finding the record
+// failed, must not dead-letter it again: the dead letter goes out once,
+// whichever of a and b sends it.
+func TestDeletedEntryLastAttemptFailsRunningElsewhereDeadLetteredOnce(t *testing.T) {
+	release := make(chan struct{})
+	deadA := &deadLetters{}
+	settled := make(chan consumerx.Outcome, 1)
+	aopts := consumerx.Options{DeadLetter: deadA.hook, OnOutcome: func(_ context.Context, _ consumerx.Message, o consumerx.Outcome, _ error) {
+		select {
+		case settled <- o:
+		default:
+		}
+	}}
+	e, stream, dead, b, stop := runningElsewhereWith(t, guard.Options{MaxAttempts: 1}, aopts,
+		func() error { return errors.New("card declined") }, release, nil)
+	if n := dead.len(); n != 0 {
+		t.Fatalf("dead-lettered %v (%v) while another consumer runs it", dead.ids, dead.causes)
+	}
+	close(release)
+	var o consumerx.Outcome
+	select {
+	case o = <-settled: // a's dead letter sent, or left to b's
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's delivery did not settle")
+	}
+	b.wait(t, 2) // b looks at the record again
+	stop()
+	deadA.mu.Lock()
+	dead.mu.Lock()
+	defer deadA.mu.Unlock()
+	defer dead.mu.Unlock()
+	if n := len(deadA.ids) + len(dead.ids); n != 1 {
+		t.Errorf("%d dead letters (a: %v %v, its outcome %s; b: %v %v), want 1", n, deadA.ids, deadA.causes, o, dead.ids, dead.causes)
+	}
+	if n, err := e.rdb.XLen(context.Background(), stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
+		t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
+	}
+}
+
+// The two paths that dead-letter an entry whose last attempt failed,
+// consumerx's (its attempts ran out) and the deleted entry's (its record
+// failed), each run once, in either order: the dead letter goes out once,
+// from whichever comes first.
+func TestDeletedEntryExhaustedDeadLetteredOnceEitherPathFirst(t *testing.T) {
+	declined := func(context.Context, consumerx.Message) error { return errors.New("card declined") }
+	for _, deletedFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "consumerx first", true: "deleted first"}[deletedFirst], func(t *testing.T) {
+			e := newEnv(t, guard.Options{MaxAttempts: 1})
+			ctx := context.Background()
+			stream := e.prefix + "orders"
+			dead := &deadLetters{}
+			c := e.consumer(declined, Options{Stream: stream, Group: "billing", Consumer: "b",
+				Process: consumerx.Options{DeadLetter: dead.hook}})
+			msg := c.message(redis.XMessage{ID: "1-1", Values: map[string]any{"payload": "charge 1"}})
+			if deletedFirst {
+				// Its last attempt failed, and its holder has not yet
+				// dead-lettered it.
+				key, err := c.Processor().Key(msg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
+				if err != nil || held.Status != guard.Acquired {
+					t.Fatalf("claim = %+v, %v", held, err)
+				}
+				if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
+					t.Fatal(err)
+				}
+				c.deleted(ctx, []string{"1-1"})
+			}
+			if o, err := c.Processor().Process(ctx, msg, declined); o != consumerx.DeadLettered {
+				t.Fatalf("Process = %s, %v; want %s", o, err, consumerx.DeadLettered)
+			}
+			if !deletedFirst {
+				c.deleted(ctx, []string{"1-1"})
+			}
+			dead.mu.Lock()
+			defer dead.mu.Unlock()
+			if len(dead.ids) != 1 {
+				t.Errorf("dead-lettered %v (%v), want once", dead.ids, dead.causes)
+			}
+			if n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
+				t.Errorf("dead-letter stream has %d entries (%v), want 1", n, err)
+			}
+		})
+	}
+}
+
+// A consumer finds an entry deleted, its record failed, while another
+// holds the entry's dead-letter record (sending its dead letter): it does
+// not send one then, but watches the entry; when that sender fails, it
+// sends the dead letter itself, once.
+func TestDeletedEntryDeadLetterSentElsewhereWatched(t *testing.T) {
+	e := newEnv(t, guard.Options{MaxAttempts: 1})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	dead := &deadLetters{}
+	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
+		Options{Stream: stream, Group: "billing", Consumer: "b", Process: consumerx.Options{DeadLetter: dead.hook}})
+	msg := c.message(redis.XMessage{ID: "1-1"})
+	key, err := c.Processor().Key(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
+	if err != nil || held.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", held, err)
+	}
+	if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
+		t.Fatal(err)
+	}
+	dk, ok := c.entryDeadKey(msg)
+	if !ok {
+		t.Fatal("no dead-letter record for an entry")
+	}
+	sender, err := e.g.Claim(ctx, dk, "")
+	if err != nil || sender.Status != guard.Acquired {
+		t.Fatalf("claim of the dead-letter record = %+v, %v", sender, err)
+	}
+	c.deleted(ctx, []string{"1-1"})
+	if n := dead.len(); n != 0 {
+		t.Fatalf("dead-lettered %v (%v) while another sends it", dead.ids, dead.causes)
+	}
+	if c.watch["1-1"] == nil {
+		t.Fatal("not watched while another sends its dead letter")
+	}
+	if err := e.g.Fail(ctx, sender.Lease, errors.New("pager unreachable")); err != nil {
+		t.Fatal(err)
+	}
+	c.recheck(ctx)
+	if n := dead.len(); n != 1 || c.watch["1-1"] != nil {
+		t.Errorf("dead-lettered %v (%v), watched %v; want once, no longer watched", dead.ids, dead.causes, c.watch["1-1"] != nil)
 	}
 }
 

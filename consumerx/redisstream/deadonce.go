@@ -1,0 +1,64 @@
+package redisstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/guard"
+)
+
+// An entry can be dead-lettered on two paths: by consumerx, when the
+// consumer that ran its last attempt finds it failed (its attempts ran
+// out), and by the consumer that finds it deleted from the stream with its
+// record failed (ErrDeleted, see deleted). When the entry is deleted
+// while its last attempt runs, both find the record failed. consumerx's
+// dead-letter record is named by the entry's fingerprint, which the
+// deleted path cannot know (the payload is gone, and a RedisStore keeps a
+// long fingerprint as a digest only), so both paths send under a record of
+// their own named by the entry id alone: the dead letter goes out once,
+// whichever path sends it first (docs/design.md, the trimmed-stream row).
+
+// entryDeadCall: claims of an entry's dead-letter record have no attempt
+// limit, as consumerx's.
+var entryDeadCall = guard.CallOptions{MaxAttempts: -1}
+
+// entryDeadKey returns the record an entry's dead letter is sent under
+// (see above): scope consumerx.DeadLetterScopePrefix + group, id "entry:"
+// and the hex SHA-256 of the entry's Message.ID (consumerx's own records
+// there are named by bare hex digests). ok is false with
+// Options.Process.Key set (the deleted path cannot find the entry's key:
+// it dead-letters at once, and says so) or for a message that is not an
+// entry.
+func (c *Consumer) entryDeadKey(msg consumerx.Message) (key guard.Key, ok bool) {
+	xm, isEntry := msg.Raw.(redis.XMessage)
+	if c.opts.Process.Key != nil || !isEntry || xm.ID == "" {
+		return guard.Key{}, false
+	}
+	sum := sha256.Sum256([]byte(ID(c.opts.Stream, xm.ID)))
+	return guard.Key{Scope: consumerx.DeadLetterScopePrefix + c.opts.Group, ID: "entry:" + hex.EncodeToString(sum[:])}, true
+}
+
+// sendOnce runs send, which sends msg's dead letter, under the entry's
+// dead-letter record (entryDeadKey), so that it runs at most once to
+// success, whichever path calls it. sent is false, with a nil error, when
+// the dead letter was sent already; an error matching guard.ErrInProgress
+// means another consumer is sending it now. Without the record, it just
+// runs send.
+func (c *Consumer) sendOnce(ctx context.Context, msg consumerx.Message, send func(context.Context) error) (sent bool, err error) {
+	key, ok := c.entryDeadKey(msg)
+	if !ok {
+		return true, send(ctx)
+	}
+	res, err := c.g.DoWith(ctx, key, "", func(lctx context.Context, _ guard.Lease) ([]byte, error) {
+		return nil, send(lctx)
+	}, entryDeadCall)
+	if err != nil {
+		return false, fmt.Errorf("redisstream: dead letter of %s: %w", msg.ID, err)
+	}
+	return !res.Replayed, nil
+}
