@@ -511,8 +511,12 @@ func TestRetentionExpires(t *testing.T) {
 }
 
 func TestLeaseKeptWhileHandlerRuns(t *testing.T) {
-	// The lease is 300 ms; the handler runs for over three leases.
-	e := newEnv(t, guard.Options{Lease: 300 * time.Millisecond})
+	// The handler runs for three leases, kept by heartbeats (one a third
+	// of a lease), each of which must be answered within the lease the
+	// one before gave: at 300ms, a stall of a loaded machine lost it
+	// ("an extension succeeded only after the lease's deadline").
+	const lease = 1500 * time.Millisecond
+	e := newEnv(t, guard.Options{Lease: lease})
 	var runs atomic.Int64
 	proceed := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -534,7 +538,7 @@ func TestLeaseKeptWhileHandlerRuns(t *testing.T) {
 		errc <- err
 	}()
 	testenv.WaitFor(t, 5*time.Second, "the first call's handler to run", func() bool { return runs.Load() == 1 })
-	time.Sleep(time.Second) // waiting for three leases to pass on the real server
+	time.Sleep(3 * lease) // waiting for three leases to pass on the real server
 	r := do(t, c, "POST", srv.URL+"/o", "a", key("slow")...)
 	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.problem(t).Type != httpx.ProblemInFlight {
 		t.Fatalf("while running: %d Retry-After %q", r.status, r.header.Get("Retry-After"))
