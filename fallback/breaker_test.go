@@ -24,13 +24,32 @@ func claimReq(id, token string) guard.ClaimRequest {
 // a live primary closes it. The store's own answers (ErrLeaseLost,
 // ErrNotFound, in-progress) never count against the primary.
 func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
+	// The open breaker's checks must come before OpenTimeout has passed
+	// since it opened: a round a loaded machine held back past that
+	// proves nothing (the breaker half-opened meanwhile) and runs again
+	// with an OpenTimeout twice as long.
+	for open := 300 * time.Millisecond; ; open *= 2 {
+		if !breakerOpensAndHalfOpens(t, open) {
+			return
+		}
+		if open >= 8*300*time.Millisecond {
+			t.Fatalf("rounds with OpenTimeouts up to %s were all too late to prove anything", open)
+		}
+		t.Logf("the round with an OpenTimeout of %s was too late to prove anything; again with %s", open, 2*open)
+	}
+}
+
+// breakerOpensAndHalfOpens runs TestBreakerOpensAfterFailuresAndHalfOpens'
+// case with an OpenTimeout of open; late reports that a check of the open
+// breaker came after open had passed since it opened.
+func breakerOpensAndHalfOpens(t *testing.T, open time.Duration) (late bool) {
 	p := newPrimary(t)
 	var mu sync.Mutex
 	var changes []string
 	s := newStore(t, p.store, fallback.Options{
 		FailuresToOpen: 3,
-		OpenTimeout:    300 * time.Millisecond,
-		Timeout:        300 * time.Millisecond,
+		OpenTimeout:    open,
+		Timeout:        3 * time.Second,
 		Logger:         quiet,
 		OnStateChange: func(from, to fallback.State) {
 			mu.Lock()
@@ -59,13 +78,15 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	}
 
 	p.srv.Kill()
+	var opened time.Time // no later than the breaker opened
 	for i := 1; i <= 3; i++ {
+		sent := time.Now()
 		if _, err := s.Claim(bg, claimReq("k", "T")); !isUnavailable(err) {
 			t.Fatalf("claim %d on dead primary = %v, want ErrUnavailable", i, err)
 		}
 		want := fallback.StateClosed
 		if i == 3 {
-			want = fallback.StateOpen
+			want, opened = fallback.StateOpen, sent
 		}
 		if st := s.State(); st != want {
 			t.Fatalf("after %d failures breaker %v, want %v", i, st, want)
@@ -78,6 +99,9 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		_, err := s.Claim(bg, claimReq("k", "T"))
 		if !isUnavailable(err) || !errors.Is(err, fallback.ErrBreakerOpen) {
+			if time.Since(opened) >= open {
+				return true
+			}
 			t.Fatalf("claim while open = %v, want ErrUnavailable and ErrOpenState", err)
 		}
 		if _, err := s.Get(bg, claimReq("k", "").Key); !isUnavailable(err) {
@@ -85,6 +109,9 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		}
 	}
 	if got := p.sent.n.Load(); got != sent {
+		if time.Since(opened) >= open {
+			return true
+		}
 		t.Fatalf("open breaker sent %d commands/dials to the primary", got-sent)
 	}
 	// A holder's write is still tried (TestHolderWriteWhileBreakerOpen);
@@ -93,21 +120,28 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 		t.Fatalf("complete while open = %v", err)
 	}
 	if st := s.State(); st != fallback.StateOpen {
+		if time.Since(opened) >= open {
+			return true
+		}
 		t.Fatalf("breaker %v after a holder's write while open, want open", st)
 	}
 
 	// Half-open after OpenTimeout; a probe on a still-dead primary opens it again.
-	waitFor(t, 5*time.Second, "half-open", func() bool { return s.State() == fallback.StateHalfOpen })
+	waitFor(t, 5*time.Second+open, "half-open", func() bool { return s.State() == fallback.StateHalfOpen })
+	probed := time.Now()
 	if _, err := s.Claim(bg, claimReq("k", "T")); !isUnavailable(err) {
 		t.Fatalf("probe on dead primary = %v", err)
 	}
 	if st := s.State(); st != fallback.StateOpen {
+		if time.Since(probed) >= open {
+			return true
+		}
 		t.Fatalf("failed probe left breaker %v, want open", st)
 	}
 
 	// Primary back: the next probe closes it.
 	p.srv.Restart()
-	waitFor(t, 5*time.Second, "half-open again", func() bool { return s.State() == fallback.StateHalfOpen })
+	waitFor(t, 5*time.Second+open, "half-open again", func() bool { return s.State() == fallback.StateHalfOpen })
 	out, err := s.Claim(bg, claimReq("k", "T"))
 	if err != nil || out.Status != guard.Acquired {
 		t.Fatalf("probe on live primary = %v, %v", out.Status, err)
@@ -126,6 +160,7 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 			t.Fatalf("state changes %v, want %v", changes, want)
 		}
 	}
+	return false
 }
 
 // A caller that gives up (cancelled context) says nothing about the

@@ -31,8 +31,8 @@ type instance struct {
 }
 
 // newInstances starts n instances of h behind httpx.Guard with opts, over
-// the shared Redis under one prefix.
-func newInstances(t *testing.T, n int, opts httpx.Options, h http.Handler) []*instance {
+// the shared Redis under one prefix, their guards with gopts.
+func newInstances(t *testing.T, n int, opts httpx.Options, gopts guard.Options, h http.Handler) []*instance {
 	t.Helper()
 	prefix := testenv.Prefix(t)
 	var out []*instance
@@ -44,7 +44,7 @@ func newInstances(t *testing.T, n int, opts httpx.Options, h http.Handler) []*in
 		if opts.Logger == nil {
 			opts.Logger = testenv.Logger(t)
 		}
-		guarded := httpx.Guard(guard.New(store, guard.Options{}), opts)(h)
+		guarded := httpx.Guard(guard.New(store, gopts), opts)(h)
 		in := &instance{after: map[string]int{}, commands: cc}
 		in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rec := &statusRecorder{ResponseWriter: w}
@@ -114,9 +114,9 @@ func clientPost(ctx context.Context, c *http.Client, url, key string) (int, stri
 
 // TestDuplicateAcrossInstances: a 100 ms handler runs on instance A; a
 // duplicate sent to instance B while it runs, through httpx.NewClient,
-// gets the replay within 2 s with the default options (a 409 whose
-// Retry-After is 1 s, not the 30 s left of the lease) and within 300 ms
-// with Wait on.
+// gets the replay within 2 s of the first's answer with the default
+// options (a 409 whose Retry-After is 1 s, not the 30 s left of the lease)
+// and within 300 ms of it with Wait on.
 func TestDuplicateAcrossInstances(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -128,7 +128,7 @@ func TestDuplicateAcrossInstances(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &slowCharge{work: 100 * time.Millisecond, running: make(chan struct{}, 1)}
-			in := newInstances(t, 2, httpx.Options{SingleCaller: true, Wait: tc.wait}, h)
+			in := newInstances(t, 2, httpx.Options{SingleCaller: true, Wait: tc.wait}, guard.Options{}, h)
 			base := &http.Transport{}
 			t.Cleanup(base.CloseIdleConnections)
 			c := httpx.NewClient(httpx.TransportOptions{Base: base})
@@ -136,47 +136,64 @@ func TestDuplicateAcrossInstances(t *testing.T) {
 			type answer struct {
 				status int
 				body   string
-				took   time.Duration
+				at     time.Time // when it was answered
 				err    error
 			}
 			first := make(chan answer, 1)
 			go func() {
 				s, b, err := clientPost(context.Background(), c, in[0].srv.URL+"/charges", "dup-1")
-				first <- answer{s, b, 0, err}
+				first <- answer{s, b, time.Now(), err}
 			}()
 			<-h.running // the first runs on A
 			start := time.Now()
 			before := in[1].commands.n.Load()
 			s, b, err := clientPost(context.Background(), c, in[1].srv.URL+"/charges", "dup-1")
-			dup := answer{s, b, time.Since(start), err}
+			dup := answer{s, b, time.Now(), err}
 			commands := in[1].commands.n.Load() - before
 			f := <-first
 			if f.err != nil || dup.err != nil {
 				t.Fatalf("first %v, duplicate %v", f.err, dup.err)
 			}
-			t.Logf("duplicate answered after %s (409s: %d, Retry-After %v); instance B sent %d Redis commands for it",
-				dup.took, in[1].conflict.Load(), in[1].after, commands)
+			// On a loaded machine the first's run can take well past its
+			// 100 ms: the duplicate's wait is counted from the first's
+			// answer (its response stored by then), not from the start.
+			ran, after := f.at.Sub(start), dup.at.Sub(f.at)
+			t.Logf("the first answered after %s, the duplicate %s later (409s: %d, Retry-After %v); instance B sent %d Redis commands for it",
+				ran, after, in[1].conflict.Load(), in[1].after, commands)
 			if f.status != http.StatusCreated || dup.status != http.StatusCreated || dup.body != f.body {
 				t.Fatalf("first %d %q, duplicate %d %q", f.status, f.body, dup.status, dup.body)
 			}
 			if h.runs.Load() != 1 {
 				t.Fatalf("handler ran %d times", h.runs.Load())
 			}
-			if dup.took > tc.bound {
-				t.Fatalf("the duplicate got its replay after %s, want within %s", dup.took, tc.bound)
+			if after > tc.bound {
+				t.Fatalf("the duplicate got its replay %s after the first's answer, want within %s", after, tc.bound)
 			}
 			if tc.wait > 0 && in[1].conflict.Load() != 0 {
 				t.Fatalf("with Wait, %d answers were 409", in[1].conflict.Load())
 			}
-			if tc.wait > 0 && commands > 10 {
-				// A claim, a read per poll (10, 20, 40, 80 ms...), a claim.
-				t.Fatalf("waiting about 100 ms cost %d Redis commands, want at most 10", commands)
+			if want := waitCommands(ran + tc.bound); tc.wait > 0 && commands > want {
+				t.Fatalf("waiting %s cost %d Redis commands, want at most %d", ran, commands, want)
 			}
 			if tc.wait == 0 && (in[1].conflict.Load() == 0 || in[1].after["1"] != int(in[1].conflict.Load())) {
 				t.Fatalf("without Wait: 409s %d with Retry-After %v, want every one 1 s", in[1].conflict.Load(), in[1].after)
 			}
 		})
 	}
+}
+
+// waitCommands is the most Redis commands a duplicate that waits d with
+// Options.Wait sends: a claim, a read of the record per poll (guard.Wait
+// polls after 10, 30, 70 and 150 ms, then every 100 ms or later), a
+// claim, and a claim and a read more for a claim that still found the
+// key held.
+func waitCommands(d time.Duration) int64 {
+	n := int64(4)
+	for at, delay := time.Duration(0), 10*time.Millisecond; at+delay <= d; delay = min(2*delay, 100*time.Millisecond) {
+		at += delay
+		n++
+	}
+	return n
 }
 
 // stormFigures is what one storm measured.
@@ -249,26 +266,28 @@ func storm(t *testing.T, in []*instance, h *slowCharge, keys, copies, inFlight i
 }
 
 // TestInFlightStorm: 1,000 keys × 8 copies over two instances. With the
-// defaults every 409 says Retry-After: 1 and no client call waits long
-// past a second (main answered Retry-After: 30, what was left of the
-// lease, and duplicates waited half a minute); with Wait there are no 409s
-// at all.
+// defaults every 409 says Retry-After: 1 and no client call waits anywhere
+// near the holder's lease (main answered Retry-After: 30, what was left
+// of the lease, and duplicates waited half a minute); with Wait there are
+// no 409s at all.
 func TestInFlightStorm(t *testing.T) {
 	const keys, copies, inFlight = 1000, 8, 800
+	// The bound on the slowest call guards against waiting out the
+	// holder's lease, here two minutes; it leaves room for a loaded
+	// 2-core machine running every package under -race (seen: 6.4 s, and
+	// 15.5 s with two CPU burners beside it, past the bound of 15 s this
+	// test had with the default 30 s lease).
+	const lease, slowest = 2 * time.Minute, time.Minute
 	for _, tc := range []struct {
-		name    string
-		wait    time.Duration
-		slowest time.Duration
+		name string
+		wait time.Duration
 	}{
-		// The bound on the slowest call guards against waiting out the
-		// holder's lease (30 s); it leaves room for a loaded 2-core
-		// machine running every package under -race (seen: 6.4 s).
-		{"defaults", 0, 15 * time.Second},
-		{"Wait", 10 * time.Second, 15 * time.Second},
+		{"defaults", 0},
+		{"Wait", 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &slowCharge{work: 50 * time.Millisecond}
-			in := newInstances(t, 2, httpx.Options{SingleCaller: true, Wait: tc.wait}, h)
+			in := newInstances(t, 2, httpx.Options{SingleCaller: true, Wait: tc.wait}, guard.Options{Lease: lease}, h)
 			f := storm(t, in, h, keys, copies, inFlight)
 			t.Logf("%d keys × %d copies, %d in flight, 50 ms handler, Wait %s: %s", keys, copies, inFlight, tc.wait, f)
 			if f.runs != keys || f.wrongAnswers != 0 {
@@ -276,17 +295,17 @@ func TestInFlightStorm(t *testing.T) {
 			}
 			// Retry-After follows the route's run times (1 s for a 50 ms
 			// handler on a quiet machine; a run slowed past a second by
-			// a loaded machine raises it), never the holder's 30 s lease.
+			// a loaded machine raises it), never the holder's lease.
 			for ra := range f.retryAfter {
 				if n, err := strconv.Atoi(ra); err != nil || n < 1 || n > 5 {
-					t.Errorf("a 409 said Retry-After: %s, want 1–5 s (a 50 ms handler; the lease is 30 s)", ra)
+					t.Errorf("a 409 said Retry-After: %s, want 1–5 s (a 50 ms handler; the lease is %s)", ra, lease)
 				}
 			}
 			if tc.wait > 0 && f.conflicts != 0 {
 				t.Errorf("with Wait, %d answers were 409", f.conflicts)
 			}
-			if f.slowest > tc.slowest {
-				t.Errorf("the slowest client call took %s, want within %s", f.slowest, tc.slowest)
+			if f.slowest > slowest {
+				t.Errorf("the slowest client call took %s, want within %s (the lease is %s)", f.slowest, slowest, lease)
 			}
 		})
 	}

@@ -511,8 +511,12 @@ func TestRetentionExpires(t *testing.T) {
 }
 
 func TestLeaseKeptWhileHandlerRuns(t *testing.T) {
-	// The lease is 300 ms; the handler runs for over three leases.
-	e := newEnv(t, guard.Options{Lease: 300 * time.Millisecond})
+	// The handler runs for three leases, kept by heartbeats (one a third
+	// of a lease), each of which must be answered within the lease the
+	// one before gave: at 300ms, a stall of a loaded machine lost it
+	// ("an extension succeeded only after the lease's deadline").
+	const lease = 1500 * time.Millisecond
+	e := newEnv(t, guard.Options{Lease: lease})
 	var runs atomic.Int64
 	proceed := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -534,7 +538,7 @@ func TestLeaseKeptWhileHandlerRuns(t *testing.T) {
 		errc <- err
 	}()
 	testenv.WaitFor(t, 5*time.Second, "the first call's handler to run", func() bool { return runs.Load() == 1 })
-	time.Sleep(time.Second) // waiting for three leases to pass on the real server
+	time.Sleep(3 * lease) // waiting for three leases to pass on the real server
 	r := do(t, c, "POST", srv.URL+"/o", "a", key("slow")...)
 	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.problem(t).Type != httpx.ProblemInFlight {
 		t.Fatalf("while running: %d Retry-After %q", r.status, r.header.Get("Retry-After"))
@@ -693,30 +697,63 @@ func TestResponseSentWhenNotStored(t *testing.T) {
 func TestAbandonedKey(t *testing.T) {
 	for _, maxAttempts := range []int{0, 1} {
 		t.Run(fmt.Sprintf("MaxAttempts=%d", maxAttempts), func(t *testing.T) {
-			e := newEnv(t, guard.Options{Lease: 200 * time.Millisecond, MaxAttempts: maxAttempts})
-			h := &orders{}
-			srv, c := serve(t, guarded(e, h, httpx.Options{}))
-			fp := httpx.DefaultFingerprint(httptest.NewRequest("POST", "/o", nil), []byte("a"))
-			if _, err := e.g.Claim(context.Background(), guard.Key{Scope: "POST /o", ID: "dead"}, fp); err != nil {
-				t.Fatal(err)
-			}
-			r := do(t, c, "POST", srv.URL+"/o", "a", key("dead")...)
-			if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" {
-				t.Fatalf("while the dead holder's lease lives: %d Retry-After %q", r.status, r.header.Get("Retry-After"))
-			}
-			time.Sleep(300 * time.Millisecond) // waiting for the lease to run out on the server
-			r = do(t, c, "POST", srv.URL+"/o", "a", key("dead")...)
-			if maxAttempts == 1 {
-				if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemExhausted || h.runs.Load() != 0 {
-					t.Fatalf("exhausted: %d %s runs %d", r.status, r.body, h.runs.Load())
+			// The dead holder's claim and each request's must be answered
+			// within a lease (a claim answered later is refused: 503): a
+			// round a loaded machine held back past it proves nothing and
+			// runs again with a lease twice as long.
+			for lease := 200 * time.Millisecond; ; lease *= 2 {
+				if !abandonedKey(t, maxAttempts, lease) {
+					return
 				}
-				return
-			}
-			if r.status != http.StatusCreated || r.replayed() || h.runs.Load() != 1 {
-				t.Fatalf("recovered: %d replayed %v runs %d", r.status, r.replayed(), h.runs.Load())
+				if lease >= 8*200*time.Millisecond {
+					t.Fatalf("rounds with leases up to %s were all too late to prove anything", lease)
+				}
+				t.Logf("the round with a lease of %s was too late to prove anything; again with %s", lease, 2*lease)
 			}
 		})
 	}
+}
+
+// abandonedKey runs TestAbandonedKey's case with lease; late reports that
+// a claim may have been answered after its lease's first deadline, or the
+// first request may have reached Redis after the dead holder's lease
+// ended, which proves nothing.
+func abandonedKey(t *testing.T, maxAttempts int, lease time.Duration) (late bool) {
+	e := newEnv(t, guard.Options{Lease: lease, MaxAttempts: maxAttempts})
+	validity := lease - guard.LeaseMargin(lease)
+	h := &orders{}
+	srv, c := serve(t, guarded(e, h, httpx.Options{}))
+	fp := httpx.DefaultFingerprint(httptest.NewRequest("POST", "/o", nil), []byte("a"))
+	claimed := time.Now()
+	if _, err := e.g.Claim(context.Background(), guard.Key{Scope: "POST /o", ID: "dead"}, fp); err != nil {
+		if errors.Is(err, guard.ErrUnavailable) && time.Since(claimed) >= validity {
+			return true
+		}
+		t.Fatal(err)
+	}
+	r := do(t, c, "POST", srv.URL+"/o", "a", key("dead")...)
+	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" {
+		if time.Since(claimed) >= validity {
+			return true
+		}
+		t.Fatalf("while the dead holder's lease lives: %d Retry-After %q", r.status, r.header.Get("Retry-After"))
+	}
+	time.Sleep(lease + 100*time.Millisecond) // waiting for the lease to run out on the server
+	sent := time.Now()
+	r = do(t, c, "POST", srv.URL+"/o", "a", key("dead")...)
+	if r.status == http.StatusServiceUnavailable && time.Since(sent) >= validity {
+		return true
+	}
+	if maxAttempts == 1 {
+		if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemExhausted || h.runs.Load() != 0 {
+			t.Fatalf("exhausted: %d %s runs %d", r.status, r.body, h.runs.Load())
+		}
+		return false
+	}
+	if r.status != http.StatusCreated || r.replayed() || h.runs.Load() != 1 {
+		t.Fatalf("recovered: %d replayed %v runs %d", r.status, r.replayed(), h.runs.Load())
+	}
+	return false
 }
 
 // TestFlushThenTooLarge: a response that streams and then outgrows the
