@@ -128,8 +128,11 @@ func waitingRebalance(t *testing.T, hang bool) {
 	testenv.WaitFor(t, 10*time.Second, "the rebalance done (B assigned) well before the rebalance timeout", func() bool {
 		return assignedB.Load() > 0
 	})
-	if lostA.Load() != 0 || blockedA.Load() == 0 {
-		t.Errorf("A lost its partitions %d times, told of the waiting rebalance %d times; want 0 and some", lostA.Load(), blockedA.Load())
+	// A's own callback runs behind kafkax's, on kgo's goroutine: the
+	// rebalance kafkax's let go on may be done before it is called.
+	testenv.WaitFor(t, 10*time.Second, "A's own callback told of the waiting rebalance", func() bool { return blockedA.Load() > 0 })
+	if n := lostA.Load(); n != 0 {
+		t.Errorf("A lost its partitions %d times; want 0", n)
 	}
 	if n := lag(t, producer, "billing", "orders"); n != 2 {
 		t.Errorf("lag after the rebalance = %d, want 2 (ok1 committed, poison and ok2 not)", n)
