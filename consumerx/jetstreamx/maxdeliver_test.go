@@ -208,7 +208,11 @@ func TestHandleFailingAtMaxDeliverDeadLetters(t *testing.T) {
 // completion stands; nothing is dead-lettered or dropped.
 func TestInProgressAtMaxDeliverWaitsForHolder(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
-	holder := guard.New(g.Store(), guard.Options{Lease: 600 * time.Millisecond})
+	// The holder's lease sets the deliveries' pace (each Nak waits for
+	// what is left of it), and Hold extends it every third: 2s leaves a
+	// loaded machine over a second to get an extension through (600ms
+	// left 400ms, and the lease lapsed: the last delivery took it over).
+	holder := guard.New(g.Store(), guard.Options{Lease: 2 * time.Second})
 	m := newMaxDeliverTest(t)
 	ctx := context.Background()
 	var (

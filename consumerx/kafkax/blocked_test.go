@@ -99,7 +99,16 @@ func waitingRebalance(t *testing.T, hang bool) {
 	defer stopA()
 	doneA := make(chan error, 1)
 	go func() { doneA <- a.Run(ctxA) }()
-	testenv.WaitFor(t, 10*time.Second, "A running the poison", func() bool { return poisonA.Load() > 0 })
+	// Failing, waited for by its outcome, not its run: a rebalance that
+	// stops the poll before the handler returns makes that run Interrupted.
+	testenv.WaitFor(t, 10*time.Second, "A running the poison", func() bool {
+		if hang {
+			return poisonA.Load() > 0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return len(outA) > 0
+	})
 
 	clB := client(OnPartitionsLost(nil), kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		ownedB.Add(int32(len(m["orders"])))
@@ -128,8 +137,11 @@ func waitingRebalance(t *testing.T, hang bool) {
 	testenv.WaitFor(t, 10*time.Second, "the rebalance done (B assigned) well before the rebalance timeout", func() bool {
 		return assignedB.Load() > 0
 	})
-	if lostA.Load() != 0 || blockedA.Load() == 0 {
-		t.Errorf("A lost its partitions %d times, told of the waiting rebalance %d times; want 0 and some", lostA.Load(), blockedA.Load())
+	// A's own callback runs behind kafkax's, on kgo's goroutine: the
+	// rebalance kafkax's let go on may be done before it is called.
+	testenv.WaitFor(t, 10*time.Second, "A's own callback told of the waiting rebalance", func() bool { return blockedA.Load() > 0 })
+	if n := lostA.Load(); n != 0 {
+		t.Errorf("A lost its partitions %d times; want 0", n)
 	}
 	if n := lag(t, producer, "billing", "orders"); n != 2 {
 		t.Errorf("lag after the rebalance = %d, want 2 (ok1 committed, poison and ok2 not)", n)

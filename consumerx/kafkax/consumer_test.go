@@ -57,6 +57,53 @@ func startKafkaCluster(t *testing.T, partitions int32, topics ...string) (cluste
 	return cluster, addrs, producer, stop
 }
 
+// partitionProducer returns a producer that writes each record to the
+// partition the record names and sends only when produceTogether flushes
+// it (kgo.ManualFlushing); it is closed with the test.
+func partitionProducer(t *testing.T, addrs []string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// produceTogether produces recs through cl (a partitionProducer) in one
+// produce request once cl knows their topic, so that a fetch holds all of
+// them or none of them. A ProduceSync sends what is buffered when its
+// first partition's linger (10ms) ends: one whose goroutine stalls that
+// long (a loaded machine) sends its first partitions' records alone, and
+// a member's poll between the two requests holds those partitions alone.
+func produceTogether(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	wg.Add(len(recs))
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if first == nil {
+				first = err
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if first != nil {
+		t.Fatal(first)
+	}
+}
+
 func groupClient(t *testing.T, addrs []string, group, topic string) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),

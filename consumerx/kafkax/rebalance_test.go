@@ -31,11 +31,7 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 	const n = 30
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	addrs, producer, _ := startKafka(t, "orders")
-	manual, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer manual.Close()
+	manual := partitionProducer(t, addrs)
 	ctx := context.Background()
 	var recs []*kgo.Record
 	for i := range n {
@@ -120,14 +116,10 @@ func TestRebalanceMidPollRunsEachRecordOnce(t *testing.T) {
 	// up), so that its next poll takes them all.
 	testenv.WaitFor(t, 20*time.Second, "A assigned every partition", func() bool { return assignA.Load() == 3 })
 	for p := range int32(3) {
-		if err := manual.ProduceSync(ctx, &kgo.Record{Topic: "orders", Partition: p, Value: []byte("warm")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		produceTogether(t, manual, &kgo.Record{Topic: "orders", Partition: p, Value: []byte("warm")})
 	}
 	testenv.WaitFor(t, 20*time.Second, "the warm-up records committed", func() bool { return lag(t, producer, "billing", "orders") == 0 })
-	if err := manual.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceTogether(t, manual, recs...) // in one request: A's one poll has every partition
 	testenv.WaitFor(t, 20*time.Second, "A holding the first record of each partition", func() bool { return held.Load() == 3 })
 	bopts := popts
 	bopts.OnOutcome = func(_ context.Context, _ consumerx.Message, o consumerx.Outcome, _ error) {

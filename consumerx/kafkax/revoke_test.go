@@ -25,7 +25,7 @@ type revokeGroup struct {
 	t        *testing.T
 	addrs    []string
 	producer *kgo.Client
-	manual   *kgo.Client // produces to the partition a record names
+	manual   *kgo.Client // a partitionProducer
 	g        *guard.Guard
 	done     chan error
 	members  int
@@ -40,12 +40,7 @@ type revokeGroup struct {
 func newRevokeGroup(t *testing.T) *revokeGroup {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	addrs, producer, _ := startKafka(t, "orders")
-	manual, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(manual.Close)
-	rg := &revokeGroup{t: t, addrs: addrs, producer: producer, manual: manual, g: g, done: make(chan error, 2), revoked: map[int32]bool{}}
+	rg := &revokeGroup{t: t, addrs: addrs, producer: producer, manual: partitionProducer(t, addrs), g: g, done: make(chan error, 2), revoked: map[int32]bool{}}
 	rg.runCtx, rg.stop = context.WithCancel(context.Background())
 	return rg
 }
@@ -112,10 +107,11 @@ func (rg *revokeGroup) warm() {
 	testenv.WaitFor(t, 20*time.Second, "the warm-up records committed", func() bool { return lag(t, rg.producer, "billing", "orders") == 0 })
 }
 
+// produce produces recs in one request (produceTogether): a fetch
+// holds all of them or none.
 func (rg *revokeGroup) produce(recs ...*kgo.Record) {
-	if err := rg.manual.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		rg.t.Fatal(err)
-	}
+	rg.t.Helper()
+	produceTogether(rg.t, rg.manual, recs...)
 }
 
 // revokedFromA returns the partitions revoked from A so far.
@@ -390,9 +386,14 @@ func TestRevokedPartitionsNotCommitted(t *testing.T) {
 	}()
 	rg.member("A", handler("A"), Options{})
 	rg.warm()
+	// One produce for the three partitions, so that A's one poll has them
+	// all: a poll that took fewer would hold its record for ever and never
+	// fetch the others.
+	var holds []*kgo.Record
 	for p := range int32(3) {
-		rg.produce(&kgo.Record{Topic: "orders", Partition: p, Value: []byte("hold")})
+		holds = append(holds, &kgo.Record{Topic: "orders", Partition: p, Value: []byte("hold")})
 	}
+	rg.produce(holds...)
 	testenv.WaitFor(t, 20*time.Second, "A holding the record of each partition", func() bool { return held.Load() == 3 })
 	rg.member("B", handler("B"), Options{})
 	testenv.WaitFor(t, 20*time.Second, "a partition revoked from A", func() bool { return len(rg.revokedFromA()) > 0 })
