@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,7 @@ import (
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -193,7 +196,7 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(result)
 	})
-	guarded := httpx.Guard(g, httpx.Options{Logger: quiet, SingleCaller: true})(pay)
+	guarded := httpx.Guard(g, httpx.Options{Logger: testenv.LoggerAt(t, slog.LevelError), SingleCaller: true})(pay)
 	mux := http.NewServeMux()
 	mux.Handle("POST /pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		guarded.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, &slot{})))
@@ -213,6 +216,12 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 			return 0, false, time.Since(start), err
 		}
 		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusCreated, http.StatusConflict, http.StatusServiceUnavailable:
+		default: // the storm's check fails on it: say what it was
+			body, _ := io.ReadAll(resp.Body)
+			t.Logf("POST %s answered %d: %s", id, resp.StatusCode, body)
+		}
 		return resp.StatusCode, resp.Header.Get(httpx.ReplayedHeader) == "true", time.Since(start), nil
 	}
 

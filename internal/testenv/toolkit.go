@@ -27,11 +27,15 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 // the test ended are dropped. In a benchmark, whose log is printed even
 // when it passes and whose timing the logging would change, every record
 // is dropped.
-func Logger(t testing.TB) *slog.Logger {
+func Logger(t testing.TB) *slog.Logger { return LoggerAt(t, slog.LevelDebug) }
+
+// LoggerAt is Logger keeping only records at level or above: for a storm
+// whose every request would log, so that what went wrong is still shown.
+func LoggerAt(t testing.TB, level slog.Level) *slog.Logger {
 	if _, bench := t.(*testing.B); bench {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
 }
 
 type tWriter struct{ t testing.TB }
