@@ -28,38 +28,50 @@ func (s *extendThenWait) Extend(ctx context.Context, lease guard.Lease, d time.D
 
 // TestWrapExtensionAfterFailKeepsMarkEnded: holder A's extension reaches
 // Redis, and its mark's extension reaches PostgreSQL only after A's Fail
-// ended A's lease on its mark (the extension was given up, its statement
-// still queued behind a lock, or its goroutine unscheduled). A ran
-// nothing after its Fail, so that late extension must not give its mark
-// a lease again: the key's next claim takes it, rather than being told it
-// is in progress for a lease nobody holds.
+// (or Release) ended A's lease on its mark (the extension was given up,
+// its statement still queued behind a lock, or its goroutine
+// unscheduled). A ran nothing after it, so that late extension must not
+// give its mark a lease again: the key's next claim takes it, rather than
+// being told it is in progress for a lease nobody holds.
 func TestWrapExtensionAfterFailKeepsMarkEnded(t *testing.T) {
 	t.Parallel()
 	db := pgenv.Migrated(t, pgstore.Options{})
 	b := mustBackstop(t, db, pgstore.Options{})
-	extended, proceed := make(chan struct{}), make(chan struct{})
-	primary := &extendThenWait{Store: guardenv.Store(t, guard.RedisOptions{}), between: func() {
-		close(extended)
-		<-proceed
-	}}
-	s := backstop.Wrap(primary, b)
-	key := newKey(t)
-	claim := func(token string) (guard.Outcome, error) {
-		return s.Claim(ctx, guard.ClaimRequest{Key: key, Token: token, Fingerprint: "fp", Lease: 10 * time.Second, TTL: time.Minute})
-	}
-	out, err := claim("A")
-	if err != nil || out.Status != guard.Acquired {
-		t.Fatalf("A's claim = %s, %v", out.Status, err)
-	}
-	extErr := make(chan error, 1)
-	go func() { extErr <- s.Extend(ctx, out.Lease, 10*time.Second) }()
-	<-extended
-	if err := s.Fail(ctx, out.Lease, "boom", time.Minute); err != nil {
-		t.Fatalf("A's Fail = %v", err)
-	}
-	close(proceed)
-	t.Logf("A's late extension answered %v", <-extErr)
-	if out, err := claim("B"); err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 2 {
-		t.Fatalf("B's claim after A failed = %+v, %v; want acquired, attempt 2", out, err)
+	for _, c := range []struct {
+		end         string
+		nextAttempt int // a released first attempt leaves the key as if never claimed
+	}{{"fail", 2}, {"release", 1}} {
+		t.Run(c.end, func(t *testing.T) {
+			extended, proceed := make(chan struct{}), make(chan struct{})
+			primary := &extendThenWait{Store: guardenv.Store(t, guard.RedisOptions{}), between: func() {
+				close(extended)
+				<-proceed
+			}}
+			s := backstop.Wrap(primary, b)
+			key := newKey(t)
+			claim := func(token string) (guard.Outcome, error) {
+				return s.Claim(ctx, guard.ClaimRequest{Key: key, Token: token, Fingerprint: "fp", Lease: 10 * time.Second, TTL: time.Minute})
+			}
+			out, err := claim("A")
+			if err != nil || out.Status != guard.Acquired {
+				t.Fatalf("A's claim = %s, %v", out.Status, err)
+			}
+			extErr := make(chan error, 1)
+			go func() { extErr <- s.Extend(ctx, out.Lease, 10*time.Second) }()
+			<-extended
+			if c.end == "fail" {
+				err = s.Fail(ctx, out.Lease, "boom", time.Minute)
+			} else {
+				err = s.Release(ctx, out.Lease)
+			}
+			if err != nil {
+				t.Fatalf("A's %s = %v", c.end, err)
+			}
+			close(proceed)
+			t.Logf("A's late extension answered %v", <-extErr)
+			if out, err := claim("B"); err != nil || out.Status != guard.Acquired || out.Lease.Attempt != c.nextAttempt {
+				t.Fatalf("B's claim after A's %s = %+v, %v; want acquired, attempt %d", c.end, out, err, c.nextAttempt)
+			}
+		})
 	}
 }
