@@ -111,10 +111,13 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		done: `SELECT result FROM ` + k + ` WHERE scope = $1 AND id = $2 AND fingerprint = $3
 				AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
-		// mark lives as long as its lease, and the TTL after it.
+		// mark lives as long as its lease, and the TTL after it. A lease
+		// its holder's Fail or Release ended (unmark: leased_until NULL)
+		// stays ended: an extension that reaches the row after it (given
+		// up, but its statement queued behind a lock) does not revive it.
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
 				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `)
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending'`,
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND leased_until IS NOT NULL`,
 		// $1 scope, $2 id: the token of the key's live row.
 		holder: `SELECT token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
@@ -436,7 +439,8 @@ func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) e
 // commit. A row that bears another holder's token (one that took the key
 // over once the holder's mark lapsed: a pgstore.Store on the same tables,
 // say) answers guard.ErrLeaseLost; a row that is gone, or the holder's
-// own no longer pending, is no error.
+// own no longer pending or with its lease ended by the holder's Fail or
+// Release (unmark), is no error, and is not extended.
 func (b *Backstop) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
 	res, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
 		d.Microseconds(), b.opts.TTL.Microseconds())

@@ -277,7 +277,8 @@ func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget boo
 // is no longer kept out. Told unavailable, guard's keepalive tries again
 // while its lease lasts, and ends the holder's run at the lease's deadline
 // if the mark was never extended (the holder's commit needs PostgreSQL
-// too). A mark that is gone or committed is not an error; one that bears
+// too). A mark that is gone or committed, or whose lease the holder's
+// Fail or Release ended, is not an error (and is not extended); one that bears
 // another holder's token (which took the key over in PostgreSQL once this
 // mark's lease lapsed) is guard.ErrLeaseLost.
 func (g *wrappedStore) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {

@@ -19,7 +19,11 @@ import (
 // once its lease ran out). A holder owns the key from its claim's answer
 // until it sends its failure or release, or, dying, until the deadline
 // the guard gives it (sent + lease − guard.LeaseMargin; docs/design.md,
-// "Leases"). No two of these windows may overlap, and every acquisition
+// "Leases"), and never past that deadline. A claim answered at or after
+// its deadline is released unused, as guard releases one: the store's
+// lease may have run out before the answer came, so it owns nothing
+// (counting it from its answer would fail a correct store whose reply a
+// loaded machine held back). No two of these windows may overlap, and every acquisition
 // has a larger fence than the one before (or fence 1 after a released
 // first attempt, which leaves the key absent: docs/design.md, rule 4). Windows are measured on this
 // process's clock from causally ordered events (a claim's answer comes
@@ -35,9 +39,10 @@ func LeasesNeverOverlap(t *testing.T, s guard.Store, lease time.Duration, worker
 	}
 	key := guard.Key{Scope: "overlap", ID: t.Name() + "/" + rand.Text()[:10]}
 	var (
-		mu      sync.Mutex
-		windows []window
-		wg      sync.WaitGroup
+		mu         sync.Mutex
+		windows    []window
+		lateClaims int // answered Acquired at or after their deadline: not used
+		wg         sync.WaitGroup
 	)
 	stop := time.Now().Add(run)
 	for w := range workers {
@@ -56,16 +61,30 @@ func LeasesNeverOverlap(t *testing.T, s guard.Store, lease time.Duration, worker
 					time.Sleep(time.Millisecond) // a claimant polling a busy key, not synchronisation
 					continue
 				}
+				// The holder may act until deadline, counted from when it
+				// sent the claim; a claim answered at or after it is not
+				// used but released, as guard releases a late claim: the
+				// store's lease may be over, and the key another's.
+				deadline := sent.Add(lease - guard.LeaseMargin(lease))
 				win := window{start: time.Now(), fence: out.Lease.Fence, attempt: out.Lease.Attempt}
+				if !win.start.Before(deadline) {
+					if err := s.Release(ctx, out.Lease); err != nil && !errors.Is(err, guard.ErrLeaseLost) {
+						t.Errorf("release of a late claim: %v", err)
+					}
+					mu.Lock()
+					lateClaims++
+					mu.Unlock()
+					continue
+				}
 				switch n % 3 {
 				case 0:
-					win.how, win.end = "failed", time.Now()
+					win.how, win.end = "failed", earliest(time.Now(), deadline)
 					err = s.Fail(ctx, out.Lease, "boom", time.Hour)
 				case 1:
-					win.how, win.end = "released", time.Now()
+					win.how, win.end = "released", earliest(time.Now(), deadline)
 					err = s.Release(ctx, out.Lease)
 				default:
-					win.how, win.end = "died", sent.Add(lease-guard.LeaseMargin(lease))
+					win.how, win.end = "died", deadline
 				}
 				if err != nil && !errors.Is(err, guard.ErrLeaseLost) {
 					t.Errorf("%s: %v", win.how, err)
@@ -103,5 +122,14 @@ func LeasesNeverOverlap(t *testing.T, s guard.Store, lease time.Duration, worker
 	if len(windows) < 3 || died == 0 {
 		t.Errorf("%d holders, %d of them died: the race proves nothing", len(windows), died)
 	}
-	t.Logf("%d holders (%d died and were recovered), no two windows overlap", len(windows), died)
+	t.Logf("%d holders (%d died and were recovered), no two windows overlap; %d claims answered too late to use",
+		len(windows), died, lateClaims)
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
