@@ -50,10 +50,16 @@ func TestResendUpstreamInProgressIsNotStored(t *testing.T) {
 				}
 			})
 
-			e := startGateway(t, basicConfig+"    unknown_outcome: resend\n    timeout: 300ms\n", up.URL)
+			// The route's timeout must let the forward reach the upstream's
+			// handler (its guard's claim first) on a loaded machine.
+			e := startGateway(t, basicConfig+"    unknown_outcome: resend\n    timeout: 1s\n", up.URL)
 			url := e.srv.URL + "/orders"
 			first := post(t, url, "k-busy", `{"order":"busy"}`, "X-Account-Id", "acme")
-			<-started
+			select {
+			case <-started:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the upstream's handler never ran the first (answered %d %q)", first.status, first.body)
+			}
 			if first.status != http.StatusBadGateway || first.problemType() != ProblemResend {
 				t.Fatalf("first: %d %q; want 502 %s (timed out, released for a resend)", first.status, first.body, ProblemResend)
 			}
