@@ -226,9 +226,10 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		return user(ctx, msg, cause)
 	}
 	// Under the entry's own dead-letter record, which a consumer that
-	// finds the entry deleted sends under too (see sendOnce).
+	// finds the entry deleted sends under too (see sendOnce and
+	// sendOnceAfter).
 	popts.DeadLetter = func(ctx context.Context, msg consumerx.Message, cause error) error {
-		sent, err := c.sendOnce(ctx, msg, func(ctx context.Context) error { return c.deadLetterFn(ctx, msg, cause) })
+		sent, err := c.sendOnceAfter(ctx, msg, func(ctx context.Context) error { return c.deadLetterFn(ctx, msg, cause) })
 		if err == nil && !sent {
 			c.log.InfoContext(ctx, "redisstream: the entry's dead letter was sent already: not sent again", "id", msg.ID)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -61,4 +62,34 @@ func (c *Consumer) sendOnce(ctx context.Context, msg consumerx.Message, send fun
 		return false, fmt.Errorf("redisstream: dead letter of %s: %w", msg.ID, err)
 	}
 	return !res.Replayed, nil
+}
+
+// sendOnceAfter is sendOnce for consumerx's dead letter (the consumer that
+// ran the entry's last attempt): when another consumer is sending it now
+// (it found the entry deleted), it waits until that send has settled, then
+// sends it unless that one was sent. Redis has dropped a deleted entry
+// from the pending list: were the other send to fail with this one given
+// up (InProgress, left for a redelivery that never comes), nothing would
+// dead-letter the entry. The wait ends with ctx (the dead-letter record's
+// lease, or the consumer's shutdown).
+func (c *Consumer) sendOnceAfter(ctx context.Context, msg consumerx.Message, send func(context.Context) error) (sent bool, err error) {
+	for {
+		sent, err = c.sendOnce(ctx, msg, send)
+		if !errors.Is(err, guard.ErrInProgress) {
+			return sent, err
+		}
+		key, _ := c.entryDeadKey(msg)
+		out, werr := c.g.Wait(ctx, key, "", guard.WaitOptions{Timeout: -1, CallOptions: entryDeadCall})
+		if werr != nil {
+			return false, fmt.Errorf("redisstream: dead letter of %s, sent by another consumer: %w", msg.ID, werr)
+		}
+		if out.Status == guard.Replay {
+			return false, nil
+		}
+		// Its sender failed (or let its lease run out): send it here, under
+		// sendOnce's own call (it keeps the lease alive).
+		if rerr := c.g.Release(ctx, out.Lease); rerr != nil {
+			return false, fmt.Errorf("redisstream: dead letter of %s: %w", msg.ID, rerr)
+		}
+	}
 }
