@@ -73,12 +73,16 @@ func (c *Consumer) sendOnce(ctx context.Context, msg consumerx.Message, send fun
 // dead-letter the entry. The wait ends with ctx (the dead-letter record's
 // lease, or the consumer's shutdown).
 func (c *Consumer) sendOnceAfter(ctx context.Context, msg consumerx.Message, send func(context.Context) error) (sent bool, err error) {
+	key, ok := c.entryDeadKey(msg)
 	for {
 		sent, err = c.sendOnce(ctx, msg, send)
-		if !errors.Is(err, guard.ErrInProgress) {
+		// Only the claim of its record answered in progress, not send
+		// (an error of its own matching guard.ErrInProgress): send has
+		// not run.
+		busy, isBusy := errors.AsType[*guard.InProgressError](err)
+		if !ok || !isBusy || busy.Key != key {
 			return sent, err
 		}
-		key, _ := c.entryDeadKey(msg)
 		out, werr := c.g.Wait(ctx, key, "", guard.WaitOptions{Timeout: -1, CallOptions: entryDeadCall})
 		if werr != nil {
 			return false, fmt.Errorf("redisstream: dead letter of %s, sent by another consumer: %w", msg.ID, werr)

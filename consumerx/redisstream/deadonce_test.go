@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -92,5 +93,32 @@ func TestDeletedEntryDeadLetterFailsWhileHolderSendsItToo(t *testing.T) {
 	c.recheck(ctx) // the next reclaim pass
 	if n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result(); err != nil || n != 1 {
 		t.Errorf("dead-letter stream has %d entries (%v), want 1 (the holder's dead letter: %s, %v)", n, err, o, perr)
+	}
+}
+
+// A DeadLetter that fails with an error of its own matching
+// guard.ErrInProgress (it uses a guard too) is not taken for another
+// consumer sending the entry's dead letter: it is not waited for and sent
+// again within the delivery (the dead-letter stream's step would be asked
+// twice in one attempt), but answered as consumerx answers it.
+func TestDeadLetterOwnInProgressErrorNotWaitedFor(t *testing.T) {
+	e := newEnv(t, guard.Options{MaxAttempts: 1})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	var calls atomic.Int32
+	declined := func(context.Context, consumerx.Message) error { return errors.New("card declined") }
+	c := e.consumer(declined, Options{Stream: stream, Group: "billing", Consumer: "b",
+		Process: consumerx.Options{DeadLetter: func(context.Context, consumerx.Message, error) error {
+			if calls.Add(1) > 3 {
+				return nil
+			}
+			return fmt.Errorf("pager: %w", &guard.InProgressError{Key: guard.Key{Scope: "pager", ID: "x"}})
+		}}})
+	msg := c.message(redis.XMessage{ID: "1-1", Values: map[string]any{"payload": "charge 1"}})
+	o, err := c.Processor().Process(ctx, msg, declined)
+	// As consumerx answers its DeadLetter's error matching
+	// guard.ErrInProgress: InProgress, the DeadLetter's own error.
+	if n := calls.Load(); n != 1 || o != consumerx.InProgress || !strings.Contains(fmt.Sprint(err), "pager") {
+		t.Errorf("DeadLetter called %d times, Process = %s, %v; want once, %s with its error", n, o, err, consumerx.InProgress)
 	}
 }
