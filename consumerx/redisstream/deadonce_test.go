@@ -65,17 +65,7 @@ func TestDeletedEntryDeadLetterFailsWhileHolderSendsItToo(t *testing.T) {
 	c := e.consumer(declined, Options{Stream: stream, Group: "billing", Consumer: "b"})
 	msg := c.message(redis.XMessage{ID: "1-1", Values: map[string]any{"payload": "charge 1"}})
 	// Its last attempt failed, and its holder has not yet dead-lettered it.
-	key, err := c.Processor().Key(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
-	if err != nil || held.Status != guard.Acquired {
-		t.Fatalf("claim = %+v, %v", held, err)
-	}
-	if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
-		t.Fatal(err)
-	}
+	e.failLastAttempt(t, c, msg, "charge 1")
 	sending := make(chan struct{})
 	e.rdb.AddHook(failFirstXAdd{stream: stream + DeadLetterSuffix, sending: sending, inProgress: inProgress, n: new(atomic.Int32)})
 	answered := make(chan struct{})

@@ -240,17 +240,7 @@ func TestDeletedEntryExhaustedDeadLetteredOnceEitherPathFirst(t *testing.T) {
 			if deletedFirst {
 				// Its last attempt failed, and its holder has not yet
 				// dead-lettered it.
-				key, err := c.Processor().Key(msg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
-				if err != nil || held.Status != guard.Acquired {
-					t.Fatalf("claim = %+v, %v", held, err)
-				}
-				if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
-					t.Fatal(err)
-				}
+				e.failLastAttempt(t, c, msg, "charge 1")
 				c.deleted(ctx, []string{"1-1"})
 			}
 			if o, err := c.Processor().Process(ctx, msg, declined); o != consumerx.DeadLettered {
@@ -283,17 +273,7 @@ func TestDeletedEntryDeadLetterSentElsewhereWatched(t *testing.T) {
 	c := e.consumer(func(context.Context, consumerx.Message) error { return nil },
 		Options{Stream: stream, Group: "billing", Consumer: "b", Process: consumerx.Options{DeadLetter: dead.hook}})
 	msg := c.message(redis.XMessage{ID: "1-1"})
-	key, err := c.Processor().Key(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
-	if err != nil || held.Status != guard.Acquired {
-		t.Fatalf("claim = %+v, %v", held, err)
-	}
-	if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
-		t.Fatal(err)
-	}
+	e.failLastAttempt(t, c, msg, "charge 1")
 	dk, ok := c.entryDeadKey(msg)
 	if !ok {
 		t.Fatal("no dead-letter record for an entry")
@@ -593,5 +573,24 @@ func TestDeletedEntryTakeOverRacingTheHoldersLateCompletion(t *testing.T) {
 				t.Errorf("takeOver = %+v, %v; want %s", out, err, then.want)
 			}
 		})
+	}
+}
+
+// failLastAttempt claims msg's record as a consumer running its last
+// attempt would (payload its fingerprint's) and fails it: the holder has
+// not dead-lettered it yet.
+func (e *env) failLastAttempt(t *testing.T, c *Consumer, msg consumerx.Message, payload string) {
+	t.Helper()
+	ctx := context.Background()
+	key, err := c.Processor().Key(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.g.Claim(ctx, key, defaultFingerprint(payload))
+	if err != nil || held.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", held, err)
+	}
+	if err := e.g.Fail(ctx, held.Lease, errors.New("card declined")); err != nil {
+		t.Fatal(err)
 	}
 }
