@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -37,14 +36,7 @@ func isolatedDB(t *testing.T, level string) (direct, db *sql.DB) {
 		t.Fatal(err)
 	}
 	pgenv.PaymentsTable(t, direct)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("default_transaction_isolation", level)
-	u.RawQuery = q.Encode()
-	db, err = sql.Open("postgres", u.String())
+	db, err := sql.Open("postgres", testenv.DSNWithIsolation(t, dsn, level))
 	if err != nil {
 		t.Fatal(err)
 	}

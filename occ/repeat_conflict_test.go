@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,20 +13,6 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/occ"
 )
-
-// repeatableRead is dsn with its connections' default transaction
-// isolation REPEATABLE READ, as a server's or role's default may make it.
-func repeatableRead(t *testing.T, dsn string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("default_transaction_isolation", "repeatable read")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // blocked reports whether at least n backends wait, directly or behind
 // another waiter, for the locks of the backend holder.
@@ -84,7 +69,7 @@ func TestVersionedUpdateRepeatSerializationFailure(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	acc := accountsTable(t, direct)
-	p, db := pgproxy.New(t, repeatableRead(t, dsn))
+	p, db := pgproxy.New(t, testenv.DSNWithIsolation(t, dsn, "repeatable read"))
 	before, _ := readAccount(t, direct)
 
 	err := sentTwiceBehindLock(t, p, direct, `SELECT pg_backend_pid() FROM occ_accounts WHERE id = 1 FOR UPDATE`, `UPDATE "occ_accounts"`, func() error {
@@ -135,7 +120,7 @@ func TestVectorWriteRepeatSerializationFailure(t *testing.T) {
 		}
 		return n
 	}
-	p, db := pgproxy.New(t, repeatableRead(t, dsn))
+	p, db := pgproxy.New(t, testenv.DSNWithIsolation(t, dsn, "repeatable read"))
 	err := sentTwiceBehindLock(t, p, direct, `SELECT pg_backend_pid() FROM occ_carts WHERE id = 'c' FOR UPDATE`, `UPDATE "occ_carts"`, func() error {
 		return occ.RetryOnConflict(ctx, occ.RetryOptions{MaxTries: 3}, func(ctx context.Context) error {
 			v, err := tbl.Read(ctx, direct, "c")

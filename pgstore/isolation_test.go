@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"database/sql"
-	"net/url"
 	"testing"
 	"time"
 
@@ -29,14 +28,7 @@ func TestStoreContractStrictIsolation(t *testing.T) {
 					if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
 						t.Fatal(err)
 					}
-					u, err := url.Parse(dsn)
-					if err != nil {
-						t.Fatal(err)
-					}
-					q := u.Query()
-					q.Set("default_transaction_isolation", level)
-					u.RawQuery = q.Encode()
-					db, err := sql.Open("postgres", u.String())
+					db, err := sql.Open("postgres", testenv.DSNWithIsolation(t, dsn, level))
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -101,6 +101,21 @@ func PostgresDSN(t testing.TB) string {
 	return Require(t, EnvPostgres)
 }
 
+// DSNWithIsolation is dsn with its connections' default transaction
+// isolation set to level ("repeatable read", "serializable"), as a
+// server's or role's default may make it.
+func DSNWithIsolation(t testing.TB, dsn, level string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", level)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // Postgres returns a database handle whose search_path is a schema of its
 // own, created for this test and dropped when it ends, and the URL that
 // opens more connections into the same schema (for other processes).
