@@ -58,38 +58,35 @@ func movedCluster(t *testing.T) *redis.ClusterClient {
 // and a corrupt record. And the leases it hands out name their own
 // records: a step saved and a completion written with one land in its
 // key's record. On the standalone server, the Cluster (also with every
-// command redirected) and a server without the scripts, each through a
-// pipeline of its own and through the client's autopipeliner.
+// command redirected) and a server without the scripts.
 func TestClaimBatchAnswersAsClaim(t *testing.T) {
 	for _, on := range []string{"client", "cluster", "cluster-moved", "scripts-flushed"} {
-		for _, shared := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/autopipelined=%v", on, shared), func(t *testing.T) {
-				var c redis.UniversalClient
-				before := func() {}
-				switch on {
-				case "client":
-					c = testenv.Redis(t)
-				case "cluster":
-					c = testenv.Cluster(t)
-				case "cluster-moved":
-					c = movedCluster(t)
-				default:
-					// A server of the test's own, whose scripts are flushed
-					// before each batch: the claim scripts go by EVALSHA,
-					// NOSCRIPT, then EVAL.
-					c = testenv.StartRedis(t).Client()
-					before = func() {
-						if err := c.ScriptFlush(bg).Err(); err != nil {
-							t.Fatal(err)
-						}
+		t.Run(on, func(t *testing.T) {
+			var c redis.UniversalClient
+			before := func() {}
+			switch on {
+			case "client":
+				c = testenv.Redis(t)
+			case "cluster":
+				c = testenv.Cluster(t)
+			case "cluster-moved":
+				c = movedCluster(t)
+			default:
+				// A server of the test's own, whose scripts are flushed
+				// before each batch: the claim scripts go by EVALSHA,
+				// NOSCRIPT, then EVAL.
+				c = testenv.StartRedis(t).Client()
+				before = func() {
+					if err := c.ScriptFlush(bg).Err(); err != nil {
+						t.Fatal(err)
 					}
 				}
-				s := guardenv.StoreOn(t, c, guard.RedisOptions{})
-				cases := claimStates(t, s, c)
-				t.Run("large", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases, 2, shared, before) })
-				t.Run("small", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases[:5], 1, shared, before) })
-			})
-		}
+			}
+			s := guardenv.StoreOn(t, c, guard.RedisOptions{})
+			cases := claimStates(t, s, c)
+			t.Run("large", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases, 2, before) })
+			t.Run("small", func(t *testing.T) { testClaimBatchAnswersAsClaim(t, s, cases[:5], 1, before) })
+		})
 	}
 }
 
@@ -177,7 +174,7 @@ func claimStates(t *testing.T, s *guard.RedisStore, c redis.UniversalClient) []c
 	}
 }
 
-func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []claimState, copies int, shared bool, before func()) {
+func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []claimState, copies int, before func()) {
 	run := testenv.Prefix(t) // fresh keys for each run
 	id := func(tc claimState, twin string) string { return run + tc.name + "/" + twin }
 	// The requests of the batch: each case's copies, invalid requests
@@ -225,10 +222,6 @@ func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []cla
 			return err == nil && out.Status == guard.Acquired
 		})
 	}
-	if shared && len(reqs) <= 16 == (copies > 1) {
-		t.Fatalf("%d requests: the batch does not take the path it means to", len(reqs))
-	}
-
 	want := make([]guard.Outcome, len(cases))
 	wantErr := make([]error, len(cases))
 	for ci := range cases {
@@ -240,13 +233,7 @@ func testClaimBatchAnswersAsClaim(t *testing.T, s *guard.RedisStore, cases []cla
 	var outs []guard.Outcome
 	var errs []error
 	before()
-	if shared {
-		done := s.Busy()
-		outs, errs = s.ClaimBatch(bg, reqs)
-		done()
-	} else {
-		outs, errs = s.ClaimBatch(bg, reqs)
-	}
+	outs, errs = s.ClaimBatch(bg, reqs)
 	if len(outs) != len(reqs) || len(errs) != len(reqs) {
 		t.Fatalf("%d requests, %d outcomes, %d errors", len(reqs), len(outs), len(errs))
 	}
@@ -362,10 +349,10 @@ func brief(r guard.Record) string {
 	return fmt.Sprintf("{%v token %.20q fence %d result %.40q steps %d}", r.State, r.Token, r.Fence, r.Result, len(r.Steps))
 }
 
-// Concurrent batches on one store share the client's autopipeliner (and
-// on a Cluster, its per-node pipelines): each key still gets its own
-// reply, its lease names its own record, and its record holds its own
-// token, whatever the other batches sent in the same pipelines.
+// Concurrent batches on one store, each on its pipelines (on a Cluster,
+// per node), beside one another on the client's connections: each key
+// gets its own reply, its lease names its own record, and its record
+// holds its own token, whatever the other batches sent meanwhile.
 func TestClaimBatchConcurrentBatchesOwnReplies(t *testing.T) {
 	for _, on := range []string{"client", "cluster"} {
 		t.Run(on, func(t *testing.T) {
