@@ -63,13 +63,14 @@ type RedisOptions struct {
 }
 
 // DefaultDirectCalls is RedisOptions.DirectCalls when unset. Up to it, a
-// connection per call was as quick or quicker; past it, the round trips
-// that pipelines save were worth the hand-over to the autopipeliner
-// (idemguard bench against Redis on the same 2 cores, 1 to 64 workers,
-// thresholds 2, 4, 8 and 16: at 16 workers, 4 gave a third of the latency
-// of 16 and twice the throughput; at 1 to 4 workers, and at 64, the same;
-// 2 cost a third of the throughput at 4 workers).
-const DefaultDirectCalls = 4
+// connection per call was quicker; past it, the round trips that pipelines
+// save were worth the hand-over to the autopipeliner (idemguard bench
+// against Redis on the same 2 cores, go-redis v9.23, 6 to 64 workers,
+// thresholds 4, 8 and 16, alternated: at 6 and 8 workers, 8 ran 1.3-1.6x
+// as many fresh keys and HTTP requests as 4 and up to 1.45x as many
+// replays, at half the median latency; from 12 to 64 workers the two were
+// alike; 16 cost a second HTTP p99 at 16 workers).
+const DefaultDirectCalls = 8
 
 // RedisStore is a Store on Redis: standalone, Sentinel or Cluster, through
 // any go-redis UniversalClient. It needs Redis 7.0 or later (SET … NX GET)

@@ -21,7 +21,7 @@ import (
 // 16 handlers of one group competing for an in-process queue, in one run.
 // Watermill hands a middleware one message at a time, so each message
 // costs its own claim and completion (two round trips, shared with other
-// handlers' through the store's autopipeliner past 4 calls at once);
+// handlers' through the store's autopipeliner past 8 calls at once);
 // nothing is batched. Compare the msgs/s metrics; allocs/op is per
 // message.
 //

@@ -105,7 +105,7 @@ func (e *env) effect(k int64) {
 func (e *env) stormKey(i int64) int64 { return i / int64(e.opts.Duplicates) }
 
 var scenarios = []scenario{
-	{name: Fresh, baseline: SetNXSetAuto, about: "Guard.Do on a new key (claim + complete), the store's default: calls share pipelines past 4 at once", prepare: prepareFresh(guard.RedisOptions{})},
+	{name: Fresh, baseline: SetNXSetAuto, about: "Guard.Do on a new key (claim + complete), the store's default: calls share pipelines past 8 at once", prepare: prepareFresh(guard.RedisOptions{})},
 	{name: FreshUnpipelined, baseline: SetNXSet, about: "Guard.Do on a new key, RedisOptions.Unpipelined", prepare: prepareFresh(unpipelined)},
 	{name: ClaimComplete, baseline: SetNXSetAuto, about: "Guard.Claim + Guard.Complete on a new key", prepare: prepareClaimComplete},
 	{name: StoreFresh, baseline: SetNXSetAuto, about: "RedisStore.Claim + RedisStore.Complete on a new key, no Guard: what the store costs", prepare: prepareStoreFresh},
