@@ -528,7 +528,8 @@ func (s *RedisStore) scripts(ctx context.Context, n int, script func(j int) (*re
 // waited out its silence gap on every round trip. On their own pipelines,
 // 16 Redis Streams consumers went from 0.19x to 0.31x the plain loop with
 // less CPU per message on both sides (consumerx BenchmarkConsume; README,
-// Performance). The call still counts as under way, for send.
+// "Consumers in batches"; design.md, Pipelining). The call still counts
+// as under way, for send.
 func (s *RedisStore) exec(ctx context.Context, cmds []redis.Cmder) {
 	if len(cmds) == 0 {
 		return
