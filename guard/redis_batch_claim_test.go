@@ -52,7 +52,7 @@ func movedCluster(t *testing.T) *redis.ClusterClient {
 // ClaimBatch gives every key of a batch the answer Claim gives a twin key
 // in the same state, whatever else the batch holds: invalid requests
 // between the others, a key named twice, keys on every node of a Cluster,
-// more commands than exec keeps on its stack, keys the native SET NX GET
+// a batch of more than 16 commands and one of fewer, keys the native SET NX GET
 // answers beside keys that need the claim script, long keys, long raw
 // tokens, digested fingerprints, records with steps, a key of another type
 // and a corrupt record. And the leases it hands out name their own
