@@ -29,9 +29,10 @@ type workload struct {
 	Workers int           // goroutines
 	Lease   time.Duration // the guard's lease
 	Faults  []FaultKind   // nemesis faults; default DefaultFaults
-	// Pipelined sends every store call through the client's
+	// Pipelined sends every single store call through the client's
 	// autopipeliner, so a lost reply makes go-redis re-send a whole
-	// batch of other workers' scripts.
+	// pipeline of other workers' scripts (a batch's calls always go as
+	// a pipeline of their own, re-sent whole alike).
 	Pipelined bool
 }
 
