@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 func claimReq(id, token string) guard.ClaimRequest {
@@ -28,15 +29,9 @@ func TestBreakerOpensAfterFailuresAndHalfOpens(t *testing.T) {
 	// since it opened: a round a loaded machine held back past that
 	// proves nothing (the breaker half-opened meanwhile) and runs again
 	// with an OpenTimeout twice as long.
-	for open := 300 * time.Millisecond; ; open *= 2 {
-		if !breakerOpensAndHalfOpens(t, open) {
-			return
-		}
-		if open >= 8*300*time.Millisecond {
-			t.Fatalf("rounds with OpenTimeouts up to %s were all too late to prove anything", open)
-		}
-		t.Logf("the round with an OpenTimeout of %s was too late to prove anything; again with %s", open, 2*open)
-	}
+	testenv.OnTime(t, "an OpenTimeout", 300*time.Millisecond, 4, func(open time.Duration) bool {
+		return breakerOpensAndHalfOpens(t, open)
+	})
 }
 
 // breakerOpensAndHalfOpens runs TestBreakerOpensAfterFailuresAndHalfOpens'

@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
@@ -42,16 +43,10 @@ func TestOneStalledMarkKeepsBreakerClosed(t *testing.T) {
 	// proves nothing and runs again with the lease and Timeout twice as
 	// long (the Timeout stays below backstop's unmark bound of 2s, so the
 	// holder's Fail still ends at the Timeout, not the unmark's bound).
-	for scale := time.Duration(1); ; scale *= 2 {
-		if !stalledMarkRound(t, db, b, scale) {
-			return
-		}
-		if scale >= 4 {
-			t.Fatalf("rounds with Timeouts up to %s were all too late to prove anything", scale*400*time.Millisecond)
-		}
-		t.Logf("the round with a Timeout of %s was too late to prove anything; again with %s",
-			scale*400*time.Millisecond, 2*scale*400*time.Millisecond)
-	}
+	const first = 400 * time.Millisecond
+	testenv.OnTime(t, "a Timeout", first, 3, func(timeout time.Duration) bool {
+		return stalledMarkRound(t, db, b, timeout/first)
+	})
 }
 
 // stalledMarkRound runs TestOneStalledMarkKeepsBreakerClosed's case with

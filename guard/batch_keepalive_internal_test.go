@@ -19,15 +19,9 @@ func TestBeatIdleOnceAllLost(t *testing.T) {
 	// The claim, the release and begin must come within the lease's
 	// first deadline (87ms at first): a round a loaded machine held back
 	// past it proves nothing and runs again with a lease twice as long.
-	for lease := 90 * time.Millisecond; ; lease *= 2 {
-		if !beatIdleOnceAllLost(t, lease) {
-			return
-		}
-		if lease >= 8*90*time.Millisecond {
-			t.Fatalf("rounds with leases up to %s were all too late to prove anything", lease)
-		}
-		t.Logf("the round with a lease of %s was too late to prove anything; again with %s", lease, 2*lease)
-	}
+	testenv.OnTime(t, "a lease", 90*time.Millisecond, 4, func(lease time.Duration) bool {
+		return beatIdleOnceAllLost(t, lease)
+	})
 }
 
 func beatIdleOnceAllLost(t *testing.T, lease time.Duration) (late bool) {

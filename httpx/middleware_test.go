@@ -701,15 +701,9 @@ func TestAbandonedKey(t *testing.T) {
 			// within a lease (a claim answered later is refused: 503): a
 			// round a loaded machine held back past it proves nothing and
 			// runs again with a lease twice as long.
-			for lease := 200 * time.Millisecond; ; lease *= 2 {
-				if !abandonedKey(t, maxAttempts, lease) {
-					return
-				}
-				if lease >= 8*200*time.Millisecond {
-					t.Fatalf("rounds with leases up to %s were all too late to prove anything", lease)
-				}
-				t.Logf("the round with a lease of %s was too late to prove anything; again with %s", lease, 2*lease)
-			}
+			testenv.OnTime(t, "a lease", 200*time.Millisecond, 4, func(lease time.Duration) bool {
+				return abandonedKey(t, maxAttempts, lease)
+			})
 		})
 	}
 }

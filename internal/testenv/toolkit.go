@@ -22,6 +22,30 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// OnTime runs round, a case whose calls must come within a span of real
+// time (a lease, a timeout), with span first and then, as long as round
+// reports it was late, with spans 2, 4, … times as long, rounds in all. A
+// loaded machine can hold a call back past such a span; the code under
+// test is then right to answer as it did and the round proves nothing, so
+// it runs again, not passed. A round on time checks as strictly as ever.
+// Every round late fails the test. what names the span in the log
+// ("a lease", "a Timeout").
+func OnTime(t testing.TB, what string, first time.Duration, rounds int, round func(span time.Duration) (late bool)) {
+	t.Helper()
+	span := first
+	for i := range rounds {
+		if !round(span) {
+			return
+		}
+		if i == rounds-1 {
+			break
+		}
+		t.Logf("the round with %s of %s was too late to prove anything; again with %s", what, span, 2*span)
+		span *= 2
+	}
+	t.Fatalf("rounds with %s up to %s were all too late to prove anything", what, span)
+}
+
 // Logger returns a logger whose records go to t.Log: silent in a passing
 // run without -v, shown beside the failure otherwise. Records logged after
 // the test ended are dropped. In a benchmark, whose log is printed even

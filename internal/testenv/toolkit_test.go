@@ -31,6 +31,8 @@ func (f *fakeT) Log(args ...any) {
 	f.logs = append(f.logs, fmt.Sprint(args...))
 }
 
+func (f *fakeT) Logf(format string, args ...any) { f.Log(fmt.Sprintf(format, args...)) }
+
 func (f *fakeT) Fatalf(format string, args ...any) {
 	f.mu.Lock()
 	f.fatal, f.failed = fmt.Sprintf(format, args...), true
@@ -80,5 +82,30 @@ func TestLoggerDropsInBenchmarks(t *testing.T) {
 	var b testing.B
 	if Logger(&b).Enabled(t.Context(), 12) {
 		t.Fatal("a benchmark's logger is enabled: its records would always print")
+	}
+}
+
+func TestOnTimeDoublesWhileLate(t *testing.T) {
+	f := &fakeT{}
+	var spans []time.Duration
+	f.run(func() {
+		OnTime(f, "a lease", 100*time.Millisecond, 4, func(d time.Duration) bool {
+			spans = append(spans, d)
+			return len(spans) < 3
+		})
+	})
+	if f.failed || fmt.Sprint(spans) != "[100ms 200ms 400ms]" || len(f.logs) != 2 {
+		t.Fatalf("failed %v (%q), spans %v, logs %q; want spans 100ms, 200ms, 400ms and two logs", f.failed, f.fatal, spans, f.logs)
+	}
+}
+
+func TestOnTimeFailsWhenEveryRoundLate(t *testing.T) {
+	f := &fakeT{}
+	var spans []time.Duration
+	f.run(func() {
+		OnTime(f, "a Timeout", 400*time.Millisecond, 3, func(d time.Duration) bool { spans = append(spans, d); return true })
+	})
+	if !f.failed || fmt.Sprint(spans) != "[400ms 800ms 1.6s]" || !strings.Contains(f.fatal, "a Timeout up to 1.6s") {
+		t.Fatalf("failed %v (%q), spans %v; want 3 rounds up to 1.6s, then a failure naming them", f.failed, f.fatal, spans)
 	}
 }
