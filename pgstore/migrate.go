@@ -202,9 +202,13 @@ func (m *Migrator) current(ctx context.Context, tx *sql.Tx) (int, error) {
 }
 
 // inLockedTx runs fn in a transaction that holds the migration lock and in
-// which the schema and the schema-version table exist.
+// which the schema and the schema-version table exist. The transaction is
+// READ COMMITTED whatever the database's default: under a stricter level
+// its snapshot would be taken by the statement that waits for the lock,
+// and a migrator that waited would not see the versions the one before it
+// committed.
 func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := m.db.BeginTx(ctx, nil)
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return dbErr(ctx, "migrate", err)
 	}

@@ -162,6 +162,44 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 }
 
+// TestMigrateConcurrentStrictIsolation: migrators in several processes
+// (pools of their own) started together on a database whose default
+// isolation is REPEATABLE READ or SERIALIZABLE (a DBA's choice for the
+// business tables) take turns too. Each step's transaction took its
+// snapshot with the statement that waited for the advisory lock, so the
+// migrators that waited read the versions as they were before the first
+// one committed, and failed applying migration 1 again ("relation
+// idemguard_keys already exists").
+func TestMigrateConcurrentStrictIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			direct, dsn := testenv.Postgres(t)
+			var wg sync.WaitGroup
+			for range 4 {
+				db, err := sql.Open("postgres", testenv.DSNWithIsolation(t, dsn, level))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+						t.Errorf("concurrent Migrate at %s: %v", level, err)
+					}
+				}()
+			}
+			wg.Wait()
+			var n int
+			if err := direct.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_schema_migrations`).Scan(&n); err != nil || n != 5 {
+				t.Fatalf("versions recorded = %d, %v; want 5", n, err)
+			}
+		})
+	}
+}
+
 // TestMigrateOddNames: a schema and prefix that need quoting work end to
 // end, and the SQL never splices them unquoted.
 func TestMigrateOddNames(t *testing.T) {
