@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // MarkConsumed records, inside tx, that group consumed messageID. It
@@ -46,21 +48,43 @@ func (s *Store) MarkConsumed(ctx context.Context, tx *sql.Tx, group, messageID s
 // the message consumed and runs fn, and commits both or neither. A
 // duplicate returns ran == false without calling fn. If fn fails, nothing
 // is kept and its error is returned, so the message can be delivered again.
+//
+// The transaction has the database's default isolation. Under REPEATABLE
+// READ or SERIALIZABLE, a duplicate that waited for the first delivery's
+// transaction meets a serialization failure on its mark (the first's row
+// is not in its snapshot); Consume then begins again, before fn runs, and
+// answers ran == false as under READ COMMITTED.
 func (s *Store) Consume(ctx context.Context, group, messageID string, fn func(ctx context.Context, tx *sql.Tx) error) (ran bool, err error) {
+	const tries = 4
+	for try := 1; ; try++ {
+		ran, retry, err := s.consume(ctx, group, messageID, fn)
+		if !retry || try == tries {
+			return ran, err
+		}
+	}
+}
+
+// consume is one try of Consume; retry is true when the mark met a
+// serialization failure or deadlock, before fn ran.
+func (s *Store) consume(ctx context.Context, group, messageID string, fn func(ctx context.Context, tx *sql.Tx) error) (ran, retry bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, dbErr(ctx, "begin", err)
+		return false, false, dbErr(ctx, "begin", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	first, err := s.MarkConsumed(ctx, tx, group, messageID)
-	if err != nil || !first {
-		return false, err
+	if err != nil {
+		code, _ := pgsql.SQLState(err)
+		return false, (code == "40001" || code == "40P01") && ctx.Err() == nil, err
+	}
+	if !first {
+		return false, false, nil
 	}
 	if err := fn(ctx, tx); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return false, dbErr(ctx, "commit", err)
+		return false, false, dbErr(ctx, "commit", err)
 	}
-	return true, nil
+	return true, false, nil
 }

@@ -2,12 +2,17 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -74,5 +79,75 @@ func TestConsumedExpiry(t *testing.T) {
 		if err != nil || ran != want {
 			t.Errorf("Consume(%s) = %v, %v; want ran %v", id, ran, err, want)
 		}
+	}
+}
+
+// TestConsumeDuplicateStrictIsolation: on a database whose default
+// isolation is REPEATABLE READ or SERIALIZABLE, a duplicate that waited
+// for the first delivery's transaction returns ran == false, as under READ
+// COMMITTED, not the serialization failure its mark met (the first's row
+// was not in its snapshot), which read as the store being unavailable.
+func TestConsumeDuplicateStrictIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			direct, dsn := testenv.Postgres(t)
+			if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(testenv.DSNWithIsolation(t, dsn, level))
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := "consume-dup-" + strings.ToLower(rand.Text()[:8])
+			q := u.Query()
+			q.Set("application_name", app)
+			u.RawQuery = q.Encode()
+			db, err := sql.Open("postgres", u.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			s := pgenv.Store(t, db, pgstore.Options{})
+
+			entered, release := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			go func() {
+				_, err := s.Consume(ctx, "billing", "msg-1", func(context.Context, *sql.Tx) error {
+					close(entered)
+					<-release
+					return nil
+				})
+				first <- err
+			}()
+			<-entered
+			type answer struct {
+				ran bool
+				err error
+			}
+			dup := make(chan answer, 1)
+			var runs atomic.Int64
+			go func() {
+				ran, err := s.Consume(ctx, "billing", "msg-1", func(context.Context, *sql.Tx) error {
+					runs.Add(1)
+					return nil
+				})
+				dup <- answer{ran, err}
+			}()
+			testenv.WaitFor(t, 10*time.Second, "the duplicate to wait for the first's row", func() bool {
+				var n int
+				err := direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
+				return err == nil && n > 0
+			})
+			close(release)
+			if err := <-first; err != nil {
+				t.Fatalf("first delivery: %v", err)
+			}
+			if a := <-dup; a.ran || a.err != nil || runs.Load() != 0 {
+				t.Fatalf("duplicate = %v, %v (ran its handler %d times); want false, nil", a.ran, a.err, runs.Load())
+			}
+		})
 	}
 }
