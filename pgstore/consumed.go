@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // MarkConsumed records, inside tx, that group consumed messageID. It
@@ -74,8 +72,7 @@ func (s *Store) consume(ctx context.Context, group, messageID string, fn func(ct
 	defer func() { _ = tx.Rollback() }()
 	first, err := s.MarkConsumed(ctx, tx, group, messageID)
 	if err != nil {
-		code, _ := pgsql.SQLState(err)
-		return false, (code == "40001" || code == "40P01") && ctx.Err() == nil, err
+		return false, lostRace(err) && ctx.Err() == nil, err
 	}
 	if !first {
 		return false, false, nil
