@@ -217,6 +217,12 @@ func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx) error) error
 		return dbErr(ctx, "migrate lock", err)
 	}
 	if m.t.Schema != "" {
+		// Migrators of other prefixes in this schema hold other locks:
+		// this one makes their CREATE SCHEMA IF NOT EXISTS take turns
+		// (run at once, all but one fail on the catalog's unique index).
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idemguard:schema:"+m.t.Schema); err != nil {
+			return dbErr(ctx, "migrate lock", err)
+		}
 		if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+m.t.Schema); err != nil {
 			return dbErr(ctx, "create schema", err)
 		}

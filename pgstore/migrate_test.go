@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -197,6 +198,34 @@ func TestMigrateConcurrentStrictIsolation(t *testing.T) {
 				t.Fatalf("versions recorded = %d, %v; want 5", n, err)
 			}
 		})
+	}
+}
+
+// TestMigrateConcurrentPrefixesNewSchema: migrators of several table
+// prefixes in one schema that does not exist yet, started together (two
+// services deployed at once on a new database), all succeed. Each took
+// only its own prefix's lock, so their CREATE SCHEMA IF NOT EXISTS ran at
+// once, and all but one failed on PostgreSQL's catalog (23505, duplicate
+// key in pg_namespace_nspname_index).
+func TestMigrateConcurrentPrefixesNewSchema(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	for round := range 8 {
+		schema := "new_schema_" + strings.ToLower(rand.Text()[:8])
+		t.Cleanup(func() { _, _ = db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+pq.QuoteIdentifier(schema)+` CASCADE`) })
+		var wg sync.WaitGroup
+		for p := range 3 {
+			wg.Go(func() {
+				opts := pgstore.Options{Schema: schema, TablePrefix: "p" + strconv.Itoa(p) + "_"}
+				if err := pgstore.Migrate(ctx, db, opts); err != nil {
+					t.Errorf("round %d, prefix %s: Migrate: %v", round, opts.TablePrefix, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
 	}
 }
 
