@@ -72,12 +72,13 @@ type Options struct {
 
 	// MaxBytes bounds the memory of the records held, as the store
 	// estimates it: RecordOverhead per record plus the bytes of its scope,
-	// ID, fingerprint, tokens, result and failure reason. A Claim whose new
-	// record would take the estimate past MaxBytes makes room or is refused
-	// as for MaxRecords. A Complete or Fail is never refused for the size
-	// of its result or reason (the effect has already happened), so the
-	// estimate may exceed MaxBytes by the results and reasons of records
-	// claimed before it was reached. Zero or less means no bound.
+	// ID, fingerprint, tokens, result, failure reason and steps. A Claim
+	// whose new record would take the estimate past MaxBytes makes room or
+	// is refused as for MaxRecords. A Complete, Fail or SaveStep is never
+	// refused for the size of its result, reason or step (the effect has
+	// already happened), so the estimate may exceed MaxBytes by the
+	// results, reasons and steps of records claimed before it was reached.
+	// Zero or less means no bound.
 	MaxBytes int64
 }
 
