@@ -579,6 +579,9 @@ func TestMigratePurgeBadInput(t *testing.T) {
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--batch", "0"}, 2, "--batch 0"},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "a,b"}, 2, `"a" is not host:port`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", "h:1,i:1,h:1"}, 2, `"h:1" is given twice`},
+		// A list with no node in it asked for the lock: running without it is not what was asked.
+		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", ",,"}, 2, `--lock-addrs ",,": no node`},
+		{[]string{"purge", "--postgres", dead, "--before", "0s", "--lock-addrs", " "}, 2, `--lock-addrs " ": no node`},
 		{[]string{"purge", "--postgres", dead, "--before", "0s"}, 1, "postgres does not answer"},
 		// A DSN that cannot be read is a mistake in the command line, not
 		// a server that does not answer.

@@ -119,6 +119,9 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var nodes []string
 	if *lockAddrs != "" {
 		nodes = splitList(*lockAddrs)
+		if len(nodes) == 0 {
+			return usagef("--lock-addrs %q: no node in the list", *lockAddrs)
+		}
 		for i, a := range nodes {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				return usagef("--lock-addrs: %q is not host:port", a)

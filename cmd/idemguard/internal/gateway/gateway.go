@@ -406,16 +406,18 @@ func (gw *Gateway) Close() error {
 
 // Prepare loads the scripts and checks Redis's eviction policy, as Serve
 // does at start. An unsafe policy is an error (unless accept_eviction);
-// a Redis that cannot be reached is not (readiness reports it).
+// a Redis that cannot be reached is not (readiness reports it). Under
+// fallback policy secondary it also reads whether PostgreSQL holds keys
+// from an outage, and if so checks claims against it (secondary.go).
 func (gw *Gateway) Prepare(ctx context.Context) error {
 	if gw.rstore == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := gw.rstore.LoadScripts(ctx)
+	err := gw.rstore.LoadScripts(rctx)
 	if err == nil {
-		err = gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.log})
+		err = gw.rstore.Check(rctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.log})
 	}
 	switch {
 	case errors.Is(err, guard.ErrEviction):
@@ -423,6 +425,7 @@ func (gw *Gateway) Prepare(ctx context.Context) error {
 	case err != nil:
 		gw.log.Warn("gateway: Redis not ready at start; /readyz reports it until it is", "err", err)
 	}
+	gw.consultSecondary(ctx)
 	return nil
 }
 
