@@ -32,11 +32,14 @@ func TestTimeoutHandlerOutsideGuard(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 			})
 			idem := httpx.Guard(e.g, httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)})
+			// Outside, the timeout must come after the claim (a claim the
+			// timeout's cancellation meets first is released unrun): a
+			// quarter of a second is hundreds of claims.
 			var hh http.Handler
 			if outside {
-				hh = http.TimeoutHandler(idem(h), 50*time.Millisecond, "timed out")
+				hh = http.TimeoutHandler(idem(h), 250*time.Millisecond, "timed out")
 			} else {
-				hh = idem(http.TimeoutHandler(h, 50*time.Millisecond, "timed out"))
+				hh = idem(http.TimeoutHandler(h, 250*time.Millisecond, "timed out"))
 			}
 			srv, c := serve(t, hh)
 			if r := do(t, c, "POST", srv.URL+"/pay", "x", key("to-1")...); r.status != http.StatusServiceUnavailable {
