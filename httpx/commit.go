@@ -48,6 +48,10 @@ import (
 //     during COMMIT); the answer is 503 with Retry-After, nothing is
 //     stored, and the key is released, so the retry either finds the
 //     committed row (and replays it) or runs the handler again.
+//   - an error matching the request context's error (context.Canceled:
+//     the client left before the commit): the transaction is rolled
+//     back, and as for guard.ErrUnavailable the answer is 503, nothing is
+//     stored and the key is released.
 //   - an error matching guard.ErrMismatch: the key's row was committed for
 //     another request; 422, nothing stored.
 //   - any other error: 500 (ProblemStoreError), nothing stored.

@@ -25,7 +25,14 @@ type KeySource struct {
 // Options.Optional runs unguarded; a value that is not a string or number,
 // is empty, longer than MaxKeyLen bytes or holds control characters gets
 // 400 (ProblemMalformedKey), and so does a body that is not JSON (with
-// Optional it runs unguarded, as it has no key). The Idempotency-Key header
+// Optional it runs unguarded, as it has no key). A body in which an
+// object on the pointer's path has a member named as the pointer's token
+// in another case ("ORDER_ID" beside or instead of "order_id") gets 400
+// (ProblemMalformedKey) too, with Optional as well: encoding/json decodes
+// such a member into the struct field tagged "order_id", so the handler
+// could read another key than the one the guard keeps. Of two members
+// with the very same name the last counts, as in encoding/json. The
+// Idempotency-Key header
 // is not read. The body is read, up to Options.MaxBody, before the key is
 // known: a body over the limit gets 413 even without a key.
 //

@@ -155,7 +155,10 @@ type Options struct {
 //     or 499 response does too unless Store5xx,
 //     also one written after the handler's effect (say, because a call
 //     made with the request's context failed when the client hung up):
-//     once the effect has happened, answer its outcome;
+//     once the effect has happened, answer its outcome; and so does the
+//     503 of an http.TimeoutHandler between the Guard and the handler,
+//     written while the handler runs on, so that each retry runs it again
+//     beside the first: put TimeoutHandler outside the Guard;
 //   - a handler that switches protocols (a WebSocket: it answered 101, or
 //     took the connection of a request asking to upgrade without writing
 //     a status) stores nothing and releases the key when it returns: a

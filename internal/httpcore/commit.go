@@ -80,6 +80,14 @@ func CommitResponse(w http.ResponseWriter, ctx context.Context, path string, tx 
 	} else {
 		_ = tx.Rollback()
 	}
+	if err != nil && ctx.Err() != nil {
+		// The statement failed because the handler's context ended: say
+		// why it ended (a lost lease matches guard.ErrLeaseLost), as the
+		// answer below does.
+		if cause := context.Cause(ctx); !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (the request's context ended: %w)", err, cause)
+		}
+	}
 	if err == nil {
 		c.stored = result
 		c.committedTrailers, c.fixedTrailers = trailers, kept

@@ -125,7 +125,10 @@ func (ks KeySpec) bodyKey(body []byte) (string, error) {
 		return "", fmt.Errorf("%w (the key is read at %q)", errNotJSON, ks.pointer)
 	}
 	for _, tok := range ks.tokens {
-		next, ok := member(v, tok)
+		next, ok, err := member(v, tok)
+		if err != nil {
+			return "", fmt.Errorf("%w (the key is read at %q)", err, ks.pointer)
+		}
 		if !ok {
 			return "", errNoBodyKey
 		}
@@ -154,28 +157,38 @@ func (ks KeySpec) bodyKey(body []byte) (string, error) {
 // JSON): an object's member, or an array's element by its decimal index.
 // ok is false when v has no such member or element, or is neither an
 // object nor an array. Of two members with one name the last counts, as
-// encoding/json decides.
-func member(v json.RawMessage, tok string) (json.RawMessage, bool) {
+// encoding/json decides. An object with a member whose name is tok in
+// another case ("ORDER_ID" for "order_id") is an error wrapping
+// ErrMalformedKey: encoding/json decodes such a member into the struct
+// field tagged tok, so a handler could read another key than the one the
+// guard would keep.
+func member(v json.RawMessage, tok string) (json.RawMessage, bool, error) {
 	switch {
 	case len(v) > 0 && v[0] == '{':
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(v, &obj) != nil {
-			return nil, false
+			return nil, false, nil
+		}
+		for name := range obj {
+			if name != tok && strings.EqualFold(name, tok) {
+				return nil, false, fmt.Errorf("%w: the body has a member %q as well as or instead of %q; "+
+					"a handler decoding it into a struct reads either as the key", ErrMalformedKey, name, tok)
+			}
 		}
 		m, ok := obj[tok]
-		return m, ok
+		return m, ok, nil
 	case len(v) > 0 && v[0] == '[':
 		i, ok := arrayIndex(tok)
 		if !ok {
-			return nil, false
+			return nil, false, nil
 		}
 		var arr []json.RawMessage
 		if json.Unmarshal(v, &arr) != nil || i >= len(arr) {
-			return nil, false
+			return nil, false, nil
 		}
-		return arr[i], true
+		return arr[i], true, nil
 	}
-	return nil, false
+	return nil, false, nil
 }
 
 // arrayIndex reads an RFC 6901 array index: "0", or digits without a
