@@ -220,9 +220,10 @@ func (r *request) Context() context.Context { return r.c.Context() }
 
 // ReadBody returns the body as sent (not decompressed): the one
 // fasthttp has read already, or, with Fiber's StreamRequestBody, the
-// stream fasthttp leaves (a chunked body, or one past BodyLimit) read
-// here up to max and put back for the handlers. fasthttp's own read of
-// a stream takes a body cut off as whole, and has no bound.
+// stream fasthttp leaves (a chunked body, or one with a length past the
+// 8 KiB it reads ahead) read here up to max and put back for the
+// handlers. fasthttp's own read of a stream takes a body cut off as
+// whole, and has no bound.
 func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
 	if err := r.readStream(max); err != nil {
 		return nil, err
@@ -250,6 +251,12 @@ func (r *request) readStream(max int64) error {
 		r.streamErr = fmt.Errorf("reading the request body: %w", err)
 	case int64(len(body)) > max:
 		r.streamErr = &http.MaxBytesError{Limit: max}
+	case req.Header.ContentLength() > len(body):
+		// fasthttp's stream of a body with a Content-Length ends with
+		// io.EOF when the connection does, short of that length: the
+		// client went away mid-body (net/http says io.ErrUnexpectedEOF).
+		r.streamErr = fmt.Errorf("reading the request body: %w after %d of %d bytes",
+			io.ErrUnexpectedEOF, len(body), req.Header.ContentLength())
 	}
 	if r.streamErr != nil {
 		req.SetConnectionClose()
