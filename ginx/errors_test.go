@@ -3,6 +3,7 @@ package ginx_test
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,5 +67,30 @@ func TestErrorsRenderedOutside(t *testing.T) {
 	}
 	if code, body, replayed := post(); code != http.StatusCreated || body != "charged" || !replayed || runs.Load() != 2 {
 		t.Fatalf("after the charge: %d %q replayed %v, runs %d; want its replay", code, body, replayed, runs.Load())
+	}
+}
+
+// TestRenderFailedAfterEffect: a handler that made its effect and then
+// failed to render its answer (c.JSON of a NaN: Gin records the error in
+// c.Errors and writes no body) chose its status: that answer is the
+// key's, as Gin sends it (a 200 without a body), stored and replayed,
+// not taken for an error left to outside middleware, whose released key
+// would have the retry make the effect again.
+func TestRenderFailedAfterEffect(t *testing.T) {
+	g := guardenv.Guard(t, guard.Options{})
+	var runs atomic.Int64
+	r := gin.New()
+	r.POST("/charges", ginx.Guard(g, ginx.Options{Options: httpx.Options{SingleCaller: true}}), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusOK, gin.H{"fee": math.NaN()})
+	})
+	for i := range 2 {
+		w := post(t, r, "/charges", "k-1", "{}")
+		if w.Code != http.StatusOK || w.Body.Len() != 0 || (w.Header().Get(httpx.ReplayedHeader) == "true") != (i == 1) {
+			t.Fatalf("call %d: %d %q %v; want 200 without a body, replayed the second time", i+1, w.Code, w.Body, w.Header())
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d, want 1", runs.Load())
 	}
 }

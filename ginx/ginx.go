@@ -87,13 +87,15 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
-		if !w.Written() && w.status == http.StatusOK && len(c.Errors) > 0 {
+		if !w.Written() && !w.chosen && len(c.Errors) > 0 {
 			// The handlers reported an error (c.Error) and answered
-			// nothing: a middleware outside the guard renders c.Errors
-			// after it returns, or nothing does. Not an answer to store
-			// (a 200 without a body, replayed to the retry of a failed
-			// request): 500 releases the key, and the middleware then
-			// writes over it, as Gin holds a status until the body.
+			// nothing, not even a status: a middleware outside the
+			// guard renders c.Errors after it returns, or nothing does.
+			// Not an answer to store (a 200 without a body, replayed to
+			// the retry of a failed request): 500 releases the key, and
+			// the middleware then writes over it, as Gin holds a status
+			// until the body. (A handler whose c.JSON failed after its
+			// effect chose its status: that is stored.)
 			w.status = http.StatusInternalServerError
 		}
 		w.WriteHeaderNow() // a status set without a body (c.Status(204)), as Gin sends it
@@ -151,7 +153,8 @@ type writer struct {
 	c      *httpcore.Capture
 	orig   gin.ResponseWriter
 	status int
-	size   int // -1 until the header is written
+	size   int  // -1 until the header is written
+	chosen bool // a handler set a status (c.Status, WriteHeader)
 }
 
 var _ gin.ResponseWriter = (*writer)(nil)
@@ -160,7 +163,7 @@ func (w *writer) Header() http.Header { return w.c.Header() }
 
 func (w *writer) WriteHeader(code int) {
 	if code > 0 && !w.Written() {
-		w.status = code
+		w.status, w.chosen = code, true
 	}
 }
 
