@@ -51,7 +51,7 @@ type Options struct {
 // httpx.Guard's. A request it answers itself (replay, 400, 401, 409, 413,
 // 422, 503, or a 500 after a panic) is aborted: the handlers after it do
 // not run. A guarded run whose handlers reported errors (c.Error) and
-// wrote nothing is answered 500 and its key released: middleware outside
+// set no status is answered 500 and its key released: middleware outside
 // the guard that renders c.Errors writes after the run, over that 500,
 // and what it writes is not stored.
 //
