@@ -50,9 +50,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"mime/multipart"
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v3"
@@ -220,18 +223,82 @@ func (r *request) Context() context.Context { return r.c.Context() }
 
 // ReadBody returns the body as sent (not decompressed): the one
 // fasthttp has read already, or, with Fiber's StreamRequestBody, the
-// stream fasthttp leaves (a chunked body, or one past BodyLimit) read
-// here up to max and put back for the handlers. fasthttp's own read of
-// a stream takes a body cut off as whole, and has no bound.
+// stream fasthttp leaves (a chunked body, or one with a length past the
+// 8 KiB it reads ahead) read here up to max and put back for the
+// handlers. fasthttp's own read of a stream takes a body cut off as
+// whole, and has no bound.
 func (r *request) ReadBody(_ http.ResponseWriter, max int64) ([]byte, error) {
 	if err := r.readStream(max); err != nil {
 		return nil, err
+	}
+	if body, ok, err := r.parsedForm(); ok {
+		return body, err
 	}
 	body := r.c.BodyRaw()
 	if int64(len(body)) > max {
 		return nil, &http.MaxBytesError{Limit: max}
 	}
 	return body, nil
+}
+
+// parsedForm returns, for a multipart/form-data body that fasthttp parsed
+// as it read it, the form written in one order: its fields by name, then
+// its files by name, each name's values in the order sent. fasthttp
+// parses such a body of known length (unless Fiber's
+// DisablePreParseMultipartForm) and keeps none of its bytes: the body it
+// gives back is the form written again in Go's map order, another body
+// each time, which fingerprinted so would answer a retry of the same
+// request 422. ok is false for any other body. The body's length was
+// checked against MaxBody before.
+func (r *request) parsedForm() (body []byte, ok bool, err error) {
+	req := r.c.Request()
+	boundary := string(req.Header.MultipartFormBoundary())
+	if r.c.App().Config().DisablePreParseMultipartForm || boundary == "" || req.Header.ContentLength() <= 0 ||
+		len(req.Header.Peek(fiber.HeaderContentEncoding)) > 0 || req.IsBodyStream() {
+		return nil, false, nil
+	}
+	form, err := req.MultipartForm()
+	if err != nil {
+		return nil, true, fmt.Errorf("reading the multipart form: %w", err)
+	}
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	if err := w.SetBoundary(boundary); err != nil {
+		return nil, true, fmt.Errorf("writing the multipart form: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(form.Value)) {
+		for _, v := range form.Value[name] {
+			if err := w.WriteField(name, v); err != nil {
+				return nil, true, fmt.Errorf("writing the multipart form: %w", err)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(form.File)) {
+		for _, fh := range form.File[name] {
+			if err := writeFormFile(w, fh); err != nil {
+				return nil, true, fmt.Errorf("writing the multipart form: file %q: %w", name, err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, true, fmt.Errorf("writing the multipart form: %w", err)
+	}
+	return buf.Bytes(), true, nil
+}
+
+// writeFormFile writes the part of a form file, header and content, to w.
+func writeFormFile(w *multipart.Writer, fh *multipart.FileHeader) error {
+	part, err := w.CreatePart(fh.Header) // its fields sorted
+	if err != nil {
+		return err
+	}
+	f, err := fh.Open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(part, f)
+	return err
 }
 
 // readStream reads the request's body stream, if it has one, up to max
@@ -250,6 +317,12 @@ func (r *request) readStream(max int64) error {
 		r.streamErr = fmt.Errorf("reading the request body: %w", err)
 	case int64(len(body)) > max:
 		r.streamErr = &http.MaxBytesError{Limit: max}
+	case req.Header.ContentLength() > len(body):
+		// fasthttp's stream of a body with a Content-Length ends with
+		// io.EOF when the connection does, short of that length: the
+		// client went away mid-body (net/http says io.ErrUnexpectedEOF).
+		r.streamErr = fmt.Errorf("reading the request body: %w after %d of %d bytes",
+			io.ErrUnexpectedEOF, len(body), req.Header.ContentLength())
 	}
 	if r.streamErr != nil {
 		req.SetConnectionClose()

@@ -112,3 +112,52 @@ func testStreamedRequestBody(t *testing.T, o httpx.Options) {
 		t.Errorf("runs %d, want 2", runs.Load())
 	}
 }
+
+// TestStreamedRequestBodyCutShort: with StreamRequestBody, fasthttp reads
+// at most 8 KiB of a body with a Content-Length before the handlers run
+// and leaves the rest as a stream, which ends with io.EOF when the client
+// goes away, short of the declared length, as if the body were whole. The
+// guard answers 400 (nothing stored, the handler not run), as net/http's
+// body does (io.ErrUnexpectedEOF): otherwise the handler ran with part of
+// the body, its answer was stored, and the client's retry with the whole
+// body met that record (422), its effect never made.
+func TestStreamedRequestBodyCutShort(t *testing.T) {
+	g := guardenv.Guard(t, guard.Options{})
+	var runs atomic.Int64
+	app := fiber.New(fiber.Config{StreamRequestBody: true})
+	app.Post("/pay", fiberx.Guard(g, fiberx.Options{Options: httpx.Options{SingleCaller: true}}), func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(http.StatusCreated).SendString("got " + strconv.Itoa(len(c.Body())))
+	})
+	addr := strings.TrimPrefix(listen(t, app), "http://")
+	// send declares a body of declared bytes, sends sent of them and
+	// closes its side, and reads the answer.
+	send := func(key string, declared, sent int) (int, string) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		req := "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + key + "\r\nContent-Length: " + strconv.Itoa(declared) + "\r\n\r\n" +
+			strings.Repeat("z", sent)
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.(*net.TCPConn).CloseWrite()
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound on a failure, not a synchronisation
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("key %s: no answer: %v", key, err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if c, b := send("cut", 20000, 10000); c != http.StatusBadRequest || runs.Load() != 0 {
+		t.Fatalf("body cut off short of its length: %d %q, runs %d; want 400 and no run", c, b, runs.Load())
+	}
+	if c, b := send("cut", 20000, 20000); c != http.StatusCreated || b != "got 20000" || runs.Load() != 1 {
+		t.Fatalf("retry with the whole body: %d %q, runs %d; want it run once", c, b, runs.Load())
+	}
+}

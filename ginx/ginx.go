@@ -50,7 +50,10 @@ type Options struct {
 // key, as httpx.Guard does for a net/http handler; the guarantees are
 // httpx.Guard's. A request it answers itself (replay, 400, 401, 409, 413,
 // 422, 503, or a 500 after a panic) is aborted: the handlers after it do
-// not run.
+// not run. A guarded run whose handlers reported errors (c.Error) and
+// set no status is answered 500 and its key released: middleware outside
+// the guard that renders c.Errors writes after the run, over that 500,
+// and what it writes is not stored.
 //
 // Guard panics, as Gin does on a programmer's error, when g is nil or
 // Options choose none or more than one of Tenant, Options.Tenant and
@@ -84,6 +87,17 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
+		if !w.Written() && !w.chosen && len(c.Errors) > 0 {
+			// The handlers reported an error (c.Error) and answered
+			// nothing, not even a status: a middleware outside the
+			// guard renders c.Errors after it returns, or nothing does.
+			// Not an answer to store (a 200 without a body, replayed to
+			// the retry of a failed request): 500 releases the key, and
+			// the middleware then writes over it, as Gin holds a status
+			// until the body. (A handler whose c.JSON failed after its
+			// effect chose its status: that is stored.)
+			w.status = http.StatusInternalServerError
+		}
 		w.WriteHeaderNow() // a status set without a body (c.Status(204)), as Gin sends it
 	})
 	c.Abort() // the chain ran inside; after a panic, nothing more runs
@@ -139,7 +153,8 @@ type writer struct {
 	c      *httpcore.Capture
 	orig   gin.ResponseWriter
 	status int
-	size   int // -1 until the header is written
+	size   int  // -1 until the header is written
+	chosen bool // a handler set a status (c.Status, WriteHeader)
 }
 
 var _ gin.ResponseWriter = (*writer)(nil)
@@ -148,7 +163,7 @@ func (w *writer) Header() http.Header { return w.c.Header() }
 
 func (w *writer) WriteHeader(code int) {
 	if code > 0 && !w.Written() {
-		w.status = code
+		w.status, w.chosen = code, true
 	}
 }
 

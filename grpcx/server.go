@@ -214,7 +214,10 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 //     be.
 //
 // The handler's context carries a grpc.ServerTransportStream of the
-// interceptor's, which keeps the metadata the handler sets (for replays):
+// interceptor's, which keeps the metadata the handler sets (for replays),
+// even after the client left, when grpc.SetHeader, SendHeader and
+// SetTrailer then return nil (a handler returning gRPC's refusal after
+// its effect would release the key, and the retry would run it again):
 // grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which need
 // gRPC's own stream, return an error in a guarded handler.
 //
@@ -281,7 +284,7 @@ func replay(ctx context.Context, r *core.Replay) (any, error) {
 func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
 	held *guard.Held, fingerprint string) (resp any, err error) {
 	hctx := s.core.HandlerContext(held, fingerprint)
-	c := &capture{inner: grpc.ServerTransportStreamFromContext(ctx), method: info.FullMethod}
+	c := &capture{inner: grpc.ServerTransportStreamFromContext(ctx), method: info.FullMethod, call: ctx}
 	hctx = grpc.NewContextWithServerTransportStream(hctx, c)
 	returned := false
 	defer func() {
@@ -312,12 +315,14 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 // of every header and trailer, which is what a replay sends, and passes
 // them on to the call's own stream. A copy is kept even when the stream
 // refuses them because the client left: the replay carries what the
-// handler meant to send. Header metadata after SendHeader is not kept:
-// gRPC refuses it (the header went out), so the client never gets it, as
-// httpx stores the header as it was when the status went out.
+// handler meant to send, and the handler is not told of the refusal
+// (see kept). Header metadata after SendHeader is not kept: gRPC refuses
+// it (the header went out), so the client never gets it, as httpx
+// stores the header as it was when the status went out.
 type capture struct {
 	inner  grpc.ServerTransportStream // nil when the interceptor runs outside a server
 	method string
+	call   context.Context // the call's context: done once the client left
 
 	mu         sync.Mutex
 	header     metadata.MD
@@ -329,19 +334,21 @@ func (c *capture) Method() string { return c.method }
 
 func (c *capture) SetHeader(md metadata.MD) error {
 	c.mu.Lock()
-	if !c.headerSent {
+	kept := !c.headerSent
+	if kept {
 		c.header = metadata.Join(c.header, md)
 	}
 	c.mu.Unlock()
 	if c.inner == nil {
 		return nil
 	}
-	return c.inner.SetHeader(md)
+	return c.kept(kept, c.inner.SetHeader(md))
 }
 
 func (c *capture) SendHeader(md metadata.MD) error {
 	c.mu.Lock()
-	if !c.headerSent {
+	kept := !c.headerSent
+	if kept {
 		c.header = metadata.Join(c.header, md)
 		c.headerSent = true
 	}
@@ -349,7 +356,7 @@ func (c *capture) SendHeader(md metadata.MD) error {
 	if c.inner == nil {
 		return nil
 	}
-	return c.inner.SendHeader(md)
+	return c.kept(kept, c.inner.SendHeader(md))
 }
 
 func (c *capture) SetTrailer(md metadata.MD) error {
@@ -359,7 +366,20 @@ func (c *capture) SetTrailer(md metadata.MD) error {
 	if c.inner == nil {
 		return nil
 	}
-	return c.inner.SetTrailer(md)
+	return c.kept(true, c.inner.SetTrailer(md))
+}
+
+// kept is err, the call's stream refusing metadata, unless a copy was
+// kept and the client left: then nil. Nothing goes out to a client that
+// left, and the copy is what its retry is replayed. A handler told of
+// the refusal after its effect (its deadline passed, the client hung up:
+// the response was lost) would return the error, Internal or Canceled,
+// which releases the key, and the retry would make the effect again.
+func (c *capture) kept(kept bool, err error) error {
+	if err != nil && kept && c.call.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 func (c *capture) metadata() (header, trailer core.MD) {

@@ -445,7 +445,7 @@ func TestClientHangsUp(t *testing.T) {
 		entered <- struct{}{}
 		<-ctx.Done() // the client left
 		defer func() { finished <- struct{}{} }()
-		_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge", "1")) // fails: the stream is done; kept for the replay
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge", "1")) // the stream is done: kept for the replay
 		return structpb.NewList([]any{float64(n)})
 	}}
 	conn := serve(t, p, guarded(e, grpcx.Options{}))

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -266,7 +267,7 @@ func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 		case b.Error != nil:
 			return nil, connectError(b.Error, nil)
 		case b.Gone:
-			return nil, connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+			return nil, connect.NewError(codeOf(ctx.Err()), ctx.Err())
 		case b.Replay != nil:
 			return replay(ctx, req.Spec(), b.Replay)
 		case !b.Run:
@@ -330,9 +331,24 @@ func addChanged(md core.MD, before, h http.Header) {
 	}
 }
 
+// codeOf is the code Connect sends for a handler's error: a
+// *connect.Error's, Canceled or DeadlineExceeded for a context's error
+// or a deadline's (connect.CodeOf says Unknown), else Unknown.
+func codeOf(err error) connect.Code {
+	if _, ok := errors.AsType[*connect.Error](err); !ok {
+		switch {
+		case errors.Is(err, context.Canceled):
+			return connect.CodeCanceled
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+			return connect.CodeDeadlineExceeded
+		}
+	}
+	return connect.CodeOf(err)
+}
+
 // errorStatus is the status of a handler's error, as Connect sends it.
 func errorStatus(err error) *spb.Status {
-	st := &spb.Status{Code: int32(connect.CodeOf(err))}
+	st := &spb.Status{Code: int32(codeOf(err))}
 	ce, ok := errors.AsType[*connect.Error](err)
 	if !ok {
 		st.Message = err.Error()
