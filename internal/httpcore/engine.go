@@ -302,6 +302,14 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
+	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok && outer.m.g == m.g && outer.lease.Key == key {
+		// A guard of the same guard.Guard around this one (a router's and
+		// a route's, or the middleware applied twice) holds this very
+		// key: the handler runs under that claim, which ends it. Claimed
+		// again here, it would be this request's own duplicate, in
+		// flight, and its 409 the key's stored answer.
+		return Begin{Pass: true}
+	}
 
 	// Hold claims even if the client hangs up meanwhile: a claim cut off
 	// after the store took it would lock the key for a whole lease. It
