@@ -359,7 +359,11 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 
 // Consume fetches cons's messages in batches of up to Options.Batch and
 // runs each batch through HandleBatch, until ctx is cancelled; then it
-// returns nil once the batch under way is done. It takes the messages
+// returns nil once the batch under way is done. It returns an error
+// when the consumer or its stream is found deleted, or the connection
+// closed; a pull the server refuses for a while (more pulls waiting than
+// the consumer's MaxWaiting, a leader change, JetStream unavailable) is
+// sent again after Options.MaxWait/10. It takes the messages
 // that are ready at once (FetchNoWait); when none is, it waits up to
 // Options.MaxWait for the next. Messages are reported in progress every
 // Options.InProgressEvery, or a third of the consumer's AckWait, until
@@ -427,49 +431,87 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	msgs := make([]jetstream.Msg, 0, h.opts.Batch)
 	for ctx.Err() == nil {
 		msgs = msgs[:0]
-		batch, err := cons.FetchNoWait(h.opts.Batch)
-		if err == nil {
-			msgs = collect(msgs, batch)
-		}
-		if err == nil && len(msgs) == 0 {
-			// Nothing ready: wait for the next message, then take what
-			// else is ready with it.
-			wctx, cancel := context.WithTimeout(ctx, h.opts.MaxWait)
-			batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
-			if err == nil {
-				msgs = collect(msgs, batch)
-			}
-			cancel()
-			if err == nil && len(msgs) > 0 && h.opts.Batch > 1 {
-				if more, err := cons.FetchNoWait(h.opts.Batch - 1); err == nil {
-					msgs = collect(msgs, more)
-				}
-			}
+		var err error
+		msgs, err = pull(ctx, cons, msgs, h.opts.Batch, h.opts.MaxWait)
+		if len(msgs) > 0 {
+			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-				errors.Is(err, nats.ErrConnectionClosed) {
+			if err := gone(ctx, cons, err); err != nil {
 				return fmt.Errorf("jetstreamx: fetch: %w", err)
 			}
 			wait.For(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
-			continue
-		}
-		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
 		}
 	}
 	return nil
 }
 
-// collect appends the messages of batch, waiting until it ends.
-func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) []jetstream.Msg {
+// pull appends to msgs up to n of cons's messages: those ready at once,
+// or, when none is, the first to come within maxWait and those ready with
+// it. Its error is a pull's, or one the server answered a pull with
+// (nats.go gives that in the batch: a 409 for too many waiting pulls, a
+// deleted consumer, a leader change; no responders once the consumer is
+// gone); maxWait running out with no message is not one.
+func pull(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, n int, maxWait time.Duration) ([]jetstream.Msg, error) {
+	batch, err := cons.FetchNoWait(n)
+	if err != nil {
+		return msgs, err
+	}
+	if msgs, err = collect(msgs, batch); err != nil || len(msgs) > 0 {
+		return msgs, err
+	}
+	// Nothing ready: wait for the next message, then take what else is
+	// ready with it.
+	wctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	if batch, err = cons.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+		return msgs, err
+	}
+	if msgs, err = collect(msgs, batch); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, wctx.Err()) {
+			err = nil // the wait ran out
+		}
+		return msgs, err
+	}
+	if len(msgs) > 0 && n > 1 {
+		if more, err := cons.FetchNoWait(n - 1); err == nil {
+			msgs, _ = collect(msgs, more) // its error shows on the next pull
+		}
+	}
+	return msgs, nil
+}
+
+// gone returns err, a pull's error, if it says that cons or its stream is
+// no more (deleted, or the connection closed) and nil if it may pass. No
+// responders, which a pull of a deleted consumer gets, is also what
+// JetStream answers while it is unavailable: the consumer's info tells
+// which.
+func gone(ctx context.Context, cons jetstream.Consumer, err error) error {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, ierr := cons.Info(ictx); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: %w", err, ierr)
+	}
+	return nil
+}
+
+// collect appends the messages of batch, waiting until it ends, and
+// returns the error the batch ended with.
+func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) ([]jetstream.Msg, error) {
 	for m := range batch.Messages() {
 		msgs = append(msgs, m)
 	}
-	return msgs
+	return msgs, batch.Error()
 }
 
 func metadata(h nats.Header) map[string]string {
