@@ -103,7 +103,12 @@ type Options struct {
 // released, no attempt is counted, and the Nak hands it to another
 // consumer at once. While a message waits for its acknowledgement the
 // Handler reports it in progress every Options.InProgressEvery, so a long
-// handler is not redelivered while it runs. Safe for concurrent use.
+// handler is not redelivered while it runs. Its messages must come from a
+// consumer with AckPolicy AckExplicit (JetStream's default): with AckAll
+// the Ack of a later message acknowledges one that failed, and with
+// AckNone every message is acknowledged as delivered, so a failed message
+// would never run again nor be dead-lettered (Consume refuses such a
+// consumer). Safe for concurrent use.
 type Handler struct {
 	g    *guard.Guard
 	proc *consumerx.Processor
@@ -373,6 +378,7 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // whose turn had not come are Interrupted without running.
 //
 // Consume refuses, before it fetches anything, a consumer whose
+// AckPolicy is not AckExplicit (see Handler), and one whose
 // MaxDeliver would stop redelivering a failing message before its
 // attempts (Process.MaxAttempts) ran out: the attempts would mean nothing,
 // the message being dead-lettered at MaxDeliver instead. MaxDeliver counts every delivery,
@@ -397,6 +403,10 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	maxDeliver := h.opts.MaxDeliver
 	if info != nil {
 		maxDeliver = info.Config.MaxDeliver
+		if p := info.Config.AckPolicy; p != jetstream.AckExplicitPolicy {
+			return fmt.Errorf("jetstreamx: consumer %q has AckPolicy %s: a failed message would be acknowledged (by a later message's Ack, or when delivered) and never run again; use AckExplicit",
+				info.Name, p)
+		}
 	}
 	if maxDeliver > 0 {
 		if limit := h.proc.MaxAttempts(); limit == 0 || maxDeliver <= limit {
