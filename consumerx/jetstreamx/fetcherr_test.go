@@ -124,8 +124,8 @@ func TestConsumeFetchErrors(t *testing.T) {
 			t.Errorf("Consume: %v", err)
 		}
 		t.Logf("%d pull requests while refused", pulls)
-		// A pause of MaxWait/10 (100ms) after each refused pull: about 15
-		// in 1.5s.
+		// A pause after each refused pull, from MaxWait/10 (100ms) and
+		// twice as long each time: a few in 1.5s.
 		if pulls > 50 {
 			t.Errorf("%d pull requests while the other puller held the consumer's one waiting request for 1.5s, want a few", pulls)
 		}

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -368,7 +369,10 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // when the consumer or its stream is found deleted, or the connection
 // closed; a pull the server refuses for a while (more pulls waiting than
 // the consumer's MaxWaiting, a leader change, JetStream unavailable) is
-// sent again after Options.MaxWait/10. It takes the messages
+// sent again after Options.MaxWait/10 (twice as long each time it is
+// refused again, up to MaxWait), with a log at Warn level. It asks for at
+// most the consumer's MaxRequestBatch messages at once and waits at most
+// its MaxRequestExpires. It takes the messages
 // that are ready at once (FetchNoWait); when none is, it waits up to
 // Options.MaxWait for the next. Messages are reported in progress every
 // Options.InProgressEvery, or a third of the consumer's AckWait, until
@@ -438,23 +442,44 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			every = info.Config.AckWait / 3
 		}
 	}
-	msgs := make([]jetstream.Msg, 0, h.opts.Batch)
+	// Pulls within the consumer's limits: the server refuses one asking
+	// for more messages, or waiting longer, than it allows.
+	n, maxWait := h.opts.Batch, h.opts.MaxWait
+	if info != nil {
+		if m := info.Config.MaxRequestBatch; m > 0 && n > m {
+			n = m
+		}
+		if e := info.Config.MaxRequestExpires; e > 0 && maxWait > e {
+			maxWait = e
+		}
+	}
+	log := h.opts.Process.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	msgs := make([]jetstream.Msg, 0, n)
+	var pause time.Duration // after a refused pull
 	for ctx.Err() == nil {
 		msgs = msgs[:0]
 		var err error
-		msgs, err = pull(ctx, cons, msgs, h.opts.Batch, h.opts.MaxWait)
+		msgs, err = pull(ctx, cons, msgs, n, maxWait)
 		if len(msgs) > 0 {
 			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			if err := gone(ctx, cons, err); err != nil {
-				return fmt.Errorf("jetstreamx: fetch: %w", err)
-			}
-			wait.For(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
+		if err == nil {
+			pause = 0
+			continue
 		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err := gone(ctx, cons, err); err != nil {
+			return fmt.Errorf("jetstreamx: fetch: %w", err)
+		}
+		// One that may pass: tried again after a pause, longer each time.
+		pause = min(max(2*pause, h.opts.MaxWait/10), h.opts.MaxWait)
+		log.WarnContext(ctx, "jetstreamx: pull refused; trying again", "err", err, "pause", pause)
+		wait.For(ctx, pause)
 	}
 	return nil
 }
