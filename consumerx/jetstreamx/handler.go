@@ -44,7 +44,13 @@ type Options struct {
 	// Process configures deduplication. Key defaults to ID: the
 	// Nats-Msg-Id header if the publisher set one, else
 	// "<stream>:<stream sequence>" (a digest of the stream name when that
-	// is too long for the guard). Message.Raw is the jetstream.Msg.
+	// is too long for the guard). Message.Raw is the jetstream.Msg. A
+	// sequence names a message only while its stream lives: a stream
+	// deleted and made again starts at sequence 1, and for the guard's TTL
+	// its messages without a Nats-Msg-Id would be taken for the old ones
+	// (a Duplicate, never run, if the payload is the same; dead-lettered
+	// with guard.ErrMismatch if not). Before making a stream again, give
+	// its consumers a new Group, or have its publishers set Nats-Msg-Id.
 	Process consumerx.Options
 	// InProgressDelay is the NakWithDelay of a message another consumer is
 	// running (at most until that consumer's lease ends; but Consume, for
