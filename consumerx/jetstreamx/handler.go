@@ -174,7 +174,11 @@ func (h *Handler) Processor() *consumerx.Processor { return h.proc }
 // guard.MaxIDLen, control characters, invalid UTF-8) is
 // "nats-msg-id.sha256:<digest of it>". A stream name holds no '.', so the
 // forms made here never meet, and every message has an id the guard can
-// store.
+// store. A Nats-Msg-Id a publisher sets is used as it is, though: one of
+// the form "<stream>:<sequence>" ("ORDERS:7") is the id of that stream's
+// message at that sequence if it has none (found a Duplicate of it, or
+// dead-lettered with guard.ErrMismatch): where some publishers of a
+// stream set no Nats-Msg-Id, the others' must not take that form.
 func ID(msg jetstream.Msg) string {
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		if (guard.Key{Scope: "s", ID: id}).Validate() != nil {
