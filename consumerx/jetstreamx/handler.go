@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -43,7 +44,13 @@ type Options struct {
 	// Process configures deduplication. Key defaults to ID: the
 	// Nats-Msg-Id header if the publisher set one, else
 	// "<stream>:<stream sequence>" (a digest of the stream name when that
-	// is too long for the guard). Message.Raw is the jetstream.Msg.
+	// is too long for the guard). Message.Raw is the jetstream.Msg. A
+	// sequence names a message only while its stream lives: a stream
+	// deleted and made again starts at sequence 1, and for the guard's TTL
+	// its messages without a Nats-Msg-Id would be taken for the old ones
+	// (a Duplicate, never run, if the payload is the same; dead-lettered
+	// with guard.ErrMismatch if not). Before making a stream again, give
+	// its consumers a new Group, or have its publishers set Nats-Msg-Id.
 	Process consumerx.Options
 	// InProgressDelay is the NakWithDelay of a message another consumer is
 	// running (at most until that consumer's lease ends; but Consume, for
@@ -103,7 +110,12 @@ type Options struct {
 // released, no attempt is counted, and the Nak hands it to another
 // consumer at once. While a message waits for its acknowledgement the
 // Handler reports it in progress every Options.InProgressEvery, so a long
-// handler is not redelivered while it runs. Safe for concurrent use.
+// handler is not redelivered while it runs. Its messages must come from a
+// consumer with AckPolicy AckExplicit (JetStream's default): with AckAll
+// the Ack of a later message acknowledges one that failed, and with
+// AckNone every message is acknowledged as delivered, so a failed message
+// would never run again nor be dead-lettered (Consume refuses such a
+// consumer). Safe for concurrent use.
 type Handler struct {
 	g    *guard.Guard
 	proc *consumerx.Processor
@@ -162,7 +174,11 @@ func (h *Handler) Processor() *consumerx.Processor { return h.proc }
 // guard.MaxIDLen, control characters, invalid UTF-8) is
 // "nats-msg-id.sha256:<digest of it>". A stream name holds no '.', so the
 // forms made here never meet, and every message has an id the guard can
-// store.
+// store. A Nats-Msg-Id a publisher sets is used as it is, though: one of
+// the form "<stream>:<sequence>" ("ORDERS:7") is the id of that stream's
+// message at that sequence if it has none (found a Duplicate of it, or
+// dead-lettered with guard.ErrMismatch): where some publishers of a
+// stream set no Nats-Msg-Id, the others' must not take that form.
 func ID(msg jetstream.Msg) string {
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		if (guard.Key{Scope: "s", ID: id}).Validate() != nil {
@@ -359,7 +375,14 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 
 // Consume fetches cons's messages in batches of up to Options.Batch and
 // runs each batch through HandleBatch, until ctx is cancelled; then it
-// returns nil once the batch under way is done. It takes the messages
+// returns nil once the batch under way is done. It returns an error
+// when the consumer or its stream is found deleted, or the connection
+// closed; a pull the server refuses for a while (more pulls waiting than
+// the consumer's MaxWaiting, a leader change, JetStream unavailable) is
+// sent again after Options.MaxWait/10 (twice as long each time it is
+// refused again, up to MaxWait), with a log at Warn level. It asks for at
+// most the consumer's MaxRequestBatch messages at once and waits at most
+// its MaxRequestExpires. It takes the messages
 // that are ready at once (FetchNoWait); when none is, it waits up to
 // Options.MaxWait for the next. Messages are reported in progress every
 // Options.InProgressEvery, or a third of the consumer's AckWait, until
@@ -369,6 +392,7 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // whose turn had not come are Interrupted without running.
 //
 // Consume refuses, before it fetches anything, a consumer whose
+// AckPolicy is not AckExplicit (see Handler), and one whose
 // MaxDeliver would stop redelivering a failing message before its
 // attempts (Process.MaxAttempts) ran out: the attempts would mean nothing,
 // the message being dead-lettered at MaxDeliver instead. MaxDeliver counts every delivery,
@@ -393,6 +417,10 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	maxDeliver := h.opts.MaxDeliver
 	if info != nil {
 		maxDeliver = info.Config.MaxDeliver
+		if p := info.Config.AckPolicy; p != jetstream.AckExplicitPolicy {
+			return fmt.Errorf("jetstreamx: consumer %q has AckPolicy %s: a failed message would be acknowledged (by a later message's Ack, or when delivered) and never run again; use AckExplicit",
+				info.Name, p)
+		}
 	}
 	if maxDeliver > 0 {
 		if limit := h.proc.MaxAttempts(); limit == 0 || maxDeliver <= limit {
@@ -424,52 +452,111 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			every = info.Config.AckWait / 3
 		}
 	}
-	msgs := make([]jetstream.Msg, 0, h.opts.Batch)
+	// Pulls within the consumer's limits: the server refuses one asking
+	// for more messages, or waiting longer, than it allows.
+	n, maxWait := h.opts.Batch, h.opts.MaxWait
+	if info != nil {
+		if m := info.Config.MaxRequestBatch; m > 0 && n > m {
+			n = m
+		}
+		if e := info.Config.MaxRequestExpires; e > 0 && maxWait > e {
+			maxWait = e
+		}
+	}
+	log := h.opts.Process.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	msgs := make([]jetstream.Msg, 0, n)
+	var pause time.Duration // after a refused pull
 	for ctx.Err() == nil {
 		msgs = msgs[:0]
-		batch, err := cons.FetchNoWait(h.opts.Batch)
-		if err == nil {
-			msgs = collect(msgs, batch)
-		}
-		if err == nil && len(msgs) == 0 {
-			// Nothing ready: wait for the next message, then take what
-			// else is ready with it.
-			wctx, cancel := context.WithTimeout(ctx, h.opts.MaxWait)
-			batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
-			if err == nil {
-				msgs = collect(msgs, batch)
-			}
-			cancel()
-			if err == nil && len(msgs) > 0 && h.opts.Batch > 1 {
-				if more, err := cons.FetchNoWait(h.opts.Batch - 1); err == nil {
-					msgs = collect(msgs, more)
-				}
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-				errors.Is(err, nats.ErrConnectionClosed) {
-				return fmt.Errorf("jetstreamx: fetch: %w", err)
-			}
-			wait.For(ctx, h.opts.MaxWait/10) // a transient error: try again shortly
-			continue
-		}
+		var err error
+		msgs, err = pull(ctx, cons, msgs, n, maxWait)
 		if len(msgs) > 0 {
 			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
 		}
+		if err == nil {
+			pause = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err := gone(ctx, cons, err); err != nil {
+			return fmt.Errorf("jetstreamx: fetch: %w", err)
+		}
+		// One that may pass: tried again after a pause, longer each time.
+		pause = min(max(2*pause, h.opts.MaxWait/10), h.opts.MaxWait)
+		log.WarnContext(ctx, "jetstreamx: pull refused; trying again", "err", err, "pause", pause)
+		wait.For(ctx, pause)
 	}
 	return nil
 }
 
-// collect appends the messages of batch, waiting until it ends.
-func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) []jetstream.Msg {
+// pull appends to msgs up to n of cons's messages: those ready at once,
+// or, when none is, the first to come within maxWait and those ready with
+// it. Its error is a pull's, or one the server answered a pull with
+// (nats.go gives that in the batch: a 409 for too many waiting pulls, a
+// deleted consumer, a leader change; no responders once the consumer is
+// gone); maxWait running out with no message is not one.
+func pull(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, n int, maxWait time.Duration) ([]jetstream.Msg, error) {
+	batch, err := cons.FetchNoWait(n)
+	if err != nil {
+		return msgs, err
+	}
+	if msgs, err = collect(msgs, batch); err != nil || len(msgs) > 0 {
+		return msgs, err
+	}
+	// Nothing ready: wait for the next message, then take what else is
+	// ready with it.
+	wctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	if batch, err = cons.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+		return msgs, err
+	}
+	if msgs, err = collect(msgs, batch); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, wctx.Err()) {
+			err = nil // the wait ran out
+		}
+		return msgs, err
+	}
+	if len(msgs) > 0 && n > 1 {
+		if more, err := cons.FetchNoWait(n - 1); err == nil {
+			msgs, _ = collect(msgs, more) // its error shows on the next pull
+		}
+	}
+	return msgs, nil
+}
+
+// gone returns err, a pull's error, if it says that cons or its stream is
+// no more (deleted, or the connection closed) and nil if it may pass. No
+// responders, which a pull of a deleted consumer gets, is also what
+// JetStream answers while it is unavailable: the consumer's info tells
+// which.
+func gone(ctx context.Context, cons jetstream.Consumer, err error) error {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, ierr := cons.Info(ictx); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: %w", err, ierr)
+	}
+	return nil
+}
+
+// collect appends the messages of batch, waiting until it ends, and
+// returns the error the batch ended with.
+func collect(msgs []jetstream.Msg, batch jetstream.MessageBatch) ([]jetstream.Msg, error) {
 	for m := range batch.Messages() {
 		msgs = append(msgs, m)
 	}
-	return msgs
+	return msgs, batch.Error()
 }
 
 func metadata(h nats.Header) map[string]string {

@@ -39,7 +39,12 @@ type Options struct {
 	// too long for the guard), the same for every fetch of a record;
 	// use a key function (of the record key or a header) to catch records
 	// produced twice. Message.Metadata holds the headers, Message.Raw the
-	// *kgo.Record.
+	// *kgo.Record. An offset names a record only while its topic lives: a
+	// topic deleted and made again starts at offset 0, and for the guard's
+	// TTL its records would be taken for the old ones (a Duplicate, never
+	// run, if the value is the same; dead-lettered with guard.ErrMismatch
+	// if not). Before making a topic again, give its consumers a new Group,
+	// or key records by the producer's id.
 	Process consumerx.Options
 	// MaxPollRecords bounds the records taken per poll. Default 100.
 	MaxPollRecords int

@@ -248,7 +248,10 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 
 // Run consumes until ctx is cancelled, then returns nil; it returns an
-// error only if the group cannot be created. The goroutines it starts end
+// error only if the group cannot be created, or once it finds its client
+// closed (an error matching redis.ErrClosed: a closed client never works
+// again; the entries it had not acknowledged stay pending, for another
+// consumer to take over after MinIdle). The goroutines it starts end
 // with each batch. Each round it takes over entries pending longer than
 // MinIdle (XAUTOCLAIM), then reads new entries (XREADGROUP), and runs each
 // batch through consumerx.Processor.ProcessBatch: the batch's claims in
@@ -282,6 +285,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 	nextClaim := time.Now()
 	cursor := "0-0"         // where the next XAUTOCLAIM goes on in the pending list
 	var pause time.Duration // back-off after a Redis error
+	var closed error        // the client was closed: it never opens again
 	for ctx.Err() == nil {
 		if pause > 0 {
 			if !wait.For(ctx, pause) {
@@ -290,6 +294,10 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		}
 		if !time.Now().Before(nextClaim) {
 			next, err := c.reclaim(ctx, cursor, batch)
+			if errors.Is(err, redis.ErrClosed) {
+				closed = fmt.Errorf("redisstream: xautoclaim: %w", err)
+				break
+			}
 			if err != nil {
 				// Retried at once (the pass is still due): without the
 				// group made again, it would fail for ever.
@@ -309,6 +317,10 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 			pause = 0
 			continue
 		}
+		if errors.Is(err, redis.ErrClosed) {
+			closed = fmt.Errorf("redisstream: xreadgroup: %w", err)
+			break
+		}
 		if err != nil {
 			pause = c.failed(ctx, "xreadgroup", c.noGroup(ctx, err), pause)
 			continue
@@ -319,7 +331,7 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		}
 	}
 	c.lastCheck(ctx)
-	return nil
+	return closed
 }
 
 // failed logs a Redis error of the loop and returns the next back-off.

@@ -33,7 +33,7 @@ func readmeRedisStream(ctx context.Context, client redis.UniversalClient, g *gua
 	if err != nil {
 		return err
 	}
-	return c.Run(ctx) // until ctx ends
+	return c.Run(ctx) // until ctx ends (or its client is closed: an error matching redis.ErrClosed)
 }
 
 // TestReadmeRedisStream runs the snippet on an embedded Redis (its stream
