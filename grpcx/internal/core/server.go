@@ -381,6 +381,13 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 		return Begun{Error: NewStatus(Internal, ReasonFingerprint, "the request could not be fingerprinted; it was not run", 0)}
 	}
 	key := guard.Key{Scope: scope, ID: id}
+	if outer, ok := ctx.Value(claimKey{}).(claimInfo); ok && outer.g == s.g && outer.lease.Key == key {
+		// An interceptor of the same guard.Guard around this one (the
+		// interceptor chained twice) holds this very key: the handler
+		// runs under that claim, which ends it. Claimed again here, it
+		// would be this call's own duplicate, in flight (Aborted).
+		return Begun{}
+	}
 
 	out, held, err, gone := s.claim(ctx, key, fingerprint)
 	if errors.Is(err, guard.ErrMismatch) && s.previous != nil {
@@ -577,12 +584,13 @@ type claimKey struct{}
 type claimInfo struct {
 	lease       guard.Lease
 	fingerprint string
+	g           *guard.Guard // whose claim it is
 }
 
 // HandlerContext returns the handler's context: held's, whose ClaimFrom
 // gives the lease. It ends when Finish or Abandon has ended the claim.
 func (s *Server) HandlerContext(held *guard.Held, fingerprint string) context.Context {
-	return context.WithValue(held.Context(), claimKey{}, claimInfo{lease: held.Lease(), fingerprint: fingerprint})
+	return context.WithValue(held.Context(), claimKey{}, claimInfo{lease: held.Lease(), fingerprint: fingerprint, g: s.g})
 }
 
 // ClaimFrom returns the lease and fingerprint HandlerContext put in ctx.
