@@ -30,14 +30,16 @@
 // idemguard.key.digest, the 12 hex digits of SHA-256 that logs and
 // metrics.KeyDigest use, so a trace, a log line and a record found with
 // `idemguard inspect` correlate; error texts recorded on spans have the
-// key replaced by that digest. Options.RecordScope adds the scope (a
-// tenant and a route or method) for services where it is not sensitive.
+// key ("scope/id") replaced by that digest. Options.RecordScope adds the
+// scope (a tenant and a route or method), as an attribute and before the
+// digest in error texts, for services where it is not sensitive.
 package otelx
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -105,9 +107,11 @@ type Options struct {
 	// TracerProvider makes the tracer. Default otel.GetTracerProvider(),
 	// the global one, as OpenTelemetry's instrumentation libraries do.
 	TracerProvider trace.TracerProvider
-	// RecordScope adds the key's scope (Scope) to every span and event. It
-	// holds the caller's name and the route or method; leave it off where
-	// tenant names must stay out of traces.
+	// RecordScope adds the key's scope (Scope) to every span and event,
+	// and keeps it in error texts that name the key ("scope/<key digest>";
+	// without it they say "<key digest>"). It holds the caller's name and
+	// the route or method; leave it off where tenant names must stay out
+	// of traces.
 	RecordScope bool
 }
 
@@ -166,10 +170,21 @@ func (t *Tracer) startCall(ctx context.Context, name string, key guard.Key, leas
 	return keepAfterFunc(ctx, sctx), span
 }
 
+// redact returns s with key hidden behind its digest (metrics.Redact):
+// without Options.RecordScope the key's "scope/id" form becomes the digest
+// alone, so the scope stays out of error texts as it stays out of
+// attributes.
+func (t *Tracer) redact(s string, key guard.Key) string {
+	if !t.opts.RecordScope && key.ID != "" {
+		s = strings.ReplaceAll(s, key.String(), "<key "+metrics.KeyDigest(key)+">")
+	}
+	return metrics.Redact(s, key)
+}
+
 // failed marks span as failed with err: its outcome, an exception event
-// and an error status, the key replaced by its digest in the text. A span
-// not recorded gets nothing.
-func failed(span trace.Span, key guard.Key, err error) {
+// and an error status, the key replaced by its digest in the text (redact).
+// A span not recorded gets nothing.
+func (t *Tracer) failed(span trace.Span, key guard.Key, err error) {
 	if !span.IsRecording() {
 		return
 	}
@@ -180,7 +195,7 @@ func failed(span trace.Span, key guard.Key, err error) {
 	case errors.Is(err, guard.ErrUnavailable):
 		outcome = "unavailable"
 	}
-	msg := metrics.Redact(err.Error(), key)
+	msg := t.redact(err.Error(), key)
 	span.SetAttributes(Outcome.String(outcome))
 	// span.RecordError would record err.Error() as it is, key included.
 	span.AddEvent("exception", trace.WithAttributes(
@@ -194,16 +209,16 @@ func (t *Tracer) write(ctx context.Context, name string, lease guard.Lease, fn f
 	ctx, span := t.startCall(ctx, name, lease.Key, &lease, more...)
 	defer span.End()
 	err := fn(ctx)
-	wrote(span, lease.Key, err)
+	t.wrote(span, lease.Key, err)
 	return err
 }
 
 // wrote records a write's answer on its span.
-func wrote(span trace.Span, key guard.Key, err error) {
+func (t *Tracer) wrote(span trace.Span, key guard.Key, err error) {
 	switch {
 	case !span.IsRecording():
 	case err != nil:
-		failed(span, key, err)
+		t.failed(span, key, err)
 	default:
 		span.SetAttributes(Outcome.String("ok"))
 	}
@@ -269,17 +284,17 @@ func (w *store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 	ctx, span := w.t.startCall(ctx, SpanClaim, req.Key, nil)
 	defer span.End()
 	out, err := w.s.Claim(ctx, req)
-	claimed(span, req.Key, out, err)
+	w.t.claimed(span, req.Key, out, err)
 	return out, err
 }
 
 // claimed records a claim's answer on its span.
-func claimed(span trace.Span, key guard.Key, out guard.Outcome, err error) {
+func (t *Tracer) claimed(span trace.Span, key guard.Key, out guard.Outcome, err error) {
 	if !span.IsRecording() {
 		return
 	}
 	if err != nil {
-		failed(span, key, err)
+		t.failed(span, key, err)
 		return
 	}
 	attrs := []attribute.KeyValue{Outcome.String(out.Status.String()), Replayed.Bool(out.Status == guard.Replay)}
@@ -381,7 +396,7 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 	}
 	out, errs := b.bs.ClaimBatch(ctx, reqs)
 	for i, span := range spans {
-		claimed(span, reqs[i].Key, out[i], errs[i])
+		b.w.t.claimed(span, reqs[i].Key, out[i], errs[i])
 		span.End()
 	}
 	return out, errs
@@ -409,7 +424,7 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 	}
 	errs := b.bs.WriteBatch(ctx, ws)
 	for i, span := range spans {
-		wrote(span, ws[i].Lease.Key, errs[i])
+		b.w.t.wrote(span, ws[i].Lease.Key, errs[i])
 		span.End()
 	}
 	return errs
@@ -452,7 +467,7 @@ func (t *Tracer) Func(fn guard.Func) guard.Func {
 		case errors.Is(err, guard.ErrRejected):
 			span.SetAttributes(Outcome.String("rejected"))
 		case err != nil:
-			failed(span, lease.Key, err)
+			t.failed(span, lease.Key, err)
 		default:
 			span.SetAttributes(Outcome.String("ok"), ResultSize.Int(len(value)))
 		}
@@ -477,7 +492,7 @@ func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 		attrs = append(attrs, Attempt.Int(e.Attempt))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, attribute.String("idemguard.error", metrics.Redact(e.Err.Error(), e.Key)))
+		attrs = append(attrs, attribute.String("idemguard.error", t.redact(e.Err.Error(), e.Key)))
 	}
 	span.AddEvent("idemguard."+kind, trace.WithAttributes(attrs...))
 	switch e.Kind {
