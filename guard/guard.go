@@ -411,7 +411,9 @@ func (g *Guard) claimed(ctx context.Context, req ClaimRequest, out Outcome, err 
 		g.observe(ctx, Event{Kind: EventExhausted, Key: key, Attempt: out.Attempts, Err: err})
 		return out, err
 	default:
-		return out, fmt.Errorf("claim %s: %w: status %d", key, ErrCorrupt, out.Status)
+		err := fmt.Errorf("claim %s: %w: status %d", key, ErrCorrupt, out.Status)
+		g.observe(ctx, Event{Kind: EventCorrupt, Key: key, Err: err})
+		return out, err
 	}
 }
 
@@ -600,10 +602,15 @@ func (g *Guard) observe(ctx context.Context, e Event) {
 }
 
 func (g *Guard) observeErr(ctx context.Context, key Key, attempt int, err error) {
-	kind := EventUnavailable
-	if errors.Is(err, ErrLeaseLost) {
+	var kind EventKind
+	switch {
+	case errors.Is(err, ErrLeaseLost):
 		kind = EventLeaseLost
-	} else if !errors.Is(err, ErrUnavailable) {
+	case errors.Is(err, ErrUnavailable):
+		kind = EventUnavailable
+	case errors.Is(err, ErrCorrupt):
+		kind = EventCorrupt
+	default:
 		return
 	}
 	g.observe(ctx, Event{Kind: kind, Key: key, Attempt: attempt, Err: err})

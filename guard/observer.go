@@ -18,10 +18,11 @@ const (
 	EventReleased                         // a claim was undone (panic, or the caller chose to)
 	EventLeaseLost                        // the holder lost its lease
 	EventUnavailable                      // the store could not be reached
+	EventCorrupt                          // a stored record could not be read (ErrCorrupt); nothing ran
 )
 
 var eventNames = [...]string{"", "acquired", "recovered", "replayed", "in_progress", "mismatch",
-	"exhausted", "completed", "failed", "released", "lease_lost", "unavailable"}
+	"exhausted", "completed", "failed", "released", "lease_lost", "unavailable", "corrupt"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {

@@ -49,7 +49,8 @@ func KeyDigest(k guard.Key) string {
 }
 
 // Logger is a guard.Observer that logs every replay and every conflict
-// (in progress, mismatch, exhausted, lease lost, unavailable) through
+// (in progress, mismatch, exhausted, lease lost, unavailable), and every
+// corrupt record at Error level, through
 // log/slog, with the key's scope and digest (its id too with
 // LogOptions.LogKeys), the attempt and the error.
 type Logger struct {
@@ -84,6 +85,8 @@ func (l *Logger) Observe(ctx context.Context, e guard.Event) {
 		level = l.opts.ConflictLevel.Level()
 	case guard.EventRecovered, guard.EventFailed:
 		level = slog.LevelInfo
+	case guard.EventCorrupt:
+		level = slog.LevelError // a record nothing can read: the key is stuck until an operator acts
 	default:
 		if !l.opts.All {
 			return

@@ -26,10 +26,13 @@ func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
 	ctx := context.Background()
 	key := guard.Key{Scope: "POST /orders", ID: "k-1"}
 	for _, kind := range []guard.EventKind{guard.EventAcquired, guard.EventCompleted, guard.EventReplayed,
-		guard.EventInProgress, guard.EventMismatch, guard.EventExhausted, guard.EventLeaseLost, guard.EventUnavailable} {
+		guard.EventInProgress, guard.EventMismatch, guard.EventExhausted, guard.EventLeaseLost, guard.EventUnavailable, guard.EventCorrupt} {
 		var err error
-		if kind == guard.EventUnavailable {
+		switch kind {
+		case guard.EventUnavailable:
 			err = guard.ErrUnavailable
+		case guard.EventCorrupt:
+			err = guard.ErrCorrupt
 		}
 		l.Observe(ctx, guard.Event{Kind: kind, Key: key, Attempt: 2, Err: err})
 	}
@@ -41,7 +44,7 @@ func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
 		}
 		recs = append(recs, m)
 	}
-	wantEvents := []string{"replayed", "in_progress", "mismatch", "exhausted", "lease_lost", "unavailable"}
+	wantEvents := []string{"replayed", "in_progress", "mismatch", "exhausted", "lease_lost", "unavailable", "corrupt"}
 	if len(recs) != len(wantEvents) {
 		t.Fatalf("%d records, want %d:\n%s", len(recs), len(wantEvents), buf.String())
 	}
@@ -50,8 +53,11 @@ func TestLoggerLogsReplaysAndConflicts(t *testing.T) {
 			t.Errorf("record %d: %v", i, r)
 		}
 		wantLevel := "WARN"
-		if wantEvents[i] == "replayed" {
+		switch wantEvents[i] {
+		case "replayed":
 			wantLevel = "INFO"
+		case "corrupt": // a record nothing can read: an operator's to fix
+			wantLevel = "ERROR"
 		}
 		if r["level"] != wantLevel {
 			t.Errorf("record %d level %v, want %s", i, r["level"], wantLevel)

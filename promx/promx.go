@@ -49,7 +49,7 @@ type Options struct {
 var Kinds = []guard.EventKind{
 	guard.EventAcquired, guard.EventRecovered, guard.EventReplayed, guard.EventInProgress,
 	guard.EventMismatch, guard.EventExhausted, guard.EventCompleted, guard.EventFailed,
-	guard.EventReleased, guard.EventLeaseLost, guard.EventUnavailable,
+	guard.EventReleased, guard.EventLeaseLost, guard.EventUnavailable, guard.EventCorrupt,
 }
 
 // Store operations, the values of the "op" label.
@@ -64,7 +64,7 @@ var results = []string{"ok", "lease_lost", "not_found", "unavailable", "canceled
 // Exported series (with the default namespace):
 //   - idemguard_outcomes_total{kind}: one per guard.Event, kind as
 //     guard.EventKind.String names it (acquired, replayed, in_progress,
-//     mismatch, recovered, lease_lost, exhausted, unavailable, ...);
+//     mismatch, recovered, lease_lost, exhausted, unavailable, corrupt, ...);
 //   - idemguard_store_duration_seconds{op,result}: latency of each store
 //     call (op: claim, complete, fail, release, extend, get; result: ok,
 //     lease_lost, not_found, unavailable, canceled, error).
