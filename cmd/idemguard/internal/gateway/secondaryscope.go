@@ -56,12 +56,14 @@ const maxPrefixTag = 256
 // Rows an older version wrote are under the bare scope, shared by every
 // gateway of the table. Until the last of them expires (legacyUntil,
 // found at start), they are honoured as that version honoured them, read
-// only: a claim finds a completed one replayed (its fingerprint checked)
-// and a pending one with a live lease in progress, and Get falls back to
-// it when the gateway's own row is missing, so an upgrade after an outage
-// runs no effect twice. A failed one, or a pending one whose lease ran
-// out, is claimed afresh under the new scope (attempts and fence start
-// again). No row is ever written under the bare scope.
+// only, as pgstore's Claim would answer them: another fingerprint is a
+// mismatch, a completed one is replayed, a pending one with a live lease
+// is in progress, one whose attempts are spent is exhausted; and Get
+// falls back to it when the gateway's own row is missing. So an upgrade
+// after an outage runs no effect twice. A failed one, or a pending one
+// whose lease ran out, with attempts left, is claimed afresh under the
+// new scope (attempts and fence start again). No row is ever written
+// under the bare scope.
 type scopedSecondary struct {
 	st          guard.Store
 	prefix      string
@@ -110,12 +112,18 @@ func (s *scopedSecondary) Claim(ctx context.Context, req guard.ClaimRequest) (gu
 		case errors.Is(err, guard.ErrNotFound):
 		case err != nil:
 			return guard.Outcome{}, fmt.Errorf("reading the row an older version kept for %s: %w", req.Key, err)
-		case rec.State == guard.StateCompleted && !rec.SameFingerprint(req.Fingerprint):
+		case !rec.SameFingerprint(req.Fingerprint):
 			return guard.Outcome{Status: guard.Mismatch}, nil
 		case rec.State == guard.StateCompleted:
 			return guard.Outcome{Status: guard.Replay, Result: rec.Result}, nil
 		case rec.State == guard.StatePending && rec.LeaseLeft > 0:
 			return guard.Outcome{Status: guard.InProgress, LeaseLeft: rec.LeaseLeft}, nil
+		case req.MaxAttempts > 0 && rec.Attempt >= req.MaxAttempts:
+			reason := rec.LastError
+			if rec.State == guard.StatePending {
+				reason = "lease expired"
+			}
+			return guard.Outcome{Status: guard.Exhausted, Attempts: rec.Attempt, LastError: reason}, nil
 		}
 	}
 	inner := req
