@@ -18,6 +18,7 @@ import (
 	"github.com/lib/pq" // PostgreSQL driver for --postgres
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/cmd/idemguard/internal/gateway"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -185,7 +186,7 @@ func keyArgs(fs *flag.FlagSet) (guard.Key, error) {
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("inspect")
 	rf := addRedisFlags(fs)
-	pg := fs.String("postgres", "", "also read the key's row from this PostgreSQL URL (the SQL backstop)")
+	pg := fs.String("postgres", "", "also read the key's row from this PostgreSQL URL (the SQL backstop; a gateway's fallback, the gateway named by --prefix)")
 	schema := fs.String("schema", "", "PostgreSQL schema of the backstop tables (default: the search_path)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -243,13 +244,28 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		prec, err := pgStore.Get(ctx, key)
 		switch {
 		case errors.Is(err, guard.ErrNotFound):
-			fmt.Fprintf(stdout, "postgres: no row for %s\n", key)
 		case err != nil:
 			return fmt.Errorf("read %s from postgres: %w", key, err) // a missing table says how to make it
 		default:
 			found = true
 			fmt.Fprintln(stdout, "postgres")
 			printRecord(stdout, prec)
+		}
+		// A gateway's fallback PostgreSQL keeps its keys under its Redis
+		// prefix (gateway.SecondaryScope): --prefix names the gateway.
+		gwKey := guard.Key{Scope: gateway.SecondaryScope(*rf.prefix, key.Scope), ID: key.ID}
+		grec, gerr := pgStore.Get(ctx, gwKey)
+		switch {
+		case errors.Is(gerr, guard.ErrNotFound):
+		case gerr != nil:
+			return fmt.Errorf("read %s from postgres: %w", gwKey, gerr)
+		default:
+			found = true
+			fmt.Fprintf(stdout, "postgres (the fallback of the gateway with redis.prefix %s)\n", shown(strconv.Quote(*rf.prefix)))
+			printRecord(stdout, grec)
+		}
+		if errors.Is(err, guard.ErrNotFound) && errors.Is(gerr, guard.ErrNotFound) {
+			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", key, shown(strconv.Quote(*rf.prefix)))
 		}
 	}
 	if !found {

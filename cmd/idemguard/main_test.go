@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/idemguard/idemguard/cmd/idemguard/internal/gateway"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
@@ -464,6 +465,42 @@ func TestInspectPostgres(t *testing.T) {
 	if !strings.Contains(out, "no record for billing/invoice-9") || !strings.Contains(out, "postgres\n") ||
 		!strings.Contains(out, "state        completed") || !strings.Contains(out, "result size  4 bytes") {
 		t.Errorf("inspect from postgres:\n%s", out)
+	}
+}
+
+// TestInspectGatewayFallback: inspect --postgres finds the row a gateway
+// kept in its fallback PostgreSQL during a Redis outage, by the scope and
+// ID it shows and the gateway's Redis prefix (--prefix): the gateway keeps
+// it under that prefix, so a lookup by the bare scope found nothing.
+func TestInspectGatewayFallback(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.Prefix(t)
+	scope := `"acct9" POST /orders`
+	g := guard.New(pg, guard.Options{})
+	if _, err := g.Do(ctx, guard.Key{Scope: gateway.SecondaryScope(prefix, scope), ID: "shared-K"}, "fp",
+		func(context.Context, guard.Lease) ([]byte, error) { return []byte("201"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--prefix", prefix, "--postgres", dsn, scope, "shared-K")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	if !strings.Contains(out, "postgres (the fallback of the gateway with redis.prefix") ||
+		!strings.Contains(out, "state        completed") || !strings.Contains(out, "result size  3 bytes") {
+		t.Errorf("inspect from a gateway's fallback:\n%s", out)
+	}
+	// Another gateway's prefix names none of it.
+	code, out, _ = cli(t, "inspect", "--redis", testenv.RedisAddr(t), "--prefix", prefix+"other:", "--postgres", dsn, scope, "shared-K")
+	if code != 1 || !strings.Contains(out, "postgres: no row for") {
+		t.Errorf("inspect with another prefix: exit %d\n%s", code, out)
 	}
 }
 

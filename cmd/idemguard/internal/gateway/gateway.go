@@ -104,6 +104,7 @@ type Gateway struct {
 	rstore    *guard.RedisStore     // nil with Options.Store
 	fb        *fallback.Store       // nil without a fallback policy
 	db        *sql.DB               // the secondary's, if any
+	secondary *scopedSecondary      // the fallback PostgreSQL store, if any (secondaryscope.go)
 	reg       *prometheus.Registry
 	metrics   *gatewayMetrics
 	transport *gatedTransport
@@ -362,11 +363,14 @@ func (gw *Gateway) openStore() error {
 		}
 		db := sql.OpenDB(conn)
 		gw.db = db
-		secondary, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
+		pg, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
 		if err != nil {
 			return fmt.Errorf("fallback: %w", err)
 		}
-		fo.Policy, fo.Secondary = fallback.Secondary, secondary
+		// Keys go in under the Redis prefix: gateways of other services
+		// may share this PostgreSQL (secondaryscope.go).
+		gw.secondary = newScopedSecondary(pg, rc.Prefix)
+		fo.Policy, fo.Secondary = fallback.Secondary, gw.secondary
 	}
 	fb, err := fallback.New(gw.rstore, fo)
 	if err != nil {
