@@ -132,7 +132,14 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow + `
 				AND (status = 'completed' OR leased_until > ` + clockNow + `)`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 lease µs, $9 keep µs
-		mark: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
+		//
+		// A key whose row expired starts afresh, its committed steps
+		// (Backstop.Step) with it: they were the forgotten key's, and a
+		// step row outlives the mark of a holder that committed it after
+		// its lease ran out.
+		mark: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
+				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND f.expires_at <= ` + clockNow + `)
+			INSERT INTO ` + k + ` AS k ` + keysColumns + `
 			VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, NULL, '', ` + clockNow + ` + ` + dur("$8") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
 			ON CONFLICT (scope, id) DO UPDATE SET
 				fence = CASE WHEN k.token = EXCLUDED.token AND k.status = 'pending' AND k.expires_at > ` + clockNow + `

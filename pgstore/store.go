@@ -94,7 +94,11 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		// ptok: a released first attempt's row (pending without a lease;
 		// releaseFirst) names its releaser, as the Redis store's released
 		// marker does, so that a retry of that release still answers OK.
-		resetExpired: `UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
+		//
+		// The key starts afresh, and so do the steps backstop.Backstop.Step
+		// committed for it: they were the forgotten key's.
+		resetExpired: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` WHERE scope = $1 AND id = $2)
+			UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
 				ptok = CASE WHEN status = 'pending' AND leased_until IS NULL THEN token ELSE '' END,
 				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
 				leased_until = ` + clockNow + ` + ` + dur("$5") + `,

@@ -1,0 +1,125 @@
+package backstop_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// TestStepRowsForgottenWithTheirKey: a key whose retention passed starts
+// afresh, and so do its steps: a request that reuses the key later (with
+// another payload here) makes its own step's write and gets its own
+// result, not the step result of the request the key was forgotten for
+// (its charge would never be made). The key's row is forgotten on the
+// Postgres Store after the guard's TTL (shorter than the backstop's, as
+// Options.TTL asks), by Purge, and, under Wrap, the mark of a holder that
+// committed its step after its lease ran out expires before that step's
+// row would.
+func TestStepRowsForgottenWithTheirKey(t *testing.T) {
+	t.Parallel()
+	step := func(b *backstop.Backstop, ran *atomic.Int64) guard.Func {
+		return func(ctx context.Context, l guard.Lease) ([]byte, error) {
+			return b.Step(ctx, l, "reserve", reserve(ran))
+		}
+	}
+	t.Run("store", func(t *testing.T) {
+		t.Parallel()
+		db := pgenv.Migrated(t, pgstore.Options{})
+		reservationsTable(t, db)
+		b := mustBackstop(t, db, pgstore.Options{})
+		s := pgenv.Store(t, db, pgstore.Options{})
+		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		for _, fails := range []bool{false, true} {
+			key := newKey(t)
+			var ran atomic.Int64
+			_, err := g.Do(ctx, key, "first", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+				r, err := step(b, &ran)(ctx, l)
+				if err == nil && fails {
+					err = errors.New("a later step failed")
+				}
+				return r, err
+			})
+			if (err != nil) != fails {
+				t.Fatal(err)
+			}
+			time.Sleep(600 * time.Millisecond) // the key's retention passes, on the database's clock
+			res, err := g.Do(ctx, key, "second", step(b, &ran))
+			if err != nil || string(res.Value) != "res-2@2" || reservations(t, db, key) != 2 {
+				t.Fatalf("failed %t: the key's next request = %q, %v with %d reservations; want its own res-2@2, 2 reservations",
+					fails, res.Value, err, reservations(t, db, key))
+			}
+		}
+	})
+	t.Run("purged", func(t *testing.T) {
+		t.Parallel()
+		db := pgenv.Migrated(t, pgstore.Options{})
+		reservationsTable(t, db)
+		b := mustBackstop(t, db, pgstore.Options{})
+		s := pgenv.Store(t, db, pgstore.Options{})
+		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		key := newKey(t)
+		var ran atomic.Int64
+		if _, err := g.Do(ctx, key, "first", step(b, &ran)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond) // the key's retention passes, on the database's clock
+		if _, err := s.Purge(ctx, pgstore.PurgeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := g.Do(ctx, key, "second", step(b, &ran))
+		if err != nil || string(res.Value) != "res-2@1" || reservations(t, db, key) != 2 {
+			t.Fatalf("after Purge, the key's next request = %q, %v with %d reservations; want its own res-2@1, 2 reservations",
+				res.Value, err, reservations(t, db, key))
+		}
+	})
+	t.Run("wrap", func(t *testing.T) {
+		t.Parallel()
+		opts := pgstore.Options{TTL: time.Second}
+		db := pgenv.Migrated(t, opts)
+		reservationsTable(t, db)
+		b := mustBackstop(t, db, opts)
+		rdb := testenv.Redis(t)
+		rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
+		w := backstop.Wrap(rs, b)
+		key := newKey(t)
+		out, err := w.Claim(ctx, guard.ClaimRequest{Key: key, Token: "paused", Fingerprint: "first",
+			Lease: 200 * time.Millisecond, TTL: time.Second})
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatal(out, err)
+		}
+		time.Sleep(700 * time.Millisecond) // the holder pauses past its lease, then commits its step
+		var ran atomic.Int64
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reserve(&ran)(ctx, tx, out.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CommitStep(ctx, tx, out.Lease, "reserve", []byte("paused's")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil { // Redis forgets
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond) // the mark's retention (lease + TTL) passes; the step's (from its commit) not yet
+		g := guard.New(w, guard.Options{TTL: time.Second})
+		res, err := g.Do(ctx, key, "second", step(b, &ran))
+		if err != nil || string(res.Value) != "res-2@2" || reservations(t, db, key) != 2 {
+			t.Fatalf("the key's next request = %q, %v with %d reservations; want its own res-2@2, 2 reservations",
+				res.Value, err, reservations(t, db, key))
+		}
+	})
+}
