@@ -133,12 +133,14 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				AND (status = 'completed' OR leased_until > ` + clockNow + `)`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 lease µs, $9 keep µs
 		//
-		// A key whose row expired starts afresh, its committed steps
-		// (Backstop.Step) with it: they were the forgotten key's, and a
-		// step row outlives the mark of a holder that committed it after
-		// its lease ran out.
+		// A key whose row expired starts afresh, without the steps
+		// committed (Backstop.Step) before it expired: they were the
+		// forgotten key's, and a step row outlives the mark of a holder
+		// that committed it after its lease ran out. (One committed since,
+		// by an unguarded attempt that wrote no row of its own, stays.)
 		mark: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
-				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND f.expires_at <= ` + clockNow + `)
+				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND f.expires_at <= ` + clockNow + `
+					AND s.created_at <= f.expires_at)
 			INSERT INTO ` + k + ` AS k ` + keysColumns + `
 			VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, NULL, '', ` + clockNow + ` + ` + dur("$8") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
 			ON CONFLICT (scope, id) DO UPDATE SET

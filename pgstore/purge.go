@@ -45,11 +45,12 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	byTable := map[string]int64{}
 	expired := `expires_at <= now() - $2 * interval '1 microsecond'`
 	for _, p := range []struct{ name, table, key, where string }{
-		// First the steps of the keys about to be deleted, live or not:
-		// a key claimed again once its row is gone starts afresh, and
-		// must not find the forgotten key's steps.
+		// First the steps of the keys about to be deleted, committed
+		// before their key expired, live or not: a key claimed again once
+		// its row is gone starts afresh, and must not find the forgotten
+		// key's steps.
 		{"steps", s.t.Steps, "scope, id, name", `EXISTS (SELECT 1 FROM ` + s.t.Keys + ` AS k
-			WHERE k.scope = s.scope AND k.id = s.id AND k.` + expired + `)`},
+			WHERE k.scope = s.scope AND k.id = s.id AND k.` + expired + ` AND s.created_at <= k.expires_at)`},
 		{"keys", s.t.Keys, "scope, id", expired},
 		{"consumed_messages", s.t.Consumed, "consumer_group, message_id", expired},
 		{"steps", s.t.Steps, "scope, id, name", expired},

@@ -95,9 +95,10 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		// releaseFirst) names its releaser, as the Redis store's released
 		// marker does, so that a retry of that release still answers OK.
 		//
-		// The key starts afresh, and so do the steps backstop.Backstop.Step
-		// committed for it: they were the forgotten key's.
-		resetExpired: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` WHERE scope = $1 AND id = $2)
+		// The key starts afresh, without the steps backstop.Backstop.Step
+		// committed before it expired: they were the forgotten key's.
+		resetExpired: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
+				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND s.created_at <= f.expires_at)
 			UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
 				ptok = CASE WHEN status = 'pending' AND leased_until IS NULL THEN token ELSE '' END,
 				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
