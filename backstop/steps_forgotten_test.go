@@ -81,6 +81,54 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 				res.Value, err, reservations(t, db, key))
 		}
 	})
+	// An unguarded attempt (fallback's fail-open: fence 0, no key row of
+	// its own) commits its step after the key's row expired: that step is
+	// this key's, not the forgotten one's, and neither Purge nor the
+	// next claim drops it; the next attempt finds it instead of writing
+	// again.
+	t.Run("unguarded", func(t *testing.T) {
+		t.Parallel()
+		db := pgenv.Migrated(t, pgstore.Options{})
+		reservationsTable(t, db)
+		b := mustBackstop(t, db, pgstore.Options{})
+		s := pgenv.Store(t, db, pgstore.Options{})
+		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		key := newKey(t)
+		if _, err := g.Do(ctx, key, "first", func(context.Context, guard.Lease) ([]byte, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond) // the key's retention passes, on the database's clock
+		var ran atomic.Int64
+		open := guard.Lease{Key: key, Token: "fail-open"}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := reserve(&ran)(ctx, tx, open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CommitStep(ctx, tx, open, "reserve", r); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Purge(ctx, pgstore.PurgeOptions{BatchSize: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok, err := b.LookupStep(ctx, key, "reserve"); err != nil || !ok {
+			t.Fatalf("the unguarded step after Purge: %t, %v", ok, err)
+		}
+		// A key row that expired again, then the next claim.
+		pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
+			VALUES ($1, $2, 'first', 'completed', 'old', 1, now() - interval '1 hour')`, key.Scope, key.ID)
+		res, err := g.Do(ctx, key, "second", step(b, &ran))
+		if err != nil || string(res.Value) != "res-1@0" || reservations(t, db, key) != 1 {
+			t.Fatalf("the next attempt = %q, %v with %d reservations; want the unguarded step's res-1@0, 1 reservation",
+				res.Value, err, reservations(t, db, key))
+		}
+	})
 	t.Run("wrap", func(t *testing.T) {
 		t.Parallel()
 		opts := pgstore.Options{TTL: time.Second}
