@@ -128,6 +128,30 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 			t.Fatalf("the next attempt = %q, %v with %d reservations; want the unguarded step's res-1@0, 1 reservation",
 				res.Value, err, reservations(t, db, key))
 		}
+
+		// The same under Wrap: the mark of the next claim keeps the step.
+		key = newKey(t)
+		pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
+			VALUES ($1, $2, 'first', 'completed', 'old', 1, now() - interval '1 hour')`, key.Scope, key.ID)
+		open.Key = key
+		if tx, err = db.BeginTx(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err = reserve(&ran)(ctx, tx, open); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CommitStep(ctx, tx, open, "reserve", r); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		gw := guard.New(backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), guard.Options{})
+		res, err = gw.Do(ctx, key, "second", step(b, &ran))
+		if err != nil || string(res.Value) != "res-3@0" || reservations(t, db, key) != 1 {
+			t.Fatalf("under Wrap, the next attempt = %q, %v with %d reservations; want the unguarded step's res-3@0, 1 reservation",
+				res.Value, err, reservations(t, db, key))
+		}
 	})
 	t.Run("wrap", func(t *testing.T) {
 		t.Parallel()
