@@ -195,3 +195,62 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 		}
 	})
 }
+
+// TestStepOtherPayloadAfterRedisForgot: a holder commits a step's row and
+// dies; Redis forgets the key. A request with another payload under the
+// key is refused (the holder's mark keeps the first payload's
+// fingerprint), while the dead holder's lease lasts and after it ended,
+// and never gets the first payload's step result; the first payload's
+// retry resumes from the step.
+func TestStepOtherPayloadAfterRedisForgot(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	reservationsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	rdb := testenv.Redis(t)
+	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
+	w := backstop.Wrap(rs, b)
+	key := newKey(t)
+	out, err := w.Claim(ctx, guard.ClaimRequest{Key: key, Token: "dies", Fingerprint: "first",
+		Lease: 300 * time.Millisecond, TTL: time.Hour})
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatal(out, err)
+	}
+	var ran atomic.Int64
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reserve(&ran)(ctx, tx, out.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitStep(ctx, tx, out.Lease, "reserve", r); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(w, guard.Options{})
+	fn := func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		return b.Step(ctx, l, "reserve", reserve(&ran))
+	}
+	for _, wait := range []time.Duration{0, 400 * time.Millisecond} { // within the dead holder's lease, then after it
+		time.Sleep(wait) // on the database's clock
+		// Redis forgets.
+		if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := g.Do(ctx, key, "second", fn); !errors.Is(err, guard.ErrMismatch) {
+			t.Fatalf("after %s, another payload = %q, %v; want ErrMismatch", wait, res.Value, err)
+		}
+	}
+	if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Do(ctx, key, "first", fn)
+	if err != nil || string(res.Value) != "res-1@1" || reservations(t, db, key) != 1 || ran.Load() != 2 {
+		t.Fatalf("the first payload's retry = %q, %v, %d reservations, %d runs; want res-1@1, 1 reservation, 2 runs",
+			res.Value, err, reservations(t, db, key), ran.Load())
+	}
+}
