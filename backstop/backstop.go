@@ -233,6 +233,15 @@ func checkLease(lease guard.Lease) error {
 // Call Commit once per transaction: a second call in the same transaction
 // finds the row the first one wrote, not yet committed, and answers
 // ErrAlreadyCommitted with it.
+//
+// Call it last, just before tx commits: the key's row stays locked by tx
+// until it ends, and under the store Wrap returns the holder's lease
+// extensions write that row, so they wait for tx and fail. Work done in tx
+// after Commit must end within the lease the holder has left: past it,
+// the guard ends the holder's run (its context is cancelled), tx rolls
+// back and nothing is committed, however often the key is retried.
+// (CommitStep locks no row of the key: a step's transaction may last
+// longer.)
 func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: Commit needs the business transaction, got nil")
