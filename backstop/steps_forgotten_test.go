@@ -254,3 +254,52 @@ func TestStepOtherPayloadAfterRedisForgot(t *testing.T) {
 			res.Value, err, reservations(t, db, key), ran.Load())
 	}
 }
+
+// TestStoreReleaseAfterCommittedStep: on the Postgres Store, a first
+// attempt whose step committed its row (Backstop.CommitStep) but whose
+// result never reached the key's record (the write failed) is released,
+// as httpx releases a 5xx: the step's effect happened, so the release
+// does not make the key as if never claimed, as Wrap's does not. A
+// request with another payload is refused instead of finding the
+// released payload's step; the same payload's retry resumes from it.
+func TestStoreReleaseAfterCommittedStep(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	reservationsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
+	key := newKey(t)
+	out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "first", Fingerprint: "first", Lease: time.Minute, TTL: time.Hour})
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatal(out, err)
+	}
+	var ran atomic.Int64
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reserve(&ran)(ctx, tx, out.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitStep(ctx, tx, out.Lease, "reserve", r); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, out.Lease); err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "other", Fingerprint: "second", Lease: time.Minute, TTL: time.Hour})
+	if err != nil || other.Status != guard.Mismatch {
+		t.Fatalf("another payload after the release = %+v, %v; want Mismatch", other, err)
+	}
+	g := guard.New(s, guard.Options{})
+	res, err := g.Do(ctx, key, "first", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		return b.Step(ctx, l, "reserve", reserve(&ran))
+	})
+	if err != nil || string(res.Value) != "res-1@1" || reservations(t, db, key) != 1 {
+		t.Fatalf("the first payload's retry = %q, %v, %d reservations; want res-1@1, 1 reservation", res.Value, err, reservations(t, db, key))
+	}
+}
