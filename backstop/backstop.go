@@ -132,7 +132,16 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow + `
 				AND (status = 'completed' OR leased_until > ` + clockNow + `)`,
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 fence, $6 attempt, $7 recovered, $8 lease µs, $9 keep µs
-		mark: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
+		//
+		// A key whose row expired starts afresh, without the steps
+		// committed (Backstop.Step) before it expired: they were the
+		// forgotten key's, and a step row outlives the mark of a holder
+		// that committed it after its lease ran out. (One committed since,
+		// by an unguarded attempt that wrote no row of its own, stays.)
+		mark: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
+				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND f.expires_at <= ` + clockNow + `
+					AND s.created_at <= f.expires_at)
+			INSERT INTO ` + k + ` AS k ` + keysColumns + `
 			VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, NULL, '', ` + clockNow + ` + ` + dur("$8") + `, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
 			ON CONFLICT (scope, id) DO UPDATE SET
 				fence = CASE WHEN k.token = EXCLUDED.token AND k.status = 'pending' AND k.expires_at > ` + clockNow + `
@@ -224,6 +233,15 @@ func checkLease(lease guard.Lease) error {
 // Call Commit once per transaction: a second call in the same transaction
 // finds the row the first one wrote, not yet committed, and answers
 // ErrAlreadyCommitted with it.
+//
+// Call it last, just before tx commits: the key's row stays locked by tx
+// until it ends, and under the store Wrap returns the holder's lease
+// extensions write that row, so they wait for tx and fail. Work done in tx
+// after Commit must end within the lease the holder has left: past it,
+// the guard ends the holder's run (its context is cancelled), tx rolls
+// back and nothing is committed, however often the key is retried.
+// (CommitStep locks no row of the key: a step's transaction may last
+// longer.)
 func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fingerprint string, result []byte) error {
 	if tx == nil {
 		return errors.New("backstop: Commit needs the business transaction, got nil")

@@ -25,8 +25,10 @@ type PurgeOptions struct {
 }
 
 // Purge deletes the expired rows (expired at least opts.Before ago) of the
-// keys, consumed-messages and steps tables, in batches, until none is left, and returns how many it deleted.
-// Live rows are never touched. It stops early, returning the count so far,
+// keys, consumed-messages and steps tables, and the steps of the keys it
+// deletes, in batches, until none is left, and returns how many it deleted.
+// Live rows are never touched, but for the steps of a key it deletes
+// (that key starts afresh when claimed again). It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
 // for the next purge.
 func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
@@ -40,15 +42,23 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		opts.BatchSize = DefaultPurgeBatch
 	}
 	var total int64
-	for _, p := range []struct{ name, table, key string }{
-		{"keys", s.t.Keys, "scope, id"},
-		{"consumed_messages", s.t.Consumed, "consumer_group, message_id"},
-		{"steps", s.t.Steps, "scope, id, name"},
+	byTable := map[string]int64{}
+	expired := `expires_at <= now() - $2 * interval '1 microsecond'`
+	for _, p := range []struct{ name, table, key, where string }{
+		// First the steps of the keys about to be deleted, committed
+		// before their key expired, live or not: a key claimed again once
+		// its row is gone starts afresh, and must not find the forgotten
+		// key's steps.
+		{"steps", s.t.Steps, "scope, id, name", `EXISTS (SELECT 1 FROM ` + s.t.Keys + ` AS k
+			WHERE k.scope = s.scope AND k.id = s.id AND k.` + expired + ` AND s.created_at <= k.expires_at)`},
+		{"keys", s.t.Keys, "scope, id", expired},
+		{"consumed_messages", s.t.Consumed, "consumer_group, message_id", expired},
+		{"steps", s.t.Steps, "scope, id, name", expired},
 	} {
 		q := `DELETE FROM ` + p.table + ` WHERE (` + p.key + `) IN (
-			SELECT ` + p.key + ` FROM ` + p.table + ` WHERE expires_at <= now() - $2 * interval '1 microsecond'
+			SELECT ` + p.key + ` FROM ` + p.table + ` AS s WHERE ` + p.where + `
 			LIMIT $1 FOR UPDATE SKIP LOCKED)`
-		var deleted int64
+		deleted := byTable[p.name] // the steps are purged in two passes
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, err
@@ -70,6 +80,7 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 				break
 			}
 		}
+		byTable[p.name] = deleted
 	}
 	return total, nil
 }

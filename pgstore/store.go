@@ -81,6 +81,8 @@ var claimColumns = `fingerprint, status, token, fence, attempt, recovered, resul
 func newStoreSQL(t pgsql.Tables) storeSQL {
 	k := t.Keys
 	live := `expires_at > ` + clockNow
+	// The key has a live step row (backstop.Backstop.CommitStep).
+	stepRows := `EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)`
 	return storeSQL{
 		// $1 scope, $2 id, $3 fingerprint, $4 token, $5 lease µs, $6 keep µs
 		claimNew: `WITH ins AS (INSERT INTO ` + k + ` ` + keysColumns + `
@@ -94,7 +96,12 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		// ptok: a released first attempt's row (pending without a lease;
 		// releaseFirst) names its releaser, as the Redis store's released
 		// marker does, so that a retry of that release still answers OK.
-		resetExpired: `UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
+		//
+		// The key starts afresh, without the steps backstop.Backstop.Step
+		// committed before it expired: they were the forgotten key's.
+		resetExpired: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
+				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND s.created_at <= f.expires_at)
+			UPDATE ` + k + ` SET fingerprint = $3, status = 'pending', token = $4, fence = fence + 1, attempt = 1,
 				ptok = CASE WHEN status = 'pending' AND leased_until IS NULL THEN token ELSE '' END,
 				recovered = false, result = NULL, last_error = '', steps = NULL, step_count = 0,
 				leased_until = ` + clockNow + ` + ` + dur("$5") + `,
@@ -135,10 +142,14 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		// before this one, and waited for the row, finds it expired too.
 		// A claim whose steps happened is not undone: it returns to
 		// failed with them, its attempt uncounted unless it was the first.
+		// So is one with a step backstop.Backstop.CommitStep committed
+		// (stepRows) whose result the row never got (the write failed):
+		// its effect happened, and the row keeps refusing other payloads.
 		releaseFirst: `UPDATE ` + k + ` SET leased_until = NULL, expires_at = ` + clockNow + ` - interval '1 second'
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0 AND ` + live,
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND attempt <= 1 AND step_count = 0
+				AND NOT ` + stepRows + ` AND ` + live,
 		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
-			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0) AND ` + live,
+			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0 OR ` + stepRows + `) AND ` + live,
 		releaseCheck: `SELECT status, token, ptok FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 lease µs
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
@@ -389,8 +400,9 @@ func (s *Store) finish(ctx context.Context, what, q, state string, byPtok bool, 
 
 // Release implements guard.Store. A first attempt's record is expired
 // (absent to every call, its fence still growing on the next claim, until
-// Purge deletes it); a later one returns to failed with the attempt
-// uncounted, so the fence still only grows.
+// Purge deletes it); a later one, or one with steps (in its record, or a
+// row backstop.Backstop.CommitStep committed), returns to failed with the
+// attempt uncounted, so the fence still only grows.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	key, token := lease.Key, lease.Token
 	for _, q := range []string{s.q.releaseFirst, s.q.releaseLater} {
