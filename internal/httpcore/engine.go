@@ -440,6 +440,9 @@ func (m *Engine) readBody(w http.ResponseWriter, r Request, id string) ([]byte, 
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			m.tooLarge(w, id)
+		} else if errors.Is(err, ErrBodyTooLarge) {
+			writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Title: "Request body too large", Key: id, Detail: err.Error()})
 		} else {
 			writeProblem(w, Problem{Type: ProblemBodyUnreadable, Status: http.StatusBadRequest,
 				Title: "Request body unreadable", Key: id, Detail: err.Error()})
@@ -516,6 +519,12 @@ func readAll(w http.ResponseWriter, r *http.Request, max int64, inline []byte) (
 	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
 	return io.ReadAll(http.MaxBytesReader(w, rest, max))
 }
+
+// ErrBodyTooLarge is what an adapter's Request.ReadBody wraps when its
+// framework's own body limiter, before the guard, stopped the read (Echo's
+// BodyLimit on a chunked body): the core answers 413, as for a body over
+// MaxBody, not 400, with the error's text as the problem's detail.
+var ErrBodyTooLarge = errors.New("the request body is over a limit set before the guard")
 
 // tooLarge answers 413.
 func (m *Engine) tooLarge(w http.ResponseWriter, id string) {
