@@ -634,6 +634,8 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 		why := "it was larger than the server keeps"
 		if sr.notKept&notKeptHijacked != 0 {
 			why = "the handler took over the connection"
+		} else if sr.notKept&notKeptStreamed != 0 {
+			why = "its body was streamed (a streamed body is sent, not kept)"
 		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
 			Title: "Response not kept", Key: id,
@@ -656,7 +658,8 @@ type Result struct {
 	// are not stored.
 	Before, Header http.Header
 	Body           []byte
-	TooLarge       bool   // the body was over MaxStoredResponse (or streamed): keep a marker
+	TooLarge       bool   // the body was over MaxStoredResponse: keep a marker
+	Streamed       bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
 	Release        bool   // CommitResponse answered without committing: release, store nothing
@@ -860,6 +863,8 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		return
 	case res.TooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	case res.Streamed:
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptStreamed})
 	default:
 		fields := res.fields
 		if fields == nil {
