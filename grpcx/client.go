@@ -130,14 +130,6 @@ type client struct {
 	policy  core.RetryPolicy
 }
 
-// tooLarge reports whether st is gRPC's own ResourceExhausted for a
-// message over a size limit (the client's MaxCallRecvMsgSize or
-// MaxCallSendMsgSize, or the server's receive limit): grpc-go words
-// every one "... larger than max ...". No retry gets under it.
-func tooLarge(st *status.Status) bool {
-	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
-}
-
 // SentKey returns a CallOption through which the client interceptor reports
 // the idempotency key it sent with the call (its own, or the one the
 // outgoing metadata carried): keep it to ask about the call later, or to
@@ -190,7 +182,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 			return err
 		}
 		st := status.Convert(err)
-		if tooLarge(st) {
+		if core.MessageTooLarge(core.Code(st.Code()), st.Message()) {
 			return err // as large, or replayed as large, on every retry
 		}
 		wait, again := retries.Next(core.Failure{Code: core.Code(st.Code()),
