@@ -433,13 +433,15 @@ func (m *Engine) headerKey(w http.ResponseWriter, r Request) (id string, ok bool
 // itself and reports false.
 func (m *Engine) readBody(w http.ResponseWriter, r Request, id string) ([]byte, bool) {
 	if r.ContentLength() > m.opts.MaxBody {
-		m.tooLarge(w, id)
+		m.tooLarge(w, id, m.opts.MaxBody)
 		return nil, false
 	}
 	body, err := r.ReadBody(w, m.opts.MaxBody)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			m.tooLarge(w, id)
+		if mb, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			// MaxBody's, or a lower one put on the body before the
+			// guard (http.MaxBytesHandler): the limit that stopped it.
+			m.tooLarge(w, id, mb.Limit)
 		} else if errors.Is(err, ErrBodyTooLarge) {
 			writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
 				Title: "Request body too large", Key: id, Detail: err.Error()})
@@ -526,11 +528,11 @@ func readAll(w http.ResponseWriter, r *http.Request, max int64, inline []byte) (
 // MaxBody, not 400, with the error's text as the problem's detail.
 var ErrBodyTooLarge = errors.New("the request body is over a limit set before the guard")
 
-// tooLarge answers 413.
-func (m *Engine) tooLarge(w http.ResponseWriter, id string) {
+// tooLarge answers 413 for a body past limit.
+func (m *Engine) tooLarge(w http.ResponseWriter, id string, limit int64) {
 	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
 		Title: "Request body too large", Key: id,
-		Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
+		Detail: fmt.Sprintf("the body is limited to %d bytes", limit)})
 }
 
 // heldBody is the request body the handler reads: the bytes the
