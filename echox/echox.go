@@ -30,6 +30,8 @@ package echox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -121,7 +123,12 @@ func (r request) ContentLength() int64           { return r.c.Request().ContentL
 func (r request) Context() context.Context       { return r.c.Request().Context() }
 func (r request) HTTPRequest() *http.Request     { return r.c.Request() }
 func (r request) ReadBody(w http.ResponseWriter, max int64) ([]byte, error) {
-	return httpcore.ReadHTTPBody(w, r.c.Request(), max)
+	body, err := httpcore.ReadHTTPBody(w, r.c.Request(), max)
+	if he, ok := errors.AsType[*echo.HTTPError](err); ok && he.Code == http.StatusRequestEntityTooLarge {
+		// BodyLimit before the guard stopped a chunked body: 413, not 400.
+		err = fmt.Errorf("%w (%w)", httpcore.ErrBodyTooLarge, err)
+	}
+	return body, err
 }
 
 // sent is the writer the capture sends the response to (or the core its

@@ -473,7 +473,7 @@ func (r *response) Result() httpcore.Result {
 		return out
 	}
 	if res.IsBodyStream() {
-		out.TooLarge = true // streamed: sent, not kept
+		out.Streamed = true // sent after the answer is stored, not kept
 		return out
 	}
 	out.Header = header(r.c)

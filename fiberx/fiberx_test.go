@@ -27,11 +27,13 @@ import (
 // fasthttp's own goroutines, which goleak passes over: the idle-worker
 // cleaner of a server's worker pool (after Shutdown it sees the stop only
 // when its sleep, up to 10 s, ends) and the process-wide clock of the
-// Date header (started once, never stopped). No other goroutine may
-// outlive the tests.
+// Date header (started once, never stopped), and the workers of
+// fasthttp's stackless compressors (Fiber's compress; started on first
+// use, never stopped). No other goroutine may outlive the tests.
 var fasthttpGoroutines = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp/stackless.funcWorker"),
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, fasthttpGoroutines...) }

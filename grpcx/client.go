@@ -27,7 +27,8 @@ const (
 
 // DefaultRetryCodes are the codes ClientOptions.RetryCodes defaults to:
 // Unavailable (the server, or the connection to it, is gone: the status a
-// lost response gives), ResourceExhausted (shed or throttled), Aborted
+// lost response gives), ResourceExhausted (shed or throttled; not gRPC's
+// own for a message over a size limit, which no retry gets under), Aborted
 // (a concurrency conflict) and DeadlineExceeded (a deadline of the
 // server's, not the caller's: when the caller's context is done, nothing
 // is retried). They are httpx's Transport's 503 and 502, 429, 409 and 504.
@@ -181,6 +182,9 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 			return err
 		}
 		st := status.Convert(err)
+		if core.MessageTooLarge(core.Code(st.Code()), st.Message()) {
+			return err // as large, or replayed as large, on every retry
+		}
 		wait, again := retries.Next(core.Failure{Code: core.Code(st.Code()),
 			Details: core.AnyDetails(st.Proto().GetDetails()), Pushback: trailer.Get("grpc-retry-pushback-ms")})
 		if !again {

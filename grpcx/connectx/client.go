@@ -31,7 +31,8 @@ type ClientOptions struct {
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 	// RetryCodes are the codes retried with the same key. Default
-	// CodeUnavailable, CodeResourceExhausted, CodeAborted and
+	// CodeUnavailable, CodeResourceExhausted (not connect-go's own for a
+	// message over a size limit, which no retry gets under), CodeAborted and
 	// CodeDeadlineExceeded (the server's, not the caller's). A
 	// CodeCanceled while the caller's context is alive (connect-go's
 	// report of a connection reset mid-answer) counts as CodeUnavailable.
@@ -134,6 +135,9 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 				// outcome is unknown, as for CodeUnavailable; the key makes
 				// the retry safe.
 				code = connect.CodeUnavailable
+			}
+			if ce, ok := errors.AsType[*connect.Error](err); ok && core.MessageTooLarge(core.Code(code), ce.Message()) {
+				return res, err // as large, or replayed as large, on every retry
 			}
 			wait, again := retries.Next(core.Failure{Code: core.Code(code), Details: details(err), Pushback: pushback})
 			if !again {

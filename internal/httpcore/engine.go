@@ -433,13 +433,18 @@ func (m *Engine) headerKey(w http.ResponseWriter, r Request) (id string, ok bool
 // itself and reports false.
 func (m *Engine) readBody(w http.ResponseWriter, r Request, id string) ([]byte, bool) {
 	if r.ContentLength() > m.opts.MaxBody {
-		m.tooLarge(w, id)
+		m.tooLarge(w, id, m.opts.MaxBody)
 		return nil, false
 	}
 	body, err := r.ReadBody(w, m.opts.MaxBody)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			m.tooLarge(w, id)
+		if mb, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			// MaxBody's, or a lower one put on the body before the
+			// guard (http.MaxBytesHandler): the limit that stopped it.
+			m.tooLarge(w, id, mb.Limit)
+		} else if errors.Is(err, ErrBodyTooLarge) {
+			writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Title: "Request body too large", Key: id, Detail: err.Error()})
 		} else {
 			writeProblem(w, Problem{Type: ProblemBodyUnreadable, Status: http.StatusBadRequest,
 				Title: "Request body unreadable", Key: id, Detail: err.Error()})
@@ -517,11 +522,17 @@ func readAll(w http.ResponseWriter, r *http.Request, max int64, inline []byte) (
 	return io.ReadAll(http.MaxBytesReader(w, rest, max))
 }
 
-// tooLarge answers 413.
-func (m *Engine) tooLarge(w http.ResponseWriter, id string) {
+// ErrBodyTooLarge is what an adapter's Request.ReadBody wraps when its
+// framework's own body limiter, before the guard, stopped the read (Echo's
+// BodyLimit on a chunked body): the core answers 413, as for a body over
+// MaxBody, not 400, with the error's text as the problem's detail.
+var ErrBodyTooLarge = errors.New("the request body is over a limit set before the guard")
+
+// tooLarge answers 413 for a body past limit.
+func (m *Engine) tooLarge(w http.ResponseWriter, id string, limit int64) {
 	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
 		Title: "Request body too large", Key: id,
-		Detail: fmt.Sprintf("the body is limited to %d bytes", m.opts.MaxBody)})
+		Detail: fmt.Sprintf("the body is limited to %d bytes", limit)})
 }
 
 // heldBody is the request body the handler reads: the bytes the
@@ -625,6 +636,8 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 		why := "it was larger than the server keeps"
 		if sr.notKept&notKeptHijacked != 0 {
 			why = "the handler took over the connection"
+		} else if sr.notKept&notKeptStreamed != 0 {
+			why = "its body was streamed (a streamed body is sent, not kept)"
 		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
 			Title: "Response not kept", Key: id,
@@ -647,7 +660,8 @@ type Result struct {
 	// are not stored.
 	Before, Header http.Header
 	Body           []byte
-	TooLarge       bool   // the body was over MaxStoredResponse (or streamed): keep a marker
+	TooLarge       bool   // the body was over MaxStoredResponse: keep a marker
+	Streamed       bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
 	Release        bool   // CommitResponse answered without committing: release, store nothing
@@ -851,6 +865,8 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
 		return
 	case res.TooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	case res.Streamed:
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptStreamed})
 	default:
 		fields := res.fields
 		if fields == nil {

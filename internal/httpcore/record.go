@@ -20,7 +20,8 @@ const responseVersion = 1
 const (
 	notKeptTooLarge = 1 << iota // the body was over Options.MaxStoredResponse
 	notKeptHijacked             // the handler hijacked the connection
-	knownFlags      = notKeptTooLarge | notKeptHijacked
+	notKeptStreamed             // the body was a stream, sent after the answer was stored (Fiber)
+	knownFlags      = notKeptTooLarge | notKeptHijacked | notKeptStreamed
 )
 
 // storedResponse is what the middleware keeps of a completed request.

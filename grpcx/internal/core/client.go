@@ -2,6 +2,7 @@ package core
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/adapter"
@@ -9,6 +10,19 @@ import (
 
 // DefaultRetryCodes: see grpcx.DefaultRetryCodes.
 var DefaultRetryCodes = []Code{Unavailable, ResourceExhausted, Aborted, DeadlineExceeded}
+
+// MessageTooLarge reports whether a status of code with msg is the gRPC
+// library's own ResourceExhausted for a message over a size limit (a
+// client's receive or send limit, or the server's receive limit), which
+// no retry gets under: the request is as large each time, and the guard
+// replays the same response. grpc-go words every one "... larger than
+// max ...", connect-go "... larger than configured max ..." or "...
+// exceeds sendMaxBytes ...". A server's own ResourceExhausted (shed,
+// throttled, out of quota) is not.
+func MessageTooLarge(code Code, msg string) bool {
+	return code == ResourceExhausted && (strings.Contains(msg, "larger than max") ||
+		strings.Contains(msg, "larger than configured max") || strings.Contains(msg, "exceeds sendMaxBytes"))
+}
 
 // RetryPolicy is a client's retry policy with its defaults filled in.
 type RetryPolicy struct {
