@@ -51,6 +51,12 @@ class Handler(BaseHTTPRequestHandler):
         global lines
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n)
+        if len(body) < n:
+            # The connection closed mid-body (the gateway was killed while
+            # sending it): an incomplete request, which a service does not
+            # act on, as Node's server does not ('end' never comes).
+            self.close_connection = True
+            return
         try:
             order = str(json.loads(body or b"{}").get("order", ""))
         except (ValueError, AttributeError):
