@@ -100,20 +100,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 		time.Sleep(600 * time.Millisecond) // the key's retention passes, on the database's clock
 		var ran atomic.Int64
 		open := guard.Lease{Key: key, Token: "fail-open"}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := reserve(&ran)(ctx, tx, open)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.CommitStep(ctx, tx, open, "reserve", r); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitReserve(t, db, b, open, &ran)
 		if _, err := s.Purge(ctx, pgstore.PurgeOptions{BatchSize: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -134,18 +121,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 		pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, expires_at)
 			VALUES ($1, $2, 'first', 'completed', 'old', 1, now() - interval '1 hour')`, key.Scope, key.ID)
 		open.Key = key
-		if tx, err = db.BeginTx(ctx, nil); err != nil {
-			t.Fatal(err)
-		}
-		if r, err = reserve(&ran)(ctx, tx, open); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.CommitStep(ctx, tx, open, "reserve", r); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitReserve(t, db, b, open, &ran)
 		gw := guard.New(backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), guard.Options{})
 		res, err = gw.Do(ctx, key, "second", step(b, &ran))
 		if err != nil || string(res.Value) != "res-3@0" || reservations(t, db, key) != 1 {
@@ -217,20 +193,7 @@ func TestStepOtherPayloadAfterRedisForgot(t *testing.T) {
 		t.Fatal(out, err)
 	}
 	var ran atomic.Int64
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := reserve(&ran)(ctx, tx, out.Lease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.CommitStep(ctx, tx, out.Lease, "reserve", r); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	commitReserve(t, db, b, out.Lease, &ran)
 	g := guard.New(w, guard.Options{})
 	fn := func(ctx context.Context, l guard.Lease) ([]byte, error) {
 		return b.Step(ctx, l, "reserve", reserve(&ran))
@@ -274,20 +237,7 @@ func TestStoreReleaseAfterCommittedStep(t *testing.T) {
 		t.Fatal(out, err)
 	}
 	var ran atomic.Int64
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := reserve(&ran)(ctx, tx, out.Lease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.CommitStep(ctx, tx, out.Lease, "reserve", r); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	commitReserve(t, db, b, out.Lease, &ran)
 	if err := s.Release(ctx, out.Lease); err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,27 @@ func reserve(ran *atomic.Int64) backstop.TxFunc {
 	}
 }
 
+// commitReserve makes the reserve step's effect and commits its row in
+// one transaction, as a holder that dies right after would have.
+func commitReserve(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, ran *atomic.Int64) {
+	t.Helper()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	r, err := reserve(ran)(ctx, tx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitStep(ctx, tx, l, "reserve", r); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCommitStep: a step's row is committed with its effect once; a
 // second commit of the same step gets the first result and rolls back;
 // a holder the backstop knows to be stale cannot commit it; bad input is
