@@ -66,7 +66,12 @@ func parseDemo(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.Float64Var(&c.dupRate, "duplicates", 0.3, "consumer: fraction of messages delivered twice")
 	fs.IntVar(&c.consumers, "consumers", 8, "consumer: consumers in the group")
 	fs.DurationVar(&c.work, "work", 20*time.Millisecond, "how long each business effect takes")
-	fs.DurationVar(&c.lease, "lease", 2*time.Second, "guard lease: how long a holder that died keeps its key")
+	// Ten seconds: every key is in flight at once, so one stall of the
+	// process longer than the lease's first deadline (two thirds of it; a
+	// loaded machine running -race tests stalled 2 s ones) would lose
+	// them all, and their copies would run the effect again, as on a real
+	// Redis. A holder that dies keeps its key that long.
+	fs.DurationVar(&c.lease, "lease", 10*time.Second, "guard lease: how long a holder that died keeps its key")
 	fs.DurationVar(&c.wait, "wait", 0, "HTTP: how long a copy whose key is in flight waits for the first copy's response (httpx.Options.Wait); 0 answers 409 at once")
 	if err := parse(fs, args, stderr); err != nil {
 		return c, err
