@@ -324,7 +324,8 @@ func (r *batchRun) segment(start, end int) bool {
 	var (
 		runs   = make([]ran, 0, len(reqs))
 		writes = make([]Write, 0, len(reqs))
-		lateAt []int // items whose Acquired came too late, released below
+		lateAt []int   // items whose Acquired came too late, released below
+		lost   []Write // releases of claims whose answers were lost (unheard)
 		stop   = len(pos)
 		// logs are the step logs of the acquired leases (Step), as Do's
 		// keepalive holds its lease's: made with room for every claim, so
@@ -335,6 +336,9 @@ func (r *batchRun) segment(start, end int) bool {
 		i, out, err := pos[j], &outs[j], errs[j] // ran points at its lease: in outs
 		if err != nil && timedOut && !errors.Is(err, ErrUnavailable) {
 			err = g.claimTimedOut(err)
+		}
+		if err != nil && unheard(err) {
+			lost = append(lost, Write{Kind: WriteRelease, Lease: Lease{Key: reqs[j].Key, Token: reqs[j].Token}})
 		}
 		if err == nil && out.Status == Acquired && late {
 			// Nobody runs the effect: give the key back, attempt
@@ -364,6 +368,9 @@ func (r *batchRun) segment(start, end int) bool {
 			out.Lease.steps = &logs[len(logs)-1]
 			runs = append(runs, ran{item: i, lease: &out.Lease})
 		}
+	}
+	if len(lost) > 0 {
+		g.releaseUnheardBatch(r.ctx, r.bs, lost)
 	}
 	// A late answer is late for every claim of the segment: its releases
 	// come first among the writes, and no ordered item runs after one.

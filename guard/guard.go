@@ -282,6 +282,9 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = g.claimTimedOut(err)
 	}
+	if err != nil && unheard(err) {
+		g.releaseUnheard(ctx, req)
+	}
 	var late bool
 	if err == nil && out.Status == Acquired {
 		out.Lease.Deadline = valid
@@ -321,8 +324,16 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 // recovered the key. A claim whose answer is Acquired but arrives after
 // that deadline is released and reported as ErrUnavailable: its lease
 // may already be another's. Past the bound the outcome is unknown
-// (ErrUnavailable); a claim that still runs in the store then has no one
-// to hear its answer, and its lease runs out like an abandoned one.
+// (ErrUnavailable), as it is when the connection fails after the claim
+// was sent (a client read timeout shorter than the server's answer, a
+// connection reset): the guard then releases the claim by its token
+// before it returns (Claim, Hold, Do, Wait and DoBatch), so that a claim
+// the store took all the same frees the key, attempt uncounted, rather
+// than hold it for a lease (and, at MaxAttempts, leave it exhausted by
+// an attempt that never ran). A claim that still runs in the store after
+// that release, or whose caller's context ended while it was on its way,
+// has no one to hear its answer, and its lease runs out like an
+// abandoned one.
 func (g *Guard) Claim(ctx context.Context, key Key, fingerprint string) (Outcome, error) {
 	return g.claim(ctx, key, fingerprint, CallOptions{})
 }
@@ -336,6 +347,9 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 	req := g.request(key, fingerprint, newToken(), opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
+	if err != nil && unheard(err) {
+		g.releaseUnheard(ctx, req)
+	}
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)
 	out, err = g.claimed(ctx, req, out, err, valid, late)
 	if err == nil && out.Status == Acquired {

@@ -1,0 +1,61 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// unheard reports whether a claim that failed with err may have been
+// taken by the store all the same: the connection failed after the claim
+// was sent, so its answer was lost (a read timeout shorter than the
+// server's answer, a connection reset or closed under it). A refusal the
+// server answered (OOM, READONLY, a corrupt record), a connection that
+// never opened, and an error without a transport failure in it (a
+// context that ended, a wrapper's own bound or circuit breaker, which
+// see to their own claims) are not.
+func unheard(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// releaseUnheard releases the claim req made, whose answer was lost
+// (unheard), by its owner token: a claim the store took frees the key,
+// attempt uncounted, instead of holding it for a whole lease (and, at
+// MaxAttempts, leaving it exhausted by an attempt whose effect never
+// ran). The release compares the token, so it changes nothing when the
+// claim took nothing. Best effort, bounded as the release of a late claim
+// is, and not observed (nobody heard of the claim): a claim still on its
+// way after the release stays until its lease runs out, as an abandoned
+// one.
+func (g *Guard) releaseUnheard(ctx context.Context, req ClaimRequest) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
+	defer cancel()
+	_ = g.store.Release(rctx, Lease{Key: req.Key, Token: req.Token})
+}
+
+// releaseUnheardBatch is releaseUnheard for the claims of a batch whose
+// answers were lost: one WriteBatch of their releases, ws.
+func (g *Guard) releaseUnheardBatch(ctx context.Context, bs BatchStore, ws []Write) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
+	defer cancel()
+	_ = bs.WriteBatch(rctx, ws)
+}
