@@ -246,6 +246,12 @@ func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
 			return guard.Outcome{Status: guard.InProgress, LeaseLeft: e.leaseUntil.Sub(now)}, nil
 		}
 	case guard.StateFailed:
+		if e.token == req.Token {
+			// A copy of this claim that comes after its holder failed it
+			// (RedisStore: a claim re-sent after a lost reply): it takes
+			// nothing, as RedisStore answers.
+			return guard.Outcome{Status: guard.InProgress}, nil
+		}
 	default:
 		return guard.Outcome{}, fmt.Errorf("%w: memstore: %s has state %d", guard.ErrCorrupt, req.Key, e.state)
 	}

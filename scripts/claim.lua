@@ -49,6 +49,11 @@ if st == 'p' then
   if left > 0 then return {2, left} end
 end
 
+-- A copy of this claim that arrives after its holder ended it (go-redis
+-- re-sends a claim whose reply was lost; the guard releases a claim whose
+-- answer it never heard): it takes nothing, so the key is taken once.
+if st == 'f' and tok == mytok then return {2, 0} end
+
 -- Failed, or pending with its lease gone (the holder died): take it over.
 local expired = st == 'p'
 if max > 0 and att >= max then
