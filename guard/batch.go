@@ -337,7 +337,7 @@ func (r *batchRun) segment(start, end int) bool {
 		if err != nil && timedOut && !errors.Is(err, ErrUnavailable) {
 			err = g.claimTimedOut(err)
 		}
-		if err != nil && unheard(err) {
+		if err != nil && !timedOut && unheard(err) {
 			lost = append(lost, Write{Kind: WriteRelease, Lease: Lease{Key: reqs[j].Key, Token: reqs[j].Token}})
 		}
 		if err == nil && out.Status == Acquired && late {

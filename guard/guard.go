@@ -282,7 +282,7 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = g.claimTimedOut(err)
 	}
-	if err != nil && unheard(err) {
+	if err != nil && !k.timedOut() && unheard(err) {
 		g.releaseUnheard(ctx, req)
 	}
 	var late bool
@@ -347,7 +347,7 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 	req := g.request(key, fingerprint, newToken(), opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
-	if err != nil && unheard(err) {
+	if err != nil && time.Now().Before(valid) && unheard(err) {
 		g.releaseUnheard(ctx, req)
 	}
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)

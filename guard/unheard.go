@@ -42,20 +42,27 @@ func unheard(err error) bool {
 // attempt uncounted, instead of holding it for a whole lease (and, at
 // MaxAttempts, leaving it exhausted by an attempt whose effect never
 // ran). The release compares the token, so it changes nothing when the
-// claim took nothing. Best effort, bounded as the release of a late claim
-// is, and not observed (nobody heard of the claim): a claim still on its
-// way after the release stays until its lease runs out, as an abandoned
-// one.
+// claim took nothing. Best effort, and not observed (nobody heard of the
+// claim): a claim still on its way after the release stays until its
+// lease runs out, as an abandoned one. Bounded by unheardBound: the
+// caller is waiting for its ErrUnavailable, and a store that lost one
+// answer is likely to lose the release's too.
 func (g *Guard) releaseUnheard(ctx context.Context, req ClaimRequest) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unheardBound)
 	defer cancel()
 	_ = g.store.Release(rctx, Lease{Key: req.Key, Token: req.Token})
 }
 
+// unheardBound bounds releaseUnheard's release: sent at once, it lands
+// after the claim whose answer was lost whatever the bound, which only
+// says how long the caller waits for the release's answer (and for
+// go-redis's retries of it) on a store that has stopped answering.
+const unheardBound = time.Second
+
 // releaseUnheardBatch is releaseUnheard for the claims of a batch whose
 // answers were lost: one WriteBatch of their releases, ws.
 func (g *Guard) releaseUnheardBatch(ctx context.Context, bs BatchStore, ws []Write) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.opts.Lease, time.Second))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unheardBound)
 	defer cancel()
 	_ = bs.WriteBatch(rctx, ws)
 }
