@@ -57,7 +57,8 @@ type ClientOptions struct {
 // and full jitter, honouring RetryInfo and grpc-retry-pushback-ms; a key
 // in flight is asked about again after its RetryInfo delay, without
 // counting attempts. Retries stop after MaxAttempts, when the context
-// ends, or when the next wait would pass its deadline. Streaming calls
+// ends (a wait it ends returns CodeCanceled or CodeDeadlineExceeded at
+// once), or when the next wait would pass its deadline. Streaming calls
 // pass through.
 //
 // The key sent is in the request's header after the call, and stays
@@ -150,7 +151,7 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return nil, connect.NewError(connect.CodeOf(ctx.Err()), fmt.Errorf("connectx: waiting to retry after attempt %d: %w", sent, ctx.Err()))
+				return nil, connect.NewError(codeOf(ctx.Err()), fmt.Errorf("connectx: waiting to retry after attempt %d: %w", sent, ctx.Err()))
 			case <-timer.C:
 			}
 		}
