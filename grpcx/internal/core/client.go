@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -133,6 +134,11 @@ func serverDelay(f Failure) (d time.Duration, told, stop bool) {
 	ms, err := strconv.ParseInt(f.Pushback[0], 10, 64)
 	if err != nil || ms < 0 {
 		return 0, false, true
+	}
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		// Longer than a Duration holds (centuries): longer than any
+		// MaxRetryDelay, not a product that wrapped round to a short one.
+		return math.MaxInt64, true, false
 	}
 	return time.Duration(ms) * time.Millisecond, true, false
 }
