@@ -2,8 +2,10 @@ package httpx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -278,13 +280,17 @@ func retryStatus(code int) bool {
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
-// (RFC 9110 section 10.2.3). A date in the past is a zero delay.
+// (RFC 9110 section 10.2.3). A date in the past is a zero delay; seconds
+// past what a Duration holds are its longest, not unreadable.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || secs > uint64(math.MaxInt64/time.Second) {
+			return math.MaxInt64, true
+		}
 		return time.Duration(secs) * time.Second, true
 	}
 	at, err := http.ParseTime(v)

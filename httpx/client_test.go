@@ -238,15 +238,20 @@ func TestTransportRetryLimits(t *testing.T) {
 		}
 	})
 	t.Run("Retry-After over MaxRetryAfter ends it", func(t *testing.T) {
-		s := &attemptServer{status: 429, after: "120"}
-		srv, _ := serve(t, s)
-		resp, err := retryClient(t, httpx.TransportOptions{}).Post(srv.URL, "text/plain", strings.NewReader("x"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 429 || s.attempts.Load() != 1 {
-			t.Fatalf("%d after %d attempts", resp.StatusCode, s.attempts.Load())
+		// However many digits it has: past 2^32 seconds, or past what a
+		// Duration holds, it is longer still, not unreadable (which would
+		// be retried after the backoff).
+		for _, after := range []string{"120", "4294967296", "99999999999999999999999"} {
+			s := &attemptServer{status: 429, after: after}
+			srv, _ := serve(t, s)
+			resp, err := retryClient(t, httpx.TransportOptions{}).Post(srv.URL, "text/plain", strings.NewReader("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 429 || s.attempts.Load() != 1 {
+				t.Fatalf("Retry-After %s: %d after %d attempts", after, resp.StatusCode, s.attempts.Load())
+			}
 		}
 	})
 	t.Run("cancel while waiting", func(t *testing.T) {
