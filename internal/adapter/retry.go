@@ -27,11 +27,15 @@ const (
 )
 
 // Backoff is the full-jitter delay before retry n (n = 1, 2, ...): a
-// uniformly random time in [0, min(maxDelay, base·2^(n-1))). base must be
-// positive.
+// uniformly random time in [0, min(maxDelay, base·2^(n-1))), for any n and
+// any maxDelay (math.MaxInt64 too). base and maxDelay must be positive.
 func Backoff(base, maxDelay time.Duration, n int) time.Duration {
 	ceiling := base
 	for i := 1; i < n && ceiling < maxDelay; i++ {
+		if ceiling > maxDelay/2 { // doubled, it would pass maxDelay (or overflow)
+			ceiling = maxDelay
+			break
+		}
 		ceiling *= 2
 	}
 	ceiling = min(ceiling, maxDelay)

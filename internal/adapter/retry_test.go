@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -70,5 +71,22 @@ func TestNewUUIDv7(t *testing.T) {
 		}
 		seen[k] = true
 		prev = k
+	}
+}
+
+// TestBackoffLongCeiling: a MaxDelay longer than the doubling can reach
+// without overflowing (no cap, in effect) and many retries keep the delay
+// in [0, MaxDelay): the ceiling stops doubling where it would pass it, and
+// never wraps round to zero or below (which rand.N panics on).
+func TestBackoffLongCeiling(t *testing.T) {
+	for _, maxDelay := range []time.Duration{math.MaxInt64, math.MaxInt64 / 3, 1<<62 + 1} {
+		for _, base := range []time.Duration{time.Nanosecond, 3 * time.Nanosecond, 100 * time.Millisecond, math.MaxInt64 / 2} {
+			for _, n := range []int{1, 37, 38, 63, 64, 65, 200, 1000} {
+				d := Backoff(base, maxDelay, n)
+				if d < 0 || d >= maxDelay {
+					t.Fatalf("Backoff(%v, %v, %d) = %v", base, maxDelay, n, d)
+				}
+			}
+		}
 	}
 }
