@@ -45,7 +45,8 @@ type ClientOptions struct {
 	// retrying those after a lost response could run them twice.
 	Methods []string
 	// NewKey makes a key. Default a UUIDv7 (uuid.NewV7), which sorts by
-	// time and carries 74 random bits.
+	// time and carries 62 random bits (google/uuid fills the 12 bits after
+	// the milliseconds with finer time).
 	NewKey func() (string, error)
 	// MaxAttempts bounds the attempts of one call, the first included, as
 	// gRPC's retry policy maxAttempts does. Default DefaultMaxAttempts (5).

@@ -35,7 +35,8 @@ type TransportOptions struct {
 	// Methods get a fresh key when they have none. Default POST and PATCH.
 	Methods []string
 	// NewKey makes a key. Default a UUIDv7 (uuid.NewV7), which sorts by
-	// time and carries 74 random bits.
+	// time and carries 62 random bits (google/uuid fills the 12 bits after
+	// the milliseconds with finer time).
 	NewKey func() (string, error)
 	// MaxAttempts bounds the attempts of one request, the first included.
 	// Default DefaultMaxAttempts (5).

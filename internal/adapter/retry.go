@@ -58,8 +58,9 @@ func InFlightWait(told time.Duration, ok bool, ceiling, floor time.Duration) tim
 }
 
 // NewUUIDv7 is the clients' default key maker: a UUIDv7 (uuid.NewV7),
-// which sorts by time and carries 74 random bits, in its 36-character
-// text form.
+// which sorts by time and carries 62 random bits (google/uuid fills the
+// 12 bits after the milliseconds with finer time, not randomness), in its
+// 36-character text form.
 func NewUUIDv7() (string, error) {
 	u, err := uuid.NewV7()
 	if err != nil {
