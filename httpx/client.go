@@ -94,8 +94,13 @@ type TransportOptions struct {
 // (guard.Lease.KeyFor) is the same in every attempt of the effect, so the
 // service acts once however often the effect runs again.
 //
-// The key sent is in resp.Request.Header. A Transport is safe for
-// concurrent use.
+// The key sent is in resp.Request.Header. A response is returned once its
+// header has come: a body that breaks off while the caller reads it is
+// not retried (the caller has read part of it). The effect may have
+// happened: send the same request (method, URL, Content-Type and body)
+// again with that key in its header, and the guard replays the stored
+// response; a new call would get a new key and act again. A Transport is
+// safe for concurrent use.
 type Transport struct {
 	opts    TransportOptions
 	methods map[string]bool
