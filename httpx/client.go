@@ -99,8 +99,12 @@ type TransportOptions struct {
 // not retried (the caller has read part of it). The effect may have
 // happened: send the same request (method, URL, Content-Type and body)
 // again with that key in its header, and the guard replays the stored
-// response; a new call would get a new key and act again. A Transport is
-// safe for concurrent use.
+// response; a new call would get a new key and act again. A call that
+// ends in an error (its attempts used up, a deadline passed) may have
+// acted too, and the error does not carry the key the Transport made: for
+// a call you may send again after an error, set the key yourself (in the
+// header, or with WithIdempotencyKey) and send it again with that key. A
+// Transport is safe for concurrent use.
 type Transport struct {
 	opts    TransportOptions
 	methods map[string]bool
