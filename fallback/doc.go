@@ -28,11 +28,10 @@
 //     tables, that record is its mark, so its Fail or Release ends the
 //     mark's lease (claims in the secondary are not told the key is in
 //     progress for a lease nobody holds) and its Complete is replayed.
-//  2. For as long as a record written to the secondary may live (its lease
-//     and TTL, counted from the last write this Store made there, an
-//     extension included; see ConsultUntil),
-//     every claim the primary answers with Acquired is checked against the
-//     secondary before it is returned. If the secondary has no record, the
+//  2. Every claim the primary answers with Acquired is checked against the
+//     secondary before it is returned: a record there may be this Store's,
+//     or another process's (a replica whose breaker opened when this one's
+//     did not, a process before a restart). If the secondary has no record, the
 //     primary's lease stands; so it does when the record is this claim's
 //     own (a primary wrapped by backstop.Wrap marks its holder in the keys
 //     table, which pgstore's Store shares). If it holds the key completed, the result is
@@ -43,7 +42,13 @@
 //     made in the secondary, whose own atomic claim answers: InProgress for
 //     a live holder, a recovery (fence+1) for an abandoned one, Exhausted.
 //     If the secondary cannot be read, the claim is released and refused
-//     with ErrUnavailable: an unknown answer never runs the effect.
+//     with ErrUnavailable for as long as a record this Store wrote there
+//     may live (its lease and TTL, counted from the last write this Store
+//     made there, an extension included; see ConsultUntil and
+//     ConsultSecondary): an unknown answer never runs the effect. Outside
+//     that window the primary's lease stands, and the secondary is not
+//     asked again for OpenTimeout: it is no dependency of a primary that
+//     answers.
 //  3. Claims are sent to the secondary only while the breaker is open, and
 //     the check of rule 2 first waits for every secondary claim already
 //     sent to finish. So a check cannot read the secondary before a claim
@@ -60,9 +65,18 @@
 // that comes back empty has forgotten what it held. The two stores number
 // fences separately, so a key's fence can go down when it moves between
 // them; Backstop.Commit's unique row, not fence order, keeps the effect
-// single across an outage. The switch-back check lives in this process:
-// another process that never used the secondary does not check it (call
-// ConsultSecondary at start-up to make it check).
+// single across an outage. Processes over one primary and one secondary
+// (replicas) each have a breaker of their own: while one's is open and
+// another's closed, the same key can be claimed in both stores at once and
+// run twice, overlapping (seen in the moment Redis came back, over three
+// replicas: one still in the secondary, the others back on Redis). Only a
+// store both claims reach keeps that single: put the fallback over
+// backstop.Wrap on the secondary's tables (a secondary claim finds the
+// mark Wrap makes for a Redis claim, and Wrap's claim finds the secondary's
+// record). A process that missed an outage others wrote to the secondary
+// checks their records as any claim does, but lets the primary's claim
+// stand while the secondary cannot be read: call ConsultSecondary at
+// start-up to refuse instead.
 //
 // # Bounding the primary's calls
 //

@@ -21,7 +21,7 @@ func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done f
 		}
 		return guard.Outcome{}, fmt.Errorf("fallback: primary: %w", err)
 	}
-	if out.Status == guard.Acquired && s.consulting() {
+	if out.Status == guard.Acquired && s.secondary != nil {
 		return s.switchBack(ctx, req, out)
 	}
 	return out, nil

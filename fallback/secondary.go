@@ -11,11 +11,13 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// ConsultUntil returns the time until which claims acquired in the primary
-// are checked against the secondary (zero if never). It moves forward with
-// every write this Store makes to the secondary, by as long as that record
-// may live: a claim's or an extension's lease and the TTL after it, a
-// completion's or failure's TTL.
+// ConsultUntil returns the time until which a claim acquired in the
+// primary is refused when the secondary cannot be read to check it (zero
+// if never); every acquisition is checked, and outside this window one the
+// secondary cannot answer for stands (see the package documentation). It
+// moves forward with every write this Store makes to the secondary, by as
+// long as that record may live: a claim's or an extension's lease and the
+// TTL after it, a completion's or failure's TTL.
 func (s *Store) ConsultUntil() time.Time {
 	ns := s.consultUntil.Load()
 	if ns == 0 {
@@ -24,11 +26,12 @@ func (s *Store) ConsultUntil() time.Time {
 	return time.Unix(0, ns)
 }
 
-// ConsultSecondary makes claims acquired in the primary be checked against
-// the secondary until at least t, as after an outage of this process's
-// own. Call it at start-up in a process that may have missed an outage
-// other processes wrote to the secondary (t = now + the guard's TTL). It
-// does nothing without a secondary.
+// ConsultSecondary makes a claim acquired in the primary be refused when
+// the secondary cannot be read to check it, until at least t, as after an
+// outage of this process's own (ConsultUntil). Call it at start-up in a
+// process that may have missed an outage other processes wrote to the
+// secondary (t = now + the guard's TTL). It does nothing without a
+// secondary.
 func (s *Store) ConsultSecondary(t time.Time) {
 	if s.secondary == nil {
 		return
@@ -97,10 +100,24 @@ func (s *Store) getSecondary(ctx context.Context, key guard.Key) (guard.Record, 
 // switchBack checks a lease just acquired in the primary against the
 // secondary (rule 2 of the package documentation).
 func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guard.Outcome) (guard.Outcome, error) {
+	if !s.consulting() && time.Now().UnixNano() < s.uncheckedUntil.Load() {
+		return out, nil // the secondary did not answer such a check just now (below)
+	}
 	s.gate.drain() // wait for the secondary claims already decided (rule 3)
 	rec, err := s.getSecondary(ctx, req.Key)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
+		return out, nil
+	case err != nil && ctx.Err() == nil && !s.consulting():
+		// Nothing this Store wrote to the secondary may live there: what
+		// the check looks for is another process's outage (a replica
+		// whose breaker opened when this one's did not). A secondary that
+		// cannot answer it does not stop a primary that answers, nor is it
+		// asked again for OpenTimeout: its trouble costs claims no more
+		// than one bound each while Redis serves them.
+		s.uncheckedUntil.Store(time.Now().Add(s.opts.OpenTimeout).UnixNano())
+		s.opts.Logger.WarnContext(ctx, "idemguard: the secondary store cannot be checked; claims the primary grants are not checked against it for a while",
+			"breaker", s.opts.Name, "for", s.opts.OpenTimeout.String(), "err", err.Error())
 		return out, nil
 	case err != nil:
 		s.undo(ctx, req)

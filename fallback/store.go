@@ -33,9 +33,12 @@ type Store struct {
 
 	// gate orders claims sent to the secondary before switch-back checks.
 	gate gate
-	// consultUntil (unix ns): until then, primary acquisitions are checked
-	// against the secondary.
+	// consultUntil (unix ns): until then, a primary acquisition the
+	// secondary cannot be asked about is refused.
 	consultUntil atomic.Int64
+	// uncheckedUntil (unix ns): a check outside the consult window went
+	// unanswered; until then acquisitions outside it are not checked.
+	uncheckedUntil atomic.Int64
 	// owners remembers the leases held in the secondary.
 	owners owners
 	// secondaryTTL is the longest TTL a claim in the secondary asked for:
@@ -76,7 +79,7 @@ func New(primary guard.Store, opts Options) (*Store, error) {
 func (s *Store) State() State { return s.cb.state() }
 
 // Claim implements guard.Store. With the breaker closed it claims in the
-// primary (checked against the secondary after an outage); with it open it
+// primary (each acquisition checked against a secondary); with it open it
 // follows the Policy. A claim refused because the breaker kept it from the
 // primary gets an error wrapping guard.ErrUnavailable and ErrBreakerOpen.
 func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
@@ -277,7 +280,7 @@ func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op
 
 // Get implements guard.Store. It reads the primary; the secondary when the
 // primary is unavailable under the Secondary policy, or when the primary
-// has no record while switch-back checks are on.
+// has no record before ConsultUntil.
 func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 	var rec guard.Record
 	err := s.primaryWrite(ctx, func(ctx context.Context) error {

@@ -1,0 +1,131 @@
+package fallback_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// replica is one process of a service run as several (gateway replicas):
+// a client of its own on the shared Redis, a Postgres Store of its own on
+// the shared tables, and a fallback.Store with a breaker of its own.
+type replica struct {
+	s *fallback.Store
+	g *guard.Guard
+}
+
+func newReplica(t *testing.T, srv *testenv.Server, prefix string, pg *pgstore.Store, opts fallback.Options) replica {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	opts.Policy, opts.Secondary, opts.Logger = fallback.Secondary, pg, quiet
+	s := newStore(t, guard.NewRedisStore(c, guard.RedisOptions{Prefix: prefix}), opts)
+	return replica{s: s, g: guard.New(s, guard.Options{Lease: 5 * time.Second, TTL: time.Hour})}
+}
+
+// A key one replica completed in the secondary during an outage its
+// breaker saw is not run again through Redis by another replica whose
+// breaker never opened (it had no claim to make while Redis was away):
+// every acquisition Redis grants is checked against the secondary, not
+// only in the process that wrote there.
+func TestReplicaSwitchBack(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	pgA, db := pgStore(t)
+	pgB, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.Prefix(t)
+	opts := fallback.Options{Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, OpenTimeout: time.Minute}
+	aOpts := opts
+	aOpts.FailuresToOpen = 1
+	a := newReplica(t, srv, prefix, pgA, aOpts)
+	b := newReplica(t, srv, prefix, pgB, opts)
+
+	ran := newEffects()
+	do := func(r replica, id string) (guard.Result, error) {
+		return r.g.Do(bg, guard.Key{Scope: "replica", ID: id}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+			ran.add(id)
+			return []byte("paid " + id), nil
+		})
+	}
+	// Both replicas have served a key through Redis: their pools are warm.
+	for i, r := range []replica{a, b} {
+		if _, err := do(r, "warm-"+string(rune('a'+i))); err != nil {
+			t.Fatalf("warm-up: %v", err)
+		}
+	}
+
+	srv.Kill()
+	openBreaker(t, a.s)
+	if res, err := do(a, "k"); err != nil || res.Replayed || ran.get("k") != 1 {
+		t.Fatalf("replica A during the outage: %+v, %v (ran %d)", res, err, ran.get("k"))
+	}
+	srv.Restart()
+
+	// Replica B's breaker is closed: it had nothing to claim during the
+	// outage. The retry of k reaches it.
+	if st := b.s.State(); st != fallback.StateClosed {
+		t.Fatalf("replica B's breaker: %v, want closed", st)
+	}
+	var res guard.Result
+	testenv.WaitFor(t, 10*time.Second, "replica B answers k", func() bool {
+		res, err = do(b, "k")
+		return err == nil // a first call on a pool of dead connections may fail
+	})
+	if n := ran.get("k"); n != 1 || !res.Replayed || string(res.Value) != "paid k" {
+		t.Fatalf("retry of k through replica B: %+v (ran %d times, want 1 and a replay)", res, n)
+	}
+}
+
+// getCounter counts the reads that reach the store it wraps.
+type getCounter struct {
+	guard.Store
+	gets atomic.Int64
+}
+
+func (c *getCounter) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+// The check of every acquisition against the secondary (for another
+// replica's outage) does not make the secondary a dependency of a primary
+// that answers: a Store that wrote nothing there lets the primary's lease
+// stand when the secondary cannot be read, and does not ask it again for
+// OpenTimeout, so its trouble costs one check, not one per claim.
+func TestReplicaSecondaryDownPrimaryServes(t *testing.T) {
+	t.Parallel()
+	p := newPrimary(t)
+	pg, db := pgStore(t)
+	sec := &getCounter{Store: pg}
+	s := newStore(t, p.store, fallback.Options{Policy: fallback.Secondary, Secondary: sec, OpenTimeout: time.Minute,
+		Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet})
+	g := guard.New(s, guard.Options{Lease: 5 * time.Second, TTL: time.Hour})
+	_ = db.Close() // PostgreSQL is gone; Redis serves
+	ran := newEffects()
+	for _, id := range []string{"a", "b", "c"} {
+		res, err := g.Do(bg, guard.Key{Scope: "replica", ID: id}, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+			ran.add(id)
+			return []byte("paid " + id), nil
+		})
+		if err != nil || res.Replayed || ran.get(id) != 1 {
+			t.Fatalf("Do %s with the secondary down: %+v, %v (ran %d)", id, res, err, ran.get(id))
+		}
+	}
+	if n := sec.gets.Load(); n != 1 {
+		t.Fatalf("%d reads of the unreadable secondary for three claims, want 1", n)
+	}
+	if st := s.State(); st != fallback.StateClosed {
+		t.Fatalf("breaker %v: the secondary's trouble is not the primary's", st)
+	}
+}
