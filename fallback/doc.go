@@ -62,7 +62,13 @@
 // outage is unknown to the secondary, so a retry during the outage runs it
 // there again; a holder that claimed in Redis and is still running when
 // Redis dies cannot stop a retry from claiming in the secondary; a Redis
-// that comes back empty has forgotten what it held. The two stores number
+// that comes back empty has forgotten what it held. An outage is what the
+// breaker counts, not what Redis knows: a Redis that answers late (a burst
+// that keeps calls waiting for the client's pool past Options.Timeout) or
+// refuses writes (OOM under noeviction) opens it too, and while it is open
+// retries of keys Redis holds completed run again in the secondary (seen
+// in a storm of three replicas: a burst of retries after recovery opened
+// two breakers again, and a hundred keys ran twice). The two stores number
 // fences separately, so a key's fence can go down when it moves between
 // them; Backstop.Commit's unique row, not fence order, keeps the effect
 // single across an outage. Processes over one primary and one secondary
