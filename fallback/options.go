@@ -23,8 +23,9 @@ const (
 	// while the breaker is open. A claim whose own primary call fails is
 	// refused with ErrUnavailable, not retried in the secondary: the
 	// primary may have taken it before its answer was lost. Keys held or
-	// completed in the secondary are honoured when the primary returns
-	// (see Store).
+	// completed in the secondary are honoured when the primary returns,
+	// whichever process wrote them (see Store): every claim the primary
+	// grants costs a read of the secondary.
 	Secondary
 	// FailOpen lets the effect run unguarded: Claim answers Acquired with a
 	// lease that is recorded nowhere (Fence 0, see Unguarded), and the
