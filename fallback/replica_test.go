@@ -2,15 +2,20 @@ package fallback_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -127,5 +132,85 @@ func TestReplicaSecondaryDownPrimaryServes(t *testing.T) {
 	}
 	if st := s.State(); st != fallback.StateClosed {
 		t.Fatalf("breaker %v: the secondary's trouble is not the primary's", st)
+	}
+}
+
+// TestReplicaSplitOverBackstop: two replicas whose breakers disagree, as
+// in the moment Redis returns (here replica A is cut off from Redis while
+// B reaches it), each over backstop.Wrap on the tables its secondary
+// uses. A key one of them holds, in the secondary (A) or in Redis with
+// Wrap's mark (B), is in progress for the other, and once committed
+// replays there: each key is paid once. Without Wrap the two stores share
+// nothing at that moment, and both would run it (doc.go).
+func TestReplicaSplitOverBackstop(t *testing.T) {
+	t.Parallel()
+	pg, db := pgStore(t)
+	pgenv.PaymentsTable(t, db)
+	prefix := testenv.Prefix(t)
+	over := func(addr string, pg guard.Store) (*fallback.Store, *guard.Guard, *backstop.Backstop) {
+		c := redis.NewClient(&redis.Options{Addr: addr, DialerRetries: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		b, err := backstop.New(db, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(t, backstop.Wrap(guard.NewRedisStore(c, guard.RedisOptions{Prefix: prefix}), b), fallback.Options{
+			Policy: fallback.Secondary, Secondary: pg, FailuresToOpen: 1, OpenTimeout: time.Hour,
+			Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet})
+		return s, guard.New(s, guard.Options{Lease: 30 * time.Second, TTL: time.Hour}), b
+	}
+	pgB, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sA, gA, bA := over("127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)), pg) // nothing listens: A's Redis is out
+	_, gB, bB := over(testenv.RedisAddr(t), pgB)
+	openBreaker(t, sA)
+
+	paid := func(b *backstop.Backstop, hold chan struct{}) guard.Func {
+		return b.Func("fp", func(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.ID, l.Fence); err != nil {
+				return nil, err
+			}
+			if hold != nil {
+				<-hold
+			}
+			return []byte("paid " + l.Key.ID), nil
+		})
+	}
+	for _, c := range []struct {
+		id                string
+		holder, other     *guard.Guard
+		holderB, otherB   *backstop.Backstop
+		holderIn, otherIn string
+	}{
+		{"held-in-secondary", gA, gB, bA, bB, "A (secondary)", "B (Redis)"},
+		{"held-in-redis", gB, gA, bB, bA, "B (Redis)", "A (secondary)"},
+	} {
+		k := guard.Key{Scope: "split", ID: c.id}
+		hold, done := make(chan struct{}), make(chan error, 1)
+		started := make(chan struct{})
+		go func() {
+			_, err := c.holder.Do(bg, k, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+				close(started)
+				return paid(c.holderB, hold)(ctx, l)
+			})
+			done <- err
+		}()
+		<-started
+		if _, err := c.other.Do(bg, k, "fp", paid(c.otherB, nil)); !errors.Is(err, guard.ErrInProgress) {
+			t.Errorf("%s: %s claims it while %s holds it: %v, want ErrInProgress", c.id, c.otherIn, c.holderIn, err)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatalf("%s: holder %s: %v", c.id, c.holderIn, err)
+		}
+		res, err := c.other.Do(bg, k, "fp", paid(c.otherB, nil))
+		if err != nil || !res.Replayed || string(res.Value) != "paid "+c.id {
+			t.Errorf("%s: %s after %s completed: %+v, %v; want its replay", c.id, c.otherIn, c.holderIn, res, err)
+		}
+	}
+	if rows, keys := pgenv.CountPayments(t, db); rows != 2 || keys != 2 {
+		t.Fatalf("payments: %d rows for %d keys, want one each for 2", rows, keys)
 	}
 }
