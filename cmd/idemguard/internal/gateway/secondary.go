@@ -10,19 +10,21 @@ import (
 )
 
 // consultSecondary runs at start under fallback policy secondary. The
-// fallback's switch-back check (a claim Redis grants is checked against
-// PostgreSQL) lives in the process that wrote to PostgreSQL during an
-// outage; a gateway started after one (a restart, a deploy, another
-// replica) would claim in Redis a key PostgreSQL holds, and run it again.
-// So the gateway reads when the last live record of its own in the
-// secondary's keys table expires (rows under its SecondaryScopeTag; other
-// services' gateways sharing the table are not its business), by the
-// database's clock, and checks against it until then (none: no check, no
-// cost). Rows of an older version (under a bare scope, secondaryscope.go)
-// may be any gateway's: while they live they are checked against too,
-// and honoured read only. A secondary it cannot read is taken to hold
-// records for the longest route's lease and TTL: an unknown answer never
-// runs an effect, and fresh keys then wait for PostgreSQL to answer.
+// fallback checks every claim Redis grants against PostgreSQL, but one
+// PostgreSQL cannot answer stands unless a record the process wrote there
+// may still live (fallback.Store.ConsultUntil); a gateway started after an
+// outage (a restart, a deploy, another replica) wrote none, so it would
+// let Redis run a key PostgreSQL holds whenever PostgreSQL failed to
+// answer the check. So the gateway reads when the last live record of its
+// own in the secondary's keys table expires (rows under its
+// SecondaryScopeTag; other services' gateways sharing the table are not
+// its business), by the database's clock, and refuses such claims until
+// then (none: a check PostgreSQL cannot answer lets the claim stand). Rows
+// of an older version (under a bare scope, secondaryscope.go) may be any
+// gateway's: while they live they are honoured too, read only. A
+// secondary it cannot read at start is taken to hold records for the
+// longest route's lease and TTL: an unknown answer never runs an effect,
+// and fresh keys then wait for PostgreSQL to answer.
 func (gw *Gateway) consultSecondary(ctx context.Context) {
 	if gw.fb == nil || gw.db == nil || gw.secondary == nil {
 		return
