@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,17 +91,6 @@ func TestReplicaSwitchBack(t *testing.T) {
 	}
 }
 
-// getCounter counts the reads that reach the store it wraps.
-type getCounter struct {
-	guard.Store
-	gets atomic.Int64
-}
-
-func (c *getCounter) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
 // The check of every acquisition against the secondary (for another
 // replica's outage) does not make the secondary a dependency of a primary
 // that answers: a Store that wrote nothing there lets the primary's lease
@@ -112,7 +100,7 @@ func TestReplicaSecondaryDownPrimaryServes(t *testing.T) {
 	t.Parallel()
 	p := newPrimary(t)
 	pg, db := pgStore(t)
-	sec := &getCounter{Store: pg}
+	sec := &counting{Store: pg}
 	s := newStore(t, p.store, fallback.Options{Policy: fallback.Secondary, Secondary: sec, OpenTimeout: time.Minute,
 		Timeout: 3 * time.Second, SecondaryTimeout: 5 * time.Second, Logger: quiet})
 	g := guard.New(s, guard.Options{Lease: 5 * time.Second, TTL: time.Hour})

@@ -13,15 +13,20 @@ import (
 	"github.com/idemguard/idemguard/pgstore"
 )
 
-// claimCounter counts the claims that reach the store it wraps.
-type claimCounter struct {
+// counting counts the claims and the reads that reach the store it wraps.
+type counting struct {
 	guard.Store
-	claims atomic.Int64
+	claims, gets atomic.Int64
 }
 
-func (c *claimCounter) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+func (c *counting) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
 	c.claims.Add(1)
 	return c.Store.Claim(ctx, req)
+}
+
+func (c *counting) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
 }
 
 // TestWaitReadsWhileSecondaryHolds: guard.Wait over a Store whose key is
@@ -55,7 +60,7 @@ func TestWaitReadsWhileSecondaryHolds(t *testing.T) {
 				}
 				inner = backstop.Wrap(p.store, b)
 			}
-			primary, secondary := &claimCounter{Store: inner}, &claimCounter{Store: pg}
+			primary, secondary := &counting{Store: inner}, &counting{Store: pg}
 			openFor := time.Hour
 			if c.back {
 				openFor = 300 * time.Millisecond
