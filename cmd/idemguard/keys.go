@@ -211,11 +211,18 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	c, store, err := rf.open(ctx)
-	if err != nil {
-		return err
+	// With --postgres, a Redis that does not answer or a record it holds
+	// that cannot be read does not hide the row: during an outage the
+	// row a fallback or the backstop keeps is the key's one record. The
+	// command still fails, naming Redis, once the row is shown.
+	c, store, redisFailed := rf.open(ctx)
+	var ue usageError
+	switch {
+	case redisFailed == nil:
+		defer c.Close()
+	case *pg == "" || errors.As(redisFailed, &ue):
+		return redisFailed
 	}
-	defer c.Close()
 	var pgStore *pgstore.Store
 	if *pg != "" {
 		db, err := openPostgres(ctx, *pg)
@@ -228,13 +235,22 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 
-	rec, err := store.Get(ctx, key)
+	var rec guard.Record
+	err = redisFailed
+	if store != nil {
+		rec, err = store.Get(ctx, key)
+	}
 	found := err == nil
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
 		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, key)
-	case err != nil:
+	case err != nil && pgStore == nil:
 		return fmt.Errorf("read %s from redis: %w", key, err)
+	case err != nil:
+		if redisFailed == nil {
+			redisFailed = fmt.Errorf("read %s from redis: %w", key, err)
+		}
+		fmt.Fprintf(stdout, "redis %s: not read: %s\n", *rf.shown, oneLine(redisFailed.Error()))
 	default:
 		name := store.Name(key)
 		fmt.Fprintf(stdout, "redis %s  %s\n", *rf.shown, shown(name))
@@ -267,6 +283,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if errors.Is(err, guard.ErrNotFound) && errors.Is(gerr, guard.ErrNotFound) {
 			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", key, shown(strconv.Quote(*rf.prefix)))
 		}
+	}
+	if redisFailed != nil {
+		return redisFailed
 	}
 	if !found {
 		return fmt.Errorf("no record for %s", key)

@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/pgstore"
 )
 
 // An operator's release of a first attempt must not hand the next holder
@@ -371,5 +372,52 @@ func TestListOtherPrefixes(t *testing.T) {
 	code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix)
 	if code != 0 || !strings.Contains(out, "mine") || strings.Contains(out, "theirs") || !strings.Contains(stderr, "1 pending keys (of 1 records") {
 		t.Errorf("exit %d:\n%s%s", code, out, stderr)
+	}
+}
+
+// During a Redis outage the row in PostgreSQL (a fallback's, the
+// backstop's, a pgstore.Store's) is the one record of the key there is:
+// inspect --postgres shows it, and still exits 1 naming Redis. So does a
+// Redis record that cannot be read: the row is shown beside the error.
+func TestInspectPostgresWhenRedisFails(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := guard.Key{Scope: "billing", ID: "invoice-7"}
+	if _, err := guard.New(pg, guard.Options{}).Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return []byte("paid"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dead := deadAddr(t)
+	code, out, stderr := cli(t, "inspect", "--redis", dead, "--postgres", dsn, key.Scope, key.ID)
+	wantError(t, code, stderr, 1, "redis at "+dead+" does not answer")
+	if !strings.Contains(out, "postgres\n") || !strings.Contains(out, "state        completed") || !strings.Contains(out, "result size  4 bytes") {
+		t.Errorf("inspect --postgres with Redis down does not show the row:\n%s", out)
+	}
+
+	addr, prefix, g := keysFixture(t)
+	named := g.Store().(*guard.RedisStore).Name(key)
+	rdb := testenv.Redis(t)
+	if err := rdb.Set(ctx, named, "\x01c\x01", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), named) })
+	code, out, stderr = cli(t, "inspect", "--redis", addr, "--prefix", prefix, "--postgres", dsn, key.Scope, key.ID)
+	wantError(t, code, stderr, 1, "corrupt record: billing/invoice-7")
+	if !strings.Contains(out, "postgres\n") || !strings.Contains(out, "state        completed") {
+		t.Errorf("inspect --postgres over a corrupt Redis record does not show the row:\n%s", out)
+	}
+	// Without --postgres there is nothing else to show: Redis's error alone.
+	code, out, stderr = cli(t, "inspect", "--redis", dead, key.Scope, key.ID)
+	wantError(t, code, stderr, 1, "does not answer")
+	if out != "" {
+		t.Errorf("inspect with Redis down and no --postgres wrote %q", out)
 	}
 }
