@@ -421,3 +421,51 @@ func TestBatchesPassThrough(t *testing.T) {
 		}
 	}
 }
+
+// A holder that loses its lease is one lease_lost, as one failed attempt is
+// one failed: its heartbeat finding the record gone and the write that ends
+// the run being refused are the same loss. Counted twice, an alert on the
+// rate of lost leases fires at half the losses it was set for, and
+// metrics.Logger warns twice. (The events come from guard: the heartbeat's
+// EventLeaseLost, keepalive.go and batch_keepalive.go, then the refused
+// Fail or Complete's, observeErr in guard.go and batch.go. Red until guard
+// emits one: guard is the lead's.)
+func TestLeaseLossCountedOnce(t *testing.T) {
+	rdb := testenv.Redis(t)
+	rs := guardenv.StoreOn(t, rdb, guard.RedisOptions{})
+	ctx := context.Background()
+	// The effect's record vanishes (Redis lost it) while it runs; it waits
+	// for its context, which the heartbeat ends, and returns the cause.
+	lose := func(key guard.Key) guard.Func {
+		return func(ctx context.Context, _ guard.Lease) ([]byte, error) {
+			if err := rdb.Del(ctx, rs.Name(key)).Err(); err != nil {
+				return nil, err
+			}
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}
+	}
+	for _, batch := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		m, err := promx.New(reg, promx.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := guard.New(m.Store(rs), guard.Options{Observer: m, Lease: 300 * time.Millisecond})
+		key := guard.Key{Scope: "metrics-lost", ID: strconv.FormatBool(batch)}
+		if batch {
+			res := g.DoBatch(ctx, []guard.BatchItem{{Key: key, Fingerprint: "fp"}}, func(ctx context.Context, _ int, l guard.Lease) ([]byte, error) {
+				return lose(key)(ctx, l)
+			}, guard.BatchOptions{})
+			err = res[0].Err
+		} else {
+			_, err = g.Do(ctx, key, "fp", lose(key))
+		}
+		if !errors.Is(err, guard.ErrLeaseLost) {
+			t.Fatalf("batch %v: %v, want ErrLeaseLost", batch, err)
+		}
+		if n := gathered(t, reg)["idemguard_outcomes_total{kind=lease_lost}"]; n != 1 {
+			t.Errorf("batch %v: one holder lost its lease once, lease_lost = %v", batch, n)
+		}
+	}
+}
