@@ -20,9 +20,9 @@ type LogOptions struct {
 	// ConflictLevel is the level of in-progress, mismatch, exhausted,
 	// lease-lost and unavailable records. Default slog.LevelWarn.
 	ConflictLevel slog.Leveler
-	// All also logs the routine events (acquired, completed, failed,
-	// released, recovered) at slog.LevelDebug; without it only recovered
-	// and failed are logged, at Info.
+	// All also logs the routine events acquired, completed and released,
+	// at slog.LevelDebug. Recovered and failed are logged at Info with or
+	// without it.
 	All bool
 	// LogKeys writes each key's id in full (an "id" attribute). By default
 	// a record names the key by its digest only (KeyDigest, the "key"
@@ -49,8 +49,9 @@ func KeyDigest(k guard.Key) string {
 }
 
 // Logger is a guard.Observer that logs every replay and every conflict
-// (in progress, mismatch, exhausted, lease lost, unavailable), and every
-// corrupt record at Error level, through
+// (in progress, mismatch, exhausted, lease lost, unavailable), every
+// recovered claim and failed attempt at Info level, and every corrupt
+// record at Error level, through
 // log/slog, with the key's scope and digest (its id too with
 // LogOptions.LogKeys), the attempt and the error.
 type Logger struct {

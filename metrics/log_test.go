@@ -141,3 +141,29 @@ func TestRedactShortIDs(t *testing.T) {
 		}
 	}
 }
+
+// The levels LogOptions.All documents: recovered and failed at Info with
+// or without it; acquired, completed and released at Debug, only with it.
+func TestLoggerRoutineLevels(t *testing.T) {
+	key := guard.Key{Scope: "s", ID: "routine"}
+	for _, all := range []bool{false, true} {
+		var buf bytes.Buffer
+		l := metrics.NewLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics.LogOptions{All: all})
+		for _, k := range []guard.EventKind{guard.EventAcquired, guard.EventRecovered, guard.EventCompleted, guard.EventFailed, guard.EventReleased} {
+			l.Observe(context.Background(), guard.Event{Kind: k, Key: key})
+		}
+		want := []string{"level=INFO msg=\"idemguard recovered\"", "level=INFO msg=\"idemguard failed\""}
+		if all {
+			want = append(want, "level=DEBUG msg=\"idemguard acquired\"", "level=DEBUG msg=\"idemguard completed\"", "level=DEBUG msg=\"idemguard released\"")
+		}
+		out := buf.String()
+		if n := strings.Count(out, "\n"); n != len(want) {
+			t.Errorf("All=%v: %d records, want %d:\n%s", all, n, len(want), out)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("All=%v: no %s in:\n%s", all, w, out)
+			}
+		}
+	}
+}
