@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -384,11 +385,15 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rf := addRedisFlags(fs)
 	stateName := fs.String("state", "pending", "records in this state: pending, completed or failed")
 	limit := fs.Int("limit", 1000, "list at most this many keys (0: no limit)")
+	format := fs.String("format", "table", "table (aligned columns, scope and id escaped: for people) or json (one object per line with the exact scope and id: for scripts)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *format != "table" && *format != "json" {
+		return usagef("--format %q: want table or json", *format)
 	}
 	state, ok := guard.ParseState(*stateName)
 	if !ok {
@@ -404,10 +409,14 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer c.Close()
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	if *format == "table" {
+		fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tFENCE\tATTEMPTS\tLEASE LEFT\tREDIS KEY")
+	}
 	n, scanned, unreadable := 0, 0, 0
 	limited := false
-	var firstBad error
+	var firstBad, werr error
 	err = store.ScanRecords(ctx, func(name string, rec guard.Record, err error) bool {
 		scanned++
 		switch {
@@ -423,6 +432,11 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			limited = true // one more than the limit
 			return false
 		}
+		n++
+		if *format == "json" {
+			werr = enc.Encode(listedOf(name, rec))
+			return werr == nil
+		}
 		lease := "-"
 		if rec.State == guard.StatePending {
 			lease = "expired"
@@ -437,11 +451,13 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			scope, id = "-", "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(scope), shown(id), rec.State, rec.Fence, rec.Attempt, lease, shown(name))
-		n++
 		return true
 	})
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", *rf.shown, err)
+	}
+	if werr != nil {
+		return fmt.Errorf("write the list: %w", werr)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
@@ -457,6 +473,31 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%d records could not be read (corrupt, or kept by another idemguard version); the first: %w", unreadable, firstBad)
 	}
 	return nil
+}
+
+// listedRecord is one line of list --format json: the record's exact
+// scope and id (absent for a completed record, which keeps neither),
+// state, fence, attempts, the holder's lease left in milliseconds (0 when
+// it ran out, and for a record that is not pending) and its Redis key.
+type listedRecord struct {
+	Scope       *string `json:"scope,omitempty"`
+	ID          *string `json:"id,omitempty"`
+	State       string  `json:"state"`
+	Fence       int64   `json:"fence"`
+	Attempts    int     `json:"attempts"`
+	LeaseLeftMS int64   `json:"lease_left_ms"`
+	RedisKey    string  `json:"redis_key"`
+}
+
+func listedOf(name string, rec guard.Record) listedRecord {
+	l := listedRecord{State: rec.State.String(), Fence: rec.Fence, Attempts: rec.Attempt, RedisKey: name}
+	if rec.Key != (guard.Key{}) {
+		l.Scope, l.ID = &rec.Key.Scope, &rec.Key.ID
+	}
+	if rec.State == guard.StatePending && rec.LeaseLeft > 0 {
+		l.LeaseLeftMS = max(rec.LeaseLeft.Milliseconds(), 1)
+	}
+	return l
 }
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {

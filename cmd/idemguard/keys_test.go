@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -420,4 +422,84 @@ func TestInspectPostgresWhenRedisFails(t *testing.T) {
 	if out != "" {
 		t.Errorf("inspect with Redis down and no --postgres wrote %q", out)
 	}
+}
+
+// A script reads list --format json: one object per line with each key's
+// exact scope and id (the table shows them padded and escaped, so a scope
+// with spaces or an id with trailing spaces or a bidi override cannot be
+// read back from it), and releases what it found by them.
+func TestListJSONForScripts(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	pending := []guard.Key{
+		{Scope: `"acct 42" POST /charges`, ID: "  trail  "},
+		{Scope: "bidi", ID: "abc\u202edef"},
+		{Scope: "s", ID: `"q" <&>`},
+	}
+	for _, k := range pending {
+		if _, err := g.Claim(ctx, k, "fp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := guard.Key{Scope: "s", ID: "done"}
+	if _, err := g.Do(ctx, done, "fp", func(context.Context, guard.Lease) ([]byte, error) { return []byte("r"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	store := g.Store().(*guard.RedisStore)
+	type listed struct {
+		Scope       *string `json:"scope"`
+		ID          *string `json:"id"`
+		State       string  `json:"state"`
+		Fence       int64   `json:"fence"`
+		Attempts    int     `json:"attempts"`
+		LeaseLeftMS int64   `json:"lease_left_ms"`
+		RedisKey    string  `json:"redis_key"`
+	}
+	read := func(state string) []listed {
+		t.Helper()
+		code, out, stderr := cli(t, "list", "--redis", addr, "--prefix", prefix, "--state", state, "--format", "json")
+		if code != 0 {
+			t.Fatalf("list --format json: exit %d: %s", code, stderr)
+		}
+		var recs []listed
+		for line := range strings.Lines(out) {
+			var r listed
+			dec := json.NewDecoder(strings.NewReader(line))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&r); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			recs = append(recs, r)
+		}
+		return recs
+	}
+	got := read("pending")
+	if len(got) != len(pending) {
+		t.Fatalf("%d pending records listed, want %d: %+v", len(got), len(pending), got)
+	}
+	for _, k := range pending {
+		i := slices.IndexFunc(got, func(r listed) bool { return r.Scope != nil && r.ID != nil && *r.Scope == k.Scope && *r.ID == k.ID })
+		if i < 0 {
+			t.Errorf("%q not listed with its exact scope and id: %+v", k, got)
+			continue
+		}
+		r := got[i]
+		if r.State != "pending" || r.Fence != 1 || r.Attempts != 1 || r.LeaseLeftMS <= 0 || r.RedisKey != store.Name(k) {
+			t.Errorf("%q listed as %+v", k, r)
+		}
+		code, _, stderr := cli(t, "release", "--force", "--redis", addr, "--prefix", prefix, "--", *r.Scope, *r.ID)
+		if code != 0 {
+			t.Errorf("release of %q as list gave it: exit %d: %s", k, code, stderr)
+		}
+	}
+	if left := read("pending"); len(left) != 0 {
+		t.Errorf("pending after releasing what list gave: %+v", left)
+	}
+	// A completed record keeps no scope and id: none is given, its Redis key is.
+	c := read("completed")
+	if len(c) != 1 || c[0].Scope != nil || c[0].ID != nil || c[0].State != "completed" || c[0].RedisKey != store.Name(done) || c[0].LeaseLeftMS != 0 {
+		t.Errorf("completed listed as %+v", c)
+	}
+	code, _, stderr := cli(t, "list", "--redis", addr, "--format", "yaml")
+	wantError(t, code, stderr, 2, `--format "yaml"`)
 }

@@ -3,7 +3,7 @@
 //	idemguard demo [--redis ADDR] [--postgres DSN] [--metrics ADDR]
 //	idemguard bench [--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]
 //	idemguard inspect [--redis ADDR] [--prefix P] [--postgres DSN] SCOPE ID | REDIS-KEY
-//	idemguard list [--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N]
+//	idemguard list [--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N] [--format table|json]
 //	idemguard release [--redis ADDR] [--prefix P] [--force] SCOPE ID
 //	idemguard migrate --postgres DSN up | --postgres DSN --force down
 //	idemguard purge --postgres DSN [--before DURATION] [--lock-addrs LIST]
@@ -48,7 +48,7 @@ func commands() []command {
 		{"demo", "[--redis ADDR] [--postgres DSN] [--metrics ADDR]", "run duplicate storms through the HTTP and consumer adapters and count the effects", runDemo},
 		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
 		{"inspect", "[--redis ADDR] [--prefix P] [--postgres DSN] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
-		{"list", "[--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N]", "list keys in a state (SCAN)", runList},
+		{"list", "[--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N] [--format table|json]", "list keys in a state (SCAN)", runList},
 		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key: its attempt fails, the next claim takes over with a larger fence (never a completed key)", runRelease},
 		{"migrate", "--postgres DSN up | --postgres DSN --force down", "apply, or roll back and drop, the SQL backstop's schema", runMigrate},
 		{"purge", "--postgres DSN [--before DURATION] [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
