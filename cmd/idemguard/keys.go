@@ -244,7 +244,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	found := err == nil
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, key)
+		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, shown(key.String()))
 	case err != nil && pgStore == nil:
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	case err != nil:
@@ -282,7 +282,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			printRecord(stdout, grec)
 		}
 		if errors.Is(err, guard.ErrNotFound) && errors.Is(gerr, guard.ErrNotFound) {
-			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", key, shown(strconv.Quote(*rf.prefix)))
+			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", shown(key.String()), shown(strconv.Quote(*rf.prefix)))
 		}
 	}
 	if redisFailed != nil {
@@ -305,7 +305,7 @@ func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Wr
 	rec, err := store.GetByName(ctx, name)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.shown, name)
+		fmt.Fprintf(stdout, "redis %s: no record under %s\n", *rf.shown, shown(name))
 		return fmt.Errorf("no record under %s", name)
 	case err != nil:
 		return fmt.Errorf("read %s from redis: %w", name, err)
@@ -527,7 +527,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case guard.StateCompleted:
 		return fmt.Errorf("%s is completed (fence %d): its effect happened, releasing it would let it run again; refusing", key, rec.Fence)
 	case guard.StateFailed:
-		fmt.Fprintf(stdout, "%s is failed (attempt %d): no holder has it, the next claim retries it unless its guard's MaxAttempts are spent; nothing to do\n", key, rec.Attempt)
+		fmt.Fprintf(stdout, "%s is failed (attempt %d): no holder has it, the next claim retries it unless its guard's MaxAttempts are spent; nothing to do\n", shown(key.String()), rec.Attempt)
 		return nil
 	}
 	if rec.LeaseLeft > 0 && !*force {
@@ -552,10 +552,10 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if rec.LeaseLeft > 0 {
 		fmt.Fprintf(stderr, "warning: %s: its holder's lease was alive for %s: it may still be running, and its effect may then happen twice unless downstream writes check Lease.Fence or the backstop\n",
-			key, rec.LeaseLeft.Round(time.Millisecond))
+			shown(key.String()), rec.LeaseLeft.Round(time.Millisecond))
 	}
 	fmt.Fprintf(stdout, "released %s: its attempt %d (fence %d) is failed, its holder's later writes are refused; the next claim takes it over with fence %d (a key at its guard's MaxAttempts is exhausted)\n",
-		key, rec.Attempt, rec.Fence, rec.Fence+1)
+		shown(key.String()), rec.Attempt, rec.Fence, rec.Fence+1)
 	return nil
 }
 

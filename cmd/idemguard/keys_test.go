@@ -503,3 +503,34 @@ func TestListJSONForScripts(t *testing.T) {
 	code, _, stderr := cli(t, "list", "--redis", addr, "--format", "yaml")
 	wantError(t, code, stderr, 2, `--format "yaml"`)
 }
+
+// A key is anyone's text (a client picks its Idempotency-Key; list
+// --format json hands it to a script as stored): what inspect and release
+// write about it shows a bidirectional override or an invisible character
+// escaped, as list's table does, never raw for the terminal to obey.
+func TestKeyEchoedEscaped(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	raw := "\u202e\u200b"
+	run := guard.Key{Scope: "s" + raw, ID: "run" + raw}
+	if _, err := g.Claim(ctx, run, "fp"); err != nil {
+		t.Fatal(err)
+	}
+	failed := guard.Key{Scope: "s" + raw, ID: "failed" + raw}
+	if _, err := g.Do(ctx, failed, "fp", func(context.Context, guard.Lease) ([]byte, error) { return nil, errors.New("no") }); err == nil {
+		t.Fatal("want the failure")
+	}
+	for _, args := range [][]string{
+		{"release", "--force", "--", run.Scope, run.ID},
+		{"release", "--", failed.Scope, failed.ID},
+		{"inspect", "--", "s" + raw, "absent" + raw},
+	} {
+		_, out, stderr := cli(t, append([]string{args[0], "--redis", addr, "--prefix", prefix}, args[1:]...)...)
+		if strings.ContainsAny(out+stderr, raw) {
+			t.Errorf("%s writes the key raw:\n%q\n%q", args[0], out, stderr)
+		}
+		if !strings.Contains(out+stderr, `\u202e`) {
+			t.Errorf("%s does not show the key escaped:\n%s%s", args[0], out, stderr)
+		}
+	}
+}
