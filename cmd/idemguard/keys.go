@@ -374,6 +374,14 @@ func printRecord(w io.Writer, r guard.Record) {
 	fmt.Fprintf(tw, "  lease left\t%s\n", lease)
 	fmt.Fprintf(tw, "  expires in\t%s\n", ttl)
 	fmt.Fprintf(tw, "  result size\t%d bytes\n", len(r.Result))
+	if len(r.Steps) > 0 {
+		// The steps stored, in order: the next attempt resumes after them.
+		steps := make([]string, len(r.Steps))
+		for i, st := range r.Steps {
+			steps[i] = fmt.Sprintf("%s (%d bytes)", shown(st.Name), len(st.Result))
+		}
+		fmt.Fprintf(tw, "  steps\t%s\n", strings.Join(steps, ", "))
+	}
 	if r.LastError != "" {
 		fmt.Fprintf(tw, "  last error\t%s\n", shown(r.LastError))
 	}

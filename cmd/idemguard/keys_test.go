@@ -534,3 +534,37 @@ func TestKeyEchoedEscaped(t *testing.T) {
 		}
 	}
 }
+
+// inspect shows the steps a pending or failed record keeps, in order, by
+// name and size: before releasing a stuck checkout an operator sees that
+// its charge step is stored (the next attempt resumes after it) or not.
+func TestInspectShowsSteps(t *testing.T) {
+	addr, prefix, g := keysFixture(t)
+	ctx := context.Background()
+	key := guard.Key{Scope: "POST /checkout", ID: "cart-9"}
+	if _, err := g.Do(ctx, key, "fp", func(ctx context.Context, l guard.Lease) ([]byte, error) {
+		if _, err := guard.Step(ctx, l, "reserve", func(context.Context) ([]byte, error) { return []byte("r-1"), nil }); err != nil {
+			return nil, err
+		}
+		if _, err := guard.Step(ctx, l, "charge\u202e", func(context.Context) ([]byte, error) { return []byte("ch_12345"), nil }); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("order service down")
+	}); err == nil {
+		t.Fatal("want the failure")
+	}
+	code, out, stderr := cli(t, "inspect", "--redis", addr, "--prefix", prefix, key.Scope, key.ID)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "  steps        reserve (3 bytes), charge\\u202e (8 bytes)\n") {
+		t.Errorf("inspect of a failed record with two steps:\n%s", out)
+	}
+	done := guard.Key{Scope: "POST /checkout", ID: "cart-10"}
+	if _, err := g.Do(ctx, done, "fp", func(context.Context, guard.Lease) ([]byte, error) { return []byte("ok"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ := cli(t, "inspect", "--redis", addr, "--prefix", prefix, done.Scope, done.ID); strings.Contains(out, "steps") {
+		t.Errorf("a record without steps shows a steps line:\n%s", out)
+	}
+}
