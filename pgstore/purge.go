@@ -30,7 +30,10 @@ type PurgeOptions struct {
 // Live rows are never touched, but for the steps of a key it deletes
 // (that key starts afresh when claimed again). It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
-// for the next purge.
+// for the next purge. On a database whose default isolation is stricter
+// than READ COMMITTED, a batch refused with a serialization failure (it
+// met a row changed since it began) is run again, as the Store's
+// statements are.
 func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	if opts.BatchSize < 0 {
 		return 0, fmt.Errorf("pgstore: purge batch size %d is negative", opts.BatchSize)
@@ -63,7 +66,11 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			res, err := s.db.ExecContext(ctx, q, opts.BatchSize, opts.Before.Microseconds())
+			// Run again after a serialization failure, as the Store's
+			// statements are: on a database whose default isolation is
+			// REPEATABLE READ, a batch meeting an expired row changed since
+			// its statement began fails so, having changed nothing.
+			res, err := s.exec(ctx, q, opts.BatchSize, opts.Before.Microseconds())
 			if err != nil {
 				return total, dbErr(ctx, "purge "+p.name, err)
 			}

@@ -1,9 +1,11 @@
 package pgstore_test
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -111,5 +113,66 @@ func TestPurgeSteps(t *testing.T) {
 	var left int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idemguard_steps`).Scan(&left); err != nil || left != 10 {
 		t.Fatalf("%d step rows left, %v; want 10", left, err)
+	}
+}
+
+// TestPurgeStrictIsolation: on a database whose default isolation is
+// REPEATABLE READ, a purge batch that meets an expired row changed after
+// the batch's statement began (a claim taking the key over, a commit)
+// fails with a serialization failure, which changed nothing: it is run
+// again, as the Store's statements are, not returned (a purge under
+// traffic failed so every few runs). The change is made while the batch
+// waits for a table lock after its snapshot was taken: one round trip
+// per statement (binary_parameters, as pgx sends them too).
+func TestPurgeStrictIsolation(t *testing.T) {
+	t.Parallel()
+	db, dsn := testenv.Postgres(t)
+	if err := pgstore.Migrate(ctx, db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rr := testenv.DSNWithIsolation(t, dsn, "repeatable read") + "&binary_parameters=yes"
+	rdb, err := sql.Open("postgres", rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := pgenv.Store(t, rdb, pgstore.Options{})
+	pgenv.Exec(t, db, `INSERT INTO idemguard_keys (scope, id, fingerprint, status, token, fence, result, expires_at)
+		VALUES ('s', 'old', 'fp', 'completed', 't', 1, 'r', now() - interval '1 minute')`)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE idemguard_keys IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE idemguard_keys SET last_error = 'touched' WHERE scope = 's' AND id = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	type purged struct {
+		n   int64
+		err error
+	}
+	done := make(chan purged, 1)
+	go func() {
+		n, err := s.Purge(ctx, pgstore.PurgeOptions{})
+		done <- purged{n, err}
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the purge of the keys to wait for the table lock", func() bool {
+		var waiting bool
+		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM %idemguard_keys%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.n != 1 {
+		t.Fatalf("Purge = %d, %v; want the expired row purged", got.n, got.err)
 	}
 }
