@@ -74,7 +74,7 @@ const (
 	Scope = attribute.Key("idemguard.scope")
 	// Outcome is what happened: for a claim the guard.Status
 	// ("acquired", "replay", "in_progress", "mismatch", "exhausted"); for
-	// a write "ok"; for the effect "ok", "error" or "rejected"; on any
+	// a write "ok"; for the effect "ok", "error", "rejected" or "panic"; on any
 	// span "lease_lost", "unavailable" or "error" when the call failed;
 	// on the caller's span the last guard.Event's kind.
 	Outcome = attribute.Key("idemguard.outcome")
