@@ -67,7 +67,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	before, err := m.Version(ctx)
+	before, migrated, err := appliedVersion(ctx, db, opts)
 	if err != nil {
 		return fmt.Errorf("read the schema version: %w", err)
 	}
@@ -76,20 +76,57 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("the database is at schema version %d, newer than this build knows (latest %d): "+
 			"a newer idemguard migrated it; use that one", before, m.Latest())
 	}
-	if fs.Arg(0) == "up" {
+	switch {
+	case fs.Arg(0) == "up":
 		err = m.Up(ctx)
-	} else {
+	case migrated:
 		err = m.Down(ctx)
+	default:
+		// Never migrated: nothing to undo, and Down would make the
+		// schema (and a version table) to look for what to undo.
 	}
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", fs.Arg(0), err)
 	}
-	after, err := m.Version(ctx)
+	after, _, err := appliedVersion(ctx, db, opts)
 	if err != nil {
 		return fmt.Errorf("read the schema version: %w", err)
 	}
 	fmt.Fprintf(stdout, "migrated %s: schema version %d -> %d (latest %d)\n", fs.Arg(0), before, after, m.Latest())
 	return nil
+}
+
+// appliedVersion is the newest migration applied to the tables opts
+// names, and whether their version table exists (0 and false when it does
+// not: never migrated, or migrated down). Unlike
+// Migrator.Version it makes nothing: that one creates the schema and the
+// version table it reads, which before a down made a schema that was
+// never there and after it put back the table the down had dropped.
+func appliedVersion(ctx context.Context, db *sql.DB, opts pgstore.Options) (version int, exists bool, err error) {
+	prefix := opts.TablePrefix
+	if prefix == "" {
+		prefix = pgstore.DefaultTablePrefix
+	}
+	// The table as the Migrator names it: in the schema, or unqualified
+	// (the search_path).
+	var table sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass(CASE WHEN $1 = '' THEN quote_ident($2)
+		ELSE quote_ident($1) || '.' || quote_ident($2) END)::text`, opts.Schema, prefix+"schema_migrations").Scan(&table); err != nil {
+		return 0, false, err
+	}
+	if !table.Valid {
+		return 0, false, nil
+	}
+	var v sql.NullInt64
+	err = db.QueryRowContext(ctx, `SELECT max(version) FROM `+table.String).Scan(&v)
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) && coded.SQLState() == "42P01" {
+		return 0, false, nil // dropped meanwhile by a concurrent down
+	}
+	if err != nil {
+		return 0, true, err
+	}
+	return int(v.Int64), true, nil
 }
 
 func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -300,3 +300,65 @@ func TestPurgeLockPerTables(t *testing.T) {
 		t.Errorf("the lock name %q carries credentials", nameA)
 	}
 }
+
+// migrate --force down leaves no idemguard table behind, the version
+// table included (the version it reports after the down must not make it
+// again), and one run on a database never migrated makes nothing: no
+// schema, no table.
+func TestMigrateDownLeavesNothing(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	tables := func(schema string) []string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+			WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) ORDER BY 1`, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, n)
+		}
+		return names
+	}
+	if code, _, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, out, stderr := cli(t, "migrate", "--postgres", dsn, "--force", "down")
+	if code != 0 || !regexp.MustCompile(`migrated down: schema version [1-9]\d* -> 0 `).MatchString(out) {
+		t.Fatalf("down: exit %d: %s %s", code, out, stderr)
+	}
+	if left := tables(""); len(left) != 0 {
+		t.Errorf("tables left after migrate --force down: %v", left)
+	}
+	// down again, and down of a schema never made.
+	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "--force", "down")
+	if code != 0 || !strings.Contains(out, "schema version 0 -> 0") {
+		t.Fatalf("down again: exit %d: %s %s", code, out, stderr)
+	}
+	schema := "never_made_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	code, out, stderr = cli(t, "migrate", "--postgres", dsn, "--schema", schema, "--force", "down")
+	if code != 0 || !strings.Contains(out, "schema version 0 -> 0") {
+		t.Fatalf("down of a schema never made: exit %d: %s %s", code, out, stderr)
+	}
+	var made bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&made); err != nil {
+		t.Fatal(err)
+	}
+	if made {
+		_, _ = db.ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+		t.Errorf("migrate --force down made schema %s", schema)
+	}
+	if left := tables(""); len(left) != 0 {
+		t.Errorf("tables after a second down: %v", left)
+	}
+	// up after it all still works, from 0.
+	if code, out, stderr := cli(t, "migrate", "--postgres", dsn, "up"); code != 0 || !regexp.MustCompile(`schema version 0 -> [1-9]`).MatchString(out) {
+		t.Fatalf("up: exit %d: %s %s", code, out, stderr)
+	}
+}
