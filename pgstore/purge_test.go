@@ -162,8 +162,8 @@ func TestPurgeStrictIsolation(t *testing.T) {
 	}()
 	testenv.WaitFor(t, 10*time.Second, "the purge of the keys to wait for the table lock", func() bool {
 		var waiting bool
-		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM %idemguard_keys%')`).Scan(&waiting); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE relation = 'idemguard_keys'::regclass AND NOT granted)`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		return waiting
