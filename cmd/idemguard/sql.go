@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/sqlstate"
 	"github.com/idemguard/idemguard/lock"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -119,8 +120,7 @@ func appliedVersion(ctx context.Context, db *sql.DB, opts pgstore.Options) (vers
 	}
 	var v sql.NullInt64
 	err = db.QueryRowContext(ctx, `SELECT max(version) FROM `+table.String).Scan(&v)
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) && coded.SQLState() == "42P01" {
+	if sqlstate.UndefinedTable(err) {
 		return 0, false, nil // dropped meanwhile by a concurrent down
 	}
 	if err != nil {
