@@ -265,7 +265,7 @@ func (r *batchRun) abandon(k *keepalive, b *beat, runs []ran, writes []Write) {
 	writes = r.ends(writes, runs)
 	wctx := k.detach()
 	for j, err := range r.bs.WriteBatch(wctx, writes) {
-		r.g.wrote(r.ctx, &writes[j], bounded(wctx, err))
+		r.g.wrote(r.ctx, &writes[j], bounded(wctx, err), false)
 	}
 	b.stop()
 	k.stop()
@@ -415,13 +415,13 @@ func (r *batchRun) segment(start, end int) bool {
 		r.res[i].Err = err
 	}
 	for j := len(lateAt); j < first; j++ { // skipped after an Ordered stop
-		g.wrote(r.ctx, &writes[j], werrs[j])
+		g.wrote(r.ctx, &writes[j], werrs[j], false)
 	}
 	for j, x := range runs {
 		w, werr := &writes[first+j], werrs[first+j]
 		res := &r.res[x.item]
 		res.Result = Result{Value: x.value, Lease: *x.lease}
-		werr = g.wrote(r.ctx, w, werr)
+		werr = g.wrote(r.ctx, w, werr, b != nil && b.lossObserved(j))
 		switch {
 		case !x.returned:
 			res.Err = x.err // the cause it did not run, or its panic
@@ -471,11 +471,12 @@ func (g *Guard) claimedCopy(ctx context.Context, req *ClaimRequest, out *Outcome
 }
 
 // wrote observes a write of the batch as Complete, Fail or Release would,
-// and returns its error as they do (nil when it succeeded).
-func (g *Guard) wrote(ctx context.Context, w *Write, err error) error {
+// and returns its error as they do (nil when it succeeded); lossSeen: the
+// batch's heartbeat already observed the write's lease lost.
+func (g *Guard) wrote(ctx context.Context, w *Write, err error, lossSeen bool) error {
 	l := w.Lease
 	if err != nil {
-		g.observeErr(ctx, l.Key, l.Attempt, err)
+		g.observeWriteErr(ctx, l, err, lossSeen)
 		return fmt.Errorf("%s %s: %w", w.Kind, l.Key, err)
 	}
 	switch w.Kind {

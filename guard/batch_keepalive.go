@@ -47,8 +47,11 @@ type held struct {
 	valid  time.Time // the deadline in force
 	maxRun time.Time // zero until its effect starts, or with no MaxRun
 	// live: still held as far as the client knows, so still extended.
-	live    bool
-	lastErr error // the last failed extension's error, for the cause
+	live bool
+	// lossSeen: the heartbeat observed EventLeaseLost for it, so the
+	// write that ends it does not observe the same loss again.
+	lossSeen bool
+	lastErr  error // the last failed extension's error, for the cause
 	// ctx is its effect's context, a child of the caller's (guarded by
 	// b.mu): it costs no context and no registration with the caller's
 	// context, which the consumers of a process often share, unless the
@@ -131,6 +134,14 @@ func (b *beat) lose(h *held, cause error) {
 	h.ctx.end(cause)
 }
 
+// lossObserved reports whether the heartbeat observed lease i lost
+// (EventLeaseLost), as keepalive's does.
+func (b *beat) lossObserved(i int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held[i].lossSeen
+}
+
 // nextFire is when the timer is due: the next extension (unless one is
 // under way), or the earliest deadline or MaxRun of a live lease; with
 // no live lease, nothing is (not even the extension, whose time, once
@@ -201,6 +212,7 @@ func (b *beat) fire() {
 			continue
 		}
 		b.lose(h, err)
+		h.lossSeen = true
 		evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
 	}
 	if !live || b.busy || now.Before(b.next) {
@@ -260,9 +272,11 @@ func (b *beat) fire() {
 		case err == nil:
 			err = fmt.Errorf("%w: an extension succeeded only after the lease's deadline", ErrLeaseLost)
 			b.lose(h, err)
+			h.lossSeen = true
 			evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
 		case errors.Is(err, ErrLeaseLost):
 			b.lose(h, err)
+			h.lossSeen = true
 			evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
 		default:
 			// Unavailable or timed out: try again soon, while the lease lasts.

@@ -450,19 +450,20 @@ func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Re
 	wctx := k.detach()
 
 	res := Result{Value: value, Lease: lease}
+	seen := k.lossObserved()
 	if errors.Is(err, ErrRejected) {
-		if rerr := g.release(ctx, wctx, lease); rerr != nil {
+		if rerr := g.release(ctx, wctx, lease, seen); rerr != nil {
 			return res, errors.Join(err, rerr)
 		}
 		return res, err
 	}
 	if err != nil {
-		if ferr := g.fail(ctx, wctx, lease, err); ferr != nil {
+		if ferr := g.fail(ctx, wctx, lease, err, seen); ferr != nil {
 			return res, errors.Join(err, ferr)
 		}
 		return res, err
 	}
-	return res, g.complete(ctx, wctx, lease, value)
+	return res, g.complete(ctx, wctx, lease, value, seen)
 }
 
 // KeepAlive keeps lease alive for callers that run the effect themselves
@@ -498,13 +499,15 @@ func (g *Guard) keep(ctx context.Context, lease Lease) *keepalive {
 func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error {
 	wctx, cancel := g.detached(ctx)
 	defer cancel()
-	return g.complete(ctx, wctx, lease, result)
+	return g.complete(ctx, wctx, lease, result, false)
 }
 
-func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte) error {
+// complete, fail and release make the write that ends a claim; lossSeen:
+// the holder's heartbeat already observed its lease lost (observeErr).
+func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte, lossSeen bool) error {
 	err := bounded(wctx, g.store.Complete(wctx, lease, result, g.opts.TTL))
 	if err != nil {
-		g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("complete %s: %w", lease.Key, err)
 	}
 	g.observe(ctx, Event{Kind: EventCompleted, Key: lease.Key, Attempt: lease.Attempt})
@@ -517,17 +520,17 @@ func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte) 
 func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
 	wctx, cancel := g.detached(ctx)
 	defer cancel()
-	return g.fail(ctx, wctx, lease, cause)
+	return g.fail(ctx, wctx, lease, cause, false)
 }
 
-func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error) error {
+func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error, lossSeen bool) error {
 	reason := "failed"
 	if cause != nil {
 		reason = cause.Error()
 	}
 	err := bounded(wctx, g.store.Fail(wctx, lease, reason, g.opts.TTL))
 	if err != nil {
-		g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("fail %s: %w", lease.Key, err)
 	}
 	g.observe(ctx, Event{Kind: EventFailed, Key: lease.Key, Attempt: lease.Attempt, Err: cause})
@@ -540,13 +543,13 @@ func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error) error 
 func (g *Guard) Release(ctx context.Context, lease Lease) error {
 	wctx, cancel := g.detached(ctx)
 	defer cancel()
-	return g.release(ctx, wctx, lease)
+	return g.release(ctx, wctx, lease, false)
 }
 
-func (g *Guard) release(ctx, wctx context.Context, lease Lease) error {
+func (g *Guard) release(ctx, wctx context.Context, lease Lease, lossSeen bool) error {
 	err := bounded(wctx, g.store.Release(wctx, lease))
 	if err != nil {
-		g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("release %s: %w", lease.Key, err)
 	}
 	g.observe(ctx, Event{Kind: EventReleased, Key: lease.Key, Attempt: lease.Attempt})
@@ -599,6 +602,17 @@ func (g *Guard) observe(ctx context.Context, e Event) {
 	if g.opts.Observer != nil {
 		g.opts.Observer.Observe(ctx, e)
 	}
+}
+
+// observeWriteErr observes the error of a write that ends lease's claim:
+// as observeErr, but a refusal for a lost lease is not observed when the
+// holder's heartbeat already observed the loss (lossSeen), so one lost
+// lease is one EventLeaseLost.
+func (g *Guard) observeWriteErr(ctx context.Context, lease Lease, err error, lossSeen bool) {
+	if lossSeen && errors.Is(err, ErrLeaseLost) {
+		return
+	}
+	g.observeErr(ctx, lease.Key, lease.Attempt, err)
 }
 
 func (g *Guard) observeErr(ctx context.Context, key Key, attempt int, err error) {

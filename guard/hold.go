@@ -63,7 +63,8 @@ func (h *Held) Context() context.Context { return h.ctx }
 func (h *Held) Complete(result []byte) error {
 	k := (*keepalive)(h)
 	defer k.stop()
-	return k.g.complete(k.parent, k.detach(), k.lease, result)
+	wctx := k.detach()
+	return k.g.complete(k.parent, wctx, k.lease, result, k.lossObserved())
 }
 
 // Fail records the holder's attempt as failed with cause and ends the
@@ -71,7 +72,8 @@ func (h *Held) Complete(result []byte) error {
 func (h *Held) Fail(cause error) error {
 	k := (*keepalive)(h)
 	defer k.stop()
-	return k.g.fail(k.parent, k.detach(), k.lease, cause)
+	wctx := k.detach()
+	return k.g.fail(k.parent, wctx, k.lease, cause, k.lossObserved())
 }
 
 // Release undoes the holder's claim, as if it had never been made, with
@@ -79,7 +81,8 @@ func (h *Held) Fail(cause error) error {
 func (h *Held) Release() error {
 	k := (*keepalive)(h)
 	defer k.stop()
-	return k.g.release(k.parent, k.detach(), k.lease)
+	wctx := k.detach()
+	return k.g.release(k.parent, wctx, k.lease, k.lossObserved())
 }
 
 // Stop ends the heartbeat (waiting for an extension under way) and

@@ -80,6 +80,9 @@ type keepalive struct {
 	extStop context.CancelFunc
 	// lastErr is the last failed extension's error, for the cause.
 	lastErr error
+	// lossSeen: the heartbeat observed EventLeaseLost, so the write that
+	// ends the run does not observe the same loss again.
+	lossSeen bool
 
 	// The store call's context (callCtx), while claiming or writing.
 	bound   time.Time     // its deadline
@@ -359,6 +362,15 @@ func (k *keepalive) end(cause error) {
 	k.endEffect(cause)
 }
 
+// lossObserved reports whether the heartbeat observed the lease lost
+// (EventLeaseLost): the write that ends the run then observes no second
+// loss (see observeErr).
+func (k *keepalive) lossObserved() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lossSeen
+}
+
 // fire is the timer's callback.
 func (k *keepalive) fire() {
 	k.mu.Lock()
@@ -389,6 +401,7 @@ func (k *keepalive) fire() {
 	case !k.maxRun.IsZero() && !now.Before(k.maxRun):
 		err := fmt.Errorf("%w (%s): %w: the lease is no longer extended", ErrMaxRun, k.g.opts.MaxRun, ErrLeaseLost)
 		k.end(err)
+		k.lossSeen = true
 		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
 		return
 	case !now.Before(k.valid):
@@ -397,6 +410,7 @@ func (k *keepalive) fire() {
 			err = fmt.Errorf("%w: the lease's deadline passed without a successful extension: %w", ErrLeaseLost, k.lastErr)
 		}
 		k.end(err)
+		k.lossSeen = true
 		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
 		return
 	case k.busy || now.Before(k.beat):
@@ -436,6 +450,7 @@ func (k *keepalive) fire() {
 		return
 	case errors.Is(err, ErrLeaseLost):
 		k.end(err) // observed by Extend
+		k.lossSeen = true
 		return
 	default:
 		// Unavailable or timed out: try again soon, while the lease lasts.
