@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -302,12 +303,12 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
-	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok && outer.m.g == m.g && outer.lease.Key == key {
-		// A guard of the same guard.Guard around this one (a router's and
-		// a route's, or the middleware applied twice) holds this very
-		// key: the handler runs under that claim, which ends it. Claimed
-		// again here, it would be this request's own duplicate, in
-		// flight, and its 409 the key's stored answer.
+	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok && outer.lease.Key == key && sameStore(outer.m.g, m.g) {
+		// A guard over the same store around this one (a router's and a
+		// route's, of one guard.Guard or of two, or the middleware applied
+		// twice) holds this very key: the handler runs under that claim,
+		// which ends it. Claimed again here, it would be this request's
+		// own duplicate, in flight, and its 409 the key's stored answer.
 		return Begin{Pass: true}
 	}
 
@@ -340,6 +341,18 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
+}
+
+// sameStore reports whether a and b keep their keys in one store: the
+// same guard.Guard, or two over one Store value (a route's Guard with
+// its own TTL inside a router-wide one). A Store whose dynamic value
+// cannot be compared is taken for another.
+func sameStore(a, b *guard.Guard) bool {
+	if a == b {
+		return true
+	}
+	sa, sb := reflect.ValueOf(a.Store()), reflect.ValueOf(b.Store())
+	return sa.Type() == sb.Type() && sa.Comparable() && sa.Equal(sb)
 }
 
 // guards reports whether requests of method are guarded: a method of
