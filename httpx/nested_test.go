@@ -1,6 +1,8 @@
 package httpx_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -82,5 +84,168 @@ func TestNestedGuardsOneStore(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestNestedGuardInFlightNotStored: an inner Guard keyed otherwise (by a
+// body field) that finds its key in flight answers 409, a "retry later";
+// the outer Guard must not keep that as its own key's answer. It did: the
+// second client's retries with its header key got the 409 replayed for the
+// whole TTL, and its order never ran. Now the outer releases its key, and
+// the retry runs (here a replay of the order, by its body key).
+func TestNestedGuardInFlightNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("placed"))
+	})
+	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+	byBody := opts
+	byBody.Key = httpx.KeyFromBody("/order")
+	srv, c := serve(t, httpx.Guard(e.g, opts)(httpx.Guard(e.g, byBody)(h)))
+	first := make(chan reply, 1)
+	go func() { first <- do(t, c, "POST", srv.URL+"/orders", `{"order":"o-3"}`, key("client-a")...) }()
+	<-entered
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-3"}`, key("client-b")...)
+	if r.status != http.StatusConflict {
+		t.Fatalf("a second client's copy while the order runs: %d %q, want 409", r.status, r.body)
+	}
+	close(release)
+	if a := <-first; a.status != http.StatusCreated {
+		t.Fatalf("first: %d %q", a.status, a.body)
+	}
+	r = do(t, c, "POST", srv.URL+"/orders", `{"order":"o-3"}`, key("client-b")...)
+	if r.status != http.StatusCreated || string(r.body) != "placed" {
+		t.Fatalf("the second client's retry once the order ran: %d replayed %v %q, want the order's 201", r.status, r.replayed(), r.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestNestedGuardClientLeftNotStored: an inner Guard (keyed by a body
+// field, with Wait) whose client leaves while it waits for its key's first
+// request answers nothing; the outer Guard stored that as a 200 without a
+// body, its key's final answer though nothing ran. Now it releases its key,
+// and the client's retry gets the order's answer.
+func TestNestedGuardClientLeftNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("placed"))
+	})
+	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+	byBody := opts
+	byBody.Key = httpx.KeyFromBody("/order")
+	byBody.Wait = time.Minute
+	srv, c := serve(t, httpx.Guard(e.g, opts)(httpx.Guard(e.g, byBody)(h)))
+	first := make(chan reply, 1)
+	go func() { first <- do(t, c, "POST", srv.URL+"/orders", `{"order":"o-4"}`, key("client-c")...) }()
+	<-entered
+
+	// A second client's copy waits in the inner Guard (its polls reach
+	// Redis), then its client leaves.
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	before := e.commands.n.Load()
+	go func() {
+		_, err := send(ctx, c, "POST", srv.URL+"/orders", `{"order":"o-4"}`, key("client-d")...)
+		left <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the copy to wait, polling the order's record", func() bool { return e.commands.n.Load() >= before+4 })
+	cancel()
+	<-left
+	testenv.WaitFor(t, 10*time.Second, "the outer Guard to end the copy's claim", func() bool {
+		rec, err := e.store.Get(context.Background(), guard.Key{Scope: "POST /orders", ID: "client-d"})
+		return errors.Is(err, guard.ErrNotFound) || (err == nil && rec.State != guard.StatePending)
+	})
+	close(release)
+	if a := <-first; a.status != http.StatusCreated {
+		t.Fatalf("first: %d %q", a.status, a.body)
+	}
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-4"}`, key("client-d")...)
+	if r.status != http.StatusCreated || string(r.body) != "placed" {
+		t.Fatalf("the retry of the copy whose client left: %d replayed %v %q, want the order's 201", r.status, r.replayed(), r.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// heldClaims is a store whose claims wait, once sent, until release is
+// closed: the window between a claim and its answer, held open.
+type heldClaims struct {
+	guard.Store
+	sent    chan struct{}
+	release chan struct{}
+}
+
+func (s heldClaims) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	s.sent <- struct{}{}
+	<-s.release
+	return s.Store.Claim(ctx, req)
+}
+
+// TestNestedGuardClientLeftDuringClaim: the client of a request leaves
+// while an inner Guard's claim is under way; the inner Guard then releases
+// the key it got and answers nothing. The outer Guard stored that as a 200
+// without a body, its key's final answer though nothing ran. Now it
+// releases its key, and the client's retry runs the handler.
+func TestNestedGuardClientLeftDuringClaim(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	inner := heldClaims{Store: e.store, sent: make(chan struct{}, 1), release: make(chan struct{})}
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("placed"))
+	})
+	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+	byBody := opts
+	byBody.Key = httpx.KeyFromBody("/order")
+	var reqCtx atomic.Value // the request's context, as the inner Guard sees it
+	mid := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reqCtx.Store(r.Context())
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv, c := serve(t, httpx.Guard(e.g, opts)(mid(httpx.Guard(guard.New(inner, guard.Options{}), byBody)(h))))
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := send(ctx, c, "POST", srv.URL+"/orders", `{"order":"o-5"}`, key("client-e")...)
+		left <- err
+	}()
+	<-inner.sent
+	cancel()
+	<-left
+	<-reqCtx.Load().(context.Context).Done() // the server saw the client go
+	close(inner.release)
+	testenv.WaitFor(t, 10*time.Second, "the outer Guard to end the request's claim", func() bool {
+		rec, err := e.store.Get(context.Background(), guard.Key{Scope: "POST /orders", ID: "client-e"})
+		return errors.Is(err, guard.ErrNotFound) || (err == nil && rec.State != guard.StatePending)
+	})
+	go func() {
+		for range inner.sent { // the retry's claims go through
+		}
+	}()
+	defer close(inner.sent)
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-5"}`, key("client-e")...)
+	if r.status != http.StatusCreated || string(r.body) != "placed" || runs.Load() != 1 {
+		t.Fatalf("the retry of a request whose client left during the inner claim: %d replayed %v %q, runs %d; want the handler's 201, run once",
+			r.status, r.replayed(), r.body, runs.Load())
 	}
 }

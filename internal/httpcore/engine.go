@@ -321,7 +321,8 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
 		out, err, ok = m.wait(r, key, fingerprint)
 		if !ok {
-			return Begin{} // the client left while waiting; nothing was claimed
+			unfinished(r) // the client left while waiting; nothing was claimed
+			return Begin{}
 		}
 		if err == nil && out.Status == guard.Acquired {
 			held = m.g.Keep(r.Context(), out.Lease)
@@ -329,6 +330,9 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	if err != nil {
 		m.rejectClaim(w, key, route, err)
+		if _, busy := errors.AsType[*guard.InProgressError](err); busy || errors.Is(err, guard.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+			unfinished(r) // 409 or 503: retry later
+		}
 		return Begin{}
 	}
 	if out.Status == guard.Replay {
@@ -338,9 +342,21 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	if r.Context().Err() != nil {
 		// The client left before the handler ran: nothing happened yet.
 		m.end.Release(held)
+		unfinished(r)
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
+}
+
+// unfinished tells the guarded run of an outer Guard, if r is inside one
+// (a router-wide Guard around a route's that keys requests otherwise),
+// that this Guard answered r with a "retry later" (in flight, store
+// unavailable) or not at all (the client left): no final answer, so the
+// outer Guard releases its key rather than store it for the TTL.
+func unfinished(r Request) {
+	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok {
+		outer.unfinished = true
+	}
 }
 
 // sameStore reports whether a and b keep their keys in one store: the
@@ -816,7 +832,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	invoke()
 	returned = true
 	m.runs.Observe(b.Route, time.Since(start))
-	m.finish(r, held, resp)
+	m.finish(r, held, resp, rc.info)
 	finished = true
 }
 
@@ -840,13 +856,14 @@ func (c *runContext) Value(key any) any {
 // finish stores the handler's response (or a marker, or releases the key
 // for a status that releases it, or a 101) and then lets the held response
 // go to the client.
-func (m *Engine) finish(r Request, held *guard.Held, resp Response) {
+func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimInfo) {
 	res := resp.Result()
 	status := res.Status
 	var result []byte
 	switch {
-	case res.Release && res.Stored == nil:
-		// CommitResponse answered without committing: nothing is final.
+	case (res.Release || info.unfinished) && res.Stored == nil:
+		// CommitResponse answered without committing, or a Guard inside
+		// this one answered "retry later" (unfinished): nothing is final.
 		// (One that committed stays the answer, whatever a later call
 		// refused.)
 		m.end.Release(held)
@@ -943,6 +960,9 @@ type claimInfo struct {
 	route       string // Options.Scope of the request
 	c           *Capture
 	m           *Engine
+	// unfinished: a Guard inside this run answered the request with a
+	// "retry later" or not at all (unfinished); release, store nothing.
+	unfinished bool
 }
 
 // ClaimFrom returns, inside a guarded handler, the lease it runs under and
