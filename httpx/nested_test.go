@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -247,5 +249,28 @@ func TestNestedGuardClientLeftDuringClaim(t *testing.T) {
 	if r.status != http.StatusCreated || string(r.body) != "placed" || runs.Load() != 1 {
 		t.Fatalf("the retry of a request whose client left during the inner claim: %d replayed %v %q, runs %d; want the handler's 201, run once",
 			r.status, r.replayed(), r.body, runs.Load())
+	}
+}
+
+// TestNestedGuardUnavailableNotStored: an inner Guard whose store cannot
+// be reached answers 503, "retry later"; an outer Guard that keeps 5xx
+// answers (Store5xx) stored it as its key's final answer. Now it releases
+// its key.
+func TestNestedGuardUnavailableNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	innerGuard := guard.New(guard.NewRedisStore(down, guard.RedisOptions{}), guard.Options{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	opts := httpx.Options{SingleCaller: true, Store5xx: true, Logger: testenv.Logger(t)}
+	byBody := httpx.Options{SingleCaller: true, Key: httpx.KeyFromBody("/order"), Logger: testenv.Logger(t)}
+	srv, c := serve(t, httpx.Guard(e.g, opts)(httpx.Guard(innerGuard, byBody)(h)))
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-6"}`, key("client-f")...)
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("inner store down: %d %q, want 503", r.status, r.body)
+	}
+	rec, err := e.store.Get(context.Background(), guard.Key{Scope: "POST /orders", ID: "client-f"})
+	if err == nil && rec.State == guard.StateCompleted {
+		t.Fatalf("the inner Guard's 503 was stored as the outer key's answer")
 	}
 }
