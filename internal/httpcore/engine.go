@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,7 +302,7 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	key := guard.Key{Scope: scope, ID: id}
 	fingerprint := m.opts.Fingerprint(r, body)
-	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok && outer.lease.Key == key && sameStore(outer.m.g, m.g) {
+	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok && outer.lease.Key == key && adapter.SameStore(outer.m.g, m.g) {
 		// A guard over the same store around this one (a router's and a
 		// route's, of one guard.Guard or of two, or the middleware applied
 		// twice) holds this very key: the handler runs under that claim,
@@ -357,18 +356,6 @@ func unfinished(r Request) {
 	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok {
 		outer.unfinished = true
 	}
-}
-
-// sameStore reports whether a and b keep their keys in one store: the
-// same guard.Guard, or two over one Store value (a route's Guard with
-// its own TTL inside a router-wide one). A Store whose dynamic value
-// cannot be compared is taken for another.
-func sameStore(a, b *guard.Guard) bool {
-	if a == b {
-		return true
-	}
-	sa, sb := reflect.ValueOf(a.Store()), reflect.ValueOf(b.Store())
-	return sa.Type() == sb.Type() && sa.Comparable() && sa.Equal(sb)
 }
 
 // guards reports whether requests of method are guarded: a method of

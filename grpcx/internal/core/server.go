@@ -381,9 +381,10 @@ func (s *Server) Begin(ctx context.Context, method string, req any, incoming fun
 		return Begun{Error: NewStatus(Internal, ReasonFingerprint, "the request could not be fingerprinted; it was not run", 0)}
 	}
 	key := guard.Key{Scope: scope, ID: id}
-	if outer, ok := ctx.Value(claimKey{}).(claimInfo); ok && outer.g == s.g && outer.lease.Key == key {
-		// An interceptor of the same guard.Guard around this one (the
-		// interceptor chained twice) holds this very key: the handler
+	if outer, ok := ctx.Value(claimKey{}).(claimInfo); ok && outer.lease.Key == key && adapter.SameStore(outer.g, s.g) {
+		// An interceptor over the same store around this one (the
+		// interceptor chained twice, or a shared chain's and a service's
+		// own of two guard.Guard values) holds this very key: the handler
 		// runs under that claim, which ends it. Claimed again here, it
 		// would be this call's own duplicate, in flight (Aborted).
 		return Begun{}
