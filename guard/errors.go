@@ -28,8 +28,11 @@ var (
 	// ErrExhausted: the key failed MaxAttempts times and is not run again.
 	// The error is an *ExhaustedError with the last failure.
 	ErrExhausted = errors.New("idemguard: attempts exhausted")
-	// ErrUnavailable: the store could not be reached or did not answer.
-	// Nothing is known about the key; retry later.
+	// ErrUnavailable: the store could not be reached or did not answer, so
+	// the call's outcome in it is unknown; retry later. From a claim,
+	// nothing ran. From the write that ends a run (Do, DoBatch, Complete)
+	// the effect did run (Do's Result carries its Lease): its result may
+	// not be stored, and the key then runs again once its lease runs out.
 	ErrUnavailable = errors.New("idemguard: store unavailable")
 	// ErrInvalidKey: the key cannot be stored (empty, too long, control
 	// characters).
