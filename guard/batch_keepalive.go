@@ -31,14 +31,19 @@ type beat struct {
 	parent context.Context // the caller's context
 	timer  *time.Timer
 
-	mu      sync.Mutex
-	idle    sync.Cond // broadcast when an extension ends
-	ended   bool      // halted: the timer does nothing
-	busy    bool      // an extension is under way
-	extStop context.CancelFunc
-	next    time.Time // when the next extension is due
-	due     time.Time // when the timer was last set to fire
-	held    []held
+	mu    sync.Mutex
+	idle  sync.Cond // broadcast when an extension or a notification ends
+	ended bool      // halted: the timer does nothing
+	busy  bool      // an extension is under way
+	// notifying: how many timer callbacks are telling the Observer of
+	// events, unlocked; halt waits for them, so the heartbeat's events
+	// (lost leases) are observed before the batch returns (see
+	// held.lossSeen).
+	notifying int
+	extStop   context.CancelFunc
+	next      time.Time // when the next extension is due
+	due       time.Time // when the timer was last set to fire
+	held      []held
 }
 
 // held is one lease of the batch.
@@ -184,10 +189,19 @@ func (b *beat) fire() {
 	b.mu.Lock()
 	var evs []Event
 	defer func() {
+		if len(evs) == 0 {
+			b.mu.Unlock()
+			return
+		}
+		b.notifying++
 		b.mu.Unlock()
 		for _, ev := range evs {
 			b.g.observe(b.parent, ev)
 		}
+		b.mu.Lock()
+		b.notifying--
+		b.idle.Broadcast()
+		b.mu.Unlock()
 	}()
 	if b.ended {
 		return
@@ -309,7 +323,7 @@ func (b *beat) halt() {
 	if b.extStop != nil {
 		b.extStop()
 	}
-	for b.busy {
+	for b.busy || b.notifying > 0 {
 		b.idle.Wait()
 	}
 }

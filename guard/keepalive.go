@@ -58,7 +58,7 @@ type keepalive struct {
 	detachedClaim bool
 
 	mu   sync.Mutex
-	idle sync.Cond // broadcast when an extension ends
+	idle sync.Cond // broadcast when an extension or a notification ends
 	// timer calls fire; nil until the run or a write needs one that the
 	// claim queue does not keep (arm).
 	timer *time.Timer
@@ -76,6 +76,10 @@ type keepalive struct {
 	// maxRun is when MaxRun ends the run; zero: never.
 	maxRun time.Time
 	busy   bool // an extension is under way
+	// notifying: how many timer callbacks are telling the Observer of an
+	// event, unlocked; quiesce waits for them, so the heartbeat's event (a
+	// lost lease) is observed before the run returns (see lossSeen).
+	notifying int
 	// extStop ends the extension under way, if any.
 	extStop context.CancelFunc
 	// lastErr is the last failed extension's error, for the cause.
@@ -377,10 +381,17 @@ func (k *keepalive) fire() {
 	k.armed = time.Time{}
 	var ev *Event
 	defer func() {
-		k.mu.Unlock()
-		if ev != nil {
-			k.g.observe(k.ctx, *ev)
+		if ev == nil {
+			k.mu.Unlock()
+			return
 		}
+		k.notifying++
+		k.mu.Unlock()
+		k.g.observe(k.ctx, *ev)
+		k.mu.Lock()
+		k.notifying--
+		k.idle.Broadcast()
+		k.mu.Unlock()
 	}()
 	now := time.Now()
 	switch k.phase {
@@ -494,7 +505,7 @@ func (k *keepalive) quiesce() {
 	if k.extStop != nil {
 		k.extStop()
 	}
-	for k.busy {
+	for k.busy || k.notifying > 0 {
 		k.idle.Wait()
 	}
 }
