@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,19 +90,22 @@ func TestNestedGuardsOneStore(t *testing.T) {
 	}
 }
 
-// TestNestedGuardInFlightNotStored: an inner Guard keyed otherwise (by a
-// body field) that finds its key in flight answers 409, a "retry later";
-// the outer Guard must not keep that as its own key's answer. It did: the
-// second client's retries with its header key got the 409 replayed for the
-// whole TTL, and its order never ran. Now the outer releases its key, and
-// the retry runs (here a replay of the order, by its body key).
-func TestNestedGuardInFlightNotStored(t *testing.T) {
-	e := newEnv(t, guard.Options{})
-	var runs atomic.Int64
-	entered, release := make(chan struct{}), make(chan struct{})
+// heldRuns counts a handler's runs and holds its first one (entered
+// closed) until release is closed.
+type heldRuns struct {
+	atomic.Int64
+	entered chan struct{}
+}
+
+// nestedOrders serves POST /orders behind an outer Guard keyed by the
+// Idempotency-Key header around an inner one keyed by the body's "order"
+// (with wait as its Options.Wait), both on e.g; the handler answers 201
+// "placed", its first run held until release is closed.
+func nestedOrders(t *testing.T, e *env, wait time.Duration) (*httptest.Server, *http.Client, *heldRuns, chan struct{}) {
+	runs, release := &heldRuns{entered: make(chan struct{})}, make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
-			close(entered)
+			close(runs.entered)
 			<-release
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -110,10 +114,23 @@ func TestNestedGuardInFlightNotStored(t *testing.T) {
 	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
 	byBody := opts
 	byBody.Key = httpx.KeyFromBody("/order")
+	byBody.Wait = wait
 	srv, c := serve(t, httpx.Guard(e.g, opts)(httpx.Guard(e.g, byBody)(h)))
+	return srv, c, runs, release
+}
+
+// TestNestedGuardInFlightNotStored: an inner Guard keyed otherwise (by a
+// body field) that finds its key in flight answers 409, a "retry later";
+// the outer Guard must not keep that as its own key's answer. It did: the
+// second client's retries with its header key got the 409 replayed for the
+// whole TTL, and its order never ran. Now the outer releases its key, and
+// the retry runs (here a replay of the order, by its body key).
+func TestNestedGuardInFlightNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	srv, c, runs, release := nestedOrders(t, e, 0)
 	first := make(chan reply, 1)
 	go func() { first <- do(t, c, "POST", srv.URL+"/orders", `{"order":"o-3"}`, key("client-a")...) }()
-	<-entered
+	<-runs.entered
 	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-3"}`, key("client-b")...)
 	if r.status != http.StatusConflict {
 		t.Fatalf("a second client's copy while the order runs: %d %q, want 409", r.status, r.body)
@@ -138,24 +155,10 @@ func TestNestedGuardInFlightNotStored(t *testing.T) {
 // and the client's retry gets the order's answer.
 func TestNestedGuardClientLeftNotStored(t *testing.T) {
 	e := newEnv(t, guard.Options{})
-	var runs atomic.Int64
-	entered, release := make(chan struct{}), make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if runs.Add(1) == 1 {
-			close(entered)
-			<-release
-		}
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte("placed"))
-	})
-	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
-	byBody := opts
-	byBody.Key = httpx.KeyFromBody("/order")
-	byBody.Wait = time.Minute
-	srv, c := serve(t, httpx.Guard(e.g, opts)(httpx.Guard(e.g, byBody)(h)))
+	srv, c, runs, release := nestedOrders(t, e, time.Minute)
 	first := make(chan reply, 1)
 	go func() { first <- do(t, c, "POST", srv.URL+"/orders", `{"order":"o-4"}`, key("client-c")...) }()
-	<-entered
+	<-runs.entered
 
 	// A second client's copy waits in the inner Guard (its polls reach
 	// Redis), then its client leaves.
