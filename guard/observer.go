@@ -39,8 +39,11 @@ type Event struct {
 	Err     error // the error, for failures, lease loss and unavailability
 }
 
-// Observer hears every Event of a Guard. It is called synchronously on the
-// caller's goroutine and must be quick and safe for concurrent use.
+// Observer hears every Event of a Guard. It is called synchronously: on the
+// caller's goroutine, or for the heartbeat's events (a lease lost, an
+// extension refused) on the heartbeat's, before the call they belong to
+// returns. It must be quick, must not wait for that call, and must be
+// safe for concurrent use.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
