@@ -2,6 +2,7 @@ package consumerx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,9 +19,11 @@ type BatchOptions struct {
 	// messages and stops at the first message that neither is processed
 	// nor is a duplicate (Failed, InProgress, Interrupted, DeadLettered):
 	// no later message's handler runs, and each later message whose key
-	// was claimed is released and Skipped. A message without a usable id
-	// keeps its place: it is dead-lettered only once every message before
-	// it was processed or was a duplicate, and the batch stops there too.
+	// was claimed is released and Skipped. So is a later message whose
+	// claim the store answered otherwise (in progress, a mismatch, its
+	// attempts spent), and a message without a usable id: each keeps its
+	// place, and is dead-lettered only once every message before it was
+	// processed or was a duplicate; the batch stops there too.
 	// Go on from the first message not acknowledged. For a Kafka
 	// partition, whose records must run in order.
 	Ordered bool
@@ -124,12 +127,22 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 			}
 		}
 	}
+	stop := false // Ordered: a message before was neither processed nor a duplicate
 	for j := range res {
 		i := j
 		if idx != nil {
 			i = idx[j]
 		}
+		if stop && !runs[i].ran && res[j].Err != nil && ctx.Err() == nil {
+			// Past the stop, a claim the store answered otherwise (a
+			// mismatch, attempts spent, in progress) waits for the
+			// message's turn: its dead letter is sent then, in order, as a
+			// bad key's is (docs/design.md, "Batches").
+			out[i] = BatchResult{Outcome: Skipped, Err: skippedAfterStop(msgs[i], res[j].Err)}
+			continue
+		}
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
+		stop = stop || opts.Ordered && out[i].Outcome != Processed && out[i].Outcome != Duplicate
 	}
 	if bad < len(msgs) {
 		// The batch stops at the bad message, as at any dead letter.
@@ -146,6 +159,17 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		p.report(ctx, msgs[i], out[i].Outcome, out[i].Err)
 	}
 	return out
+}
+
+// skippedAfterStop is the error of msg, Skipped after an ordered batch's
+// stop, whose claim the guard answered with err: err itself if it says
+// the batch skipped msg, else one that names err without matching it (msg
+// is not in progress, mismatched or exhausted until its turn says so).
+func skippedAfterStop(msg Message, err error) error {
+	if errors.Is(err, guard.ErrSkipped) {
+		return err
+	}
+	return fmt.Errorf("%w: message %s (its claim: %v)", guard.ErrSkipped, msg.ID, err)
 }
 
 // allDone reports whether every one of out was processed or a duplicate:
