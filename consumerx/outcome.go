@@ -34,11 +34,12 @@ const (
 	// dead letter could not be sent once the context ended is Interrupted
 	// too: its next delivery dead-letters it.
 	Interrupted
-	// Skipped: the message came after one that was not acknowledged in a
-	// batch processed in order (ProcessBatch with BatchOptions.Ordered),
-	// so its handler did not run; its claim, if made, was released, and
-	// no attempt is counted. Do not acknowledge: it runs after the
-	// earlier message does.
+	// Skipped: the message came after one that was neither processed nor
+	// a duplicate (not acknowledged, or dead-lettered) in a batch
+	// processed in order (ProcessBatch with BatchOptions.Ordered), so its
+	// handler did not run and it was not dead-lettered; its claim, if
+	// made, was released, and no attempt is counted. Do not acknowledge:
+	// its turn comes after the earlier message's.
 	Skipped
 )
 
