@@ -457,7 +457,12 @@ func (k *keepalive) fire() {
 		k.beat = sent.Add(k.g.opts.Lease / 3)
 		k.lastErr = nil
 	case err == nil:
-		k.end(fmt.Errorf("%w: an extension succeeded only after the lease's deadline", ErrLeaseLost))
+		// The timer that keeps the deadline has not fired yet: the lease
+		// is lost all the same, and observed as lost (as DoBatch's is).
+		err = fmt.Errorf("%w: an extension succeeded only after the lease's deadline", ErrLeaseLost)
+		k.end(err)
+		k.lossSeen = true
+		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
 		return
 	case errors.Is(err, ErrLeaseLost):
 		k.end(err) // observed by Extend
