@@ -277,3 +277,40 @@ func TestNestedGuardUnavailableNotStored(t *testing.T) {
 		t.Fatalf("the inner Guard's 503 was stored as the outer key's answer")
 	}
 }
+
+// traced wraps a store as a tracing or metrics wrapper does (otelx's):
+// every call goes to the store it wraps, which it names with Unwrap.
+type traced struct{ guard.Store }
+
+func (t *traced) Unwrap() guard.Store { return t.Store }
+
+// TestNestedGuardsWrappedStore: a router-wide Guard and a route's own over
+// one store, each wrapped on its own (guard.New(tracer.Store(s)) written
+// twice), are one store: the inner Guard runs the handler under the outer
+// claim. It took the two wrappers for two stores and met the outer's
+// claim as a request in flight, so the route answered 409 to every
+// request, stored for the whole TTL.
+func TestNestedGuardsWrappedStore(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	outer := guard.New(&traced{&traced{e.store}}, guard.Options{})
+	route := guard.New(&traced{e.store}, guard.Options{TTL: time.Hour})
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("charged"))
+	})
+	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", httpx.Guard(route, opts)(h))
+	srv, c := serve(t, httpx.Guard(outer, opts)(mux))
+	for i := range 2 {
+		r := do(t, c, "POST", srv.URL+"/charges", `{"amount":5}`, key("nest-wrapped")...)
+		if r.status != http.StatusCreated || string(r.body) != "charged" || r.replayed() != (i == 1) {
+			t.Fatalf("request %d through a router's and a route's Guard over one wrapped store: %d replayed %v %q", i+1, r.status, r.replayed(), r.body)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}

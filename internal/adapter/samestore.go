@@ -10,12 +10,32 @@ import (
 // same guard.Guard, or two over one Store value (a route's or a service's
 // Guard with its own TTL inside a router-wide one). A guard nested in a
 // guarded run uses it to tell the outer claim of its own key from another
-// request's. A Store whose dynamic value cannot be compared is taken for
-// another.
+// request's. A Store that only wraps another, keeping its records there
+// (otelx's traced store), says so with an Unwrap() guard.Store method: it
+// is the store it unwraps to, however many times it was wrapped. A Store
+// whose dynamic value cannot be compared is taken for another.
 func SameStore(a, b *guard.Guard) bool {
 	if a == b {
 		return true
 	}
-	sa, sb := reflect.ValueOf(a.Store()), reflect.ValueOf(b.Store())
+	sa, sb := reflect.ValueOf(root(a.Store())), reflect.ValueOf(root(b.Store()))
 	return sa.Type() == sb.Type() && sa.Comparable() && sa.Equal(sb)
+}
+
+// root returns the store s wraps, through every wrapper that has an
+// Unwrap() guard.Store method (at most 64: a wrapper that unwraps to
+// itself ends the walk).
+func root(s guard.Store) guard.Store {
+	for range 64 {
+		w, ok := s.(interface{ Unwrap() guard.Store })
+		if !ok {
+			return s
+		}
+		inner := w.Unwrap()
+		if inner == nil {
+			return s
+		}
+		s = inner
+	}
+	return s
 }
