@@ -68,7 +68,9 @@
 // refuses writes (OOM under noeviction) opens it too, and while it is open
 // retries of keys Redis holds completed run again in the secondary (seen
 // in a storm of three replicas: a burst of retries after recovery opened
-// two breakers again, and a hundred keys ran twice). The two stores number
+// two breakers again, and a hundred keys ran twice); under FailClosed they
+// are refused with guard.ErrUnavailable, replays Redis could still answer
+// among them, until a probe after OpenTimeout finds Redis answering. The two stores number
 // fences separately, so a key's fence can go down when it moves between
 // them; Backstop.Commit's unique row, not fence order, keeps the effect
 // single across an outage. Processes over one primary and one secondary
