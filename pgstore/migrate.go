@@ -136,15 +136,40 @@ func (m *Migrator) Steps(ctx context.Context, n int) error {
 	return nil
 }
 
-// Version returns the newest applied migration, 0 when none is.
+// Version returns the newest applied migration. Versions start at 1, so
+// 0, without an error, means nothing is migrated in the tables the
+// Options name: no schema-version table there (never migrated, migrated
+// down, or another Schema or TablePrefix) or an empty one. Version only
+// reads, in a read-only transaction: it works on a hot standby and for a
+// role whose transactions are read only, and it neither creates the
+// schema nor the version table, nor waits for a migration under way (it
+// reads the versions the migrators have committed; each step commits its
+// tables and its version together).
 func (m *Migrator) Version(ctx context.Context) (int, error) {
-	var v int
-	err := m.inLockedTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		v, err = m.current(ctx, tx)
-		return err
-	})
-	return v, err
+	// READ COMMITTED whatever the default: a hot standby refuses
+	// SERIALIZABLE transactions.
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
+	if err != nil {
+		return 0, dbErr(ctx, "schema version", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// The version table as it is named, in the schema or in the
+	// search_path; NULL when it (or its schema) does not exist.
+	var exists bool
+	if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, m.t.Versions).Scan(&exists); err != nil {
+		return 0, dbErr(ctx, "schema version", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	v, err := m.current(ctx, tx)
+	if code, _ := pgsql.SQLState(err); code == "42P01" {
+		return 0, nil // dropped meanwhile by a migration down
+	}
+	if err != nil {
+		return 0, dbErr(ctx, "schema version", err)
+	}
+	return v, nil
 }
 
 // step applies the next migration (dir +1) or undoes the newest (dir -1).

@@ -98,11 +98,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // appliedVersion is the newest migration applied to the tables opts
-// names, and whether their version table exists (0 and false when it does
-// not: never migrated, or migrated down). Unlike
-// Migrator.Version it makes nothing: that one creates the schema and the
-// version table it reads, which before a down made a schema that was
-// never there and after it put back the table the down had dropped.
+// names, as Migrator.Version reads it, and whether their version table
+// exists (0 and false when it does not: never migrated, or migrated
+// down). It makes nothing, as Migrator.Version does not; runMigrate runs
+// a down only when the table exists, since Migrator.Down makes the schema
+// and the version table to look for what to undo.
 func appliedVersion(ctx context.Context, db *sql.DB, opts pgstore.Options) (version int, exists bool, err error) {
 	prefix := opts.TablePrefix
 	if prefix == "" {

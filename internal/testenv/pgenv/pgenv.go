@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -82,4 +83,32 @@ func WantMissingTable(t testing.TB, what string, err error) {
 	case !strings.Contains(err.Error(), "create the tables with pgstore.Migrate"):
 		t.Errorf("%s = %v; want it to say to create the tables with pgstore.Migrate", what, err)
 	}
+}
+
+// ReadOnly opens dsn (a URL, as testenv.Postgres returns) with
+// default_transaction_read_only = on, as for a role or session made read
+// only, and closes it when the test ends. A statement outside a
+// transaction is then refused a write with SQLSTATE 25006, as on a hot
+// standby; a transaction lib/pq begins is not read only (it begins every
+// one READ WRITE, or READ ONLY when asked), where a hot standby refuses
+// to begin it (0A000).
+func ReadOnly(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	var ro string
+	if err := db.QueryRowContext(context.Background(), `SHOW transaction_read_only`).Scan(&ro); err != nil || ro != "on" {
+		t.Fatalf("transaction_read_only = %q, %v; want on", ro, err)
+	}
+	return db
 }
