@@ -31,7 +31,8 @@
 // through their SQLSTATE code (the SQLState method of lib/pq's *pq.Error
 // and pgx's *pgconn.PgError) and database/sql's and the net package's
 // errors, so a failure of either driver that means the database cannot be
-// reached wraps guard.ErrUnavailable.
+// reached, or cannot take writes now (a hot standby: a primary demoted in
+// a failover), wraps guard.ErrUnavailable.
 //
 // Constructors return an error for anything that can fail from input (New:
 // options that make no usable table names); they panic only on a nil

@@ -23,7 +23,9 @@
 // SQLState method lib/pq's and pgx's errors both have) and through
 // database/sql's and the net package's errors: a connection that failed, a
 // server shutting down or out of resources, a serialization failure or a
-// deadlock wrap guard.ErrUnavailable.
+// deadlock, a server timeout, and a write refused by a read-only
+// transaction (a hot standby, as a primary demoted in a failover is) wrap
+// guard.ErrUnavailable.
 //
 // Constructors (New, NewMigrator) return an error for anything that can
 // fail from input (options that make no usable table names); they panic

@@ -33,7 +33,10 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 // A 57014 with ctx alive (the server's statement_timeout, or an operator's
 // pg_cancel_backend) and a 55P03 (lock_timeout, NOWAIT: a lock another
 // transaction holds) wrap guard.ErrUnavailable: the statement did not
-// apply, and may when the load or the lock has passed.
+// apply, and may when the load or the lock has passed. So does a write
+// refused by a read-only transaction (25006: a primary demoted to a hot
+// standby in a failover, a role or session whose transactions are read
+// only): it may apply once the connections reach the new primary.
 func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -57,11 +60,12 @@ func Err(ctx context.Context, what string, err error) error {
 // work now but may later: SQLSTATE class 08 (connection exception), 53
 // (insufficient resources), 57P (admin or crash shutdown, cannot connect
 // now), 40001 (serialization failure), 40P01 (deadlock), 57014 (statement
-// cancelled: statement_timeout) and 55P03 (lock_not_available:
-// lock_timeout); a bad or done connection, an EOF, a deadline or a
-// network error.
+// cancelled: statement_timeout), 55P03 (lock_not_available:
+// lock_timeout) and 25006 (read_only_sql_transaction: a write on a hot
+// standby or in a read-only transaction); a bad or done connection, an
+// EOF, a deadline or a network error.
 func Unavailable(err error) bool {
-	if code, _ := SQLState(err); code == "57014" || code == "55P03" {
+	if code, _ := SQLState(err); code == "57014" || code == "55P03" || code == "25006" {
 		return true
 	}
 	return sqlstate.Unreachable(err) || sqlstate.Retryable(err)
