@@ -373,7 +373,17 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, lease guard.Lease) ([]byte, er
 // is committed.
 //
 // The transaction lives in the context Guard.Do passes: when the lease is
-// found lost, it is rolled back.
+// found lost, it is rolled back, and Func's error matches the context's
+// cause (guard.ErrLeaseLost; guard.ErrMaxRun past Options.MaxRun).
+//
+// The transaction holds a connection of the backstop's pool while fn
+// runs, and under the store Wrap returns each extension of the holder's
+// lease writes its mark on another: a pool (sql.DB.SetMaxOpenConns) with
+// no connection to spare while effects run ends every run that outlasts
+// the lease it was claimed with, at the lease's deadline (its extensions
+// wait for a connection and fail), each retry alike. Allow a connection per concurrent
+// effect and some more, or give Wrap a Backstop on a pool of its own
+// (over the same tables).
 func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 	return func(ctx context.Context, lease guard.Lease) ([]byte, error) {
 		return b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
@@ -399,7 +409,24 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 // transaction committed the row first and this one lost a serialization
 // failure or a deadlock to it, or this COMMIT's reply was lost after it
 // committed); else the error is.
+//
+// An error that is ctx's end carries ctx's cause too (guard.ErrLeaseLost,
+// guard.ErrMaxRun when the guard ended the run), as guard.Do asks of its
+// fn: not a bare context.Canceled, which reads as a caller gone away.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
+	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
+	committed func() ([]byte, bool)) ([]byte, error) {
+	result, err := b.inTx1(ctx, lease, fn, commit, commitErr, committed)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if cause := context.Cause(ctx); !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+	}
+	return result, err
+}
+
+// inTx1 is inTx but for the context's cause.
+func (b *Backstop) inTx1(ctx context.Context, lease guard.Lease, fn TxFunc,
 	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
 	committed func() ([]byte, bool)) ([]byte, error) {
 	tx, err := b.db.BeginTx(ctx, nil)
