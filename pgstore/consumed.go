@@ -19,7 +19,11 @@ import (
 // mark back with its work, and the redelivered message runs again.
 //
 // group and messageID may be any bytes (a raw message key): they are kept
-// as StoredText keeps them.
+// as StoredText keeps them, in a unique index whose entries PostgreSQL
+// limits to 2704 bytes after compression. A pair too long for it (about
+// 2.6 kB of text that does not compress, 2 kB of random bytes) is refused
+// with the server's error (SQLSTATE 54000, program_limit_exceeded: no
+// retry makes it fit); pass a digest of a longer message id.
 func (s *Store) MarkConsumed(ctx context.Context, tx *sql.Tx, group, messageID string) (first bool, err error) {
 	if tx == nil {
 		return false, errors.New("pgstore: MarkConsumed needs the handler's transaction, got nil")

@@ -81,13 +81,21 @@ var (
 
 // dbErr is pgsql.Err, with a column the statement names that the table
 // lacks (42703, undefined_column: tables migrated by an older release)
-// saying to migrate.
+// saying to migrate, and a value too long for a unique index (54000,
+// program_limit_exceeded: a consumed message's or a webhook delivery's
+// identifiers, which nothing else bounds) saying what to do.
 func dbErr(ctx context.Context, what string, err error) error {
-	if code, _ := pgsql.SQLState(err); code == "42703" {
+	switch code, _ := pgsql.SQLState(err); code {
+	case "42703":
 		return fmt.Errorf("postgres %s: %w (%s)", what, err, oldSchemaHint)
+	case "54000":
+		return fmt.Errorf("postgres %s: %w (%s)", what, err, tooLongHint)
 	}
 	return pgsql.Err(ctx, what, err)
 }
+
+const tooLongHint = "identifiers too long for the table's unique index (2704 bytes after compression, as StoredText keeps them): " +
+	"pass a digest of a long message id or reference (SHA-256, say) instead"
 
 const oldSchemaHint = "the tables lack a column: an older release migrated them; " +
 	"bring them to the latest version with pgstore.Migrate or the command idemguard migrate up, given the same Schema and TablePrefix"

@@ -32,7 +32,9 @@ type Delivery struct {
 // guard.ErrUnavailable; it is never sent again behind the caller's back.
 // Delivered and failed rows are history: a new event after them is a new
 // delivery. eventType and refID may be any bytes: they are kept as
-// StoredText keeps them (and returned in the Delivery as given).
+// StoredText keeps them (and returned in the Delivery as given), in a
+// unique index whose entries PostgreSQL limits to 2704 bytes after
+// compression: a pair too long for it is refused as MarkConsumed's is.
 func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID string, payload []byte) (Delivery, error) {
 	if q == nil {
 		return Delivery{}, errors.New("pgstore: InsertOrRetry: nil Querier")
