@@ -83,11 +83,12 @@ type Options struct {
 	// TimeoutFactor bounds each round of calls to the nodes (acquire,
 	// extend, release) to Expiry*TimeoutFactor. Default
 	// DefaultTimeoutFactor (0.05, i.e. 400ms for the default expiry).
-	// Must be below 1/3.
+	// Must be below 1/3, and not NaN.
 	TimeoutFactor float64
 	// DriftFactor is the share of Expiry kept back for clock drift between
 	// nodes: a lock is valid for Expiry minus the time taken to acquire it
 	// minus Expiry*DriftFactor. Default DefaultDriftFactor (0.01).
+	// DriftFactor plus TimeoutFactor must be below 1/3; NaN is refused.
 	DriftFactor float64
 	// Fencing makes every acquisition also take a fencing number
 	// (Lock.Fence, or FromContext(ctx).Fence() inside Do): it grows with
@@ -113,9 +114,11 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	// !(x >= 0) refuses NaN too: it passes every comparison below, and
+	// gives rounds a timeout and locks a validity of -2^63ns.
 	if o.Expiry < 0 || o.Tries < 0 || o.RetryDelay < 0 || o.UnavailableTries < 0 ||
-		o.TimeoutFactor < 0 || o.DriftFactor < 0 {
-		return o, fmt.Errorf("lock: negative option in %+v", o)
+		!(o.TimeoutFactor >= 0) || !(o.DriftFactor >= 0) {
+		return o, fmt.Errorf("lock: negative or NaN option in %+v", o)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix

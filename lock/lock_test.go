@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -566,6 +567,8 @@ func TestBadInput(t *testing.T) {
 		{"negative tries", nodes, lock.Options{Tries: -1}},
 		{"timeout factor too big", nodes, lock.Options{TimeoutFactor: 0.4}},
 		{"drift + timeout too big", nodes, lock.Options{TimeoutFactor: 0.2, DriftFactor: 0.2}},
+		{"NaN timeout factor", nodes, lock.Options{TimeoutFactor: math.NaN()}},
+		{"NaN drift factor", nodes, lock.Options{DriftFactor: math.NaN()}},
 	} {
 		if l, err := lock.New(tc.nodes, tc.opts); err == nil || l != nil {
 			t.Errorf("%s: New = %v, %v; want an error", tc.name, l, err)
