@@ -1,6 +1,7 @@
 package occ
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -51,6 +52,31 @@ func TestRetryInitialAboveCap(t *testing.T) {
 		b := o.backOff()
 		if d, lo := b.NextBackOff(), time.Duration(float64(o.MaxInterval)*(1-o.Jitter)); d < lo || d > o.MaxInterval {
 			t.Fatalf("first wait %v, want within [%v, %v]", d, lo, o.MaxInterval)
+		}
+	}
+}
+
+// TestRetryMalformedOptions: a Multiplier or Jitter that is NaN, or a
+// Jitter above 1, still gives waits within [0, MaxInterval]: none below 0
+// (a wait of -2^63ns, an immediate retry: a hot loop against the
+// database).
+func TestRetryMalformedOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []RetryOptions{
+		{Multiplier: math.NaN()},
+		{Jitter: math.NaN()},
+		{Jitter: 3},
+		{Multiplier: math.Inf(1)},
+		{Jitter: math.Inf(1)},
+	} {
+		in := o
+		o = o.withDefaults()
+		b := o.backOff()
+		for i := range 200 {
+			if d := b.NextBackOff(); d < 0 || d > o.MaxInterval {
+				t.Errorf("%+v: wait %d is %v, want within [0, %v]", in, i+1, d, o.MaxInterval)
+				break
+			}
 		}
 	}
 }

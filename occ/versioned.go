@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -287,11 +288,13 @@ type RetryOptions struct {
 	InitialInterval time.Duration
 	// MaxInterval caps one wait, jitter included. Default 1s.
 	MaxInterval time.Duration
-	// Multiplier grows the wait after each conflict. Default 2.
+	// Multiplier grows the wait after each conflict. Default 2 (also for
+	// a value below 1, or NaN).
 	Multiplier float64
 	// Jitter spreads each wait uniformly by ± this fraction, so writers
 	// that conflicted together do not retry together; at MaxInterval, by
-	// this fraction below it. Default 0.5; a negative value means none.
+	// this fraction below it. Default 0.5 (also for NaN); a negative value
+	// means none; a value above 1 counts as 1, so no wait is below 0.
 	Jitter float64
 }
 
@@ -330,14 +333,16 @@ func (o RetryOptions) withDefaults() RetryOptions {
 		o.MaxInterval = time.Second
 	}
 	o.InitialInterval = min(o.InitialInterval, o.MaxInterval) // no wait is above it
-	if o.Multiplier < 1 {
+	if !(o.Multiplier >= 1) {                                 // NaN too: it would make every wait -2^63ns
 		o.Multiplier = 2
 	}
 	switch {
-	case o.Jitter == 0:
+	case o.Jitter == 0 || math.IsNaN(o.Jitter):
 		o.Jitter = 0.5
 	case o.Jitter < 0:
 		o.Jitter = 0
+	case o.Jitter > 1: // a wider spread reaches below 0: no wait at all
+		o.Jitter = 1
 	}
 	return o
 }
