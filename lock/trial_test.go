@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,4 +161,55 @@ func TestSingletonChurnWithRestartedNodes(t *testing.T) {
 func waitRuns(t *testing.T, runs *atomic.Int64, n int64) {
 	t.Helper()
 	testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("%d runs", n), func() bool { return runs.Load() >= n })
+}
+
+// TestStoppedNodeBoundsRounds: one node of three is stopped (SIGSTOP: the
+// kernel still accepts connections, nothing answers, not even go-redis's
+// handshake on a new connection) before the Locker's clients ever
+// connected. As New's doc promises for clients made by NewNodes, each
+// round waits at most about Expiry*TimeoutFactor for it, not the client's
+// ReadTimeout (3s): TryDo takes the lock on the other two quickly, and a
+// Do that holds it for three Expiries keeps it, every extension dialling
+// the stopped node afresh.
+func TestStoppedNodeBoundsRounds(t *testing.T) {
+	const expiry = time.Second
+	servers, nodes := ownNodes(t, 3)
+	pid, err := servers[0].Client().InfoMap(bg, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(pid["Server"]["process_id"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(p, syscall.SIGCONT) })
+	l := newLocker(t, nodes, lock.Options{Expiry: expiry, TimeoutFactor: 0.2, Fencing: true})
+	began := time.Now()
+	err = l.TryDo(bg, "acct", func(context.Context) error { return nil })
+	took := time.Since(began)
+	t.Logf("TryDo with a stopped node: %v in %v", err, took)
+	if err != nil {
+		t.Fatalf("TryDo with one stopped node of three = %v", err)
+	}
+	// Four rounds (acquire, two fence rounds, release) of at most 200ms
+	// each; the client's ReadTimeout would make it 12s.
+	if took > 3*time.Second {
+		t.Fatalf("TryDo took %v: a round waited past Expiry*TimeoutFactor for the stopped node", took)
+	}
+	err = l.Do(bg, "acct", func(ctx context.Context) error {
+		hold := time.NewTimer(3 * expiry)
+		defer hold.Stop()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-hold.C:
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("Do holding the lock 3 Expiries with one stopped node = %v", err)
+	}
 }
