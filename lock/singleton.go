@@ -1,6 +1,12 @@
 package lock
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+)
 
 // singletonTries is how many attempts Singleton makes before it skips.
 const singletonTries = 3
@@ -13,9 +19,12 @@ const singletonTries = 3
 // answers. job's context is cancelled with cause ErrLost if the lock is
 // lost while it runs.
 //
-// Unlike TryDo, it makes up to 3 attempts, Options.RetryDelay apart:
-// instances that start the job at the same moment would otherwise often
-// all lose on split votes (each taking one node) and none would run it.
+// Unlike TryDo, it makes up to 3 attempts, Options.RetryDelay apart, while
+// no instance holds the lock on a quorum of nodes: instances that start
+// the job at the same moment would otherwise often all lose on split votes
+// (each taking one node) and none would run it. An attempt that finds the
+// lock held on a quorum is not repeated: the instance holding it runs the
+// job this round, and waiting it out would run the job again.
 //
 // It panics on a nil l or job, as http.Handle does on a nil handler.
 func Singleton(l *Locker, name string, job func(ctx context.Context) error) func(ctx context.Context) error {
@@ -26,10 +35,40 @@ func Singleton(l *Locker, name string, job func(ctx context.Context) error) func
 		panic("lock.Singleton: nil job")
 	}
 	return func(ctx context.Context) error {
-		lk, err := l.obtain(ctx, name, singletonTries, singletonTries)
-		if err != nil {
-			return err
+		var timer *time.Timer
+		defer func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
+		for attempt := 1; ; attempt++ {
+			lk, err := l.obtain(ctx, name, 1, 1)
+			if err == nil {
+				return lk.run(ctx, job)
+			}
+			if attempt >= singletonTries || heldOnQuorum(err) || ctx.Err() != nil ||
+				!errors.Is(err, ErrNotObtained) && !errors.Is(err, ErrUnavailable) {
+				return err
+			}
+			if timer == nil {
+				timer = time.NewTimer(l.retryDelay())
+			} else {
+				timer.Reset(l.retryDelay())
+			}
+			select {
+			case <-ctx.Done():
+				return l.waitErr(ctx, name, err)
+			case <-timer.C:
+			}
 		}
-		return lk.run(ctx, job)
 	}
+}
+
+// heldOnQuorum reports whether err is an acquisition that found the lock
+// held by another on a quorum of nodes (redsync's ErrTaken: it counts
+// only such refusals, not a split vote).
+func heldOnQuorum(err error) bool {
+	var p *redsync.ErrTaken
+	var v redsync.ErrTaken
+	return errors.As(err, &p) || errors.As(err, &v)
 }

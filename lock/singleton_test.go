@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSingletonOneAtATime: 6 instances (Lockers with clients of their
@@ -135,4 +136,70 @@ func TestSingletonLoop(t *testing.T) {
 		t.Fatalf("counter %d, runs %d", counter, runs.Load())
 	}
 	t.Logf("%d instances × %d calls: %d runs", instances, calls, runs.Load())
+}
+
+// setHook calls after once each time a node has answered a SET (a lock
+// acquisition) sent through the client it is added to.
+type setHook struct{ after func() }
+
+func (setHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h setHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "set" {
+			h.after()
+		}
+		return err
+	}
+}
+
+func (setHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSingletonSkipsWhileAnotherRuns: two instances schedule the same
+// job at once; A takes the lock first, and B's first attempt finds it
+// held on every node. As Singleton's doc says, B's call, made while A
+// runs the job, returns ErrNotObtained without running it (B skips this
+// round), even though A's run ends right after B's attempt: the attempts
+// Singleton makes after the first are for split votes (nobody got a
+// quorum), not for waiting a running instance out, which would run a
+// periodic job (a payout, a report) twice in one round.
+func TestSingletonSkipsWhileAnotherRuns(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	opts := lock.Options{Prefix: prefix, RetryDelay: 50 * time.Millisecond}
+	a := newLocker(t, redlockNodes(t), opts)
+	bNodes := redlockNodes(t)
+	var answered atomic.Int32
+	bTried := make(chan struct{}) // closed when every node answered B's first attempt
+	for _, c := range bNodes {
+		c.(*redis.Client).AddHook(setHook{func() {
+			if answered.Add(1) == int32(len(bNodes)) {
+				close(bTried)
+			}
+		}})
+	}
+	b := newLocker(t, bNodes, opts)
+	var runs atomic.Int32
+	job := func(ctx context.Context) error { runs.Add(1); return nil }
+	bErr := make(chan error, 1)
+	err := lock.Singleton(a, "payout", func(ctx context.Context) error {
+		go func() { bErr <- lock.Singleton(b, "payout", job)(bg) }()
+		select { // A's run lasts until B's first attempt found the lock held
+		case <-bTried:
+		case <-time.After(10 * time.Second):
+			return errors.New("B's first attempt did not reach every node")
+		}
+		return job(ctx)
+	})(bg)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if err := <-bErr; !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("B, called while A ran the job = %v, want ErrNotObtained", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the job ran %d times in one round, want once", n)
+	}
 }
