@@ -19,12 +19,14 @@ const singletonTries = 3
 // answers. job's context is cancelled with cause ErrLost if the lock is
 // lost while it runs.
 //
-// Unlike TryDo, it makes up to 3 attempts, Options.RetryDelay apart, while
-// no instance holds the lock on a quorum of nodes: instances that start
-// the job at the same moment would otherwise often all lose on split votes
-// (each taking one node) and none would run it. An attempt that finds the
-// lock held on a quorum is not repeated: the instance holding it runs the
-// job this round, and waiting it out would run the job again.
+// Unlike TryDo, it makes up to 3 attempts, Options.RetryDelay apart:
+// instances that start the job at the same moment would otherwise often
+// all lose on split votes (each taking one node) and none would run it.
+// An attempt that finds the lock held by another on every node is not
+// repeated: that instance runs the job this round, and waiting it out
+// would run the job again. (One that holds it on a bare quorum, a node
+// having missed its lock, looks like a split vote: a job shorter than
+// Options.RetryDelay may then run again in the round.)
 //
 // It panics on a nil l or job, as http.Handle does on a nil handler.
 func Singleton(l *Locker, name string, job func(ctx context.Context) error) func(ctx context.Context) error {
@@ -46,7 +48,7 @@ func Singleton(l *Locker, name string, job func(ctx context.Context) error) func
 			if err == nil {
 				return lk.run(ctx, job)
 			}
-			if attempt >= singletonTries || heldOnQuorum(err) || ctx.Err() != nil ||
+			if attempt >= singletonTries || l.heldEverywhere(err) || ctx.Err() != nil ||
 				!errors.Is(err, ErrNotObtained) && !errors.Is(err, ErrUnavailable) {
 				return err
 			}
@@ -64,11 +66,17 @@ func Singleton(l *Locker, name string, job func(ctx context.Context) error) func
 	}
 }
 
-// heldOnQuorum reports whether err is an acquisition that found the lock
-// held by another on a quorum of nodes (redsync's ErrTaken: it counts
-// only such refusals, not a split vote).
-func heldOnQuorum(err error) bool {
+// heldEverywhere reports whether err is an acquisition that found the
+// lock held by another on every node: an instance holds it and runs the
+// job. redsync's ErrTaken alone does not say so: it counts the nodes held
+// by others once they make a quorum, and three instances that each took
+// one node of three (a split vote, which each releases at once) each
+// find the two others' nodes taken.
+func (l *Locker) heldEverywhere(err error) bool {
 	var p *redsync.ErrTaken
+	if errors.As(err, &p) && p != nil {
+		return len(p.Nodes) >= l.nodes
+	}
 	var v redsync.ErrTaken
-	return errors.As(err, &p) || errors.As(err, &v)
+	return errors.As(err, &v) && len(v.Nodes) >= l.nodes
 }

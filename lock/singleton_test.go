@@ -203,3 +203,43 @@ func TestSingletonSkipsWhileAnotherRuns(t *testing.T) {
 		t.Fatalf("the job ran %d times in one round, want once", n)
 	}
 }
+
+// TestSingletonRetriesSplitVote: three instances that start the job at the
+// same moment can each take one node of three; each then finds the lock
+// held on a quorum of nodes by the two others, and none holds it. That is
+// a split vote, not a running instance: the partial locks are released at
+// once, and Singleton's next attempt takes the lock and runs the job.
+// Here C's first attempt meets X's and Y's partial locks on nodes 1 and 2,
+// which they drop as soon as C has been answered.
+func TestSingletonRetriesSplitVote(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	opts := lock.Options{Prefix: prefix, RetryDelay: 50 * time.Millisecond}
+	nodes := redlockNodes(t)
+	key := prefix + "split"
+	for i, c := range nodes[1:] {
+		if err := c.Set(bg, key, fmt.Sprintf("partial-%d", i), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var answered atomic.Int32
+	cNodes := redlockNodes(t)
+	for _, c := range cNodes {
+		c.(*redis.Client).AddHook(setHook{func() {
+			if answered.Add(1) == int32(len(cNodes)) { // X and Y lost too: they release
+				for _, n := range nodes[1:] {
+					if err := n.Del(bg, key).Err(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}})
+	}
+	c := newLocker(t, cNodes, opts)
+	var runs atomic.Int32
+	if err := lock.Singleton(c, "split", func(context.Context) error { runs.Add(1); return nil })(bg); err != nil {
+		t.Fatalf("C after a split vote = %v, want the job run", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the job ran %d times, want once", n)
+	}
+}
