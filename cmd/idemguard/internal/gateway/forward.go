@@ -77,6 +77,7 @@ type attempt struct {
 	conn        *gateConn   // the connection the gate last let bytes go to
 	stepped     bool        // the step was asked for
 	forwardN    int         // this attempt recorded the forward step forwardName(forwardN); 0: it did not
+	tryN        int         // the forward step this attempt last asked the store for (unsent.go)
 	writing     int         // writes let through that have not returned
 	stepErr     error       // why the gate refuses every write of this attempt
 	earlier     bool        // an earlier attempt of the key recorded the step
@@ -582,6 +583,15 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 		if merr := a.markUnsent(); merr != nil {
 			delivered = true // the record keeps a forward the next claim cannot tell from a delivery
 			rt.gw.logOutcome(r, rt, lease, "nothing of the request was sent, but the record could not say so; handled as possibly delivered", merr)
+		}
+	}
+	if !delivered && a.forwardN == 0 && stepErr != nil && !errors.Is(stepErr, errEarlierForward) {
+		// The forward step's store call failed: it may have stored the
+		// step all the same, though nothing was sent (unsent.go).
+		if marked, merr := a.markLateUnsent(rt.gw.store); merr != nil {
+			rt.gw.logOutcome(r, rt, lease, "the forward step's store call failed and whether it stored the step is unknown; a retry may answer outcome-unknown", merr)
+		} else if marked {
+			rt.gw.logOutcome(r, rt, lease, "not forwarded; the forward step was stored though its store call failed, and is marked unsent", stepErr)
 		}
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -69,7 +70,7 @@ func unsentName(n int) string { return "unsent." + strconv.Itoa(n) }
 // recorded, or err why nothing could be recorded.
 func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err error) {
 	for n := 1; ; n++ {
-		ran = false
+		ran, a.tryN = false, n
 		mark, err := guard.Step(a.ctx, a.lease, forwardName(n), func(context.Context) (forwardMark, error) {
 			ran = true
 			return forwardMark{At: now.UnixMilli(), Fence: a.lease.Fence}, nil
@@ -106,3 +107,48 @@ func (a *attempt) markUnsent() error {
 	})
 	return err
 }
+
+// A forward step's store call can fail after the store took it: Redis
+// answered after fallback's bound on a call (or the client's read
+// timeout), on a loaded machine. The gate then refuses every write of the
+// attempt (its stepErr), so nothing was sent, yet the record holds the
+// step, with no unsent mark (guard.Step stops an attempt's steps after an
+// unavailable store), and the next claim would answer outcome-unknown
+// for a request the upstream never saw. markLateUnsent looks for that
+// step, this attempt's own (the last in the record, named
+// forwardName(tryN), holding this claim's fence), and marks it unsent
+// straight through the store (guard.StepStore.SaveStep, a compare-and-set
+// on this claim's token). A step that lands after the look finds the key
+// released (the store refuses a former holder's step) or is left unmarked:
+// the next claim answers outcome-unknown, the safe side.
+func (a *attempt) markLateUnsent(store guard.Store) (marked bool, err error) {
+	ss, ok := store.(guard.StepStore)
+	if !ok || a.tryN == 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), lateMarkTimeout)
+	defer cancel()
+	rec, err := store.Get(ctx, a.lease.Key)
+	if err != nil {
+		return false, fmt.Errorf("gateway: reading the record for a forward step stored late: %w", err)
+	}
+	last := len(rec.Steps) - 1
+	if last < 0 || rec.Steps[last].Name != forwardName(a.tryN) {
+		return false, nil
+	}
+	var m forwardMark
+	if json.Unmarshal(rec.Steps[last].Result, &m) != nil || m.Fence != a.lease.Fence {
+		return false, nil
+	}
+	b, err := json.Marshal(time.Now().UnixMilli())
+	if err != nil {
+		return false, err
+	}
+	if err := ss.SaveStep(ctx, a.lease, len(rec.Steps), guard.StepResult{Name: unsentName(a.tryN), Result: b}); err != nil {
+		return false, fmt.Errorf("gateway: marking a forward step stored late unsent: %w", err)
+	}
+	return true, nil
+}
+
+// lateMarkTimeout bounds markLateUnsent's two store calls.
+const lateMarkTimeout = 5 * time.Second
