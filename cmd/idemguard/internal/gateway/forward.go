@@ -80,6 +80,7 @@ type attempt struct {
 	tryN        int         // the forward step this attempt last asked the store for (unsent.go)
 	writing     int         // writes let through that have not returned
 	stepErr     error       // why the gate refuses every write of this attempt
+	body        []byte      // the request's body, to send again on another connection (idleclosed.go)
 	earlier     bool        // an earlier attempt of the key recorded the step
 	sealed      bool        // the outcome was decided: no more writes
 	failed      bool        // the exchange failed (failed answered it)
@@ -122,6 +123,11 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 		// net/http retries a request on a new connection when the old one
 		// failed; after bytes went out, the upstream may have acted.
 		return errRetryAfterWrite
+	}
+	if a.conn != c && peerClosed(c.Conn) {
+		// The upstream closed this connection before a byte of the
+		// request reached it: it never saw it (idleclosed.go).
+		return errIdleClosed
 	}
 	a.conn = c
 	a.writing++
@@ -259,7 +265,28 @@ func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			gc.arm(a)
 		}
 	}}
-	return g.t.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	out := req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	for tries := 0; ; tries++ {
+		res, err := g.t.RoundTrip(out)
+		if err == nil || a == nil || tries == maxIdleClosedRetries || !a.sentNothing(err) {
+			return res, err
+		}
+		// The upstream had closed the connection the request was given;
+		// nothing was written to it (idleclosed.go). Another one.
+		out = out.Clone(out.Context())
+		if out.Body != nil && out.Body != http.NoBody {
+			out.Body = io.NopCloser(bytes.NewReader(a.body))
+		}
+	}
+}
+
+// sentNothing reports whether err is the gate's refusal of a connection
+// the upstream had closed, with no byte of the attempt written anywhere:
+// the request may go on another connection.
+func (a *attempt) sentNothing(err error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return errors.Is(err, errIdleClosed) && !a.wrote.Load() && a.writing == 0 && !a.sealed && a.stepErr == nil
 }
 
 // exchange is one request on a guarded route, between the route's outer
@@ -386,15 +413,21 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	a.ctx = ctx
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
-	if out.ContentLength < 0 && out.Body != nil {
-		// httpx.Guard read the body already: send it with its length, not
-		// chunked as the client sent it (the Transport sends chunked while
-		// TransferEncoding says so, whatever the length), unless the
-		// client sent trailers, which only a chunked body carries.
-		body, _ := io.ReadAll(out.Body)
-		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		if len(out.Trailer) == 0 {
-			out.TransferEncoding = nil
+	if out.Body != nil && out.Body != http.NoBody {
+		// httpx.Guard read the body already: kept, it can be sent again
+		// on another connection when the one the request was given turns
+		// out closed before anything was written (idleclosed.go).
+		a.body, _ = io.ReadAll(out.Body)
+		out.Body = io.NopCloser(bytes.NewReader(a.body))
+		if out.ContentLength < 0 {
+			// Sent with its length, not chunked as the client sent it
+			// (the Transport sends chunked while TransferEncoding says
+			// so, whatever the length), unless the client sent
+			// trailers, which only a chunked body carries.
+			out.ContentLength = int64(len(a.body))
+			if len(out.Trailer) == 0 {
+				out.TransferEncoding = nil
+			}
 		}
 	}
 	start := time.Now()
