@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/fallback"
+	"github.com/idemguard/idemguard/internal/testenv"
+)
+
+// TestBreakerAnswersRetryAfter: while Redis is out (fallback fail-closed)
+// the client gets 503 with Retry-After, nothing forwarded: with the breaker
+// open, and while its half-open probe is under way (the probe itself and
+// the claims waiting for its verdict).
+func TestBreakerAnswersRetryAfter(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	u := newUpstream(t)
+	e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["`+srv.Addr()+`"], prefix: "{prefix}"}
+fallback: {policy: fail-closed, timeout: 300ms, failures_to_open: 1, open_timeout: 2s}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: POST /orders
+`, u.URL)
+	check := func(what string, r reply) {
+		t.Helper()
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		t.Logf("%s: %d Retry-After %q %s", what, r.status, r.header.Get("Retry-After"), r.body)
+		if r.status != http.StatusServiceUnavailable || err != nil || ra < 1 {
+			t.Errorf("%s: %d, Retry-After %q: want 503 with Retry-After", what, r.status, r.header.Get("Retry-After"))
+		}
+	}
+	if r := post(t, e.srv.URL+"/orders", "k-b1", `{"order":"b1"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+		t.Fatalf("before the outage: %d %q", r.status, r.body)
+	}
+	srv.Kill()
+	check("Redis down, the breaker closed", post(t, e.srv.URL+"/orders", "k-b2", `{"order":"b2"}`, "X-Account-Id", "acme"))
+	if s := e.gw.fb.State(); s != fallback.StateOpen {
+		t.Fatalf("breaker %v after a failure, want open", s)
+	}
+	check("the breaker open", post(t, e.srv.URL+"/orders", "k-b3", `{"order":"b3"}`, "X-Account-Id", "acme"))
+	srv.Restart()
+	// Redis answers nothing for 4 s: the probe's claim times out.
+	sleeper := srv.Client()
+	pinger := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer pinger.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.Background(), "DEBUG", "SLEEP", "4").Err() }()
+	testenv.WaitFor(t, 10*time.Second, "Redis to sleep", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return pinger.Ping(ctx).Err() != nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "the breaker to turn half-open", func() bool { return e.gw.fb.State() == fallback.StateHalfOpen })
+	var wg sync.WaitGroup
+	replies := make([]reply, 4)
+	for i := range replies {
+		wg.Go(func() {
+			replies[i] = post(t, e.srv.URL+"/orders", "k-p"+strconv.Itoa(i), `{"order":"p`+strconv.Itoa(i)+`"}`, "X-Account-Id", "acme")
+		})
+	}
+	wg.Wait()
+	for i, r := range replies {
+		check("half-open, request "+strconv.Itoa(i), r)
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"b2", "b3", "p0", "p1", "p2", "p3"} {
+		if n := u.count(o); n != 0 {
+			t.Errorf("%s reached the upstream %d times while Redis was out", o, n)
+		}
+	}
+}
