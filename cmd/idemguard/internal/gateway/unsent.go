@@ -111,16 +111,21 @@ func (a *attempt) markUnsent() error {
 // A forward step's store call can fail after the store took it: Redis
 // answered after fallback's bound on a call (or the client's read
 // timeout), on a loaded machine. The gate then refuses every write of the
-// attempt (its stepErr), so nothing was sent, yet the record holds the
+// attempt (its stepErr), so nothing was sent, yet the record may hold the
 // step, with no unsent mark (guard.Step stops an attempt's steps after an
 // unavailable store), and the next claim would answer outcome-unknown
-// for a request the upstream never saw. markLateUnsent looks for that
-// step, this attempt's own (the last in the record, named
-// forwardName(tryN), holding this claim's fence), and marks it unsent
-// straight through the store (guard.StepStore.SaveStep, a compare-and-set
-// on this claim's token). A step that lands after the look finds the key
-// released (the store refuses a former holder's step) or is left unmarked:
-// the next claim answers outcome-unknown, the safe side.
+// for a request the upstream never saw. markLateUnsent marks it unsent
+// straight through the store (guard.StepStore.SaveStep), at the index
+// after it: a gateway's record holds its chain of steps alone (forward,
+// unsent.1, forward.2, unsent.2, ...), so forwardName(n) is step 2n-2 and
+// unsentName(n) step 2n-1. SaveStep is a compare-and-set on this claim's
+// token and on the number of steps: it takes the mark only from the holder
+// of a record holding exactly 2n-1 steps, whose last, added under this
+// token, is this attempt's forward step. A record without it (the step
+// was not stored, or not yet) refuses the mark; a step that lands after
+// that is left unmarked, and the next claim answers outcome-unknown, the
+// safe side. One write, no read: fallback lets a holder's writes through
+// while its breaker is open, not reads.
 func (a *attempt) markLateUnsent(store guard.Store) (marked bool, err error) {
 	ss, ok := store.(guard.StepStore)
 	if !ok || a.tryN == 0 {
@@ -128,27 +133,20 @@ func (a *attempt) markLateUnsent(store guard.Store) (marked bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), lateMarkTimeout)
 	defer cancel()
-	rec, err := store.Get(ctx, a.lease.Key)
-	if err != nil {
-		return false, fmt.Errorf("gateway: reading the record for a forward step stored late: %w", err)
-	}
-	last := len(rec.Steps) - 1
-	if last < 0 || rec.Steps[last].Name != forwardName(a.tryN) {
-		return false, nil
-	}
-	var m forwardMark
-	if json.Unmarshal(rec.Steps[last].Result, &m) != nil || m.Fence != a.lease.Fence {
-		return false, nil
-	}
 	b, err := json.Marshal(time.Now().UnixMilli())
 	if err != nil {
 		return false, err
 	}
-	if err := ss.SaveStep(ctx, a.lease, len(rec.Steps), guard.StepResult{Name: unsentName(a.tryN), Result: b}); err != nil {
-		return false, fmt.Errorf("gateway: marking a forward step stored late unsent: %w", err)
+	err = ss.SaveStep(ctx, a.lease, 2*a.tryN-1, guard.StepResult{Name: unsentName(a.tryN), Result: b})
+	var order *guard.StepOrderError
+	switch {
+	case errors.As(err, &order):
+		return false, nil // the forward step is not in the record
+	case err != nil:
+		return false, fmt.Errorf("gateway: marking a forward step whose store call failed unsent: %w", err)
 	}
 	return true, nil
 }
 
-// lateMarkTimeout bounds markLateUnsent's two store calls.
+// lateMarkTimeout bounds markLateUnsent's store call.
 const lateMarkTimeout = 5 * time.Second
