@@ -74,20 +74,20 @@ type attempt struct {
 	ctx    context.Context
 
 	mu          sync.Mutex
-	conn        *gateConn   // the connection the gate last let bytes go to
-	stepped     bool        // the step was asked for
-	forwardN    int         // this attempt recorded the forward step forwardName(forwardN); 0: it did not
-	tryN        int         // the forward step this attempt last asked the store for (unsent.go)
-	writing     int         // writes let through that have not returned
-	stepErr     error       // why the gate refuses every write of this attempt
-	body        []byte      // the request's body, to send again on another connection (idleclosed.go)
-	earlier     bool        // an earlier attempt of the key recorded the step
-	sealed      bool        // the outcome was decided: no more writes
-	failed      bool        // the exchange failed (failed answered it)
-	forwardedAt time.Time   // when the step was first recorded (by this or an earlier attempt)
-	wrote       atomic.Bool // a write let through put bytes on a connection: the request may have been delivered
-	switched    atomic.Bool // the upstream switched protocols: its session is the answer
-	askedGzip   bool        // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
+	conn        *gateConn     // the connection the gate last let bytes go to
+	stepped     bool          // the step was asked for
+	forwardN    int           // this attempt recorded the forward step forwardName(forwardN); 0: it did not
+	tryN        int           // the forward step this attempt last asked the store for (unsent.go)
+	writing     int           // writes let through that have not returned
+	stepErr     error         // why the gate refuses every write of this attempt
+	body        io.ReadSeeker // the request's body, to send again on another connection (idleclosed.go)
+	earlier     bool          // an earlier attempt of the key recorded the step
+	sealed      bool          // the outcome was decided: no more writes
+	failed      bool          // the exchange failed (failed answered it)
+	forwardedAt time.Time     // when the step was first recorded (by this or an earlier attempt)
+	wrote       atomic.Bool   // a write let through put bytes on a connection: the request may have been delivered
+	switched    atomic.Bool   // the upstream switched protocols: its session is the answer
+	askedGzip   bool          // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
@@ -275,7 +275,10 @@ func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// nothing was written to it (idleclosed.go). Another one.
 		out = out.Clone(out.Context())
 		if out.Body != nil && out.Body != http.NoBody {
-			out.Body = io.NopCloser(bytes.NewReader(a.body))
+			if _, serr := a.body.Seek(0, io.SeekStart); serr != nil {
+				return res, err
+			}
+			out.Body = io.NopCloser(a.body)
 		}
 	}
 }
@@ -414,21 +417,27 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.ctx = ctx
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	if out.Body != nil && out.Body != http.NoBody {
-		// httpx.Guard read the body already: kept, it can be sent again
-		// on another connection when the one the request was given turns
-		// out closed before anything was written (idleclosed.go).
-		a.body, _ = io.ReadAll(out.Body)
-		out.Body = io.NopCloser(bytes.NewReader(a.body))
-		if out.ContentLength < 0 {
-			// Sent with its length, not chunked as the client sent it
-			// (the Transport sends chunked while TransferEncoding says
-			// so, whatever the length), unless the client sent
-			// trailers, which only a chunked body carries.
-			out.ContentLength = int64(len(a.body))
-			if len(out.Trailer) == 0 {
-				out.TransferEncoding = nil
+		// httpx.Guard read the body already, and holds it: it can be sent
+		// again from its start on another connection when the one the
+		// request was given turns out closed before anything was written
+		// (idleclosed.go).
+		rs, ok := out.Body.(io.ReadSeeker)
+		if !ok || out.ContentLength < 0 {
+			body, _ := io.ReadAll(out.Body)
+			rs = bytes.NewReader(body)
+			out.Body = io.NopCloser(rs)
+			if out.ContentLength < 0 {
+				// Sent with its length, not chunked as the client sent
+				// it (the Transport sends chunked while TransferEncoding
+				// says so, whatever the length), unless the client sent
+				// trailers, which only a chunked body carries.
+				out.ContentLength = int64(len(body))
+				if len(out.Trailer) == 0 {
+					out.TransferEncoding = nil
+				}
 			}
 		}
+		a.body = rs
 	}
 	start := time.Now()
 	if rt.serveProxy(w, out) {
