@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,30 +66,46 @@ func TestNestedGuard(t *testing.T) {
 // escaped path outside the mux, the pattern inside). The inner one met the
 // outer's claim as a request in flight: its 409 became the key's stored
 // answer, replayed for the whole TTL, and the handler never ran. It now
-// runs once under the outer claim, as under one guard.Guard.
+// runs once under the outer claim, as under one guard.Guard; so it does
+// when each Guard's store is wrapped on its own (guard.New(tracer.Store(s))
+// written twice), which it took for two stores.
 func TestNestedGuardsOneStore(t *testing.T) {
 	e := newEnv(t, guard.Options{})
-	route := guard.New(e.store, guard.Options{TTL: time.Hour})
-	var runs atomic.Int64
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte("charged"))
-	})
-	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
-	mux := http.NewServeMux()
-	mux.Handle("POST /charges", httpx.Guard(route, opts)(h))
-	srv, c := serve(t, httpx.Guard(e.g, opts)(mux))
-	for i := range 2 {
-		r := do(t, c, "POST", srv.URL+"/charges", `{"amount":5}`, key("nest-3")...)
-		if r.status != http.StatusCreated || string(r.body) != "charged" || r.replayed() != (i == 1) {
-			t.Fatalf("request %d through a router's and a route's Guard over one store: %d replayed %v %q", i+1, r.status, r.replayed(), r.body)
-		}
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
+	for name, stores := range map[string][2]guard.Store{
+		"one store value":         {e.store, e.store},
+		"each wrapped on its own": {&traced{&traced{e.store}}, &traced{e.store}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			outer := guard.New(stores[0], guard.Options{})
+			route := guard.New(stores[1], guard.Options{TTL: time.Hour})
+			var runs atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write([]byte("charged"))
+			})
+			opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", httpx.Guard(route, opts)(h))
+			srv, c := serve(t, httpx.Guard(outer, opts)(mux))
+			for i := range 2 {
+				r := do(t, c, "POST", srv.URL+"/charges", `{"amount":5}`, key("nest-3/"+strings.ReplaceAll(name, " ", "-"))...)
+				if r.status != http.StatusCreated || string(r.body) != "charged" || r.replayed() != (i == 1) {
+					t.Fatalf("request %d through a router's and a route's Guard over one store: %d replayed %v %q", i+1, r.status, r.replayed(), r.body)
+				}
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times, want 1", n)
+			}
+		})
 	}
 }
+
+// traced wraps a store as a tracing or metrics wrapper does (otelx's):
+// every call goes to the store it wraps, which it names with Unwrap.
+type traced struct{ guard.Store }
+
+func (t *traced) Unwrap() guard.Store { return t.Store }
 
 // heldRuns counts a handler's runs and holds its first one (entered
 // closed) until release is closed.
@@ -275,42 +292,5 @@ func TestNestedGuardUnavailableNotStored(t *testing.T) {
 	rec, err := e.store.Get(context.Background(), guard.Key{Scope: "POST /orders", ID: "client-f"})
 	if err == nil && rec.State == guard.StateCompleted {
 		t.Fatalf("the inner Guard's 503 was stored as the outer key's answer")
-	}
-}
-
-// traced wraps a store as a tracing or metrics wrapper does (otelx's):
-// every call goes to the store it wraps, which it names with Unwrap.
-type traced struct{ guard.Store }
-
-func (t *traced) Unwrap() guard.Store { return t.Store }
-
-// TestNestedGuardsWrappedStore: a router-wide Guard and a route's own over
-// one store, each wrapped on its own (guard.New(tracer.Store(s)) written
-// twice), are one store: the inner Guard runs the handler under the outer
-// claim. It took the two wrappers for two stores and met the outer's
-// claim as a request in flight, so the route answered 409 to every
-// request, stored for the whole TTL.
-func TestNestedGuardsWrappedStore(t *testing.T) {
-	e := newEnv(t, guard.Options{})
-	outer := guard.New(&traced{&traced{e.store}}, guard.Options{})
-	route := guard.New(&traced{e.store}, guard.Options{TTL: time.Hour})
-	var runs atomic.Int64
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte("charged"))
-	})
-	opts := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
-	mux := http.NewServeMux()
-	mux.Handle("POST /charges", httpx.Guard(route, opts)(h))
-	srv, c := serve(t, httpx.Guard(outer, opts)(mux))
-	for i := range 2 {
-		r := do(t, c, "POST", srv.URL+"/charges", `{"amount":5}`, key("nest-wrapped")...)
-		if r.status != http.StatusCreated || string(r.body) != "charged" || r.replayed() != (i == 1) {
-			t.Fatalf("request %d through a router's and a route's Guard over one wrapped store: %d replayed %v %q", i+1, r.status, r.replayed(), r.body)
-		}
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
