@@ -410,14 +410,18 @@ func (b *Backstop) Func(fingerprint string, fn TxFunc) guard.Func {
 // failure or a deadlock to it, or this COMMIT's reply was lost after it
 // committed); else the error is.
 //
-// An error that is ctx's end carries ctx's cause too (guard.ErrLeaseLost,
-// guard.ErrMaxRun when the guard ended the run), as guard.Do asks of its
-// fn: not a bare context.Canceled, which reads as a caller gone away.
+// An error returned once ctx has ended carries ctx's cause too
+// (guard.ErrLeaseLost, guard.ErrMaxRun when the guard ended the run), as
+// guard.Do asks of its fn: not a bare context.Canceled, which reads as a
+// caller gone away, nor a driver's "bad connection" for a statement the
+// cancellation cut off.
 func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
 	committed func() ([]byte, bool)) ([]byte, error) {
 	result, err := b.inTx1(ctx, lease, fn, commit, commitErr, committed)
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	// After ctx ended, the driver's error need not say so: lib/pq answers
+	// "driver: bad connection" to a statement its cancellation cut off.
+	if err != nil && ctx.Err() != nil {
 		if cause := context.Cause(ctx); !errors.Is(err, cause) {
 			err = fmt.Errorf("%w: %w", err, cause)
 		}
