@@ -72,7 +72,11 @@ func TestStoreOutageDoesNotUseUpMaxDeliver(t *testing.T) {
 	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	// The message's next delivery comes a delay after its last Nak, once
+	// the pull loop asks again: seconds on a loaded machine (make test's
+	// test lanes once left 5 s without one), far less than the deliveries
+	// a plain Nak would have burnt meanwhile.
+	deadline := time.Now().Add(30 * time.Second)
 	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
