@@ -555,7 +555,10 @@ func TestMigrateAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, ttl := range []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, time.Hour} {
-		g := guard.New(store, guard.Options{TTL: ttl, Lease: time.Second})
+		// A lease of its own length: the claim is bounded by it, and a
+		// loaded machine's Postgres once took over a second (the test is
+		// about TTLs, not leases).
+		g := guard.New(store, guard.Options{TTL: ttl, Lease: 10 * time.Second})
 		if _, err := g.Do(ctx, guard.Key{Scope: "p", ID: strconv.Itoa(i)}, "fp", func(context.Context, guard.Lease) ([]byte, error) {
 			return nil, nil
 		}); err != nil {
