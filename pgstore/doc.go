@@ -27,6 +27,14 @@
 // transaction (a hot standby, as a primary demoted in a failover is) wrap
 // guard.ErrUnavailable.
 //
+// Size the *sql.DB's pool for the calls you make at once: database/sql
+// keeps 2 idle connections unless told otherwise (DB.SetMaxIdleConns), so
+// with more calls at once most statements open a connection of their own,
+// a PostgreSQL backend started and stopped per statement. The contract
+// suite's DoBatch race over this Store (8 goroutines, 1,536 claims and
+// their completions) took 25 s so, and 2.3 s with SetMaxIdleConns(32) and
+// SetMaxOpenConns(32). The same holds for package backstop's *sql.DB.
+//
 // Constructors (New, NewMigrator) return an error for anything that can
 // fail from input (options that make no usable table names); they panic
 // only on a nil *sql.DB, a programmer error of the kind http.Handle panics

@@ -33,6 +33,7 @@ func TestStoreContractStrictIsolation(t *testing.T) {
 						t.Fatal(err)
 					}
 					db.SetMaxOpenConns(32)
+					db.SetMaxIdleConns(32)
 					t.Cleanup(func() { _ = db.Close() })
 					var got string
 					if err := db.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&got); err != nil || got != level {

@@ -146,6 +146,7 @@ func Postgres(t testing.TB) (*sql.DB, string) {
 		t.Fatalf("open postgres: %v", err)
 	}
 	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32) // database/sql keeps 2 by default: every other statement would connect anew
 	t.Cleanup(func() {
 		_ = db.Close()
 		admin, err := sql.Open("postgres", base)
