@@ -261,7 +261,11 @@ func (l *Locker) Quorum() int { return l.quorum }
 // tries until it succeeds, ctx ends, Options.Tries attempts are spent
 // (ErrNotObtained) or Options.UnavailableTries attempts in a row reach no
 // quorum (ErrUnavailable). The caller must Release the lock, and Extend it
-// before Lock.Until.
+// before Lock.Until. When ctx ends while an attempt is under way, the
+// attempt still completes (so that it leaves no keys behind on the nodes
+// it reached), and a lock it took is released: Obtain returns
+// ErrNotObtained wrapping ctx's cause, never a lock, once ctx has ended;
+// Do and TryDo then do not run fn.
 func (l *Locker) Obtain(ctx context.Context, name string) (*Lock, error) {
 	return l.obtain(ctx, name, l.opts.Tries, l.opts.UnavailableTries)
 }
@@ -339,6 +343,13 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 		err := m.TryLockContext(context.WithoutCancel(ctx))
 		if err == nil {
 			k := &Lock{locker: l, name: name, m: m}
+			if ctx.Err() != nil {
+				// The caller went away while the attempt was under way:
+				// it completed so as to leave nothing behind, and the
+				// lock is given back, not handed to no one.
+				k.releaseNow(ctx)
+				return nil, l.waitErr(ctx, name, nil)
+			}
 			if !l.opts.Fencing {
 				return k, nil
 			}
@@ -348,6 +359,9 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 			if k.fence, err = l.fence(context.WithoutCancel(ctx), name); err != nil {
 				k.releaseNow(ctx)
 				last = err
+			} else if ctx.Err() != nil {
+				k.releaseNow(ctx)
+				return nil, l.waitErr(ctx, name, nil)
 			} else if time.Now().Before(k.Until()) {
 				// The fence is above every earlier holder's only if it
 				// was raised while this holder still had the lock: a
