@@ -68,8 +68,13 @@ type Options struct {
 	// reported in progress to the server (msg.InProgress), which restarts
 	// its AckWait, while its handler, or the batch it came in, runs: so a
 	// handler longer than AckWait is not redelivered while it runs.
-	// Consume takes a third of the consumer's AckWait when it is zero;
-	// Handle reports nothing when it is zero. Negative: never.
+	// Consume takes a third of the shortest time the server may wait for
+	// an ack when it is zero: the consumer's AckWait, or with a BackOff
+	// the smallest of its values (the server waits BackOff[n-1] for the
+	// ack of a message's n-th delivery, and later values may be below the
+	// first, which AckWait is). Handle and HandleBatch report nothing when
+	// it is zero: for a consumer with a BackOff, set it to at most a third
+	// of the BackOff's smallest value. Negative: never.
 	InProgressEvery time.Duration
 	// Batch is how many messages Consume fetches and runs at once.
 	// Default 16.
@@ -385,8 +390,8 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // its MaxRequestExpires. It takes the messages
 // that are ready at once (FetchNoWait); when none is, it waits up to
 // Options.MaxWait for the next. Messages are reported in progress every
-// Options.InProgressEvery, or a third of the consumer's AckWait, until
-// acknowledged. A handler running when ctx ends sees its context
+// Options.InProgressEvery, or a third of the consumer's AckWait (of the
+// smallest value of its BackOff, if that is shorter), until acknowledged. A handler running when ctx ends sees its context
 // cancelled; if it then returns an error the message is Interrupted
 // (released and Nak'ed, no attempt counted), and the messages of the batch
 // whose turn had not come are Interrupted without running.
@@ -448,8 +453,10 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	every := h.opts.InProgressEvery
 	if every == 0 {
 		every = DefaultAckWait / 3
-		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-			every = info.Config.AckWait / 3
+		if info != nil {
+			if w := shortestAckWait(info.Config); w > 0 {
+				every = w / 3
+			}
 		}
 	}
 	// Pulls within the consumer's limits: the server refuses one asking
@@ -492,6 +499,21 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 		wait.For(ctx, pause)
 	}
 	return nil
+}
+
+// shortestAckWait is the shortest time the server may wait for the ack of
+// one of cfg's deliveries (0 if cfg says none): its AckWait, or, with a
+// BackOff, the smallest of its values, since the server waits BackOff[n-1]
+// (its last value past its end) for the ack of a message's n-th delivery
+// and sets AckWait to BackOff[0], which later values may be below.
+func shortestAckWait(cfg jetstream.ConsumerConfig) time.Duration {
+	w := cfg.AckWait
+	for _, b := range cfg.BackOff {
+		if b > 0 && (w <= 0 || b < w) {
+			w = b
+		}
+	}
+	return w
 }
 
 // pull appends to msgs up to n of cons's messages: those ready at once,
