@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemguard/idemguard/guard"
 )
@@ -108,7 +107,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
-	retry := &completeBudget{until: time.Now().Add(CompleteRetry)} // the batch's completions tried again share it
+	retry := newCompleteBudget() // the batch's completions tried again share it
 	for j := range res {
 		i := j
 		if idx != nil {

@@ -307,3 +307,84 @@ func TestBatchCompletionsRetriedBeforeDeadLetters(t *testing.T) {
 		t.Errorf("the other consumer's m1: %s, effects %d; want duplicate, 1 effect", otherOutcome, effects.Load())
 	}
 }
+
+// The completions of a batch the store refused are tried again within
+// CompleteRetry, paced per refusal, not per message: once the store is
+// back, the rest go one after another without a pause. Here a batch of 100
+// succeeds, the store refuses every completion and is back half the
+// budget later: every message is Processed and recorded, and ProcessBatch
+// returns within the budget. (Each completion waited 20ms before its try
+// even when the one before it had just been taken: a batch of 100 spent
+// 2s on pauses alone, past the budget, the later messages left one try
+// each.)
+func TestBatchCompletionRetriesPacedPerRefusal(t *testing.T) {
+	const n = 100
+	srv := testenv.StartRedis(t)
+	rdb, admin := srv.Client(), srv.Client()
+	var (
+		ran     atomic.Bool  // the batch's last handler has run
+		refused atomic.Int64 // when the store first refused a completion (unix ns)
+	)
+	back := make(chan struct{})
+	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+		if e.Kind == guard.EventUnavailable && ran.Load() && refused.CompareAndSwap(0, time.Now().UnixNano()) {
+			// The outage lasts half the budget after the refusal.
+			tm := time.AfterFunc(consumerx.CompleteRetry/2, func() {
+				defer close(back)
+				if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
+					t.Error(err)
+				}
+			})
+			t.Cleanup(func() { tm.Stop() })
+		}
+	})
+	// Leases outlive the whole batch and its retries on a loaded machine.
+	g := guard.New(guardenv.StoreOn(t, rdb, guard.RedisOptions{}), guard.Options{Lease: 30 * time.Second, Observer: obs})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	msgs := batchOf(n)
+	var effects atomic.Int32
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		effects.Add(1)
+		if msg.ID != msgs[n-1].ID {
+			return nil
+		}
+		ran.Store(true)
+		// Redis refuses writes from now on: the batch's completions.
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+	}
+	ctx := context.Background()
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	took := time.Since(time.Unix(0, refused.Load()))
+	if refused.Load() == 0 {
+		t.Fatalf("the completions were not refused: the test tests nothing; %+v", res[0])
+	}
+	<-back
+	t.Logf("the batch done %s after the first refusal", took.Round(time.Millisecond))
+	processed, firstBad := 0, -1
+	for i, r := range res {
+		if r.Outcome == consumerx.Processed && r.Err == nil {
+			processed++
+		} else if firstBad < 0 {
+			firstBad = i
+		}
+	}
+	if processed != n || took >= consumerx.CompleteRetry {
+		t.Errorf("%d of %d processed, the batch done %s after the first refusal; want all within the budget (%s)",
+			processed, n, took.Round(time.Millisecond), consumerx.CompleteRetry)
+	}
+	if firstBad >= 0 {
+		t.Errorf("first not processed: message %d: %s, %v", firstBad, res[firstBad].Outcome, res[firstBad].Err)
+	}
+	pending := 0
+	for _, msg := range msgs {
+		if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID}); err != nil || rec.State != guard.StateCompleted {
+			pending++
+		}
+	}
+	if pending > 0 {
+		t.Errorf("%d of %d records not completed: their effects would run again after the lease", pending, n)
+	}
+	if effects.Load() != n {
+		t.Errorf("%d effects, want %d", effects.Load(), n)
+	}
+}

@@ -499,50 +499,72 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 // restarting, failing over), for one message or for a whole batch, before it leaves the
 // message Failed with its claim pending (a message of a batch whose time
 // went on the messages before it still gets one try if the store took the
-// last of theirs). A restarted or failed-over Redis answers within a
-// second; the message's effect would otherwise run again once its lease
-// ran out.
+// last of theirs). The tries pause after each refusal (20ms, doubling up
+// to 500ms), not before each message: once the store is back, a batch's
+// completions are written one after another. A restarted or failed-over
+// Redis answers within a second; the message's effect would otherwise run
+// again once its lease ran out.
 const CompleteRetry = 2 * time.Second
 
 // completeBudget is how long the completions of one run, or of a whole
 // batch, are tried again (until: CompleteRetry after the first refusal),
-// and whether the store took the last one tried (took). A batch's runs are
-// settled one after another, on one goroutine, sharing it.
+// whether the store took the last one tried (took), and the pause before
+// the next try (wait, doubled after each refusal up to maxCompletePause;
+// none once the store answered). A batch's runs are settled one after
+// another, on one goroutine, sharing it: the pauses go by refusal, not by
+// message, so once the store is back a batch's completions follow one
+// another without one (with a pause before each, a batch of 100 spent the
+// budget pausing).
 type completeBudget struct {
 	until time.Time
 	took  bool
+	wait  time.Duration
 }
+
+// newCompleteBudget is the budget of completions the store refused just
+// now: the first try again comes after firstCompletePause.
+func newCompleteBudget() *completeBudget {
+	return &completeBudget{until: time.Now().Add(CompleteRetry), wait: firstCompletePause}
+}
+
+// Pauses between the tries again of refused completions.
+const (
+	firstCompletePause = 20 * time.Millisecond
+	maxCompletePause   = 500 * time.Millisecond
+)
 
 // lastCompleteTry bounds the one try a completion gets once its batch's
 // budget was spent on the messages before it, when the store took the
 // last of theirs.
 const lastCompleteTry = 500 * time.Millisecond
 
-// recomplete tries again, with backing-off pauses until r.retry's end (set
-// for a whole batch, or CompleteRetry from now), to record the success of
-// r's handler, whose completion the store refused. A message whose batch
-// spent the time on the messages before it still gets one try if the store
-// took the last of theirs: it is back, and without the try the message
-// would be left pending, its effect run again after the lease. Completing
-// is a compare-and-set on the run's token that is safe to repeat: it fails
+// recomplete tries again, until r.retry's end (set for a whole batch, or
+// CompleteRetry from now), to record the success of r's handler, whose
+// completion the store refused, pausing after each refusal (the budget's
+// pauses: see completeBudget). A message whose batch spent the time on
+// the messages before it still gets one try if the store took the last of
+// theirs: it is back, and without the try the message would be left
+// pending, its effect run again after the lease. Completing is a
+// compare-and-set on the run's token that is safe to repeat: it fails
 // with guard.ErrLeaseLost if another consumer took the message over
 // meanwhile.
 func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) error {
 	b := r.retry
 	if b == nil {
-		b = &completeBudget{until: time.Now().Add(CompleteRetry)}
+		b = newCompleteBudget()
 		r.retry = b
 	}
 	ttl := p.g.Options().TTL
-	wait := 20 * time.Millisecond
 	for {
 		left := time.Until(b.until)
 		var cctx context.Context
 		var cancel context.CancelFunc
 		switch {
 		case left > 0:
-			t := time.NewTimer(min(wait, left))
-			<-t.C
+			if b.wait > 0 {
+				t := time.NewTimer(min(b.wait, left))
+				<-t.C
+			}
 			cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
 		case b.took:
 			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
@@ -552,16 +574,17 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 		err := p.g.Store().Complete(cctx, res.Lease, res.Value, ttl)
 		cancel()
 		b.took = err == nil || errors.Is(err, guard.ErrLeaseLost) // the store answered
-		if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+		if b.took {
+			b.wait = 0 // the next completion is tried at once
 			if err == nil {
 				p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
 			}
 			return err
 		}
+		b.wait = min(max(2*b.wait, firstCompletePause), maxCompletePause)
 		if left <= 0 {
 			return err // the one try past the budget
 		}
-		wait = min(2*wait, 500*time.Millisecond)
 	}
 }
 
