@@ -13,7 +13,10 @@
 //   - the Tracer is a guard.Observer: each guard.Event becomes an event on
 //     the caller's span (the request's, as otelhttp or otelgrpc started
 //     it), which also gets idemguard.outcome and idemguard.replayed, so a
-//     replayed request is told apart in any trace view.
+//     replayed request is told apart in any trace view; a batch's span
+//     (DoBatch's caller's) gets counts of its keys' outcomes instead, and
+//     events only for keys that did not go the common way, at most
+//     MaxKeyEvents (see Tracer.Observe).
 //
 // Wire it once:
 //
@@ -40,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -76,7 +80,9 @@ const (
 	// ("acquired", "replay", "in_progress", "mismatch", "exhausted"); for
 	// a write "ok"; for the effect "ok", "error", "rejected" or "panic"; on any
 	// span "lease_lost", "unavailable" or "error" when the call failed;
-	// on the caller's span the last guard.Event's kind.
+	// on the caller's span the last guard.Event's kind, or, once it heard
+	// of more than one key (a batch), the kind every key ended with, or
+	// "mixed" (see Tracer.Observe).
 	Outcome = attribute.Key("idemguard.outcome")
 	// Attempt is the lease's attempt (1 for the first acquisition), or the
 	// attempts made for an exhausted key.
@@ -87,7 +93,7 @@ const (
 	// lease ran out.
 	Recovered = attribute.Key("idemguard.recovered")
 	// Replayed is true when a claim found a stored result: the effect did
-	// not run.
+	// not run (on a span that heard of more than one key: for every key).
 	Replayed = attribute.Key("idemguard.replayed")
 	// LeaseLeft is, for a claim answered in_progress, the milliseconds
 	// left of the holder's lease.
@@ -100,7 +106,27 @@ const (
 	// LeaseLost is true on the effect's span when its context ended
 	// because the lease was lost (or MaxRun passed).
 	LeaseLost = attribute.Key("idemguard.lease_lost")
+	// Keys is, on a span the Observer heard of more than one key about
+	// (DoBatch's caller's span, or one over several Do calls), how many
+	// keys it heard of: a batch's size.
+	Keys = attribute.Key("idemguard.keys")
+	// EventsOmitted is, on such a span, how many events the Observer left
+	// out past MaxKeyEvents.
+	EventsOmitted = attribute.Key("idemguard.events_omitted")
 )
+
+// KeysWith is the attribute, on a span the Observer heard of more than
+// one key about, that counts the keys whose last event was of kind k
+// ("idemguard.keys.completed", "idemguard.keys.failed", ...).
+func KeysWith(k guard.EventKind) attribute.Key {
+	return attribute.Key("idemguard.keys." + k.String())
+}
+
+// MaxKeyEvents bounds the events the Observer adds to a span once it has
+// heard of more than one key, past the first key's: well below the SDK's
+// default of 128 events a span, so other instrumentation's events and
+// an exception keep their place.
+const MaxKeyEvents = 32
 
 // Options configure a Tracer. The zero value is ready to use.
 type Options struct {
@@ -120,6 +146,7 @@ type Options struct {
 type Tracer struct {
 	tracer trace.Tracer
 	opts   Options
+	shards [spanShards]spanShard // the spans Observe heard of (keysOf)
 }
 
 var _ guard.Observer = (*Tracer)(nil)
@@ -481,20 +508,42 @@ func (t *Tracer) Func(fn guard.Func) guard.Func {
 // replaced by its digest). The span also gets Outcome (the kind) and, on
 // acquired and replayed, Replayed. A ctx without a recording span costs a
 // lookup and nothing else.
+//
+// A span that hears of more than one key (the span of a DoBatch's
+// caller, a consumer's batch; or one over several Do calls) is a batch's:
+// from the second key on, Outcome and Replayed would be the last key's,
+// and the events of a batch of a few hundred keys would pass the SDK's
+// limit of 128 events a span, which then drops the oldest. Such a span
+// gets instead Keys (how many keys it heard of), KeysWith(kind) for each
+// kind some key ended with (the count of keys whose last event was of
+// that kind: "idemguard.keys.completed" = 290, "idemguard.keys.failed" =
+// 10), Outcome the kind every key ended with, or "mixed", and Replayed
+// true only when every key replayed. Its events, past the first key's,
+// are only those of keys that did not go the common way (acquired,
+// replayed, completed): recovered, in_progress, mismatch, exhausted,
+// failed, released, lease_lost, unavailable, corrupt; at most
+// MaxKeyEvents of them, the rest counted in EventsOmitted. Every key's
+// detail is in the spans of Tracer.Store, a claim and a write span per
+// key, children of the same span: events on one span are for what stands
+// out in it, and span counts are bounded by the SDK's span processors,
+// not by a span's limit of events. The Observer keeps what a span heard
+// (a key and its last kind, per key once it heard of two) until the span
+// has ended.
 func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
+	if sk := t.keysOf(span); sk != nil {
+		sk.mu.Lock()
+		defer sk.mu.Unlock()
+		if sk.heard(e) {
+			t.observeBatch(span, sk, e)
+			return
+		}
+	}
+	t.addEvent(span, e)
 	kind := e.Kind.String()
-	attrs := t.keyAttrs(e.Key)
-	if e.Attempt > 0 {
-		attrs = append(attrs, Attempt.Int(e.Attempt))
-	}
-	if e.Err != nil {
-		attrs = append(attrs, attribute.String("idemguard.error", t.redact(e.Err.Error(), e.Key)))
-	}
-	span.AddEvent("idemguard."+kind, trace.WithAttributes(attrs...))
 	switch e.Kind {
 	case guard.EventAcquired:
 		span.SetAttributes(Outcome.String(kind), Replayed.Bool(false))
@@ -505,4 +554,166 @@ func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 	default:
 		span.SetAttributes(Outcome.String(kind))
 	}
+}
+
+// addEvent adds e to span as an event.
+func (t *Tracer) addEvent(span trace.Span, e guard.Event) {
+	attrs := t.keyAttrs(e.Key)
+	if e.Attempt > 0 {
+		attrs = append(attrs, Attempt.Int(e.Attempt))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("idemguard.error", t.redact(e.Err.Error(), e.Key)))
+	}
+	span.AddEvent("idemguard."+e.Kind.String(), trace.WithAttributes(attrs...))
+}
+
+// observeBatch records e on span, which has heard of more than one key
+// (sk, which heard e, under its lock): see Observe.
+func (t *Tracer) observeBatch(span trace.Span, sk *spanKeys, e guard.Event) {
+	switch e.Kind {
+	case guard.EventAcquired, guard.EventReplayed, guard.EventCompleted:
+	case guard.EventRecovered:
+		span.SetAttributes(Recovered.Bool(true))
+		fallthrough
+	default:
+		if sk.events < MaxKeyEvents {
+			sk.events++
+			t.addEvent(span, e)
+		} else {
+			sk.omitted++
+			span.SetAttributes(EventsOmitted.Int(sk.omitted))
+		}
+	}
+	n := len(sk.last)
+	attrs := make([]attribute.KeyValue, 0, len(sk.counts)+3)
+	attrs = append(attrs, Keys.Int(n))
+	outcome := "mixed"
+	for k, c := range sk.counts {
+		if sk.changed&(1<<k) != 0 {
+			attrs = append(attrs, KeysWith(guard.EventKind(k)).Int(c))
+		}
+		if c == n {
+			outcome = guard.EventKind(k).String()
+		}
+	}
+	sk.changed = 0
+	attrs = append(attrs, Outcome.String(outcome), Replayed.Bool(sk.counts[guard.EventReplayed] == n))
+	span.SetAttributes(attrs...)
+}
+
+// spanKeys is what the Observer heard of the keys of one recording span.
+type spanKeys struct {
+	span trace.Span // to tell when it has ended
+	mu   sync.Mutex
+	// first is the first key heard of (seen: there is one), firstKind its
+	// last outcome (an event's kind other than recovered), while no
+	// other key was.
+	seen      bool
+	first     guard.Key
+	firstKind guard.EventKind
+	// last is each key's last outcome once a second key was heard of;
+	// counts[k] the keys whose last outcome is k, changed the counts
+	// changed since the span last got them (a bit per kind).
+	last            map[guard.Key]guard.EventKind
+	counts          [numKinds]int
+	changed         uint32
+	events, omitted int // the events added past the first key's, and left out
+}
+
+// numKinds bounds guard.EventKind's values.
+const numKinds = 32
+
+// heard records e of sk's span and reports whether the span has heard of
+// more than one key.
+func (sk *spanKeys) heard(e guard.Event) bool {
+	outcome := e.Kind != guard.EventRecovered && int(e.Kind) < numKinds
+	switch {
+	case sk.last != nil:
+	case !sk.seen:
+		sk.seen, sk.first = true, e.Key
+		fallthrough
+	case sk.first == e.Key:
+		if outcome {
+			sk.firstKind = e.Kind
+		}
+		return false
+	default:
+		sk.last = map[guard.Key]guard.EventKind{sk.first: sk.firstKind}
+		if sk.firstKind != 0 {
+			sk.counts[sk.firstKind]++
+			sk.changed |= 1 << sk.firstKind
+		}
+	}
+	if !outcome {
+		if _, ok := sk.last[e.Key]; !ok {
+			sk.last[e.Key] = 0 // a key heard of, no outcome yet
+		}
+		return true
+	}
+	if old := sk.last[e.Key]; old != 0 {
+		sk.counts[old]--
+		sk.changed |= 1 << old
+	}
+	sk.last[e.Key] = e.Kind
+	sk.counts[e.Kind]++
+	sk.changed |= 1 << e.Kind
+	return true
+}
+
+// spanShards spread the spans the Observer keeps track of, so that
+// concurrent requests' events seldom wait for one another.
+const spanShards = 16
+
+// Bounds of a shard's spans: swept (the ended ones let go) when it holds
+// twice as many as after the last sweep, at least minSweep; past
+// maxSpans live ones (spans never ended), a new span is not tracked and
+// gets every event as a span of one key does.
+const (
+	minSweep = 64
+	maxSpans = 1 << 14
+)
+
+type spanID struct {
+	trace trace.TraceID
+	span  trace.SpanID
+}
+
+type spanShard struct {
+	mu      sync.Mutex
+	spans   map[spanID]*spanKeys
+	sweepAt int
+}
+
+// keysOf returns what the Observer heard of span's keys, nil when span is
+// not tracked (no valid span context, or too many spans live).
+func (t *Tracer) keysOf(span trace.Span) *spanKeys {
+	sc := span.SpanContext()
+	if !sc.IsValid() {
+		return nil
+	}
+	id := spanID{sc.TraceID(), sc.SpanID()}
+	sh := &t.shards[id.span[7]%spanShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sk, ok := sh.spans[id]; ok {
+		return sk
+	}
+	if sh.spans == nil {
+		sh.spans, sh.sweepAt = map[spanID]*spanKeys{}, minSweep
+	}
+	if len(sh.spans) >= sh.sweepAt {
+		for k, sk := range sh.spans {
+			if !sk.span.IsRecording() { // ended
+				delete(sh.spans, k)
+			}
+		}
+		sh.sweepAt = max(minSweep, 2*len(sh.spans))
+		if len(sh.spans) >= maxSpans {
+			return nil
+		}
+	}
+	sk := &spanKeys{span: span}
+	sh.spans[id] = sk
+	return sk
 }
