@@ -311,8 +311,8 @@ func TestBatchCompletionsRetriedBeforeDeadLetters(t *testing.T) {
 // The completions of a batch the store refused are tried again within
 // CompleteRetry, paced per refusal, not per message: once the store is
 // back, the rest go one after another without a pause. Here a batch of 100
-// succeeds, the store refuses every completion and is back half the
-// budget later: every message is Processed and recorded, and ProcessBatch
+// succeeds, the store refuses every completion and is back a quarter of
+// the budget later: every message is Processed and recorded, and ProcessBatch
 // returns within the budget. (Each completion waited 20ms before its try
 // even when the one before it had just been taken: a batch of 100 spent
 // 2s on pauses alone, past the budget, the later messages left one try
@@ -328,8 +328,8 @@ func TestBatchCompletionRetriesPacedPerRefusal(t *testing.T) {
 	back := make(chan struct{})
 	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
 		if e.Kind == guard.EventUnavailable && ran.Load() && refused.CompareAndSwap(0, time.Now().UnixNano()) {
-			// The outage lasts half the budget after the refusal.
-			tm := time.AfterFunc(consumerx.CompleteRetry/2, func() {
+			// The outage lasts a quarter of the budget after the refusal.
+			tm := time.AfterFunc(consumerx.CompleteRetry/4, func() {
 				defer close(back)
 				if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
 					t.Error(err)
