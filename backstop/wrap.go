@@ -183,9 +183,9 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 
 // undo releases a primary claim that must not stand, even if ctx ended.
 // With unmark, it then also undoes the holder's mark, as Release does for
-// a first attempt, in one try bounded by unmarkTimeout (PostgreSQL may be
-// the reason the claim failed): a mark whose reply was lost is then gone,
-// and if it cannot be, it refuses other payloads until it expires.
+// a first attempt, tried as unmark tries (PostgreSQL may be the reason
+// the claim failed): a mark whose reply was lost is then gone, and if it
+// cannot be, it refuses other payloads until it expires.
 func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
 	bg := context.WithoutCancel(ctx)
 	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
@@ -196,8 +196,12 @@ func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
 	}
 }
 
-// unmarkTimeout bounds a try to end a holder's lease on its mark.
-const unmarkTimeout = 2 * time.Second
+// unmarkTimeout bounds a try to end a holder's lease on its mark, and
+// unmarkBudget the tries together.
+const (
+	unmarkTimeout = 2 * time.Second
+	unmarkBudget  = 2 * unmarkTimeout
+)
 
 // Complete, Fail and Release retry the primary while it cannot be reached
 // (adapter.Settle, within adapter.SettleBudget): a claim left pending
@@ -208,9 +212,9 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 }
 
 // Fail also ends the holder's lease on its mark, so the next attempt need
-// not wait for it (if PostgreSQL cannot be reached then, the next attempt
-// is told the key is in progress until the lease would have ended; the
-// failure stands). So it does when primary answers ErrLeaseLost (it lost
+// not wait for it (retried for a few seconds while PostgreSQL cannot take
+// it; if it still cannot, the next attempt is told the key is in progress
+// until the lease would have ended; the failure stands). So it does when primary answers ErrLeaseLost (it lost
 // the holder's record, say), or cannot be reached (should it come back
 // empty, its next claim is not told the key is in progress): the holder
 // runs nothing any more.
@@ -225,8 +229,9 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 // Release also ends the holder's lease on its mark, and undoes the mark
 // when it released a first attempt, which the primary then forgets: a key
 // released before any effect is as if never claimed, and a request with
-// another payload may take it. (If PostgreSQL cannot be reached then, the
-// mark stays until it expires and refuses other payloads as a mismatch
+// another payload may take it. (The write is retried for a few seconds
+// while PostgreSQL cannot take it; if it still cannot, the mark stays
+// until it expires and refuses other payloads as a mismatch
 // meanwhile, and the next claim is told the key is in progress until the
 // lease would have ended; the release stands.) So it does when primary
 // answers ErrLeaseLost or cannot be reached, but then the mark stays:
@@ -255,13 +260,23 @@ func holderDone(err error) bool {
 }
 
 // unmark ends the holder's lease on its mark (and with forget, undoes
-// the mark of a first attempt) once primary took its Fail or Release, in
-// one try bounded by unmarkTimeout, even if ctx ended: the write to
-// primary stands either way.
+// the mark of a first attempt) once primary took its Fail or Release,
+// even if ctx ended: the write to primary stands either way. It is
+// retried while PostgreSQL cannot take it (a statement cut off by
+// statement_timeout or an operator's cancel, a connection lost mid-
+// statement, a server restarting), each try on a context of its own
+// bounded by unmarkTimeout, for up to unmarkBudget, as a holder's
+// completion is retried (adapter.Settle): a mark left leased answers
+// every claim of the key InProgress for the rest of a lease nobody holds
+// (docs/design.md, the backstop).
 func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget bool) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
-	_ = g.b.unmark(uctx, lease, forget)
-	cancel()
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkBudget)
+	defer cancel()
+	_ = adapter.Settle(uctx, unmarkBudget, func(uctx context.Context) error {
+		tctx, cancel := context.WithTimeout(uctx, unmarkTimeout)
+		defer cancel()
+		return g.b.unmark(tctx, lease, forget)
+	})
 }
 
 // Extend extends the lease in primary and then, once that succeeded, the
