@@ -93,6 +93,8 @@ func (m *Migrator) Up(ctx context.Context) error {
 }
 
 // Down undoes every applied migration and drops the schema-version table.
+// Where nothing was migrated, it changes nothing (it makes neither the
+// schema nor the version table).
 func (m *Migrator) Down(ctx context.Context) error {
 	for {
 		moved, err := m.step(ctx, -1)
@@ -102,6 +104,9 @@ func (m *Migrator) Down(ctx context.Context) error {
 		if !moved {
 			break
 		}
+	}
+	if ok, err := m.migrated(ctx); !ok || err != nil {
+		return err // nothing migrated (or another Down dropped the table): nothing to drop
 	}
 	return m.inLockedTx(ctx, func(tx *sql.Tx) error {
 		var n int
@@ -146,35 +151,55 @@ func (m *Migrator) Steps(ctx context.Context, n int) error {
 // reads the versions the migrators have committed; each step commits its
 // tables and its version together).
 func (m *Migrator) Version(ctx context.Context) (int, error) {
+	v, _, err := m.read(ctx)
+	return v, err
+}
+
+// read is Version, and whether the version table exists.
+func (m *Migrator) read(ctx context.Context) (v int, exists bool, err error) {
 	// READ COMMITTED whatever the default: a hot standby refuses
 	// SERIALIZABLE transactions.
 	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
 	if err != nil {
-		return 0, dbErr(ctx, "schema version", err)
+		return 0, false, dbErr(ctx, "schema version", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	// The version table as it is named, in the schema or in the
 	// search_path; NULL when it (or its schema) does not exist.
-	var exists bool
 	if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, m.t.Versions).Scan(&exists); err != nil {
-		return 0, dbErr(ctx, "schema version", err)
+		return 0, false, dbErr(ctx, "schema version", err)
 	}
 	if !exists {
-		return 0, nil
+		return 0, false, nil
 	}
-	v, err := m.current(ctx, tx)
+	v, err = m.current(ctx, tx)
 	if code, _ := pgsql.SQLState(err); code == "42P01" {
-		return 0, nil // dropped meanwhile by a migration down
+		return 0, false, nil // dropped meanwhile by a migration down
 	}
 	if err != nil {
-		return 0, dbErr(ctx, "schema version", err)
+		return 0, false, dbErr(ctx, "schema version", err)
 	}
-	return v, nil
+	return v, true, nil
+}
+
+// migrated reports whether the version table exists: where it does not,
+// nothing was migrated (or everything was undone), and a migration down
+// has nothing to undo. It only reads, so a migration down of tables
+// never migrated makes neither the schema nor the version table (which
+// inLockedTx makes).
+func (m *Migrator) migrated(ctx context.Context) (bool, error) {
+	_, exists, err := m.read(ctx)
+	return exists, err
 }
 
 // step applies the next migration (dir +1) or undoes the newest (dir -1).
 // It reports false when there was nothing to do.
 func (m *Migrator) step(ctx context.Context, dir int) (moved bool, err error) {
+	if dir < 0 {
+		if ok, err := m.migrated(ctx); !ok || err != nil {
+			return false, err
+		}
+	}
 	err = m.inLockedTx(ctx, func(tx *sql.Tx) error {
 		cur, err := m.current(ctx, tx)
 		if err != nil {

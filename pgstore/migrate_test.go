@@ -285,3 +285,47 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateDownNeverMigratedLeavesNothing: undoing the migrations of
+// tables never migrated (Down, MigrateDown, Steps with a negative n: a
+// mistyped schema, a cleanup run twice) makes nothing. Down created the
+// schema the Options name (and the version table, which it then dropped)
+// before finding nothing to undo, and a step down left both: a schema
+// where nothing was ever migrated.
+func TestMigrateDownNeverMigratedLeavesNothing(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	absent := "never_" + strings.ToLower(rand.Text()[:8])
+	t.Cleanup(func() { _, _ = db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+pq.QuoteIdentifier(absent)+` CASCADE`) })
+	schemaExists := func() bool {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, absent).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	for _, opts := range []pgstore.Options{{Schema: absent}, {}, {TablePrefix: "other_"}} {
+		m, err := pgstore.NewMigrator(db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leftNothing := func(what string) {
+			t.Helper()
+			if schemaExists() || tableExists(t, db, "idemguard_schema_migrations") || tableExists(t, db, "other_schema_migrations") {
+				t.Fatalf("%+v: %s of tables never migrated left the schema %q or a version table", opts, what, absent)
+			}
+		}
+		if err := m.Down(ctx); err != nil {
+			t.Errorf("%+v: Down of tables never migrated = %v", opts, err)
+		}
+		leftNothing("Down")
+		if err := pgstore.MigrateDown(ctx, db, opts); err != nil {
+			t.Errorf("%+v: MigrateDown of tables never migrated = %v", opts, err)
+		}
+		leftNothing("MigrateDown")
+		if err := m.Steps(ctx, -1); err == nil {
+			t.Errorf("%+v: a step down of tables never migrated succeeded", opts)
+		}
+		leftNothing("a step down")
+	}
+}
