@@ -433,7 +433,7 @@ func (b *Backstop) inTx(ctx context.Context, lease guard.Lease, fn TxFunc,
 func (b *Backstop) inTx1(ctx context.Context, lease guard.Lease, fn TxFunc,
 	commit func(tx *sql.Tx, result []byte) error, commitErr func(error) error,
 	committed func() ([]byte, bool)) ([]byte, error) {
-	tx, err := b.db.BeginTx(ctx, nil)
+	tx, err := pgsql.BeginTx(ctx, b.db, nil)
 	if err != nil {
 		return nil, dbErr(ctx, "begin", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // MarkConsumed records, inside tx, that group consumed messageID. It
@@ -69,7 +71,7 @@ func (s *Store) Consume(ctx context.Context, group, messageID string, fn func(ct
 // consume is one try of Consume; retry is true when the mark met a
 // serialization failure or deadlock, before fn ran.
 func (s *Store) consume(ctx context.Context, group, messageID string, fn func(ctx context.Context, tx *sql.Tx) error) (ran, retry bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := pgsql.BeginTx(ctx, s.db, nil)
 	if err != nil {
 		return false, false, dbErr(ctx, "begin", err)
 	}

@@ -258,7 +258,7 @@ func (m *Migrator) current(ctx context.Context, tx *sql.Tx) (int, error) {
 // and a migrator that waited would not see the versions the one before it
 // committed.
 func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := pgsql.BeginTx(ctx, m.db, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return dbErr(ctx, "migrate", err)
 	}

@@ -317,7 +317,7 @@ func (s *Store) claimLocked(ctx context.Context, req guard.ClaimRequest, leaseUS
 	// READ COMMITTED, whatever the database's default: the row lock
 	// orders the claims of one key, and each reads what the one before
 	// it committed (a stricter level would refuse it instead).
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := pgsql.BeginTx(ctx, s.db, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return out, false, dbErr(ctx, "claim", err)
 	}

@@ -2,8 +2,10 @@ package pgsql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/sqlstate"
@@ -36,7 +38,8 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 // apply, and may when the load or the lock has passed. So does a write
 // refused by a read-only transaction (25006: a primary demoted to a hot
 // standby in a failover, a role or session whose transactions are read
-// only): it may apply once the connections reach the new primary.
+// only): it may apply once the connections reach the new primary; and
+// so does a transaction a server in recovery refused to begin (BeginTx).
 func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -62,11 +65,57 @@ func Err(ctx context.Context, what string, err error) error {
 // now), 40001 (serialization failure), 40P01 (deadlock), 57014 (statement
 // cancelled: statement_timeout), 55P03 (lock_not_available:
 // lock_timeout) and 25006 (read_only_sql_transaction: a write on a hot
-// standby or in a read-only transaction); a bad or done connection, an
-// EOF, a deadline or a network error.
+// standby or in a read-only transaction); a transaction a server in
+// recovery refused to begin (BeginTx's error); a bad or done connection,
+// an EOF, a deadline or a network error. A bare 0A000
+// (feature_not_supported) is not: it says so only of a server in
+// recovery, which BeginTx asks.
 func Unavailable(err error) bool {
 	if code, _ := SQLState(err); code == "57014" || code == "55P03" || code == "25006" {
 		return true
 	}
+	var rec *recoveryError
+	if errors.As(err, &rec) {
+		return true
+	}
 	return sqlstate.Unreachable(err) || sqlstate.Retryable(err)
 }
+
+// BeginTx begins a transaction on db as db.BeginTx does, and tells a
+// server in recovery apart. lib/pq begins every transaction READ WRITE
+// (READ ONLY when asked), whatever the session's default, and a server in
+// recovery (a hot standby: a primary demoted in a failover, a replica the
+// connections reached) refuses that with SQLSTATE 0A000,
+// feature_not_supported ("cannot set transaction read-write mode during
+// recovery"), where a write it refuses is 25006. 0A000 is no "retry
+// later" in general, so on it BeginTx asks the server whether it is in
+// recovery (pg_is_in_recovery(), bounded by recoveryCheckTimeout) and, if
+// it is, returns the refusal as an error Unavailable reports (Err wraps
+// it in guard.ErrUnavailable), the driver's error still in its chain. Any
+// other error is the driver's, for Err.
+func BeginTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*sql.Tx, error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if code, _ := SQLState(err); code != "0A000" {
+		return tx, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, recoveryCheckTimeout)
+	defer cancel()
+	var recovering bool
+	if qerr := db.QueryRowContext(rctx, `SELECT pg_is_in_recovery()`).Scan(&recovering); qerr != nil || !recovering {
+		return nil, err
+	}
+	return nil, &recoveryError{err: err}
+}
+
+// recoveryCheckTimeout bounds BeginTx's question whether the server is in
+// recovery.
+const recoveryCheckTimeout = time.Second
+
+// recoveryError is a transaction a server in recovery refused to begin.
+type recoveryError struct{ err error }
+
+func (e *recoveryError) Error() string {
+	return "the server is in recovery (a hot standby): " + e.err.Error()
+}
+
+func (e *recoveryError) Unwrap() error { return e.err }

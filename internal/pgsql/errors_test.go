@@ -38,7 +38,8 @@ func TestUnavailableBySQLState(t *testing.T) {
 		"57P01": true, "57P02": true, "57P03": true, // admin/crash shutdown, cannot connect now
 		"40001": true, "40P01": true, // serialization failure, deadlock
 		"57014": true, "55P03": true, // statement_timeout (or pg_cancel_backend), lock_timeout
-		"25006": true, // a write in a read-only transaction (a hot standby)
+		"25006": true,  // a write in a read-only transaction (a hot standby)
+		"0A000": false, // feature_not_supported: unavailable only from BeginTx, on a server in recovery
 		"23505": false, "23503": false, "42P01": false, "22P02": false, "40002": false, "55000": false,
 	} {
 		for name, err := range map[string]error{
