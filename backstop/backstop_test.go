@@ -584,12 +584,18 @@ func TestWrapFailsClosed(t *testing.T) {
 	rs := guardenv.Store(t, guard.RedisOptions{})
 	g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{})
 	key := newKey(t)
+	start := time.Now()
 	_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
 		t.Error("fn ran without the backstop")
 		return nil, nil
 	})
 	if !errors.Is(err, guard.ErrUnavailable) {
 		t.Fatalf("Do without PostgreSQL = %v, want ErrUnavailable", err)
+	}
+	// Each claim fails so while PostgreSQL is down: undoing its mark is
+	// one try, not the seconds of retries a holder's Fail or Release gets.
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Do without PostgreSQL failed after %s; want at once", took)
 	}
 	if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("the Redis claim was not released: %v", err)

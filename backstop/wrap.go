@@ -183,16 +183,20 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 
 // undo releases a primary claim that must not stand, even if ctx ended.
 // With unmark, it then also undoes the holder's mark, as Release does for
-// a first attempt, tried as unmark tries (PostgreSQL may be the reason
-// the claim failed): a mark whose reply was lost is then gone, and if it
-// cannot be, it refuses other payloads until it expires.
+// a first attempt, in one try bounded by unmarkTimeout (PostgreSQL may be
+// the reason the claim failed, and every claim fails so while it cannot
+// be reached: retries would hold each for seconds): a mark whose reply
+// was lost is then gone, and if it cannot be, it refuses other payloads
+// until it expires.
 func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
 	bg := context.WithoutCancel(ctx)
 	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 	err := adapter.Settle(rctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, l) })
 	cancel()
 	if err == nil && unmark {
-		g.unmark(ctx, l, true)
+		uctx, cancel := context.WithTimeout(bg, unmarkTimeout)
+		_ = g.b.unmark(uctx, l, true)
+		cancel()
 	}
 }
 
