@@ -24,8 +24,10 @@
 // database/sql's and the net package's errors: a connection that failed, a
 // server shutting down or out of resources, a serialization failure or a
 // deadlock, a server timeout, and a write refused by a read-only
-// transaction (a hot standby, as a primary demoted in a failover is) wrap
-// guard.ErrUnavailable.
+// transaction or a transaction a server in recovery refuses to begin (a
+// hot standby, as a primary demoted in a failover is) wrap
+// guard.ErrUnavailable. On such a database a claim of a completed key is
+// still answered with its replay, read (Store.Claim).
 //
 // Size the *sql.DB's pool for the calls you make at once: database/sql
 // keeps 2 idle connections unless told otherwise (DB.SetMaxIdleConns), so

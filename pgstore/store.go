@@ -185,11 +185,15 @@ func checkClaim(req guard.ClaimRequest) error {
 // replay, a mismatch and a live holder cost one round trip. A claim that
 // must change an existing record (retry, recovery, an expired record, the
 // same token again) reads it under a row lock and changes it in the same
-// transaction, following claim.lua step by step.
+// transaction, following claim.lua step by step. A database that refuses
+// writes (a hot standby, a role or session made read only) refuses the
+// claim's statement: a completed key is then read and replayed, and any
+// other claim is guard.ErrUnavailable.
 func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
 	if err := checkClaim(req); err != nil {
 		return guard.Outcome{}, err
 	}
+	fingerprint := req.Fingerprint
 	// From here on, the fingerprint as the row keeps it (any bytes).
 	req.Fingerprint = StoredText(req.Fingerprint)
 	// A claimed row is kept until its lease ends and for the TTL after
@@ -207,7 +211,13 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 		err := s.queryRow(ctx, s.q.claimNew, []any{req.Key.Scope, req.Key.ID, req.Fingerprint, req.Token, leaseUS, keepUS},
 			append([]any{&inserted}, r.dest()...)...)
 		if err != nil {
-			return guard.Outcome{}, dbErr(ctx, "claim", err)
+			err = dbErr(ctx, "claim", err)
+			if pgsql.ReadOnly(err) {
+				if out, ok := s.replayRead(ctx, req.Key, fingerprint); ok {
+					return out, nil
+				}
+			}
+			return guard.Outcome{}, err
 		}
 		if inserted == 1 {
 			return acquired(req, 1, 1, false), nil
@@ -225,6 +235,28 @@ func (s *Store) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcom
 		// The row went away before it could be locked: insert again.
 	}
 	return guard.Outcome{}, fmt.Errorf("%w: claim %s: the record kept vanishing", guard.ErrUnavailable, req.Key)
+}
+
+// replayRead answers a claim the database refused as read only (a hot
+// standby, a role or session made read only) when a read is enough: the
+// key is completed with fingerprint, and the claim is its Replay, which
+// writes nothing (the claim's INSERT would have done nothing either). As
+// the Redis store replays under OOM (docs/design.md, failure modes). Any
+// other record, or none, needs a write or may have changed on the
+// primary a replica lags behind: ok is false, and the claim stays
+// unavailable. A completed record changes only when its retention ends,
+// which the read honours (by the clock of the server it reads, as every
+// statement measures time by the database's).
+func (s *Store) replayRead(ctx context.Context, key guard.Key, fingerprint string) (guard.Outcome, bool) {
+	rec, err := s.Get(ctx, key)
+	if err != nil || rec.State != guard.StateCompleted || rec.Fingerprint != fingerprint {
+		return guard.Outcome{}, false
+	}
+	res := rec.Result
+	if res == nil {
+		res = []byte{}
+	}
+	return guard.Outcome{Status: guard.Replay, Result: res}, true
 }
 
 func acquired(req guard.ClaimRequest, fence int64, attempt int, recovered bool) guard.Outcome {

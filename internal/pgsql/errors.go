@@ -81,6 +81,16 @@ func Unavailable(err error) bool {
 	return sqlstate.Unreachable(err) || sqlstate.Retryable(err)
 }
 
+// ReadOnly reports whether err is a write the database refused because
+// it takes no writes now: a read-only transaction's refusal (25006) or a
+// transaction a server in recovery refused to begin (BeginTx). Reads may
+// still be answered.
+func ReadOnly(err error) bool {
+	var rec *recoveryError
+	code, _ := SQLState(err)
+	return code == "25006" || errors.As(err, &rec)
+}
+
 // BeginTx begins a transaction on db as db.BeginTx does, and tells a
 // server in recovery apart. lib/pq begins every transaction READ WRITE
 // (READ ONLY when asked), whatever the session's default, and a server in
