@@ -16,22 +16,22 @@ import (
 	"github.com/idemguard/idemguard/pgstore"
 )
 
-// TestWrapUnmarkSurvivesConnectionBlip: a holder's Fail (a declined
-// pool are cut (pg_terminate_backend, as a restart, a proxy or a network
-// blip does) while a holder runs, and its Fail (a declined effect) or
-// Release (a first attempt rejected before any effect) reaches PostgreSQL
-// first on a dead connection. The holder's mark must still lose its
+// TestWrapUnmarkSurvivesStatementCutOff: a holder's Fail (a declined
+// effect) or Release (a first attempt rejected before any effect) reaches
+// PostgreSQL, and the statement that ends its lease on its mark is cut
+// off (cancelled while it waits: statement_timeout under load, an
+// operator's pg_cancel_backend). The holder's mark must still lose its
 // lease: a retry of the key then runs its effect at once, exactly once.
-// The unmark was one try, which the dead connection failed (SQLSTATE
-// 57P01): the mark stayed leased for the rest of a lease nobody held, and
+// The unmark was one try, which the cut-off statement failed (SQLSTATE
+// 57014): the mark stayed leased for the rest of a lease nobody held, and
 // every retry was told the key was in progress (409) for a minute.
-func TestWrapUnmarkSurvivesConnectionBlip(t *testing.T) {
+func TestWrapUnmarkSurvivesStatementCutOff(t *testing.T) {
 	t.Parallel()
 	admin, dsn := testenv.Postgres(t)
 	if err := pgstore.Migrate(ctx, admin, pgstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	app := "unmark_blip_" + newKey(t).ID
+	app := "unmark_cut_" + newKey(t).ID
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
