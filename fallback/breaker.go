@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sony/gobreaker/v2"
 
@@ -61,6 +62,11 @@ type breaker struct {
 	// that the breaker opened names: over backstop.Wrap it may be
 	// PostgreSQL's, not Redis's.
 	cause atomic.Pointer[string]
+
+	// probeAt (unix ns) is when the breaker, last opened, lets a probe
+	// through: set when it opens, a little after gobreaker set its own
+	// expiry, so never sooner than that.
+	probeAt atomic.Int64
 }
 
 func fromGobreaker(s gobreaker.State) State {
@@ -89,6 +95,7 @@ func newBreaker(opts Options) *breaker {
 			b.changes = make(chan struct{})
 			b.mu.Unlock()
 			if to == StateOpen {
+				b.probeAt.Store(time.Now().Add(opts.OpenTimeout).UnixNano())
 				cause := ""
 				if c := b.cause.Load(); c != nil {
 					cause = *c
@@ -126,6 +133,17 @@ func (b *breaker) allow() (done func(error), err error) {
 
 // state returns the breaker's state.
 func (b *breaker) state() State { return fromGobreaker(b.cb.State()) }
+
+// openUntil returns when the open breaker lets a probe through, and
+// false when it is not open.
+func (b *breaker) openUntil() (time.Time, bool) {
+	// The state is read first: OnStateChange stored probeAt, under
+	// gobreaker's lock, before State could report the breaker open.
+	if b.state() != StateOpen {
+		return time.Time{}, false
+	}
+	return time.Unix(0, b.probeAt.Load()), true
+}
 
 // changed returns a channel closed at the breaker's next state change.
 func (b *breaker) changed() <-chan struct{} {

@@ -78,6 +78,14 @@ func New(primary guard.Store, opts Options) (*Store, error) {
 // (it is not called), half-open (probes are let through).
 func (s *Store) State() State { return s.cb.state() }
 
+// ProbeAt returns, while the breaker is open, when it will let its first
+// probe through to the primary (Options.OpenTimeout after it opened,
+// never sooner), and true. Until then claims and reads follow the
+// Policy without calling the primary: under FailClosed, what a 503's
+// Retry-After should say. Closed or half-open, it returns the zero Time
+// and false.
+func (s *Store) ProbeAt() (time.Time, bool) { return s.cb.openUntil() }
+
 // Claim implements guard.Store. With the breaker closed it claims in the
 // primary (each acquisition checked against a secondary); with it open it
 // follows the Policy. A claim refused because the breaker kept it from the
