@@ -80,3 +80,42 @@ routes:
 		}
 	}
 }
+
+// TestBreakerRetryAfterUntilProbe: the 503 of a request the open breaker
+// kept from Redis says, in Retry-After, when the breaker lets a probe
+// through (open_timeout after it opened, rounded up), not 1 s: a client
+// that follows a Retry-After of 1 meets the same open breaker again.
+func TestBreakerRetryAfterUntilProbe(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	u := newUpstream(t)
+	e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["`+srv.Addr()+`"], prefix: "{prefix}"}
+fallback: {policy: fail-closed, timeout: 300ms, failures_to_open: 1, open_timeout: 5s}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: POST /orders
+`, u.URL)
+	srv.Kill()
+	opening := time.Now() // the breaker opens after this
+	post(t, e.srv.URL+"/orders", "k-r1", `{"order":"r1"}`, "X-Account-Id", "acme")
+	if s := e.gw.fb.State(); s != fallback.StateOpen {
+		t.Fatalf("breaker %v after a failure, want open", s)
+	}
+	r := post(t, e.srv.URL+"/orders", "k-r2", `{"order":"r2"}`, "X-Account-Id", "acme")
+	answered := time.Now()
+	left := opening.Add(5 * time.Second).Sub(answered) // at least this long until a probe
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	t.Logf("503 %gs after the breaker opened at the latest: Retry-After %q", answered.Sub(opening).Seconds(), r.header.Get("Retry-After"))
+	if r.status != http.StatusServiceUnavailable || err != nil {
+		t.Fatalf("breaker open: %d, Retry-After %q; want 503 with Retry-After", r.status, r.header.Get("Retry-After"))
+	}
+	if time.Duration(ra)*time.Second < left || ra > 5 {
+		t.Errorf("breaker open: Retry-After %d; the breaker lets no probe through for %v more (open_timeout 5s): want %d to 5",
+			ra, left, int((left+time.Second-1)/time.Second))
+	}
+	if n := u.count("r2"); n != 0 {
+		t.Errorf("r2 reached the upstream %d times while Redis was out", n)
+	}
+}

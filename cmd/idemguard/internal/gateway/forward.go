@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 )
@@ -304,6 +305,9 @@ type exchange struct {
 	// abort: the response streamed and then broke; the key holds its
 	// marker. The connection is cut once httpx.Guard stored it.
 	abort bool
+	// upstream is set while the forwarding handler runs: a 503 written
+	// then is the upstream's, and its Retry-After is left as it came.
+	upstream atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -313,17 +317,39 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return ex
 }
 
-// trackWriter knows whether anything was written.
+// trackWriter knows whether anything was written, and gives the
+// gateway's own 503s (not the upstream's, not a replay) the Retry-After
+// of the fallback breaker (probeRetryAfter).
 type trackWriter struct {
 	http.ResponseWriter
 	wrote bool
+	ex    *exchange
+	fb    *fallback.Store // nil: Retry-After is left as written
 }
 
 func (t *trackWriter) WriteHeader(code int) {
+	if code == http.StatusServiceUnavailable && t.fb != nil && !t.ex.upstream.Load() {
+		probeRetryAfter(t.Header(), t.fb)
+	}
 	if code >= 200 {
 		t.wrote = true
 	}
 	t.ResponseWriter.WriteHeader(code)
+}
+
+// probeRetryAfter makes h's Retry-After, if it has one and is no replay,
+// say when fb's open breaker lets a probe through: under fail-closed a
+// retry sooner meets the same open breaker and gets 503 again, however
+// short the answer's own delay (httpx's 1 s, the not-forwarded 1 s).
+// Closed or half-open (its probe's verdict comes within fallback.timeout),
+// the delay written stands.
+func probeRetryAfter(h http.Header, fb *fallback.Store) {
+	if h.Get("Retry-After") == "" || h.Get(httpx.ReplayedHeader) != "" {
+		return
+	}
+	if at, ok := fb.ProbeAt(); ok {
+		h.Set("Retry-After", retryAfterSeconds(time.Until(at)))
+	}
 }
 
 func (t *trackWriter) Write(p []byte) (int, error) {
@@ -365,7 +391,10 @@ func (rt *route) outer(next http.Handler) http.Handler {
 		}()
 		ex := &exchange{}
 		ctx = context.WithValue(ctx, exchangeKey{}, ex)
-		tw := &trackWriter{ResponseWriter: w}
+		tw := &trackWriter{ResponseWriter: w, ex: ex}
+		if rt.gw.cfg.Fallback.Policy == "fail-closed" {
+			tw.fb = rt.gw.fb
+		}
 		before := w.Header().Clone()
 		func() {
 			defer func() {
@@ -375,7 +404,8 @@ func (rt *route) outer(next http.Handler) http.Handler {
 				}
 				if p == http.ErrAbortHandler && ex.release != nil && !tw.wrote {
 					resetHeader(w.Header(), before)
-					ex.release.write(w)
+					ex.upstream.Store(false) // the release's answer is the gateway's
+					ex.release.write(tw)
 					return
 				}
 				panic(p)
@@ -389,7 +419,7 @@ func (rt *route) outer(next http.Handler) http.Handler {
 			// httpx gave up waiting for the key's first request because the
 			// gateway is stopping: nothing was claimed.
 			resetHeader(w.Header(), before)
-			notForwarded(errShuttingDown).write(w)
+			notForwarded(errShuttingDown).write(tw)
 		}
 	})
 }
@@ -411,6 +441,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		viaProxy(r.Context(), rt.proxy).ServeHTTP(w, r)
 		return
 	}
+	ex.upstream.Store(true)
 	a := &attempt{lease: lease, resend: rt.cfg.UnknownOutcome == Resend}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), rt.cfg.Timeout, errUpstreamTimeout)
 	defer cancel()

@@ -59,7 +59,7 @@ func (p *problem) write(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Encoding")
 	if p.retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(max(1, int((p.retryAfter+time.Second-1)/time.Second))))
+		h.Set("Retry-After", retryAfterSeconds(p.retryAfter))
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
@@ -92,4 +92,10 @@ func resendProblem(lease guard.Lease) *problem {
 		Detail: "the request may have reached the upstream without a complete answer; a retry with the same idempotency key " +
 			"sends it again with the same upstream idempotency key, which the upstream deduplicates",
 		Key: lease.Key.ID, UpstreamKey: lease.KeyFor(forwardStep), retryAfter: time.Second}
+}
+
+// retryAfterSeconds is d as a Retry-After: whole seconds, rounded up, at
+// least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
