@@ -108,7 +108,7 @@ func TestReadmeGatewayConfig(t *testing.T) {
 		t.Errorf("defaults differ from the README's: %+v", r)
 	}
 	if cfg.Fallback.Policy != "fail-closed" || cfg.Log.Format != "json" || cfg.Log.Keys || cfg.ForwardKeyHeader != "Idempotency-Key" ||
-		cfg.XForwarded != "set" {
+		cfg.XForwarded != "set" || cfg.ClientBodyTimeout != 60*time.Second {
 		t.Errorf("defaults differ from the README's: %+v", cfg)
 	}
 }

@@ -31,6 +31,7 @@ const (
 	DefaultIdleConnTimeout   = 4 * time.Second
 	DefaultMaxIdleConns      = 128
 	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultClientBodyTimeout = 60 * time.Second // nginx's client_body_timeout
 	DefaultTimeout           = 30 * time.Second
 	DefaultForwardKeyHeader  = "Idempotency-Key"
 	DefaultMaxBody           = httpx.DefaultMaxBody
@@ -68,6 +69,10 @@ type Config struct {
 	IdleConnTimeout time.Duration // an idle upstream connection is closed after it
 	MaxIdleConns    int           // idle upstream connections kept per host; 0: none, each request dials
 	ShutdownTimeout time.Duration // in-flight requests get this long to finish
+	// ClientBodyTimeout bounds the wait for each read of a request body
+	// (between two reads, as nginx's client_body_timeout): a client
+	// that sends nothing for that long is cut off (bodytimeout.go).
+	ClientBodyTimeout time.Duration
 	// ForwardKeyHeader carries the key derived for the upstream
 	// (Lease.KeyFor) on every guarded request; "" sends none.
 	ForwardKeyHeader string
@@ -210,7 +215,7 @@ func emptyDocument(n *yaml.Node) bool {
 }
 
 var topFields = []string{"listen", "admin_listen", "upstream", "connect_timeout", "idle_conn_timeout",
-	"max_idle_conns", "shutdown_timeout", "forward_key_header", "x_forwarded", "redis", "fallback",
+	"max_idle_conns", "shutdown_timeout", "client_body_timeout", "forward_key_header", "x_forwarded", "redis", "fallback",
 	"jwt", "log", "defaults", "routes"}
 
 var routeFields = []string{"pattern", "methods", "upstream", "requirement", "key", "caller", "ttl", "lease",
@@ -222,7 +227,7 @@ var defaultsFields = routeFields[3:]
 func (d *decoder) config(root *yaml.Node) *Config {
 	c := &Config{
 		Listen: DefaultListen, ConnectTimeout: DefaultConnectTimeout, IdleConnTimeout: DefaultIdleConnTimeout,
-		MaxIdleConns: DefaultMaxIdleConns, ShutdownTimeout: DefaultShutdownTimeout,
+		MaxIdleConns: DefaultMaxIdleConns, ShutdownTimeout: DefaultShutdownTimeout, ClientBodyTimeout: DefaultClientBodyTimeout,
 		ForwardKeyHeader: DefaultForwardKeyHeader, XForwarded: "set",
 		Log: LogConfig{Level: slog.LevelInfo, Format: "json"},
 	}
@@ -250,6 +255,9 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	}
 	if v, ok := f["shutdown_timeout"]; ok {
 		c.ShutdownTimeout, _ = d.duration(v, 0, time.Hour)
+	}
+	if v, ok := f["client_body_timeout"]; ok {
+		c.ClientBodyTimeout, _ = d.duration(v, time.Millisecond, time.Hour)
 	}
 	if v, ok := f["forward_key_header"]; ok {
 		if s, ok := d.scalar(v); ok {

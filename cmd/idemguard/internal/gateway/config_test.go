@@ -39,6 +39,11 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 routes:
   - pattern: POST /orders
 `, []string{"7:10: defaults.lease: 10ms is out of range"}},
+		{"client_body_timeout zero", validBase + `client_body_timeout: 0s
+routes:
+  - pattern: POST /orders
+    caller: {single: true}
+`, []string{"5:22: client_body_timeout: 0s is out of range"}},
 		{"no caller", validBase + `routes:
   - pattern: POST /orders
 `, []string{"6:5: routes[0].caller: missing: name the caller"}},

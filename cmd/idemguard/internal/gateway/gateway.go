@@ -250,7 +250,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	} else {
 		gw.admin.Handle("GET /inventory", gw.inv.Handler())
 	}
-	gw.handler = gw.trackSessions(served)
+	gw.handler = gw.bodyTimeout(gw.trackSessions(served))
 	return gw, nil
 }
 
