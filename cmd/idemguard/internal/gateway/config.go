@@ -385,6 +385,7 @@ func (d *decoder) routeFields(t *routeTemplate, f map[string]field) {
 	}
 	if v, ok := f["timeout"]; ok {
 		r.Timeout, _ = d.duration(v, time.Millisecond, 24*time.Hour)
+		t.src["timeout"] = v.val
 	}
 	if v, ok := f["max_body"]; ok {
 		r.MaxBody, _ = d.size(v, 1, 1<<30)
@@ -533,6 +534,26 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		}
 	case c.JWT != "" && !haveJWT:
 		d.errorf(at("caller"), path+".caller.jwt", "needs the jwt section (the keys that verify the token)")
+	}
+	// The answer must be kept for as long as one attempt may hold the key
+	// (timeout, and lease for a gateway that died holding it): a client's
+	// retry comes after its own attempt gave up, and one that finds the
+	// key forgotten is forwarded again.
+	for _, o := range []struct {
+		name string
+		d    time.Duration
+	}{{"lease", r.Lease}, {"timeout", r.Timeout}} {
+		if r.TTL == 0 || r.TTL >= o.d { // 0: ttl did not read, reported
+			continue
+		}
+		where := "the default"
+		if n := t.src[o.name]; n != nil {
+			where = fmt.Sprintf("line %d", n.Line)
+		}
+		d.errorf(at("ttl"), path+".ttl", "%v is shorter than the %s (%v, %s): an answer must be kept at least as long as "+
+			"one attempt may hold its key, or a client's retry after a slow or lost attempt finds the key forgotten and is "+
+			"forwarded again; raise ttl or lower %s", r.TTL, o.name, o.d, where, o.name)
+		break
 	}
 	if r.Key.Computed && r.Required == inventory.RequireSoft {
 		d.errorf(at("requirement"), path+".requirement", "soft has no meaning with a computed key (every request gets one); use hard")

@@ -44,6 +44,20 @@ routes:
   - pattern: POST /orders
     caller: {single: true}
 `, []string{"5:22: client_body_timeout: 0s is out of range"}},
+		{"ttl shorter than the lease", validBase + `defaults:
+  caller: {single: true}
+  ttl: 10s
+routes:
+  - pattern: POST /orders
+    lease: 1m
+    timeout: 5s
+`, []string{"7:8: routes[0].ttl: 10s is shorter than the lease (1m0s, line 10)"}},
+		{"ttl shorter than the timeout", validBase + `routes:
+  - pattern: POST /orders
+    caller: {single: true}
+    ttl: 20s
+    lease: 10s
+`, []string{"8:10: routes[0].ttl: 20s is shorter than the timeout (30s, the default)"}},
 		{"no caller", validBase + `routes:
   - pattern: POST /orders
 `, []string{"6:5: routes[0].caller: missing: name the caller"}},
