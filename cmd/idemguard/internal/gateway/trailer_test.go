@@ -1,11 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"compress/gzip"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestUpstreamTrailers: an upstream's trailers reach the client through
@@ -79,5 +84,60 @@ func TestUpstreamTrailers(t *testing.T) {
 				t.Fatalf("upstream ran %d times", n)
 			}
 		})
+	}
+}
+
+// TestRequestTrailersNotFingerprinted: a request's trailers are not part
+// of its fingerprint (httpx.DefaultFingerprint: method, path and query,
+// Content-Type, body). A retry that differs from the first request only in
+// its trailers is the same request: it is replayed the first one's
+// answer, and the upstream saw the first one's trailers only. A retry
+// with another body is still refused (422).
+func TestRequestTrailersNotFingerprinted(t *testing.T) {
+	u := newUpstream(t)
+	var mu sync.Mutex
+	var seen []string // the X-Checksum trailer of each request the upstream got
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, _ string) bool {
+		mu.Lock()
+		seen = append(seen, r.Trailer.Get("X-Checksum"))
+		mu.Unlock()
+		return false
+	})
+	e := startGateway(t, basicConfig, u.URL)
+	send := func(body, checksum string) *http.Response {
+		t.Helper()
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"+
+			"Idempotency-Key: k-req-trailer\r\nX-Account-Id: acme\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"+
+			"%x\r\n%s\r\n0\r\nX-Checksum: %s\r\n\r\n", len(body), body, checksum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		return res
+	}
+	if res := send(`{"order":"rt1"}`, "first"); res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first request: %d %v", res.StatusCode, res.Header)
+	}
+	if res := send(`{"order":"rt1"}`, "second"); res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry with other trailers: %d %v; want the first one's answer replayed", res.StatusCode, res.Header)
+	}
+	if res := send(`{"order":"rt2"}`, "first"); res.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("the key with another body: %d; want 422", res.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "first" {
+		t.Fatalf("the upstream got trailers %q; want the first request's alone, [first]", seen)
 	}
 }
