@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -117,5 +119,102 @@ routes:
 	}
 	if n := u.count("r2"); n != 0 {
 		t.Errorf("r2 reached the upstream %d times while Redis was out", n)
+	}
+}
+
+// TestNotForwardedRetryAfterUntilProbe: a request claimed before Redis
+// went away whose upstream then cannot be reached is not forwarded (503
+// not-forwarded, key released); if the breaker opened meanwhile, its
+// retry meets the open breaker, so its Retry-After says when the breaker
+// lets a probe through.
+func TestNotForwardedRetryAfterUntilProbe(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	u := newUpstream(t)
+	dialing := make(chan struct{})
+	fail := make(chan struct{})
+	var once sync.Once
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		once.Do(func() { close(dialing) })
+		select {
+		case <-fail:
+			return nil, errors.New("test: upstream unreachable")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["`+srv.Addr()+`"], prefix: "{prefix}"}
+fallback: {policy: fail-closed, timeout: 300ms, failures_to_open: 1, open_timeout: 5s}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: POST /orders
+`, u.URL, func(o *Options) { o.dial = dial })
+	replies := make(chan reply, 1)
+	go func() { replies <- post(t, e.srv.URL+"/orders", "k-n1", `{"order":"n1"}`, "X-Account-Id", "acme") }()
+	<-dialing // n1 is claimed and dialling the upstream
+	srv.Kill()
+	opening := time.Now()
+	if r := post(t, e.srv.URL+"/orders", "k-n2", `{"order":"n2"}`, "X-Account-Id", "acme"); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("n2 with Redis down: %d %s", r.status, r.body)
+	}
+	if s := e.gw.fb.State(); s != fallback.StateOpen {
+		t.Fatalf("breaker %v after a failure, want open", s)
+	}
+	close(fail)
+	r := <-replies
+	left := opening.Add(5 * time.Second).Sub(time.Now())
+	t.Logf("n1: %d %s Retry-After %q, %v of the breaker left at the latest", r.status, r.problemType(), r.header.Get("Retry-After"), left)
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if r.status != http.StatusServiceUnavailable || r.problemType() != ProblemNotForwarded || err != nil {
+		t.Fatalf("n1: %d %q Retry-After %q; want 503 not-forwarded with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if time.Duration(ra)*time.Second < left || ra > 5 {
+		t.Errorf("n1: Retry-After %d; the breaker lets no probe through for %v more: want %d to 5", ra, left, int((left+time.Second-1)/time.Second))
+	}
+}
+
+// TestUpstream503RetryAfterKept: the upstream's own 503 is its answer,
+// passed on with its Retry-After as it came, even while the breaker is
+// open (the request was claimed before Redis went away).
+func TestUpstream503RetryAfterKept(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	u := newUpstream(t)
+	arrived := make(chan struct{})
+	answer := make(chan struct{})
+	u.setHandle(func(w http.ResponseWriter, r *http.Request, order string) bool {
+		if order != "u1" {
+			return false
+		}
+		close(arrived)
+		<-answer
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	e := startGateway(t, `
+upstream: {upstream}
+redis: {addrs: ["`+srv.Addr()+`"], prefix: "{prefix}"}
+fallback: {policy: fail-closed, timeout: 300ms, failures_to_open: 1, open_timeout: 5s}
+defaults:
+  caller: {header: X-Account-Id}
+routes:
+  - pattern: POST /orders
+`, u.URL)
+	replies := make(chan reply, 1)
+	go func() { replies <- post(t, e.srv.URL+"/orders", "k-u1", `{"order":"u1"}`, "X-Account-Id", "acme") }()
+	<-arrived // u1 was forwarded
+	srv.Kill()
+	if r := post(t, e.srv.URL+"/orders", "k-u2", `{"order":"u2"}`, "X-Account-Id", "acme"); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("u2 with Redis down: %d %s", r.status, r.body)
+	}
+	if s := e.gw.fb.State(); s != fallback.StateOpen {
+		t.Fatalf("breaker %v after a failure, want open", s)
+	}
+	close(answer)
+	r := <-replies
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "2" {
+		t.Fatalf("u1: %d Retry-After %q %s; want the upstream's 503 with its Retry-After 2", r.status, r.header.Get("Retry-After"), r.body)
 	}
 }
