@@ -177,18 +177,22 @@ routes:
 
 // TestUpstream503RetryAfterKept: the upstream's own 503 is its answer,
 // passed on with its Retry-After as it came, even while the breaker is
-// open (the request was claimed before Redis went away).
+// open: a guarded request's (claimed before Redis went away), and an
+// unguarded one's on a soft route.
 func TestUpstream503RetryAfterKept(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	u := newUpstream(t)
 	arrived := make(chan struct{})
 	answer := make(chan struct{})
 	u.setHandle(func(w http.ResponseWriter, r *http.Request, order string) bool {
-		if order != "u1" {
+		switch order {
+		case "u1":
+			close(arrived)
+			<-answer
+		case "s1":
+		default:
 			return false
 		}
-		close(arrived)
-		<-answer
 		w.Header().Set("Retry-After", "2")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return true
@@ -201,6 +205,8 @@ defaults:
   caller: {header: X-Account-Id}
 routes:
   - pattern: POST /orders
+  - pattern: POST /carts
+    requirement: soft
 `, u.URL)
 	replies := make(chan reply, 1)
 	go func() { replies <- post(t, e.srv.URL+"/orders", "k-u1", `{"order":"u1"}`, "X-Account-Id", "acme") }()
@@ -211,6 +217,11 @@ routes:
 	}
 	if s := e.gw.fb.State(); s != fallback.StateOpen {
 		t.Fatalf("breaker %v after a failure, want open", s)
+	}
+	// A request without a key on a soft route is passed through, unguarded.
+	if r := post(t, e.srv.URL+"/carts", "", `{"order":"s1"}`, "X-Account-Id", "acme"); r.status != http.StatusServiceUnavailable ||
+		r.header.Get("Retry-After") != "2" {
+		t.Errorf("s1, unguarded: %d Retry-After %q %s; want the upstream's 503 with its Retry-After 2", r.status, r.header.Get("Retry-After"), r.body)
 	}
 	close(answer)
 	r := <-replies

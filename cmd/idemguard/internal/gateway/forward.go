@@ -436,12 +436,14 @@ func resetHeader(h, to http.Header) {
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	lease, _, guarded := httpx.ClaimFrom(r.Context())
 	ex := exchangeFrom(r.Context())
+	if ex != nil {
+		ex.upstream.Store(true) // what is written now is the upstream's
+	}
 	if !guarded || ex == nil {
 		rt.gw.metrics.request(rt.name, resultPassthrough)
 		viaProxy(r.Context(), rt.proxy).ServeHTTP(w, r)
 		return
 	}
-	ex.upstream.Store(true)
 	a := &attempt{lease: lease, resend: rt.cfg.UnknownOutcome == Resend}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), rt.cfg.Timeout, errUpstreamTimeout)
 	defer cancel()
