@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -59,6 +62,15 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		// keep the connection, fails at once, and the connection is
 		// closed.
 		b.done = true
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Said so, without the socket's addresses (httpx's 400
+			// puts the error in its detail).
+			err = fmt.Errorf("%w (client_body_timeout %v)", errBodyStalled, b.timeout)
+		}
 	}
 	return n, err
 }
+
+// errBodyStalled is a body read that brought nothing within
+// ClientBodyTimeout.
+var errBodyStalled = errors.New("gateway: the client sent no byte of the request body within client_body_timeout")

@@ -63,6 +63,9 @@ func TestBodyIdleTimeout(t *testing.T) {
 	}
 	status, _, _ := strings.Cut(string(got), "\r\n")
 	t.Logf("stalled client cut off after %v: %q", held.Round(time.Millisecond), status)
+	if !strings.HasPrefix(status, "HTTP/1.1 400 ") || !strings.Contains(string(got), "client_body_timeout") || strings.Contains(string(got), "127.0.0.1") {
+		t.Errorf("stalled client's answer: %q; want 400 naming client_body_timeout, not the socket's addresses", got)
+	}
 	if held < 800*time.Millisecond {
 		t.Errorf("stalled client cut off after %v, before client_body_timeout (1s)", held)
 	}
