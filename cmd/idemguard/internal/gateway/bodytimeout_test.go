@@ -80,6 +80,25 @@ func TestBodyIdleTimeout(t *testing.T) {
 		t.Fatalf("slow1 reached the upstream %d times, want 1", n)
 	}
 
+	// Passed through unguarded, the body streams to the upstream: a stall
+	// is cut off as well.
+	c3, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := fmt.Fprintf(c3, "PUT /other HTTP/1.1\r\nHost: gateway\r\nContent-Length: 100\r\n\r\nsome"); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_ = c3.SetReadDeadline(start.Add(10 * time.Second))
+	got, err = io.ReadAll(c3)
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a client that stalled mid-body on a pass-through is still connected after %v", time.Since(start))
+	}
+	status, _, _ = strings.Cut(string(got), "\r\n")
+	t.Logf("stalled pass-through client cut off after %v: %q", time.Since(start).Round(time.Millisecond), status)
+
 	// Slow but steady: a chunk every 250 ms, 2 s in all.
 	steady := `{"order":"steady1","pad":"` + strings.Repeat("x", 64) + `"}`
 	c2, err := net.Dial("tcp", addr)
