@@ -125,7 +125,9 @@ type Options struct {
 	// or answers must come sooner than a retry's second.
 	Wait time.Duration
 	// UnavailableRetryAfter is the Retry-After sent with 503 when the store
-	// cannot be reached. Default DefaultRetryAfter (1 s).
+	// cannot be reached. Default DefaultRetryAfter (1 s). While the
+	// circuit breaker of a fallback.Store under the guard is open, the 503
+	// says when it lets its first probe through, if that is later.
 	UnavailableRetryAfter time.Duration
 	// Logger hears about handler panics and results that could not be
 	// stored. Default slog.Default().

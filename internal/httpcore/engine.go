@@ -624,11 +624,12 @@ func (m *Engine) inFlight(w http.ResponseWriter, id, route string, leaseLeft tim
 		"Retry-After", retryAfter(m.inFlightRetryAfter(route, leaseLeft)))
 }
 
-// unavailable answers 503 with Retry-After.
+// unavailable answers 503 with Retry-After: UnavailableRetry, or until
+// the probe of an open circuit breaker under the store (fallback).
 func (m *Engine) unavailable(w http.ResponseWriter, id, detail string) {
 	writeProblem(w, Problem{Type: ProblemStoreUnavailable, Status: http.StatusServiceUnavailable,
 		Title: "Idempotency store unavailable", Key: id, Detail: detail},
-		"Retry-After", retryAfter(m.opts.UnavailableRetry))
+		"Retry-After", retryAfter(adapter.UnavailableDelay(m.g, m.opts.UnavailableRetry)))
 }
 
 // replay writes a stored response.
