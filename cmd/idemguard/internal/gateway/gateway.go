@@ -362,6 +362,10 @@ func (gw *Gateway) openStore() error {
 			return fmt.Errorf("fallback: postgres: %w", err)
 		}
 		db := sql.OpenDB(conn)
+		// During an outage every request comes here: database/sql keeps
+		// 2 idle connections unless told otherwise, and the rest of the
+		// statements would each open and close one (pgstore's doc).
+		db.SetMaxIdleConns(secondaryIdleConns)
 		gw.db = db
 		pg, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
 		if err != nil {
@@ -383,6 +387,10 @@ func (gw *Gateway) openStore() error {
 // secondaryConnectTimeout bounds a connection to the fallback PostgreSQL
 // whose DSN sets no connect_timeout of its own.
 const secondaryConnectTimeout = 5 * time.Second
+
+// secondaryIdleConns is how many idle connections to the fallback
+// PostgreSQL the gateway keeps for the next requests.
+const secondaryIdleConns = 64
 
 // Handler is the proxy: the guarded routes, the pass-through, and (without
 // admin_listen) /healthz, /readyz and /metrics.
