@@ -8,6 +8,7 @@
 #   IDEMGUARD_REDIS_REPLICATION    a master and its replica ("master,replica")
 #   IDEMGUARD_POSTGRES_DSN         PostgreSQL 15, database idemguard
 #   IDEMGUARD_REDIS_SERVER         the redis-server binary, for tests that start their own
+#   IDEMGUARD_POSTGRES_BIN         PostgreSQL's bin directory, for tests that start their own
 #
 # Usage:
 #   tools/services.sh run CMD [ARG...]  start, run CMD with the variables set, stop (even on failure)
@@ -116,6 +117,7 @@ start_all() {
   echo "export IDEMGUARD_POSTGRES_DSN=postgres://postgres@127.0.0.1:$p/idemguard?sslmode=disable" >>"$env"
 
   echo "export IDEMGUARD_REDIS_SERVER=$(command -v redis-server)" >>"$env"
+  echo "export IDEMGUARD_POSTGRES_BIN=$PGBIN" >>"$env"
   log "started; addresses in $env"
 }
 

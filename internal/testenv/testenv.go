@@ -29,6 +29,7 @@ const (
 	EnvReplication = "IDEMGUARD_REDIS_REPLICATION"   // "master,replica" host:port pair
 	EnvPostgres    = "IDEMGUARD_POSTGRES_DSN"        // a PostgreSQL 15 URL
 	EnvRedisServer = "IDEMGUARD_REDIS_SERVER"        // path of the redis-server binary, for tests that start their own
+	EnvPostgresBin = "IDEMGUARD_POSTGRES_BIN"        // PostgreSQL's bin directory, for tests that start their own
 	EnvRequire     = "IDEMGUARD_REQUIRE_SERVICES"    // "1": a missing variable fails instead of skipping
 )
 

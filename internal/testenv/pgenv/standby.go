@@ -24,7 +24,8 @@ type Pair struct {
 }
 
 // StartStandby starts a private PostgreSQL primary (initdb, from the
-// binaries of the PostgreSQL that initdb on the PATH belongs to) and a hot
+// binaries in IDEMGUARD_POSTGRES_BIN, which tools/services.sh sets, or
+// else of the PostgreSQL that initdb on the PATH belongs to) and a hot
 // standby made from it with pg_basebackup, and waits until the standby
 // answers in recovery. As root, the servers run as the user postgres
 // (PostgreSQL refuses to run as root). Without initdb the test is skipped,
@@ -32,15 +33,12 @@ type Pair struct {
 // touched.
 func StartStandby(t testing.TB) *Pair {
 	t.Helper()
-	initdb, err := exec.LookPath("initdb")
-	if err == nil {
-		initdb, err = filepath.EvalSymlinks(initdb)
-	}
+	initdb, err := findInitdb()
 	if err != nil {
 		if os.Getenv(testenv.EnvRequire) == "1" {
-			t.Fatalf("a private primary and standby need PostgreSQL's initdb on the PATH: %v", err)
+			t.Fatalf("a private primary and standby need PostgreSQL's initdb (%s or the PATH): %v", testenv.EnvPostgresBin, err)
 		}
-		t.Skipf("a private primary and standby need PostgreSQL's initdb on the PATH: %v", err)
+		t.Skipf("a private primary and standby need PostgreSQL's initdb (%s or the PATH): %v", testenv.EnvPostgresBin, err)
 	}
 	bin := filepath.Dir(initdb)
 	dir, err := os.MkdirTemp("", "idemguard-pg-")
@@ -124,4 +122,21 @@ func (p *Pair) Replayed(t testing.TB) {
 		}
 		return done
 	})
+}
+
+// findInitdb returns the path of PostgreSQL's initdb, symbolic links
+// resolved (its directory holds the other binaries).
+func findInitdb() (string, error) {
+	if dir := os.Getenv(testenv.EnvPostgresBin); dir != "" {
+		p := filepath.Join(dir, "initdb")
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return filepath.EvalSymlinks(p)
+	}
+	p, err := exec.LookPath("initdb")
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(p)
 }
