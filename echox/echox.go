@@ -15,17 +15,18 @@
 //	}))
 //
 // The scope of a key is the caller, the method and the route pattern Echo
-// matched (c.Path()). An error the handler returns is rendered by Echo's
-// HTTPErrorHandler inside the guarded run (c.Error), so it is part of the
-// response: a 4xx is stored and replayed, a 5xx (and a 408, 429 or 499,
-// which ask for the retry) releases the key; the
-// middleware then returns nil. The handler writes to an echo.Response of
-// its own: the fields a Before hook it registers sets are its response's
-// (stored and replayed); the hooks of middleware outside the guard run
-// when the response goes out, on a replay too, and what they set is not
-// stored, as for middleware wrapping httpx.Guard. Inside the handler,
-// ClaimFrom gives the lease (for Step, KeyFor, a SQL backstop commit); so
-// does httpx.ClaimFrom(c.Request().Context()).
+// matched (c.Path(), after the host under Echo's host routing, e.Host).
+// An error the handler returns is rendered by Echo's HTTPErrorHandler
+// inside the guarded run (c.Error), so it is part of the response: a 4xx
+// is stored and replayed, a 5xx (and a 408, 429 or 499, which ask for the
+// retry) releases the key; the middleware then returns nil. The handler
+// writes to an echo.Response of its own: the fields a Before hook it
+// registers sets are its response's (stored and replayed); the hooks of
+// middleware outside the guard run when the response goes out, on a
+// replay too, and what they set is not stored, as for middleware wrapping
+// httpx.Guard. Inside the handler, ClaimFrom gives the lease (for Step,
+// KeyFor, a SQL backstop commit); so does
+// httpx.ClaimFrom(c.Request().Context()).
 package echox
 
 import (
@@ -113,11 +114,28 @@ func ClaimFrom(c echo.Context) (lease guard.Lease, fingerprint string, ok bool) 
 // request is httpcore.Request over an Echo context.
 type request struct{ c echo.Context }
 
-func (r request) Method() string                 { return r.c.Request().Method }
-func (r request) Path() string                   { return r.c.Request().URL.Path }
-func (r request) EscapedPath() string            { return r.c.Request().URL.EscapedPath() }
-func (r request) RawQuery() string               { return r.c.Request().URL.RawQuery }
-func (r request) Route() string                  { return r.c.Path() }
+func (r request) Method() string      { return r.c.Request().Method }
+func (r request) Path() string        { return r.c.Request().URL.Path }
+func (r request) EscapedPath() string { return r.c.Request().URL.EscapedPath() }
+func (r request) RawQuery() string    { return r.c.Request().URL.RawQuery }
+
+// Route is the path of the route Echo matched (c.Path()), after the host
+// whose router matched it when Echo routes by host (e.Host): each host has
+// a router of its own, whose paths are another host's too, so the same
+// path under two hosts is two routes ("a.example/charges", as a net/http
+// ServeMux pattern with a host). A request for no such host is routed by
+// the default router, and its route is the path alone.
+func (r request) Route() string {
+	path := r.c.Path()
+	if routers := r.c.Echo().Routers(); len(routers) > 0 {
+		host := r.c.Request().Host
+		if _, ok := routers[host]; ok {
+			return host + path
+		}
+	}
+	return path
+}
+
 func (r request) HeaderValues(n string) []string { return r.c.Request().Header[n] }
 func (r request) ContentLength() int64           { return r.c.Request().ContentLength }
 func (r request) Context() context.Context       { return r.c.Request().Context() }
