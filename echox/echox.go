@@ -123,13 +123,18 @@ func (r request) RawQuery() string    { return r.c.Request().URL.RawQuery }
 // whose router matched it when Echo routes by host (e.Host): each host has
 // a router of its own, whose paths are another host's too, so the same
 // path under two hosts is two routes ("a.example/charges", as a net/http
-// ServeMux pattern with a host). A request for no such host is routed by
-// the default router, and its route is the path alone.
+// ServeMux pattern with a host); before routing (e.Pre), the host and the
+// escaped path, as the scope of a request without a route is its path. A
+// request for no such host is routed by the default router, and its route
+// is the path alone.
 func (r request) Route() string {
 	path := r.c.Path()
 	if routers := r.c.Echo().Routers(); len(routers) > 0 {
 		host := r.c.Request().Host
 		if _, ok := routers[host]; ok {
+			if path == "" {
+				path = r.EscapedPath()
+			}
 			return host + path
 		}
 	}

@@ -1,6 +1,7 @@
 package echox_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,32 +25,49 @@ import (
 // a.test's response.
 func TestHostRoutersApart(t *testing.T) {
 	g := guardenv.Guard(t, guard.Options{})
-	e := newEcho()
-	e.Use(echox.Guard(g, echox.Options{Options: httpx.Options{SingleCaller: true}}))
-	var runs [3]atomic.Int64
-	for i, host := range []string{"a.test", "b.test"} {
-		e.Host(host).POST("/charges", func(c echo.Context) error {
-			runs[i].Add(1)
-			return c.String(http.StatusCreated, "charged on "+host)
+	for _, pre := range []bool{false, true} {
+		e := newEcho()
+		guarded := echox.Guard(g, echox.Options{Options: httpx.Options{SingleCaller: true}})
+		if pre {
+			e.Pre(guarded) // before routing: no route yet, the path is the scope
+		} else {
+			e.Use(guarded)
+		}
+		var runs [3]atomic.Int64
+		for i, host := range []string{"a.test", "b.test"} {
+			e.Host(host).POST("/charges", func(c echo.Context) error {
+				runs[i].Add(1)
+				return c.String(http.StatusCreated, "charged on "+host)
+			})
+		}
+		e.POST("/charges", func(c echo.Context) error { // any other host
+			runs[2].Add(1)
+			return c.String(http.StatusCreated, "charged on the default router")
 		})
-	}
-	e.POST("/charges", func(c echo.Context) error { // any other host
-		runs[2].Add(1)
-		return c.String(http.StatusCreated, "charged on the default router")
-	})
-	for round := range 2 {
-		for i, host := range []string{"a.test", "b.test", "other.test"} {
-			req := httptest.NewRequest(http.MethodPost, "http://"+host+"/charges", strings.NewReader("{}"))
-			req.Header.Set(httpx.DefaultHeader, "k1")
-			w := httptest.NewRecorder()
-			e.ServeHTTP(w, req)
-			if w.Code != http.StatusCreated {
-				t.Fatalf("round %d, %s: %d %s", round, host, w.Code, w.Body)
+		key := fmt.Sprint("k-pre-", pre)
+		for round := range 2 {
+			for i, host := range []string{"a.test", "b.test", "other.test"} {
+				req := httptest.NewRequest(http.MethodPost, "http://"+host+"/charges", strings.NewReader("{}"))
+				req.Header.Set(httpx.DefaultHeader, key)
+				w := httptest.NewRecorder()
+				e.ServeHTTP(w, req)
+				if w.Code != http.StatusCreated {
+					t.Fatalf("pre %v, round %d, %s: %d %s", pre, round, host, w.Code, w.Body)
+				}
+				if n := runs[i].Load(); n != 1 {
+					t.Fatalf("pre %v, round %d, %s: handler ran %d times, want 1 (answer %q, replayed %q)",
+						pre, round, host, n, w.Body, w.Header().Get(httpx.ReplayedHeader))
+				}
 			}
-			if n := runs[i].Load(); n != 1 {
-				t.Fatalf("round %d, %s: handler ran %d times, want 1 (answer %q, replayed %q)",
-					round, host, n, w.Body, w.Header().Get(httpx.ReplayedHeader))
-			}
+		}
+		// Two paths of one host are two scopes (not one of the host alone):
+		// the same key on another path runs, rather than answering 422.
+		req := httptest.NewRequest(http.MethodPost, "http://a.test/refunds", strings.NewReader("{}"))
+		req.Header.Set(httpx.DefaultHeader, key)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		if w.Code == http.StatusUnprocessableEntity {
+			t.Fatalf("pre %v: a.test/refunds with a.test/charges's key: 422, its scope is the host's alone", pre)
 		}
 	}
 }
