@@ -94,3 +94,33 @@ func TestRenderFailedAfterEffect(t *testing.T) {
 		t.Fatalf("runs %d, want 1", runs.Load())
 	}
 }
+
+// TestErrorsBeforeGuardNotTheRun's: an error middleware before the guard
+// reported (c.Error, and went on: a deprecated field, a soft check) is
+// not the guarded handlers'. A handler that made its effect and answered
+// Gin's default 200 without writing has answered: stored and replayed,
+// not taken for a failed run whose released key has the retry make the
+// effect again (2 runs, each answered 500, before).
+func TestErrorsBeforeGuardNotTheRun(t *testing.T) {
+	g := guardenv.Guard(t, guard.Options{})
+	var runs atomic.Int64
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		if c.GetHeader("X-Old-Client") != "" {
+			_ = c.Error(errors.New("X-Old-Client is deprecated")).SetType(gin.ErrorTypePrivate)
+		}
+		c.Next()
+	})
+	r.POST("/webhooks", ginx.Guard(g, ginx.Options{Options: httpx.Options{SingleCaller: true}}), func(c *gin.Context) {
+		runs.Add(1) // the effect; Gin answers 200
+	})
+	for i := range 2 {
+		w := post(t, r, "/webhooks", "k-1", "{}", "X-Old-Client", "1")
+		if w.Code != http.StatusOK || (w.Header().Get(httpx.ReplayedHeader) == "true") != (i == 1) {
+			t.Fatalf("call %d: %d %q %v; want 200, replayed the second time", i+1, w.Code, w.Body, w.Header())
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d, want 1", runs.Load())
+	}
+}

@@ -50,8 +50,9 @@ type Options struct {
 // key, as httpx.Guard does for a net/http handler; the guarantees are
 // httpx.Guard's. A request it answers itself (replay, 400, 401, 409, 413,
 // 422, 503, or a 500 after a panic) is aborted: the handlers after it do
-// not run. A guarded run whose handlers reported errors (c.Error) and
-// set no status is answered 500 and its key released: middleware outside
+// not run. A guarded run whose handlers reported errors (c.Error; not
+// those middleware before the guard reported) and set no status is
+// answered 500 and its key released: middleware outside
 // the guard that renders c.Errors writes after the run, over that 500,
 // and what it writes is not stored.
 //
@@ -82,12 +83,13 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		return
 	}
 	orig, req := c.Writer, c.Request
+	reported := len(c.Errors) // middleware before the guard's: not the run's
 	e.RunCaptured(out{orig}, v, b, func(ctx context.Context, capture *httpcore.Capture) {
 		w := &writer{c: capture, orig: orig, status: http.StatusOK, size: -1}
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
-		if !w.Written() && !w.chosen && len(c.Errors) > 0 {
+		if !w.Written() && !w.chosen && len(c.Errors) > reported {
 			// The handlers reported an error (c.Error) and answered
 			// nothing, not even a status: a middleware outside the
 			// guard renders c.Errors after it returns, or nothing does.
