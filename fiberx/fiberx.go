@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -311,7 +312,11 @@ func (r *request) readStream(max int64) error {
 		return r.streamErr
 	}
 	r.streamRead = true
-	body, err := io.ReadAll(io.LimitReader(req.BodyStream(), max+1))
+	limit := max // a byte past max, to see it passed; not past the largest int64
+	if limit < math.MaxInt64 {
+		limit++
+	}
+	body, err := io.ReadAll(io.LimitReader(req.BodyStream(), limit))
 	switch {
 	case err != nil:
 		r.streamErr = fmt.Errorf("reading the request body: %w", err)
