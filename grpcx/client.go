@@ -60,7 +60,7 @@ type ClientOptions struct {
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 	// RetryCodes are the status codes retried with the same key. Default
-	// DefaultRetryCodes.
+	// (nil) DefaultRetryCodes; an empty, non-nil list retries no code.
 	RetryCodes []codes.Code
 	// MaxRetryDelay is the longest delay a server may ask for (RetryInfo,
 	// pushback); a longer one ends the retries and its status is returned.

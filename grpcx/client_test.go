@@ -98,6 +98,7 @@ func TestClientRetryPolicy(t *testing.T) {
 		{"ResourceExhausted retried", func(n int64) error { return errIf(n < 2, codes.ResourceExhausted) }, grpcx.ClientOptions{}, 2, codes.OK},
 		{"DeadlineExceeded of the server retried", func(n int64) error { return errIf(n < 2, codes.DeadlineExceeded) }, grpcx.ClientOptions{}, 2, codes.OK},
 		{"RetryCodes narrowed", func(int64) error { return status.Error(codes.ResourceExhausted, "no") }, grpcx.ClientOptions{RetryCodes: []codes.Code{codes.Unavailable}}, 1, codes.ResourceExhausted},
+		{"RetryCodes empty retries nothing", func(int64) error { return status.Error(codes.Unavailable, "down") }, grpcx.ClientOptions{RetryCodes: []codes.Code{}}, 1, codes.Unavailable},
 		{"RetryInfo longer than MaxRetryDelay ends the retries", func(int64) error { return retryIn(codes.Unavailable, time.Hour) }, grpcx.ClientOptions{}, 1, codes.Unavailable},
 		{"RetryInfo honoured", func(n int64) error { return retryIfIn(n < 3, codes.Unavailable, 10*time.Millisecond) }, grpcx.ClientOptions{}, 3, codes.OK},
 		{"negative pushback stops", func(int64) error { return status.Error(codes.Unavailable, "down") }, grpcx.ClientOptions{}, 1, codes.Unavailable},

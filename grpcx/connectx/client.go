@@ -36,6 +36,7 @@ type ClientOptions struct {
 	// CodeDeadlineExceeded (the server's, not the caller's). A
 	// CodeCanceled while the caller's context is alive (connect-go's
 	// report of a connection reset mid-answer) counts as CodeUnavailable.
+	// An empty, non-nil list retries no code.
 	RetryCodes []connect.Code
 	// MaxRetryDelay is the longest RetryInfo (or grpc-retry-pushback-ms)
 	// delay honoured; a longer one ends the retries. Default 1 min.
@@ -76,8 +77,9 @@ func NewClientInterceptor(opts ClientOptions) connect.Interceptor {
 	if opts.NewKey == nil {
 		opts.NewKey = adapter.NewUUIDv7
 	}
-	var retry []core.Code
+	var retry []core.Code // nil: the defaults; empty: retry no code
 	if opts.RetryCodes != nil {
+		retry = make([]core.Code, 0, len(opts.RetryCodes))
 		for _, c := range opts.RetryCodes {
 			retry = append(retry, core.Code(c))
 		}
