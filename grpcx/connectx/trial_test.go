@@ -3,6 +3,8 @@ package connectx_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemguard/idemguard/grpcx/connectx"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // TestClientRetryCodesNone: ClientOptions.RetryCodes set to an empty list
@@ -25,5 +28,47 @@ func TestClientRetryCodesNone(t *testing.T) {
 	_, err := c.CallUnary(context.Background(), amountReq(1, ""))
 	if connect.CodeOf(err) != connect.CodeUnavailable || p.runs.Load() != 1 {
 		t.Fatalf("RetryCodes empty: %v after %d calls, want Unavailable after 1", err, p.runs.Load())
+	}
+}
+
+// TestClientDeadlinesRaceOneKey: 32 calls with one key, each with its own
+// short deadline, through the retrying client, while the handler (40 ms,
+// finishing its effect whatever its context says) runs: it runs once, never
+// two at a time, and a later call with the key gets its response.
+func TestClientDeadlinesRaceOneKey(t *testing.T) {
+	var inside, overlaps atomic.Int64
+	p := &payments{fn: func(ctx context.Context, req *connect.Request[structpb.Struct], n int64) (*connect.Response[structpb.ListValue], error) {
+		if inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer inside.Add(-1)
+		time.Sleep(40 * time.Millisecond) // the effect, which does not stop when the client leaves
+		return response(req, n)
+	}}
+	srv := serve(t, p, connectx.NewInterceptor(newGuard(t, ""), guardOpts(t, connectx.Options{})))
+	c := newClient(srv, connect.WithInterceptors(connectx.NewClientInterceptor(connectx.ClientOptions{})))
+	if _, err := c.CallUnary(context.Background(), amountReq(3, "warm-up")); err != nil { // the TLS connection, made once
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+2*i)*time.Millisecond)
+			defer cancel()
+			_, _ = c.CallUnary(ctx, amountReq(3, "dl-1"))
+		})
+	}
+	wg.Wait()
+	if p.runs.Load() != 2 {
+		t.Fatalf("no call of the race reached the handler (runs %d)", p.runs.Load())
+	}
+	var res *connect.Response[structpb.ListValue]
+	var err error
+	testenv.WaitFor(t, 10*time.Second, "the key's response", func() bool {
+		res, err = c.CallUnary(context.Background(), amountReq(3, "dl-1"))
+		return err == nil
+	})
+	if p.runs.Load() != 2 || overlaps.Load() != 0 || !replayed(res.Header()) {
+		t.Fatalf("runs %d, overlapping %d, replayed %v", p.runs.Load(), overlaps.Load(), replayed(res.Header()))
 	}
 }
