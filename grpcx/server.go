@@ -172,7 +172,9 @@ func DefaultReplayMetadata(name string) bool { return core.DefaultReplayMetadata
 // message packed in a google.protobuf.Any (at any depth, extensions
 // included) is taken in its deterministic encoding too, when its type is
 // linked into the server: Go's protobuf packs a map in a random order.
-// In every message the server's schema knows, the fields, known or not,
+// Anys packed in 8 others are taken as they came (each level re-encoded
+// costs a copy of what it packs: Anys packed thousands deep in one request
+// would cost the square of its size). In every message the server's schema knows, the fields, known or not,
 // are taken in field-number order, so the same bytes fingerprint the same
 // on a server that knows a field and on one that does not (a rolling
 // deploy of a newer .proto); the bytes of a field the server does not know

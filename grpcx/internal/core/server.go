@@ -165,86 +165,94 @@ func hasAny(d protoreflect.MessageDescriptor, ext bool) bool {
 	return has
 }
 
+// maxAnyDepth bounds how many google.protobuf.Any, each packed in the one
+// around it, canonicalAnys re-encodes: each level decodes a copy of the
+// bytes inside it and keeps it until the levels inside are done, so Anys
+// packed thousands deep in one request cost the square of its size (44 KB
+// took 46 MB, 180 KB 711 MB: a request of a few MB, under gRPC's 4 MB
+// default, took the server's memory). An Any deeper than this keeps its
+// bytes as they came, as one of a type not linked in; no schema nests Anys
+// so deep, and the same bytes still fingerprint the same.
+const maxAnyDepth = 8
+
+// anyWalker is one canonicalAnys: whether fields are put in number order,
+// and how deep in packed Anys the message it visits is. Its visits are
+// func values made once per walk (a closure per message visited would be
+// allocated for every message).
+type anyWalker struct {
+	sorted   bool
+	depth    int // Anys re-encoded around the message visited
+	field    func(protoreflect.FieldDescriptor, protoreflect.Value) bool
+	mapValue func(protoreflect.MapKey, protoreflect.Value) bool
+}
+
 // canonicalAnys rewrites, at every depth of m (extensions included), the
 // value of each google.protobuf.Any whose type is linked into the program
 // as that message's deterministic encoding (its own Anys rewritten first;
 // its fields in number order if sorted, see sortFields), so that a packed
 // message fingerprints the same in whatever order its fields or map
-// entries were encoded. Anys of unknown types, or whose value does not
-// decode, keep their bytes.
+// entries were encoded. Anys of unknown types, whose value does not
+// decode, or packed in maxAnyDepth others, keep their bytes.
 func canonicalAnys(m protoreflect.Message, sorted bool) {
-	if m.Descriptor().FullName() == anyName {
-		fields := m.Descriptor().Fields()
-		url, value := fields.ByNumber(1), fields.ByNumber(2)
-		if url == nil || value == nil {
-			return
-		}
-		mt, err := protoregistry.GlobalTypes.FindMessageByURL(m.Get(url).String())
-		if err != nil {
-			return
-		}
-		inner := mt.New()
-		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(m.Get(value).Bytes(), inner.Interface()); err != nil {
-			return
-		}
-		canonicalAnys(inner, sorted)
-		b, err := proto.MarshalOptions{AllowPartial: true, Deterministic: true}.Marshal(inner.Interface())
-		if err != nil {
-			return
-		}
-		if sorted {
-			sortFields(b, inner.Descriptor())
-		}
-		m.Set(value, protoreflect.ValueOfBytes(b))
+	w := &anyWalker{sorted: sorted}
+	w.field, w.mapValue = w.visitField, w.visitMapValue
+	w.message(m)
+}
+
+func (w *anyWalker) message(m protoreflect.Message) {
+	if m.Descriptor().FullName() != anyName {
+		m.Range(w.field)
 		return
 	}
-	if sorted {
-		m.Range(anysSorted)
-	} else {
-		m.Range(anysPrevious)
+	if w.depth >= maxAnyDepth {
+		return
 	}
+	fields := m.Descriptor().Fields()
+	url, value := fields.ByNumber(1), fields.ByNumber(2)
+	if url == nil || value == nil {
+		return
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByURL(m.Get(url).String())
+	if err != nil {
+		return
+	}
+	inner := mt.New()
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(m.Get(value).Bytes(), inner.Interface()); err != nil {
+		return
+	}
+	w.depth++
+	w.message(inner)
+	w.depth--
+	b, err := proto.MarshalOptions{AllowPartial: true, Deterministic: true}.Marshal(inner.Interface())
+	if err != nil {
+		return
+	}
+	if w.sorted {
+		sortFields(b, inner.Descriptor())
+	}
+	m.Set(value, protoreflect.ValueOfBytes(b))
 }
 
-// anysSorted and anysPrevious are canonicalAnys's visits of a field, as
-// functions that capture nothing (a closure capturing sorted would be
-// allocated for every message visited).
-func anysSorted(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-	return anysIn(fd, v, true)
-}
-
-func anysPrevious(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-	return anysIn(fd, v, false)
-}
-
-func mapAnysSorted(_ protoreflect.MapKey, v protoreflect.Value) bool {
-	canonicalAnys(v.Message(), true)
-	return true
-}
-
-func mapAnysPrevious(_ protoreflect.MapKey, v protoreflect.Value) bool {
-	canonicalAnys(v.Message(), false)
-	return true
-}
-
-// anysIn is canonicalAnys on the messages of field fd, of value v.
-func anysIn(fd protoreflect.FieldDescriptor, v protoreflect.Value, sorted bool) bool {
+// visitField is message on the messages of field fd, of value v.
+func (w *anyWalker) visitField(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 	switch {
 	case fd.IsMap():
 		if fd.MapValue().Message() != nil {
-			if sorted {
-				v.Map().Range(mapAnysSorted)
-			} else {
-				v.Map().Range(mapAnysPrevious)
-			}
+			v.Map().Range(w.mapValue)
 		}
 	case fd.Message() == nil:
 	case fd.IsList():
 		for i := range v.List().Len() {
-			canonicalAnys(v.List().Get(i).Message(), sorted)
+			w.message(v.List().Get(i).Message())
 		}
 	default:
-		canonicalAnys(v.Message(), sorted)
+		w.message(v.Message())
 	}
+	return true
+}
+
+func (w *anyWalker) visitMapValue(_ protoreflect.MapKey, v protoreflect.Value) bool {
+	w.message(v.Message())
 	return true
 }
 
