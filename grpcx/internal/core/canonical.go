@@ -30,55 +30,68 @@ import (
 // written over b. A level it cannot read to its end keeps its order (the
 // levels inside it read before may be sorted); proto.Marshal's output is
 // always readable.
+//
+// The sorted encoding is written once into a buffer of b's length, each
+// level's fields in their order as they are written, not each level sorted
+// in place after the levels inside it: that copied every level whole, and
+// a request nested thousands of levels deep, out of order at each, cost
+// the square of its size (docs/design.md, section 11).
 func sortFields(b []byte, md protoreflect.MessageDescriptor) {
-	sorted := true
-	var prev protowire.Number
-	for i := 0; i < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[i:])
-		if n < 0 {
-			return
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
-		if m < 0 {
-			return
-		}
-		if sub := subMessage(md, num, typ); sub != nil {
-			v := b[i+n : i+n+m]
-			if typ == protowire.BytesType {
-				_, k := protowire.ConsumeVarint(v)
-				v = v[k:]
-			} else {
-				v = v[:len(v)-protowire.SizeTag(num)] // the group's end tag
-			}
-			sortFields(v, sub)
-		}
-		if num < prev {
-			sorted = false
-		}
-		prev = max(prev, num)
-		i += n + m
-	}
-	if sorted {
-		return
-	}
+	copy(b, appendSorted(make([]byte, 0, len(b)), b, md))
+}
+
+// appendSorted appends b, an encoding of a message of type md, to dst with
+// its fields put in number order at every depth the schema knows, as
+// sortFields says.
+func appendSorted(dst, b []byte, md protoreflect.MessageDescriptor) []byte {
 	type field struct {
-		num        protowire.Number
-		start, end int
+		num protowire.Number
+		// b[start:end] is the field; b[vstart:vend] the encoding of its
+		// sub-message when sub is not nil (after the length, before a
+		// group's end tag).
+		start, vstart, vend, end int
+		sub                      protoreflect.MessageDescriptor
 	}
 	var small [16]field
 	fields := small[:0]
-	for i := 0; i < len(b); {
+	sorted := true
+	i := 0
+	for i < len(b) {
 		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			break
+		}
 		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
-		fields = append(fields, field{num, i, i + n + m})
+		if m < 0 {
+			break
+		}
+		f := field{num: num, start: i, vstart: i + n + m, vend: i + n + m, end: i + n + m}
+		if f.sub = subMessage(md, num, typ); f.sub != nil {
+			f.vstart, f.vend = i+n, i+n+m
+			if typ == protowire.BytesType {
+				_, k := protowire.ConsumeVarint(b[i+n:])
+				f.vstart += k
+			} else {
+				f.vend -= protowire.SizeTag(num) // the group's end tag
+			}
+		}
+		if len(fields) > 0 && num < fields[len(fields)-1].num {
+			sorted = false
+		}
+		fields = append(fields, f)
 		i += n + m
 	}
-	slices.SortStableFunc(fields, func(x, y field) int { return int(x.num) - int(y.num) })
-	out := make([]byte, 0, len(b))
-	for _, f := range fields {
-		out = append(out, b[f.start:f.end]...)
+	if i == len(b) && !sorted {
+		slices.SortStableFunc(fields, func(x, y field) int { return int(x.num) - int(y.num) })
 	}
-	copy(b, out)
+	for _, f := range fields {
+		dst = append(dst, b[f.start:f.vstart]...)
+		if f.sub != nil {
+			dst = appendSorted(dst, b[f.vstart:f.vend], f.sub)
+		}
+		dst = append(dst, b[f.vend:f.end]...)
+	}
+	return append(dst, b[i:]...) // what it could not read, as it was
 }
 
 // subMessage is the type of field num of md when the schema knows it as a
