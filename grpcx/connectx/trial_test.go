@@ -72,3 +72,40 @@ func TestClientDeadlinesRaceOneKey(t *testing.T) {
 		t.Fatalf("runs %d, overlapping %d, replayed %v", p.runs.Load(), overlaps.Load(), replayed(res.Header()))
 	}
 }
+
+// TestClientPushback: grpc-retry-pushback-ms in the error's metadata,
+// over each protocol, is honoured: negative stops the retries at once, as
+// gRFC A6 says; a number of milliseconds is waited.
+func TestClientPushback(t *testing.T) {
+	for _, proto := range []struct {
+		name string
+		opt  connect.ClientOption
+	}{{"connect", connect.WithProtoJSON()}, {"grpc", connect.WithGRPC()}, {"grpcweb", connect.WithGRPCWeb()}} {
+		for _, tc := range []struct {
+			pushback string
+			calls    int64
+			atLeast  time.Duration
+		}{{"-1", 1, 0}, {"40", 3, 80 * time.Millisecond}} {
+			t.Run(proto.name+"/"+tc.pushback, func(t *testing.T) {
+				p := &payments{fn: func(ctx context.Context, req *connect.Request[structpb.Struct], n int64) (*connect.Response[structpb.ListValue], error) {
+					if n < 3 {
+						ce := connect.NewError(connect.CodeUnavailable, errors.New("shed"))
+						ce.Meta().Set("Grpc-Retry-Pushback-Ms", tc.pushback)
+						return nil, ce
+					}
+					return response(req, n)
+				}}
+				srv := serve(t, p)
+				c := newClient(srv, proto.opt, connect.WithInterceptors(connectx.NewClientInterceptor(connectx.ClientOptions{BaseDelay: time.Millisecond})))
+				start := time.Now()
+				_, err := c.CallUnary(context.Background(), amountReq(1, ""))
+				if p.runs.Load() != tc.calls || (tc.calls == 3) != (err == nil) {
+					t.Fatalf("%v after %d calls, want %d", err, p.runs.Load(), tc.calls)
+				}
+				if took := time.Since(start); took < tc.atLeast {
+					t.Fatalf("two retries after a pushback of %s ms took %s", tc.pushback, took)
+				}
+			})
+		}
+	}
+}
