@@ -164,11 +164,14 @@ func TestTrialStoreGoesAway(t *testing.T) {
 		}
 		return chargeResponse(ctx, req, n)
 	}
-	refused := make(chan struct{}, 16)
+	refused := make(chan struct{}, 1)
 	watch := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if grpcx.Reason(err) == grpcx.ReasonStoreUnavailable {
-			refused <- struct{}{}
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
 		}
 		return resp, err
 	}
