@@ -3,6 +3,9 @@ package connectx_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,3 +112,51 @@ func TestClientPushback(t *testing.T) {
 		}
 	}
 }
+
+// TestBadKeysRaw: keys sent by hand over the Connect protocol: two header
+// lines, an empty one, one over MaxKeyLen, one with a tab or a byte past
+// ASCII are refused with invalid_argument and ReasonKeyMalformed, and the
+// handler never runs; the longest key is fine.
+func TestBadKeysRaw(t *testing.T) {
+	p := &payments{}
+	srv := serve(t, p, connectx.NewInterceptor(newGuard(t, ""), guardOpts(t, connectx.Options{})))
+	post := func(keys ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+charge, strings.NewReader(`{"amount":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for _, k := range keys {
+			req.Header.Add("idempotency-key", k)
+		}
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for name, keys := range map[string][]string{
+		"two":      {"a", "b"},
+		"empty":    {""},
+		"too long": {strings.Repeat("k", maxKeyLen+1)},
+		"tab":      {"a\tb"},
+		"UTF-8":    {"clé"},
+	} {
+		code, body := post(keys...)
+		if code != http.StatusBadRequest || !strings.Contains(body, `"invalid_argument"`) || !strings.Contains(body, "IDEMPOTENCY_KEY_MALFORMED") {
+			t.Errorf("%s: %d %s", name, code, body)
+		}
+	}
+	if p.runs.Load() != 0 {
+		t.Fatalf("runs %d, want 0", p.runs.Load())
+	}
+	if code, body := post(strings.Repeat("k", maxKeyLen)); code != http.StatusOK || p.runs.Load() != 1 {
+		t.Fatalf("longest key: %d %s, runs %d", code, body, p.runs.Load())
+	}
+}
+
+// maxKeyLen is grpcx.MaxKeyLen (connectx does not link grpcx).
+const maxKeyLen = 255
