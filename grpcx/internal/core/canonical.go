@@ -37,7 +37,45 @@ import (
 // a request nested thousands of levels deep, out of order at each, cost
 // the square of its size (docs/design.md, section 11).
 func sortFields(b []byte, md protoreflect.MessageDescriptor) {
-	copy(b, appendSorted(make([]byte, 0, len(b)), b, md))
+	if !inOrder(b, md) {
+		copy(b, appendSorted(make([]byte, 0, len(b)), b, md))
+	}
+}
+
+// inOrder reports whether b, an encoding of a message of type md, has its
+// fields in number order at every depth sortFields would sort: then it
+// leaves b as it is, without a copy (most requests: Go writes known
+// fields in number order).
+func inOrder(b []byte, md protoreflect.MessageDescriptor) bool {
+	var prev protowire.Number
+	for i := 0; i < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			return true // as far as it reads; the rest stays as it is
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
+		if m < 0 {
+			return true
+		}
+		if num < prev {
+			return false
+		}
+		prev = num
+		if sub := subMessage(md, num, typ); sub != nil {
+			v := b[i+n : i+n+m]
+			if typ == protowire.BytesType {
+				_, k := protowire.ConsumeVarint(v)
+				v = v[k:]
+			} else {
+				v = v[:len(v)-protowire.SizeTag(num)] // the group's end tag
+			}
+			if !inOrder(v, sub) {
+				return false
+			}
+		}
+		i += n + m
+	}
+	return true
 }
 
 // appendSorted appends b, an encoding of a message of type md, to dst with
