@@ -60,7 +60,8 @@ type ClientOptions struct {
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 	// RetryCodes are the status codes retried with the same key. Default
-	// (nil) DefaultRetryCodes; an empty, non-nil list retries no code.
+	// (nil) DefaultRetryCodes; an empty, non-nil list retries no code (a
+	// key in flight is still asked about again: see InFlightDelay).
 	RetryCodes []codes.Code
 	// MaxRetryDelay is the longest delay a server may ask for (RetryInfo,
 	// pushback); a longer one ends the retries and its status is returned.

@@ -36,7 +36,8 @@ type ClientOptions struct {
 	// CodeDeadlineExceeded (the server's, not the caller's). A
 	// CodeCanceled while the caller's context is alive (connect-go's
 	// report of a connection reset mid-answer) counts as CodeUnavailable.
-	// An empty, non-nil list retries no code.
+	// An empty, non-nil list retries no code (a key in flight is still
+	// asked about again: see InFlightDelay).
 	RetryCodes []connect.Code
 	// MaxRetryDelay is the longest RetryInfo (or grpc-retry-pushback-ms)
 	// delay honoured; a longer one ends the retries. Default 1 min.
