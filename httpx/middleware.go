@@ -74,7 +74,13 @@ type Options struct {
 	Optional bool
 	// Scope names the operation a key belongs to; keys of different scopes
 	// never meet. The caller (Tenant) is added to it. Default DefaultScope:
-	// method and route pattern.
+	// method and route pattern. Neither it nor DefaultFingerprint holds the
+	// host, since clients reach one service under several names (a port,
+	// an alias) and a retry under another must replay: a router that picks
+	// a host's handler outside the pattern it reports (gorilla/mux's
+	// Host(), a host switch in front of chi) needs the host in Scope,
+	// r.Host + " " + DefaultScope(r), or the same key and body on another
+	// host is answered with the first host's response.
 	Scope func(r *http.Request) string
 	// Fingerprint digests the request; the same key with another
 	// fingerprint gets 422. body is the whole request body. Default
