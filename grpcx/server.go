@@ -120,7 +120,9 @@ type Options struct {
 	Wait time.Duration
 	// UnavailableRetryDelay is the RetryInfo delay sent with Unavailable
 	// when the store cannot be reached. Default
-	// DefaultUnavailableRetryDelay (1 s).
+	// DefaultUnavailableRetryDelay (1 s). While the circuit breaker of a
+	// fallback.Store under the guard is open, the delay is the time until
+	// it lets its first probe through, if that is longer.
 	UnavailableRetryDelay time.Duration
 	// Logger hears about handler panics and results that could not be
 	// stored. Default slog.Default().

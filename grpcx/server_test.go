@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/grpcx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -392,6 +393,38 @@ func TestStoreUnavailable(t *testing.T) {
 	code, reason, d, ok := statusOf(t, c.err)
 	if code != codes.Unavailable || reason != grpcx.ReasonStoreUnavailable || !ok || d != 3*time.Second || p.runs.Load() != 0 {
 		t.Fatalf("%v %q RetryInfo %v %v, runs %d (%v)", code, reason, d, ok, p.runs.Load(), c.err)
+	}
+}
+
+// TestStoreUnavailableBreakerOpen: under a fail-closed fallback.Store
+// whose breaker the store's outage opened, the RetryInfo delay is the time
+// until the breaker lets its first probe through (OpenTimeout 5 s), not
+// UnavailableRetryDelay's 1 s: a client that followed 1 s met the same
+// open breaker again.
+func TestStoreUnavailableBreakerOpen(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	fb, err := fallback.New(guard.NewRedisStore(rdb, guard.RedisOptions{}),
+		fallback.Options{Timeout: 300 * time.Millisecond, FailuresToOpen: 1, OpenTimeout: 5 * time.Second, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(fb, guard.Options{Lease: time.Second})
+	p := &payments{}
+	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{grpcx.UnaryServerInterceptor(g, guardOpts(t, grpcx.Options{}))}})
+	opening := time.Now() // the breaker opens after this
+	_ = charge(context.Background(), conn, "u-1", 1)
+	if st := fb.State(); st != fallback.StateOpen {
+		t.Fatalf("breaker %v after a failure, want open", st)
+	}
+	c := charge(context.Background(), conn, "u-2", 1)
+	left := time.Until(opening.Add(5 * time.Second))
+	code, reason, d, ok := statusOf(t, c.err)
+	if code != codes.Unavailable || reason != grpcx.ReasonStoreUnavailable || !ok || p.runs.Load() != 0 {
+		t.Fatalf("%v %q RetryInfo %v %v, runs %d (%v)", code, reason, d, ok, p.runs.Load(), c.err)
+	}
+	if d < left || d > 5*time.Second {
+		t.Errorf("breaker open: RetryInfo %v; the breaker lets no probe through for %v more", d, left.Round(time.Millisecond))
 	}
 }
 

@@ -111,7 +111,9 @@ type Options struct {
 	// RetryInfo at once.
 	Wait time.Duration
 	// UnavailableRetryDelay is the RetryInfo delay sent with
-	// CodeUnavailable when the store cannot be reached. Default 1 s.
+	// CodeUnavailable when the store cannot be reached. Default 1 s; while
+	// the circuit breaker of a fallback.Store under the guard is open, the
+	// time until it lets its first probe through, if that is longer.
 	UnavailableRetryDelay time.Duration
 	// Logger hears about handler panics and results that could not be
 	// stored. Default slog.Default().

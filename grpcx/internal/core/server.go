@@ -522,7 +522,8 @@ func (s *Server) rejectClaim(key guard.Key, method string, err error) *spb.Statu
 		return NewStatus(InvalidArgument, ReasonKeyMalformed, s.logErr(key, err), 0)
 	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return NewStatus(Unavailable, ReasonStoreUnavailable,
-			"idempotency store unavailable: the call was not run; retry later with the same key", s.cfg.UnavailableRetryDelay)
+			"idempotency store unavailable: the call was not run; retry later with the same key",
+			adapter.UnavailableDelay(s.g, s.cfg.UnavailableRetryDelay))
 	default:
 		s.cfg.Logger.Error(s.cfg.Pkg+": idempotency claim failed", append(s.logKey(key), "err", s.logErr(key, err))...)
 		return NewStatus(Internal, ReasonStoreError, "idempotency store error; the call was not run", 0)
