@@ -35,7 +35,7 @@ func TestClientRetryCodesNone(t *testing.T) {
 }
 
 // TestClientDeadlinesRaceOneKey: 32 calls with one key, each with its own
-// short deadline, through the retrying client, while the handler (40 ms,
+// deadline (most short), through the retrying client, while the handler (40 ms,
 // finishing its effect whatever its context says) runs: it runs once, never
 // two at a time, and a later call with the key gets its response.
 func TestClientDeadlinesRaceOneKey(t *testing.T) {
@@ -56,7 +56,14 @@ func TestClientDeadlinesRaceOneKey(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+2*i)*time.Millisecond)
+			// Deadlines of 5 to 51 ms, and 2 s for the last 8 calls, so that
+			// some call reaches the handler on a loaded machine too (at
+			// make test's load every call of 5-67 ms once ended first).
+			d := time.Duration(5+2*i) * time.Millisecond
+			if i >= 24 {
+				d = 2 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d)
 			defer cancel()
 			_, _ = c.CallUnary(ctx, amountReq(3, "dl-1"))
 		})
