@@ -82,7 +82,7 @@ func TestBatchOnCallerSpan(t *testing.T) {
 			check := func(kv attribute.KeyValue) {
 				t.Helper()
 				if v, ok := got[kv.Key]; !ok || v != kv.Value {
-					t.Errorf("%s = %s (present %v), want %s", kv.Key, v.Emit(), ok, kv.Value.Emit())
+					t.Errorf("%s = %s (present %v), want %s", kv.Key, v.String(), ok, kv.Value.String())
 				}
 			}
 			check(otelx.Keys.Int(n))
@@ -113,13 +113,13 @@ func TestBatchOnCallerSpan(t *testing.T) {
 			}
 			for _, s := range exp.GetSpans() {
 				for _, kv := range s.Attributes {
-					if strings.Contains(kv.Value.Emit(), secretID) {
+					if strings.Contains(kv.Value.String(), secretID) {
 						t.Errorf("%s %s carries the raw key", s.Name, kv.Key)
 					}
 				}
 				for _, e := range s.Events {
 					for _, kv := range e.Attributes {
-						if strings.Contains(kv.Value.Emit(), secretID) {
+						if strings.Contains(kv.Value.String(), secretID) {
 							t.Errorf("%s event %s %s carries the raw key", s.Name, e.Name, kv.Key)
 						}
 					}

@@ -164,7 +164,7 @@ routes:
 	}
 	close(fail)
 	r := <-replies
-	left := opening.Add(5 * time.Second).Sub(time.Now())
+	left := time.Until(opening.Add(5 * time.Second))
 	t.Logf("n1: %d %s Retry-After %q, %v of the breaker left at the latest", r.status, r.problemType(), r.header.Get("Retry-After"), left)
 	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 	if r.status != http.StatusServiceUnavailable || r.problemType() != ProblemNotForwarded || err != nil {
