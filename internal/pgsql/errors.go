@@ -3,6 +3,7 @@ package pgsql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -30,7 +31,9 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 //
 // A statement the driver cancelled because ctx ended (lib/pq sends
 // PostgreSQL a cancel request and returns its answer, SQLSTATE 57014
-// query_canceled) is reported as ctx's end, as a call that never began:
+// query_canceled, or, when the cancellation races with the connection,
+// driver.ErrBadConn, which a driver returns only for a statement not run)
+// is reported as ctx's end, as a call that never began:
 // a deadline as guard.ErrUnavailable, a cancellation as context.Canceled.
 // A 57014 with ctx alive (the server's statement_timeout, or an operator's
 // pg_cancel_backend) and a 55P03 (lock_timeout, NOWAIT: a lock another
@@ -44,7 +47,7 @@ func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if code, _ := SQLState(err); code == "57014" && ctx.Err() != nil {
+	if code, _ := SQLState(err); ctx.Err() != nil && (code == "57014" || errors.Is(err, driver.ErrBadConn)) {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {

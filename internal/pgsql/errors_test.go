@@ -123,6 +123,38 @@ func TestUnavailableWithoutSQLState(t *testing.T) {
 	}
 }
 
+// TestBadConnAfterContextEndedIsTheContexts: lib/pq, when a statement's
+// context ends, sends PostgreSQL a cancel request and returns its answer
+// (57014), or, when the cancellation races with the connection, a bad
+// connection (driver.ErrBadConn, which a driver returns only when the
+// statement was not run): either is the context's end, as a call that
+// never began (make test once saw TestCommitContextEndsMidStatement's
+// cancelled Commit answer "store unavailable: driver: bad connection").
+// With the context alive, a bad connection stays unavailable.
+func TestBadConnAfterContextEndedIsTheContexts(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for name, tc := range map[string]struct {
+		ctx  context.Context
+		want error
+		not  error
+	}{
+		"cancelled": {cancelled, context.Canceled, guard.ErrUnavailable},
+		"deadline":  {expired, context.DeadlineExceeded, nil},
+		"alive":     {context.Background(), guard.ErrUnavailable, context.Canceled},
+	} {
+		err := pgsql.Err(tc.ctx, "commit", fmt.Errorf("exec: %w", driver.ErrBadConn))
+		if !errors.Is(err, tc.want) || (tc.not != nil && errors.Is(err, tc.not)) {
+			t.Errorf("%s: Err = %v; want %v, not %v", name, err, tc.want, tc.not)
+		}
+		if name == "deadline" && !errors.Is(err, guard.ErrUnavailable) {
+			t.Errorf("%s: Err = %v; want guard.ErrUnavailable too", name, err)
+		}
+	}
+}
+
 // TestTerminatedBackendIsUnavailable: a real server error through lib/pq.
 // The backend of a connection is terminated by an administrator
 // (pg_terminate_backend, SQLSTATE 57P01 on that connection); the next
