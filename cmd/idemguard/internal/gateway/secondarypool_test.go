@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestSecondaryKeepsItsConnections: during a Redis outage every request
@@ -20,21 +18,8 @@ import (
 // idle room (DBStats.MaxIdleClosed).
 func TestSecondaryKeepsItsConnections(t *testing.T) {
 	rs := testenv.StartRedis(t)
-	db, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", dsn)
-	up := newUpstream(t)
-	cfg, err := Parse("gw.yaml", []byte(`upstream: `+up.URL+`
-redis: {addrs: ["`+rs.Addr()+`"], prefix: "{prefix}"}
-fallback: {policy: secondary, postgres_env: IDEMGUARD_TEST_SECONDARY_PG, timeout: 200ms, failures_to_open: 1, open_timeout: 1h}
-defaults: {caller: {header: X-Account-Id}}
-routes: [{pattern: POST /orders}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	secondaryPostgres(t)
+	cfg, _ := secondaryConfig(t, rs, "")
 	e := startConfigured(t, cfg)
 	outage(t, rs, e)
 	before := e.gw.db.Stats().MaxIdleClosed

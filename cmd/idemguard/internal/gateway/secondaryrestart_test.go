@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/pgstore"
 )
 
 // TestSecondaryKeysSurviveRestart: with fallback policy secondary, a key a
@@ -21,21 +20,8 @@ import (
 // in Redis, which had never seen it, and the upstream ran it twice.
 func TestSecondaryKeysSurviveRestart(t *testing.T) {
 	rs := testenv.StartRedis(t)
-	db, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", dsn)
-	up := newUpstream(t)
-	cfg, err := Parse("gw.yaml", []byte(`upstream: `+up.URL+`
-redis: {addrs: ["`+rs.Addr()+`"]}
-fallback: {policy: secondary, postgres_env: IDEMGUARD_TEST_SECONDARY_PG, timeout: 200ms, failures_to_open: 1, open_timeout: 1h}
-defaults: {caller: {header: X-Account-Id}}
-routes: [{pattern: POST /orders}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	secondaryPostgres(t)
+	cfg, up := secondaryConfig(t, rs, "")
 	start := func() (*Gateway, *httptest.Server) {
 		gw, err := New(cfg, Options{Logger: testenv.Logger(t)})
 		if err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,42 @@ import (
 	"github.com/idemguard/idemguard/pgstore"
 )
 
+// secondaryPostgres migrates a PostgreSQL schema of the test's own for
+// fallback's secondary policy and names it in IDEMGUARD_TEST_SECONDARY_PG,
+// which secondaryConfig's configurations read, and returns it.
+func secondaryPostgres(t *testing.T) *sql.DB {
+	t.Helper()
+	db, dsn := testenv.Postgres(t)
+	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", dsn)
+	return db
+}
+
+// secondaryConfig is the configuration of a gateway in front of a new
+// upstream, over Redis rs (its keys under prefix, if any), whose fallback
+// keeps keys in the secondaryPostgres while Redis is out (its breaker
+// opens on the first failure and stays open).
+func secondaryConfig(t *testing.T, rs *testenv.Server, prefix string) (*Config, *upstream) {
+	t.Helper()
+	up := newUpstream(t)
+	redisCfg := `redis: {addrs: ["` + rs.Addr() + `"]}`
+	if prefix != "" {
+		redisCfg = `redis: {addrs: ["` + rs.Addr() + `"], prefix: "` + prefix + `"}`
+	}
+	cfg, err := Parse("gw.yaml", []byte(`upstream: `+up.URL+`
+`+redisCfg+`
+fallback: {policy: secondary, postgres_env: IDEMGUARD_TEST_SECONDARY_PG, timeout: 200ms, failures_to_open: 1, open_timeout: 1h}
+defaults: {caller: {header: X-Account-Id}}
+routes: [{pattern: POST /orders}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, up
+}
+
 // twoServices starts two gateways, each in front of a service of its
 // own, with a Redis prefix each but the same fallback PostgreSQL (one
 // schema, no fallback.schema), over a Redis of the test's own that it can
@@ -19,22 +56,9 @@ import (
 func twoServices(t *testing.T) (rs *testenv.Server, a, b *gwEnv, upA, upB *upstream) {
 	t.Helper()
 	rs = testenv.StartRedis(t)
-	db, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", dsn)
+	secondaryPostgres(t)
 	start := func(prefix string) (*gwEnv, *upstream) {
-		up := newUpstream(t)
-		cfg, err := Parse("gw.yaml", []byte(`upstream: `+up.URL+`
-redis: {addrs: ["`+rs.Addr()+`"], prefix: "`+prefix+`"}
-fallback: {policy: secondary, postgres_env: IDEMGUARD_TEST_SECONDARY_PG, timeout: 200ms, failures_to_open: 1, open_timeout: 1h}
-defaults: {caller: {header: X-Account-Id}}
-routes: [{pattern: POST /orders}]
-`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, up := secondaryConfig(t, rs, prefix)
 		return startConfigured(t, cfg), up
 	}
 	a, upA = start("svc-a:")
@@ -130,21 +154,8 @@ routes: [{pattern: POST /orders}]
 // PostgreSQL during a new outage and by the check of a claim Redis grants.
 func TestSecondaryOlderVersionRows(t *testing.T) {
 	rs := testenv.StartRedis(t)
-	db, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), db, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", dsn)
-	up := newUpstream(t)
-	cfg, err := Parse("gw.yaml", []byte(`upstream: `+up.URL+`
-redis: {addrs: ["`+rs.Addr()+`"], prefix: "svc-a:"}
-fallback: {policy: secondary, postgres_env: IDEMGUARD_TEST_SECONDARY_PG, timeout: 200ms, failures_to_open: 1, open_timeout: 1h}
-defaults: {caller: {header: X-Account-Id}}
-routes: [{pattern: POST /orders}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := secondaryPostgres(t)
+	cfg, up := secondaryConfig(t, rs, "svc-a:")
 	pay := func(e *gwEnv) reply {
 		return post(t, e.srv.URL+"/orders", "pay-1", `{"order":"pay-1"}`, "X-Account-Id", "acct9")
 	}
