@@ -23,19 +23,27 @@ func SameStore(a, b *guard.Guard) bool {
 }
 
 // root returns the store s wraps, through every wrapper that has an
-// Unwrap() guard.Store method (at most 64: a wrapper that unwraps to
-// itself ends the walk).
+// Unwrap() guard.Store method (see wrapped).
 func root(s guard.Store) guard.Store {
+	wrapped(s, func(inner guard.Store) bool { s = inner; return true })
+	return s
+}
+
+// wrapped calls visit with s, then with the store each wrapper on the
+// way names (Unwrap() guard.Store), until visit returns false or a store
+// names none: at most 64 stores, as a wrapper that unwraps to itself
+// would never end the walk.
+func wrapped(s guard.Store, visit func(guard.Store) bool) {
 	for range 64 {
+		if !visit(s) {
+			return
+		}
 		w, ok := s.(interface{ Unwrap() guard.Store })
 		if !ok {
-			return s
+			return
 		}
-		inner := w.Unwrap()
-		if inner == nil {
-			return s
+		if s = w.Unwrap(); s == nil {
+			return
 		}
-		s = inner
 	}
-	return s
 }

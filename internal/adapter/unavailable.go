@@ -14,21 +14,16 @@ import (
 // (Unwrap() guard.Store, as SameStore walks) with a method
 // ProbeAt() (time.Time, bool), as fallback.Store has.
 func UnavailableDelay(g *guard.Guard, d time.Duration) time.Duration {
-	s := g.Store()
-	for range 64 {
-		if b, ok := s.(interface{ ProbeAt() (time.Time, bool) }); ok {
-			if at, open := b.ProbeAt(); open {
-				return max(d, time.Until(at))
-			}
-			return d
-		}
-		w, ok := s.(interface{ Unwrap() guard.Store })
+	wait := d
+	wrapped(g.Store(), func(s guard.Store) bool {
+		b, ok := s.(interface{ ProbeAt() (time.Time, bool) })
 		if !ok {
-			return d
+			return true
 		}
-		if s = w.Unwrap(); s == nil {
-			return d
+		if at, open := b.ProbeAt(); open {
+			wait = max(d, time.Until(at))
 		}
-	}
-	return d
+		return false
+	})
+	return wait
 }
