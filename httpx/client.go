@@ -33,6 +33,12 @@ type TransportOptions struct {
 	// Header carries the key. Default DefaultHeader ("Idempotency-Key").
 	Header string
 	// Methods get a fresh key when they have none. Default POST and PATCH.
+	// They match a request's method in any case, as the Guard's
+	// Options.Methods do: a request made with "patch" (browsers' fetch
+	// and some clients send it so; net/http sends it as written) gets a
+	// key and is retried as "PATCH" would be, since the Guard guards it as
+	// PATCH and would answer it 400 without a key. The method is sent as
+	// the request spells it.
 	Methods []string
 	// NewKey makes a key. Default a UUIDv7 (uuid.NewV7), which sorts by
 	// time and carries 62 random bits (google/uuid fills the 12 bits after
@@ -68,12 +74,13 @@ type TransportOptions struct {
 }
 
 // Transport is an http.RoundTripper that makes retries safe: it gives each
-// request whose method is in Methods and that has no key a new one, and
-// retries a keyed request with the same key after a transport error or a
-// 409, 429, 502, 503 or 504 response, with exponential backoff and full
-// jitter, honouring Retry-After (seconds or an HTTP date). A replayed
-// response (Idempotent-Replayed: true) is returned whatever its status:
-// it is the key's stored answer, which asking again would only replay.
+// request whose method is in Methods (in any case) and that has no key a
+// new one, and retries a keyed request with the same key after a
+// transport error or a 409, 429, 502, 503 or 504 response, with
+// exponential backoff and full jitter, honouring Retry-After (seconds or
+// an HTTP date). A replayed response (Idempotent-Replayed: true) is
+// returned whatever its status: it is the key's stored answer, which
+// asking again would only replay.
 //
 // A 409 that carries Retry-After means the key's first request is still
 // running: the transport asks again after min(Retry-After, InFlightDelay),
@@ -147,7 +154,7 @@ func NewTransport(opts TransportOptions) *Transport {
 	}
 	t := &Transport{opts: opts, methods: map[string]bool{}}
 	for _, m := range opts.Methods {
-		t.methods[m] = true
+		t.methods[strings.ToUpper(m)] = true
 	}
 	return t
 }
@@ -182,7 +189,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(req)
 				return nil, fmt.Errorf("httpx: idempotency key from the context: %w: %q is not a bare token", ErrMalformedKey, key)
 			}
-		} else if !t.methods[req.Method] {
+		} else if !t.methods[strings.ToUpper(req.Method)] { // no allocation when upper already
 			return t.opts.Base.RoundTrip(req)
 		}
 		var err error
