@@ -38,36 +38,6 @@ func nestedAny(t testing.TB, depth int) *anypb.Any {
 	return m
 }
 
-// TestFingerprintNestedAnyCost: a request of Anys packed in one another a
-// thousand deep (44 KB) is fingerprinted at a cost in proportion to its
-// size. Each level re-encoded decoded a copy of the bytes inside it, and
-// kept it until the levels below were done: 46 MB allocated for 44 KB, 711
-// MB for 180 KB, so one request of a few MB (under gRPC's 4 MB default)
-// took the server's memory, before anything was claimed. The same bytes
-// still fingerprint the same, and a change at the bottom still counts.
-func TestFingerprintNestedAnyCost(t *testing.T) {
-	m := nestedAny(t, 1000)
-	size := proto.Size(m)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	fp, err := grpcx.DefaultFingerprint("/x.Payments/Charge", m)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc := after.TotalAlloc - before.TotalAlloc
-	t.Logf("a %d-byte request: %d bytes allocated", size, alloc)
-	if alloc > uint64(64*size) {
-		t.Fatalf("fingerprint of a %d-byte request allocated %d bytes (%d×); want at most 64×", size, alloc, alloc/uint64(size))
-	}
-	if again, err := grpcx.DefaultFingerprint("/x.Payments/Charge", nestedAny(t, 1000)); err != nil || again != fp {
-		t.Fatalf("the same request fingerprinted %s, then %s (%v)", fp, again, err)
-	}
-	if other, err := grpcx.DefaultFingerprint("/x.Payments/Charge", nestedAny(t, 1001)); err != nil || other == fp {
-		t.Fatalf("one more level fingerprinted the same (%v)", err)
-	}
-}
-
 // deepValue is a google.protobuf.Struct whose field "v" holds a ListValue
 // holding a Value holding a ListValue..., depth Values deep, with 64 KB of
 // string at the bottom. Each Value also carries field 1 (null_value) with
@@ -104,28 +74,52 @@ func deepValue(t testing.TB, depth int) *structpb.Struct {
 	return m
 }
 
-// TestFingerprintDeepValueCost: a google.protobuf.Struct nested 2000
-// Values deep, out of number order at each level (a field sent with
-// another wire type is kept as unknown and encoded last), is fingerprinted
-// at a cost in proportion to its size. Putting each level in number order
-// copied that level whole: 146 MB for a 77 KB request; at the decoder's
-// 10,000 levels and gRPC's 4 MB, some 20 GB copied for one request.
-func TestFingerprintDeepValueCost(t *testing.T) {
-	m := deepValue(t, 2000)
-	size := proto.Size(m)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	fp, err := grpcx.DefaultFingerprint("/x.Payments/Charge", m)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
+// TestFingerprintDepthCost: requests built to make re-encoding costly are
+// fingerprinted at a cost in proportion to their size (at most 64 bytes
+// allocated per byte), the same request still fingerprints the same, and
+// one more level at the bottom still counts.
+//
+//   - Anys packed in one another a thousand deep (44 KB): each level
+//     re-encoded decoded a copy of the bytes inside it, and kept it until
+//     the levels below were done: 46 MB allocated for 44 KB, 711 MB for
+//     180 KB, so one request of a few MB (under gRPC's 4 MB default) took
+//     the server's memory, before anything was claimed.
+//   - A google.protobuf.Struct nested 2000 Values deep, out of number
+//     order at each level (a field sent with another wire type is kept as
+//     unknown and encoded last): putting each level in number order copied
+//     that level whole: 146 MB for a 77 KB request; at the decoder's
+//     10,000 levels and gRPC's 4 MB, some 20 GB copied for one request.
+func TestFingerprintDepthCost(t *testing.T) {
+	cases := []struct {
+		name  string
+		depth int
+		make  func(testing.TB, int) proto.Message
+	}{
+		{"nested Any", 1000, func(t testing.TB, d int) proto.Message { return nestedAny(t, d) }},
+		{"deep Value out of order", 2000, func(t testing.TB, d int) proto.Message { return deepValue(t, d) }},
 	}
-	alloc := after.TotalAlloc - before.TotalAlloc
-	t.Logf("a %d-byte request: %d bytes allocated", size, alloc)
-	if alloc > uint64(64*size) {
-		t.Fatalf("fingerprint of a %d-byte request allocated %d bytes (%d×); want at most 64×", size, alloc, alloc/uint64(size))
-	}
-	if again, err := grpcx.DefaultFingerprint("/x.Payments/Charge", deepValue(t, 2000)); err != nil || again != fp {
-		t.Fatalf("the same request fingerprinted %s, then %s (%v)", fp, again, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.make(t, tc.depth)
+			size := proto.Size(m)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			fp, err := grpcx.DefaultFingerprint("/x.Payments/Charge", m)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("a %d-byte request: %d bytes allocated", size, alloc)
+			if alloc > uint64(64*size) {
+				t.Fatalf("fingerprint of a %d-byte request allocated %d bytes (%d×); want at most 64×", size, alloc, alloc/uint64(size))
+			}
+			if again, err := grpcx.DefaultFingerprint("/x.Payments/Charge", tc.make(t, tc.depth)); err != nil || again != fp {
+				t.Fatalf("the same request fingerprinted %s, then %s (%v)", fp, again, err)
+			}
+			if other, err := grpcx.DefaultFingerprint("/x.Payments/Charge", tc.make(t, tc.depth+1)); err != nil || other == fp {
+				t.Fatalf("one more level fingerprinted the same (%v)", err)
+			}
+		})
 	}
 }
