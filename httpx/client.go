@@ -1,11 +1,14 @@
 package httpx
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -59,17 +62,18 @@ type TransportOptions struct {
 	// DefaultMaxRetryAfter (1 min).
 	MaxRetryAfter time.Duration
 	// InFlightDelay is the longest the transport waits before asking again
-	// about a request answered 409 with a Retry-After: the key's first
-	// request is still running (httpx.Guard answers so). It waits
+	// about a request answered "in flight": the key's first request is
+	// still running (see Transport for how such an answer is known). It
+	// waits
 	// min(Retry-After, InFlightDelay) (at least BaseDelay), less up to a
 	// fifth at random so the duplicates of one key spread out, and so gets the first request's
 	// response within about InFlightDelay of it being stored. Default
 	// DefaultInFlightDelay (1 s).
 	InFlightDelay time.Duration
-	// MaxInFlightWait bounds the time spent asking again after such 409s;
-	// they do not count against MaxAttempts, since each is a cheap read of
-	// the key. Past it the 409 is returned. Default DefaultMaxInFlightWait
-	// (1 min).
+	// MaxInFlightWait bounds the time spent asking again after such
+	// answers; they do not count against MaxAttempts, since each is a
+	// cheap read of the key. Past it the last one is returned. Default
+	// DefaultMaxInFlightWait (1 min).
 	MaxInFlightWait time.Duration
 }
 
@@ -83,9 +87,15 @@ type TransportOptions struct {
 // asking again would only replay.
 //
 // A 409 that carries Retry-After means the key's first request is still
-// running: the transport asks again after min(Retry-After, InFlightDelay),
-// so a duplicate gets the stored response within about a second of it
-// being ready, for up to MaxInFlightWait, without counting attempts.
+// running, and so does a response of any other 4xx or 5xx status with
+// Retry-After whose body is a problem (ProblemContentType) of type
+// ProblemInFlight: a Guard whose Options.InFlightStatus is 429 answers
+// so. The transport then asks again after min(Retry-After,
+// InFlightDelay), so a duplicate gets the stored response within about a
+// second of it being ready, for up to MaxInFlightWait, without counting
+// attempts. Any other 429 (a rate limiter's) is retried as above and
+// counts. To tell, the transport reads the first bytes (at most 4 KiB)
+// of a problem body with Retry-After; a response it returns is whole.
 //
 // Retries stop after MaxAttempts, when the request's context ends, or when
 // the next wait would pass the context's deadline (then the last response
@@ -205,7 +215,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	ctx := req.Context()
-	var inFlightSince time.Time // when the first 409 in a row came
+	var inFlightSince time.Time // when the first in-flight answer in a row came
 	for attempt, sent := 1, 0; ; sent++ {
 		send := req
 		if sent > 0 && req.GetBody != nil {
@@ -232,7 +242,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case resp.Header.Get(ReplayedHeader) == "true":
 			// The key's stored answer: asking again can only replay it.
 			return resp, nil
-		case resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "":
+		case inFlightAnswer(resp):
 			// The key's first request is still running: ask again soon.
 			now := time.Now()
 			if inFlightSince.IsZero() {
@@ -282,6 +292,47 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.opts.Base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// maxProblemPeek bounds the bytes of a response body inFlightAnswer reads
+// to learn its problem type; the Guard's problems are a few hundred.
+const maxProblemPeek = 4 << 10
+
+// inFlightAnswer reports whether resp says that the key's first request
+// is still running: a 409 with Retry-After (httpx.Guard's default, and
+// Stripe's), or a response of another status (Options.InFlightStatus set
+// to 429, say) with Retry-After whose body is a problem of type
+// ProblemInFlight. Only such a response's body is read to tell, at most
+// maxProblemPeek bytes of it, and what was read is put back in front of
+// the rest, so a response returned is whole. Any other 429 (a rate
+// limiter's) is not taken for one.
+func inFlightAnswer(resp *http.Response) bool {
+	if resp.StatusCode < 400 || resp.Header.Get("Retry-After") == "" {
+		return false
+	}
+	if resp.StatusCode == http.StatusConflict {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || mt != ProblemContentType || resp.ContentLength > maxProblemPeek {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxProblemPeek+1))
+	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(b), resp.Body), Closer: resp.Body}
+	if err != nil || len(b) > maxProblemPeek {
+		return false
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(b, &p) == nil && p.Type == ProblemInFlight
+}
+
+// peekedBody is a response body whose first bytes were read and are read
+// again from a copy.
+type peekedBody struct {
+	io.Reader
+	io.Closer
 }
 
 // retryStatus reports whether a response status is worth retrying with the

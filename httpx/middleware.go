@@ -110,7 +110,9 @@ type Options struct {
 	// ResourceExhausted and Canceled. Store5xx keeps those too.
 	Store5xx bool
 	// InFlightStatus is the status for a key whose first request still
-	// runs. Default 409 Conflict; some APIs use 429. Its Retry-After says
+	// runs. Default 409 Conflict; some APIs use 429 (NewClient knows the
+	// answer by its problem type, ProblemInFlight, whatever its status,
+	// and asks again without counting attempts). Its Retry-After says
 	// when the first request's response is likely ready: the route's
 	// recent run time on this instance, at least 1 s, at most what is left
 	// of the first request's lease.
