@@ -18,8 +18,15 @@
 // A replayed response's message is a *dynamicpb.Message of the stored
 // type (Connect's unary interceptors cannot build a *connect.Response of
 // the handler's own type), so interceptors outside this one see the same
-// fields but not the generated Go type. Its encoding is the first
-// response's, as grpcx's is.
+// fields but not the generated Go type. It is the first response's
+// message, as grpcx's is, and the same bytes on the wire when the codec
+// encodes deterministically: connect-go's binary codec (proto.Marshal)
+// writes map entries in Go's random map order, for the handler's own
+// response as for a replay, so a message holding a map of two or more
+// entries may come back in another order (it decodes the same). A
+// handler option connect.WithCodec of a codec named "proto" that marshals
+// with proto.MarshalOptions{Deterministic: true} makes them the same
+// bytes.
 //
 // On the client side, NewClientInterceptor gives each unary call a UUIDv7
 // key in its Idempotency-Key header (or WithIdempotencyKey's) and retries
