@@ -64,11 +64,10 @@ type TransportOptions struct {
 	// InFlightDelay is the longest the transport waits before asking again
 	// about a request answered "in flight": the key's first request is
 	// still running (see Transport for how such an answer is known). It
-	// waits
-	// min(Retry-After, InFlightDelay) (at least BaseDelay), less up to a
-	// fifth at random so the duplicates of one key spread out, and so gets the first request's
-	// response within about InFlightDelay of it being stored. Default
-	// DefaultInFlightDelay (1 s).
+	// waits min(Retry-After, InFlightDelay) (at least BaseDelay), less up
+	// to a fifth at random so the duplicates of one key spread out, and so
+	// gets the first request's response within about InFlightDelay of it
+	// being stored. Default DefaultInFlightDelay (1 s).
 	InFlightDelay time.Duration
 	// MaxInFlightWait bounds the time spent asking again after such
 	// answers; they do not count against MaxAttempts, since each is a
