@@ -108,6 +108,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
 	retry := newCompleteBudget() // the batch's completions tried again share it
+	var refused []int            // the results whose completion the store refused
 	for j := range res {
 		i := j
 		if idx != nil {
@@ -115,14 +116,28 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		}
 		r := &runs[i]
 		r.retry = retry
+		if r.refused(res[j].Err) {
+			r.retried = true
+			refused = append(refused, j)
+		}
+	}
+	if len(refused) > 0 {
 		// The completions the store refused are tried again first, before
 		// any dead letter of the batch is sent (settle, below): the user's
 		// DeadLetter may take longer than a lease, and the batch no
 		// longer extends these claims.
-		if r.refused(res[j].Err) {
-			r.retried = true
-			if p.recomplete(ctx, r, res[j].Result) == nil {
-				res[j].Err = nil
+		rs := make([]*run, len(refused))
+		vals := make([]guard.Result, len(refused))
+		for k, j := range refused {
+			i := j
+			if idx != nil {
+				i = idx[j]
+			}
+			rs[k], vals[k] = &runs[i], res[j].Result
+		}
+		for k, err := range p.recompleteAll(ctx, retry, rs, vals) {
+			if err == nil {
+				res[refused[k]].Err = nil
 			}
 		}
 	}

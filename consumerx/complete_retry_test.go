@@ -90,15 +90,17 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 	}
 }
 
-// lateStore is the Redis store whose Complete of key (only the retries
-// call it: a batch's first completions go through WriteBatch), called
-// with less than lateWindow of its caller's deadline left, lifts the
-// refusal of writes and answers just after that deadline: a store back at
-// the very end of the time a completion is retried for, answering late.
+// lateStore is a Redis store without batches of its own (a batch's
+// completions are tried again one at a time) whose Complete of key, once
+// armed (the batch's first completions were refused) and called with
+// less than lateWindow of its caller's deadline left, lifts the refusal
+// of writes and answers just after that deadline: a store back at the
+// very end of the time a completion is retried for, answering late.
 type lateStore struct {
-	*guard.RedisStore
+	guard.Store
 	key   guard.Key
 	admin *redis.Client
+	armed atomic.Bool
 	late  atomic.Bool
 }
 
@@ -109,19 +111,20 @@ type lateStore struct {
 const lateWindow = 900 * time.Millisecond
 
 func (s *lateStore) Complete(ctx context.Context, l guard.Lease, result []byte, ttl time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && l.Key == s.key && time.Until(dl) < lateWindow && !s.late.Swap(true) {
+	if dl, ok := ctx.Deadline(); ok && s.armed.Load() && l.Key == s.key && time.Until(dl) < lateWindow && !s.late.Swap(true) {
 		if err := s.admin.ConfigSet(context.WithoutCancel(ctx), "min-replicas-to-write", "0").Err(); err != nil {
 			return err
 		}
 		<-ctx.Done()
-		return s.RedisStore.Complete(context.WithoutCancel(ctx), l, result, ttl)
+		return s.Store.Complete(context.WithoutCancel(ctx), l, result, ttl)
 	}
-	return s.RedisStore.Complete(ctx, l, result, ttl)
+	return s.Store.Complete(ctx, l, result, ttl)
 }
 
-// The completions of a batch share CompleteRetry; one that used it up but
-// was taken by the store at its end does not leave the next message of the
-// batch without a try: the store is back, and that message's success is
+// The completions of a batch share CompleteRetry; over a store without
+// batches (tried again one at a time), one that used it up but was taken
+// by the store at its end does not leave the next message of the batch
+// without a try: the store is back, and that message's success is
 // recorded too. (The next message got no try at all: it was left Failed
 // with its claim pending, and its next delivery after the lease ran its
 // effect a second time.)
@@ -130,9 +133,14 @@ func TestCompletionRetrySharedByBatchTriesEachOnce(t *testing.T) {
 	admin := srv.Client()
 	msgs := batchOf(2)
 	const lease = time.Second // m1's claim outlives m0's and m1's CONFIG SET on a loaded machine
-	s := &lateStore{RedisStore: guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), admin: admin,
+	s := &lateStore{Store: guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), admin: admin,
 		key: guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msgs[0].ID}}
-	g := guard.New(s, guard.Options{Lease: lease})
+	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+		if e.Kind == guard.EventUnavailable {
+			s.armed.Store(true) // the batch's completions were refused: what comes now are the tries again
+		}
+	})
+	g := guard.New(s, guard.Options{Lease: lease, Observer: obs})
 	p := newProcessor(t, g, "billing", consumerx.Options{})
 	var effects [2]atomic.Int32
 	h := func(ctx context.Context, msg consumerx.Message) error {
@@ -386,5 +394,89 @@ func TestBatchCompletionRetriesPacedPerRefusal(t *testing.T) {
 	}
 	if effects.Load() != n {
 		t.Errorf("%d effects, want %d", effects.Load(), n)
+	}
+}
+
+// perKeyStore hides the batch methods of the store it wraps: a store
+// without a guard.BatchStore of its own.
+type perKeyStore struct{ guard.Store }
+
+// maxRetryRounds bounds the rounds of tries again within CompleteRetry at
+// the pauses between them (20ms doubling up to 500ms: 20+40+80+160+320+500+500
+// is 1620ms, so at most 8 rounds fit in the 2s budget), and the one past it.
+const maxRetryRounds = 9
+
+// The completions of a batch the store refused are tried again as one
+// batch write per round when the store has batches (guard.BatchStore):
+// 100 refused completions take a round trip per round, not one per
+// message. Here a batch of 100 succeeds, the store refuses every
+// completion and is back a quarter of the budget later: every message is
+// Processed and recorded in at most maxRetryRounds round trips. (Each was
+// completed on its own: the first one try per round until the store was
+// back, then the other 99 one round trip each, 105 in all.) A store
+// without batches still gets them one at a time, and records them all.
+func TestBatchCompletionRetriesOneWritePerRound(t *testing.T) {
+	const n = 100
+	for _, batches := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batches=%v", batches), func(t *testing.T) {
+			srv := testenv.StartRedis(t)
+			rdb, admin := srv.Client(), srv.Client()
+			trips := testenv.CountTrips(rdb)
+			var (
+				ran     atomic.Bool  // the batch's last handler has run
+				refused atomic.Bool  // the store refused a completion
+				before  atomic.Int64 // the trips when it did
+			)
+			back := make(chan struct{})
+			obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+				if e.Kind == guard.EventUnavailable && ran.Load() && refused.CompareAndSwap(false, true) {
+					before.Store(trips.Load())
+					tm := time.AfterFunc(consumerx.CompleteRetry/4, func() {
+						defer close(back)
+						if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
+							t.Error(err)
+						}
+					})
+					t.Cleanup(func() { tm.Stop() })
+				}
+			})
+			var s guard.Store = guardenv.StoreOn(t, rdb, guard.RedisOptions{})
+			if !batches {
+				s = perKeyStore{s}
+			}
+			// Leases outlive the whole batch and its retries on a loaded machine.
+			g := guard.New(s, guard.Options{Lease: 30 * time.Second, Observer: obs})
+			p := newProcessor(t, g, "billing", consumerx.Options{})
+			msgs := batchOf(n)
+			h := func(ctx context.Context, msg consumerx.Message) error {
+				if msg.ID != msgs[n-1].ID {
+					return nil
+				}
+				ran.Store(true)
+				// Redis refuses writes from now on: the batch's completions.
+				return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+			}
+			ctx := context.Background()
+			res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+			retries := trips.Load() - before.Load()
+			if !refused.Load() {
+				t.Fatalf("the completions were not refused: the test tests nothing; %+v", res[0])
+			}
+			<-back
+			t.Logf("%d round trips to retry %d refused completions", retries, n)
+			for i, r := range res {
+				if r.Outcome != consumerx.Processed || r.Err != nil {
+					t.Fatalf("message %d: %s, %v; want processed", i, r.Outcome, r.Err)
+				}
+			}
+			for _, msg := range msgs {
+				if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID}); err != nil || rec.State != guard.StateCompleted {
+					t.Fatalf("%s: record %+v, %v; want completed", msg.ID, rec, err)
+				}
+			}
+			if batches && retries > maxRetryRounds {
+				t.Errorf("%d round trips to retry %d completions; want one per round, at most %d", retries, n, maxRetryRounds)
+			}
+		})
 	}
 }

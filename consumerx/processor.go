@@ -501,7 +501,10 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 // went on the messages before it still gets one try if the store took the
 // last of theirs). The tries pause after each refusal (20ms, doubling up
 // to 500ms), not before each message: once the store is back, a batch's
-// completions are written one after another. A restarted or failed-over
+// completions are written one after another, or, when the guard's store
+// has batches (guard.BatchStore, as the Redis store), all those still
+// refused in one batch write per try (one round trip however many there
+// are). A restarted or failed-over
 // Redis answers within a second; the message's effect would otherwise run
 // again once its lease ran out.
 const CompleteRetry = 2 * time.Second
@@ -586,6 +589,85 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 			return err // the one try past the budget
 		}
 	}
+}
+
+// recompleteAll is recomplete for the runs rs of a batch whose
+// completions (of results res) the store refused, within b: when the
+// guard's store has batches (guard.BatchStore) every round tries all
+// that are still refused in one WriteBatch, one round trip however many
+// there are (docs/design.md, "Batches"), with the pauses of recomplete
+// between rounds, and one round past the budget if the store took some
+// of the last; otherwise they are tried one after another, as
+// recomplete tries one. errs[k] is rs[k]'s last answer: nil once
+// recorded.
+func (p *Processor) recompleteAll(ctx context.Context, b *completeBudget, rs []*run, res []guard.Result) (errs []error) {
+	errs = make([]error, len(rs))
+	bs, ok := p.g.Store().(guard.BatchStore)
+	if !ok {
+		for k, r := range rs {
+			errs[k] = p.recomplete(ctx, r, res[k])
+		}
+		return errs
+	}
+	ttl := p.g.Options().TTL
+	pending := make([]int, len(rs)) // of rs, the ones the store has not taken
+	for k := range pending {
+		pending[k] = k
+	}
+	var ws []guard.Write
+	for len(pending) > 0 {
+		left := time.Until(b.until)
+		var cctx context.Context
+		var cancel context.CancelFunc
+		switch {
+		case left > 0:
+			if b.wait > 0 {
+				t := time.NewTimer(min(b.wait, left))
+				<-t.C
+			}
+			cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
+		case b.took:
+			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
+		default:
+			for _, k := range pending {
+				if errs[k] == nil {
+					errs[k] = context.DeadlineExceeded
+				}
+			}
+			return errs
+		}
+		ws = ws[:0]
+		for _, k := range pending {
+			ws = append(ws, guard.Write{Kind: guard.WriteComplete, Lease: res[k].Lease, Result: res[k].Value, TTL: ttl})
+		}
+		werrs := bs.WriteBatch(cctx, ws)
+		cancel()
+		took := false // the store answered one of them at least
+		still := pending[:0]
+		for w, k := range pending {
+			err := werrs[w]
+			errs[k] = err
+			if err == nil || errors.Is(err, guard.ErrLeaseLost) {
+				took = true
+				if err == nil {
+					p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", rs[k].key.ID)
+				}
+				continue
+			}
+			still = append(still, k)
+		}
+		pending = still
+		b.took = took
+		if took {
+			b.wait = 0 // the rest are tried again at once
+		} else {
+			b.wait = min(max(2*b.wait, firstCompletePause), maxCompletePause)
+		}
+		if left <= 0 {
+			break // the one round past the budget
+		}
+	}
+	return errs
 }
 
 // exhaustedCause is the dead-letter cause of a message whose last allowed
