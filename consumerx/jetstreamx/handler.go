@@ -522,25 +522,30 @@ func shortestAckWait(cfg jetstream.ConsumerConfig) time.Duration {
 // (nats.go gives that in the batch: a 409 for too many waiting pulls, a
 // deleted consumer, a leader change; no responders once the consumer is
 // gone); maxWait running out with no message is not one.
+//
+// The wait is the server's (FetchMaxWait: it ends the pull with a 408
+// after maxWait, and nats.go waits a second longer for that), not a
+// context's: with FetchContext nats.go stops listening when the context
+// ends, a tenth of the wait (at most 1 s) after the server's expiry, and
+// a message the server sends in between, or late on a loaded machine, is
+// dropped by the client and redelivered only after AckWait (30 s by
+// default; TestMessageAtPullExpiryNotLost). So ctx ending does not cut
+// the wait short: Consume returns up to maxWait later, and a message
+// that comes meanwhile is Interrupted and Nak'ed, not lost.
 func pull(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, n int, maxWait time.Duration) ([]jetstream.Msg, error) {
 	batch, err := cons.FetchNoWait(n)
 	if err != nil {
 		return msgs, err
 	}
-	if msgs, err = collect(msgs, batch); err != nil || len(msgs) > 0 {
+	if msgs, err = collect(msgs, batch); err != nil || len(msgs) > 0 || ctx.Err() != nil {
 		return msgs, err
 	}
 	// Nothing ready: wait for the next message, then take what else is
 	// ready with it.
-	wctx, cancel := context.WithTimeout(ctx, maxWait)
-	defer cancel()
-	if batch, err = cons.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+	if batch, err = cons.Fetch(1, jetstream.FetchMaxWait(maxWait)); err != nil {
 		return msgs, err
 	}
 	if msgs, err = collect(msgs, batch); err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil && errors.Is(err, wctx.Err()) {
-			err = nil // the wait ran out
-		}
 		return msgs, err
 	}
 	if len(msgs) > 0 && n > 1 {
