@@ -72,7 +72,9 @@ type Options struct {
 	// an ack when it is zero: the consumer's AckWait, or with a BackOff
 	// the smallest of its values (the server waits BackOff[n-1] for the
 	// ack of a message's n-th delivery, and later values may be below the
-	// first, which AckWait is). Handle and HandleBatch report nothing when
+	// first, which AckWait is), but at least MinInProgressEvery; and while
+	// a batch runs it reads them again every second, so an AckWait lowered
+	// on the durable meanwhile is kept from then on. Handle and HandleBatch report nothing when
 	// it is zero: for a consumer with a BackOff, set it to at most a third
 	// of the BackOff's smallest value. Negative: never.
 	InProgressEvery time.Duration
@@ -220,7 +222,7 @@ func ID(msg jetstream.Msg) string {
 // released and the message, not acknowledged, comes back after AckWait.
 func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) (consumerx.Outcome, error) {
 	cmsg := message(msg)
-	stop := h.keepInProgress([]jetstream.Msg{msg}, h.opts.InProgressEvery)
+	stop := h.keepInProgress([]jetstream.Msg{msg}, h.opts.InProgressEvery, nil)
 	o, err := func() (consumerx.Outcome, error) {
 		// Stopped also when the handler calls runtime.Goexit: a message
 		// reported in progress for ever is never redelivered.
@@ -301,29 +303,50 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 
 // keepInProgress reports msgs in progress every d until stop is called
 // (stop waits for a report under way; calling it again does nothing);
-// d ≤ 0: never.
-func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop func()) {
+// d ≤ 0: never. With pace (Consume's), d is what pace says, asked every
+// ackRefresh at most (or every d, if shorter): a report comes when the
+// next look would be too late for d, so a d lowered on the server is kept
+// from the look that hears of it.
+func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ackPace) (stop func()) {
 	if d <= 0 {
 		return func() {}
+	}
+	step := func(d time.Duration) time.Duration {
+		if pace == nil {
+			return d
+		}
+		return min(d, ackRefresh)
 	}
 	var (
 		mu      sync.Mutex
 		stopped bool
 		t       *time.Timer
+		last    = time.Now() // the last report, or the delivery
 	)
 	tick := func() {
+		nd := time.Duration(0)
+		if pace != nil {
+			nd = pace.now() // may ask the server: not under mu, which stop takes
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
-		for _, m := range msgs {
-			_ = m.InProgress() // a lost report: the message may come back, and is recognised
+		if nd > 0 {
+			d = nd
 		}
-		t.Reset(d)
+		now := time.Now()
+		if now.Sub(last) >= d-step(d) {
+			for _, m := range msgs {
+				_ = m.InProgress() // a lost report: the message may come back, and is recognised
+			}
+			last = now
+		}
+		t.Reset(step(d))
 	}
 	mu.Lock()
-	t = time.AfterFunc(d, tick)
+	t = time.AfterFunc(step(d), tick)
 	mu.Unlock()
 	return func() {
 		mu.Lock()
@@ -344,18 +367,19 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration) (stop fu
 // in-progress reports stop, nothing is acknowledged, and the batch's
 // messages come back after AckWait.
 func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]consumerx.Outcome, error) {
-	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, h.guarded, false, func() int { return h.opts.MaxDeliver })
+	return h.handleBatch(ctx, msgs, h.opts.InProgressEvery, nil, h.guarded, false, func() int { return h.opts.MaxDeliver })
 }
 
-// handleBatch is HandleBatch with the messages run by batch.
+// handleBatch is HandleBatch with the messages run by batch, reported in
+// progress every every (as pace says, if not nil: see keepInProgress).
 // maxDeliver gives the consumer's MaxDeliver (see Options.MaxDeliver),
 // asked for only when a message is not acknowledged.
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, batch batchFunc, untilLease bool, maxDeliver func() int) ([]consumerx.Outcome, error) {
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, pace *ackPace, batch batchFunc, untilLease bool, maxDeliver func() int) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
 	}
-	stop := h.keepInProgress(msgs, every)
+	stop := h.keepInProgress(msgs, every, pace)
 	// Stopped also when a handler run on this goroutine (Concurrency 1)
 	// calls runtime.Goexit, which ends it inside batch: messages reported
 	// in progress for ever are never redelivered.
@@ -391,7 +415,9 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 // that are ready at once (FetchNoWait); when none is, it waits up to
 // Options.MaxWait for the next. Messages are reported in progress every
 // Options.InProgressEvery, or a third of the consumer's AckWait (of the
-// smallest value of its BackOff, if that is shorter), until acknowledged. A handler running when ctx ends sees its context
+// smallest value of its BackOff, if that is shorter; at least
+// MinInProgressEvery; read again every second while a batch runs, so that
+// a durable edited meanwhile is followed), until acknowledged. A handler running when ctx ends sees its context
 // cancelled; if it then returns an error the message is Interrupted
 // (released and Nak'ed, no attempt counted), and the messages of the batch
 // whose turn had not come are Interrupted without running.
@@ -450,13 +476,18 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	if info != nil {
 		live.cons = cons
 	}
+	// The in-progress pace: the caller's, or the consumer's as the
+	// server has it, asked again while a batch runs (the durable's
+	// AckWait and BackOff may be edited while Consume runs).
 	every := h.opts.InProgressEvery
+	var pace *ackPace
 	if every == 0 {
 		every = DefaultAckWait / 3
 		if info != nil {
-			if w := shortestAckWait(info.Config); w > 0 {
-				every = w / 3
+			if w := inProgressEvery(info.Config); w > 0 {
+				every = w
 			}
+			pace = &ackPace{cons: cons, every: every, asked: time.Now()}
 		}
 	}
 	// Pulls within the consumer's limits: the server refuses one asking
@@ -481,7 +512,10 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 		var err error
 		msgs, err = pull(ctx, cons, msgs, n, maxWait)
 		if len(msgs) > 0 {
-			_, _ = h.handleBatch(ctx, msgs, every, run, untilLease, live.batch(ctx))
+			if pace != nil {
+				every = pace.last()
+			}
+			_, _ = h.handleBatch(ctx, msgs, every, pace, run, untilLease, live.batch(ctx))
 		}
 		if err == nil {
 			pause = 0
@@ -499,6 +533,75 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 		wait.For(ctx, pause)
 	}
 	return nil
+}
+
+// MinInProgressEvery is the shortest pace at which Consume, left to take
+// its own (Options.InProgressEvery zero), reports a message in progress,
+// however short the consumer's AckWait or a value of its BackOff: a
+// BackOff value of 1 ms would have it report every 333 µs, one message to
+// the server per message of the batch each time, for a wait no handler
+// that runs long enough to need a report can meet anyway. 100 ms is also
+// how soon the server looks at its pending messages again after an
+// AckWait is changed. A consumer whose AckWait (or a BackOff value) is
+// below three times this has its handlers that outlive it redelivered
+// while they run (they are recognised: in progress, not run twice); an
+// Options.InProgressEvery set explicitly is used as given.
+const MinInProgressEvery = 100 * time.Millisecond
+
+// ackRefresh is how often, at most, Consume asks the server for the
+// consumer's AckWait and BackOff while a batch runs: so an AckWait
+// lowered while a handler runs is kept from at most this long after the
+// change (a report that was due in the meantime may come late once and
+// the message be redelivered once, recognised as in progress). A batch
+// done sooner asks nothing.
+const ackRefresh = time.Second
+
+// ackPace is Consume's in-progress pace: a third of the shortest ack
+// wait of the consumer's config as last read (inProgressEvery), read
+// again at most every ackRefresh.
+type ackPace struct {
+	cons  jetstream.Consumer
+	mu    sync.Mutex
+	every time.Duration
+	asked time.Time
+}
+
+// last returns the pace as last read.
+func (a *ackPace) last() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.every
+}
+
+// now returns the pace, read again from the server if it was read
+// ackRefresh ago or more (the last one known if the server does not
+// answer).
+func (a *ackPace) now() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.asked) < ackRefresh {
+		return a.every
+	}
+	a.asked = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), min(infoTimeout, ackRefresh))
+	defer cancel()
+	if info, err := a.cons.Info(ctx); err == nil {
+		if w := inProgressEvery(info.Config); w > 0 {
+			a.every = w
+		}
+	}
+	return a.every
+}
+
+// inProgressEvery is the in-progress pace Consume takes for cfg: a third
+// of shortestAckWait, at least MinInProgressEvery; 0 if cfg says no ack
+// wait.
+func inProgressEvery(cfg jetstream.ConsumerConfig) time.Duration {
+	w := shortestAckWait(cfg)
+	if w <= 0 {
+		return 0
+	}
+	return max(w/3, MinInProgressEvery)
 }
 
 // shortestAckWait is the shortest time the server may wait for the ack of
