@@ -528,7 +528,12 @@ func (t *Tracer) Func(fn guard.Func) guard.Func {
 // out in it, and span counts are bounded by the SDK's span processors,
 // not by a span's limit of events. The Observer keeps what a span heard
 // (a key and its last kind, per key once it heard of two) until the span
-// has ended.
+// has ended; but once a span has heard of maxKeyEntries (4096) keys, the
+// entry of a key whose outcome is known (its last kind is one other than
+// acquired) is let go, its count kept, so a long batch's span holds an
+// entry per key still running, not per key it heard of. Past that bound a
+// key heard of again after its entry was let go (a call of Do again on a
+// key of the batch) counts in Keys again.
 func (t *Tracer) Observe(ctx context.Context, e guard.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
@@ -585,7 +590,7 @@ func (t *Tracer) observeBatch(span trace.Span, sk *spanKeys, e guard.Event) {
 			span.SetAttributes(EventsOmitted.Int(sk.omitted))
 		}
 	}
-	n := len(sk.last)
+	n := sk.keys
 	attrs := make([]attribute.KeyValue, 0, len(sk.counts)+3)
 	attrs = append(attrs, Keys.Int(n))
 	outcome := "mixed"
@@ -612,13 +617,38 @@ type spanKeys struct {
 	seen      bool
 	first     guard.Key
 	firstKind guard.EventKind
-	// last is each key's last outcome once a second key was heard of;
-	// counts[k] the keys whose last outcome is k, changed the counts
-	// changed since the span last got them (a bit per kind).
+	// last is each key's last outcome once a second key was heard of
+	// (let go once known, past maxKeyEntries: sweep); keys counts the keys
+	// heard of, counts[k] the keys whose last outcome is k, changed the
+	// counts changed since the span last got them (a bit per kind).
 	last            map[guard.Key]guard.EventKind
+	keys            int
+	sweepAt         int // last is swept when it holds that many, at least maxKeyEntries
 	counts          [numKinds]int
 	changed         uint32
 	events, omitted int // the events added past the first key's, and left out
+}
+
+// maxKeyEntries is how many keys a span's entries may hold before those
+// whose outcome is known are let go (sweep).
+const maxKeyEntries = 1 << 12
+
+// sweep lets go of the entries of keys whose outcome is known (any kind
+// but acquired: a key heard of with no outcome yet, or acquired and still
+// running, keeps its entry) once last holds sweepAt, at least
+// maxKeyEntries: they stay in counts and keys. The next sweep comes when
+// last has doubled, so a span's entries are at most twice its keys still
+// running, or maxKeyEntries, and the sweeps cost O(1) a key.
+func (sk *spanKeys) sweep() {
+	if len(sk.last) < max(sk.sweepAt, maxKeyEntries) {
+		return
+	}
+	for k, kind := range sk.last {
+		if kind != 0 && kind != guard.EventAcquired {
+			delete(sk.last, k)
+		}
+	}
+	sk.sweepAt = 2 * len(sk.last)
 }
 
 // numKinds bounds guard.EventKind's values.
@@ -640,24 +670,31 @@ func (sk *spanKeys) heard(e guard.Event) bool {
 		return false
 	default:
 		sk.last = map[guard.Key]guard.EventKind{sk.first: sk.firstKind}
+		sk.keys = 1
 		if sk.firstKind != 0 {
 			sk.counts[sk.firstKind]++
 			sk.changed |= 1 << sk.firstKind
 		}
 	}
-	if !outcome {
-		if _, ok := sk.last[e.Key]; !ok {
-			sk.last[e.Key] = 0 // a key heard of, no outcome yet
-		}
+	old, known := sk.last[e.Key]
+	if !known {
+		sk.keys++
+	}
+	switch {
+	case !outcome && known:
 		return true
+	case !outcome:
+		sk.last[e.Key] = 0 // a key heard of, no outcome yet
+	default:
+		if old != 0 {
+			sk.counts[old]--
+			sk.changed |= 1 << old
+		}
+		sk.last[e.Key] = e.Kind
+		sk.counts[e.Kind]++
+		sk.changed |= 1 << e.Kind
 	}
-	if old := sk.last[e.Key]; old != 0 {
-		sk.counts[old]--
-		sk.changed |= 1 << old
-	}
-	sk.last[e.Key] = e.Kind
-	sk.counts[e.Kind]++
-	sk.changed |= 1 << e.Kind
+	sk.sweep()
 	return true
 }
 
