@@ -324,17 +324,17 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ac
 		last    = time.Now() // the last report, or the delivery
 	)
 	tick := func() {
-		nd := time.Duration(0)
-		if pace != nil {
-			nd = pace.now() // may ask the server: not under mu, which stop takes
-		}
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
-		if nd > 0 {
-			d = nd
+		if pace != nil {
+			// It may ask the server (for up to ackRefresh): under mu, so
+			// that no request outlives stop.
+			if nd := pace.now(); nd > 0 {
+				d = nd
+			}
 		}
 		now := time.Now()
 		if now.Sub(last) >= d-step(d) {
@@ -552,8 +552,9 @@ const MinInProgressEvery = 100 * time.Millisecond
 // consumer's AckWait and BackOff while a batch runs: so an AckWait
 // lowered while a handler runs is kept from at most this long after the
 // change (a report that was due in the meantime may come late once and
-// the message be redelivered once, recognised as in progress). A batch
-// done sooner asks nothing.
+// the message be redelivered once, recognised as in progress). It is
+// asked at a batch's in-progress ticks only: a batch done before its
+// first tick asks nothing.
 const ackRefresh = time.Second
 
 // ackPace is Consume's in-progress pace: a third of the shortest ack
