@@ -480,3 +480,74 @@ func TestBatchCompletionRetriesOneWritePerRound(t *testing.T) {
 		})
 	}
 }
+
+// splitStore is a Redis store (with batches) whose WriteBatch, called
+// with less than lateWindow of its caller's deadline left, lifts the
+// refusal of writes, makes the first half of the writes, answers the rest
+// as refused (a store that failed half-way through the batch) and
+// returns only past that deadline: the store back at the very end of the
+// time a batch's completions are tried again for.
+type splitStore struct {
+	*guard.RedisStore
+	admin *redis.Client
+	split atomic.Bool
+}
+
+func (s *splitStore) WriteBatch(ctx context.Context, ws []guard.Write) []error {
+	dl, ok := ctx.Deadline()
+	if !ok || time.Until(dl) >= lateWindow || s.split.Swap(true) {
+		return s.RedisStore.WriteBatch(ctx, ws)
+	}
+	if err := s.admin.ConfigSet(context.WithoutCancel(ctx), "min-replicas-to-write", "0").Err(); err != nil {
+		errs := make([]error, len(ws))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	half := len(ws) / 2
+	errs := append(s.RedisStore.WriteBatch(context.WithoutCancel(ctx), ws[:half]), make([]error, len(ws)-half)...)
+	for i := half; i < len(ws); i++ {
+		errs[i] = fmt.Errorf("%w: connection reset mid-batch", guard.ErrUnavailable)
+	}
+	<-ctx.Done()
+	return errs
+}
+
+// A batch's completions tried again in one write per round: when the
+// round at the end of the budget is taken in part (the store is back but
+// failed half-way through the batch), the rest get one more round past
+// the budget, as a message of a batch tried one at a time does: the store
+// is back, and without it they would be left pending, their effects run
+// again after the lease.
+func TestBatchCompletionRetryTakenInPartGetsOneMoreRound(t *testing.T) {
+	const n = 10
+	srv := testenv.StartRedis(t)
+	admin := srv.Client()
+	s := &splitStore{RedisStore: guardenv.StoreOn(t, srv.Client(), guard.RedisOptions{}), admin: admin}
+	g := guard.New(s, guard.Options{Lease: 30 * time.Second})
+	p := newProcessor(t, g, "billing", consumerx.Options{})
+	msgs := batchOf(n)
+	h := func(ctx context.Context, msg consumerx.Message) error {
+		if msg.ID != msgs[n-1].ID {
+			return nil
+		}
+		// Redis refuses writes from now on: the batch's completions.
+		return admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+	}
+	ctx := context.Background()
+	res := p.ProcessBatch(ctx, msgs, h, consumerx.BatchOptions{})
+	if !s.split.Load() {
+		t.Fatalf("no round was taken in part at the end of the budget: the test tests nothing; %+v", res[0])
+	}
+	for i, r := range res {
+		if r.Outcome != consumerx.Processed || r.Err != nil {
+			t.Errorf("message %d: %s, %v; want processed", i, r.Outcome, r.Err)
+		}
+	}
+	for _, msg := range msgs {
+		if rec, err := g.Get(ctx, guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: msg.ID}); err != nil || rec.State != guard.StateCompleted {
+			t.Errorf("%s: record %+v, %v; want completed", msg.ID, rec, err)
+		}
+	}
+}
