@@ -535,26 +535,27 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 	return nil
 }
 
-// MinInProgressEvery is the shortest pace at which Consume, left to take
-// its own (Options.InProgressEvery zero), reports a message in progress,
-// however short the consumer's AckWait or a value of its BackOff: a
-// BackOff value of 1 ms would have it report every 333 µs, one message to
-// the server per message of the batch each time, for a wait no handler
-// that runs long enough to need a report can meet anyway. 100 ms is also
-// how soon the server looks at its pending messages again after an
-// AckWait is changed. A consumer whose AckWait (or a BackOff value) is
-// below three times this has its handlers that outlive it redelivered
-// while they run (they are recognised: in progress, not run twice); an
-// Options.InProgressEvery set explicitly is used as given.
+// MinInProgressEvery is the floor of the pace at which Consume, left to
+// choose it (Options.InProgressEvery zero), reports a running message in
+// progress. Without it a BackOff value of 1 ms had it report every
+// 333 µs: a message to the server per message of the batch each time,
+// thousands a second, for an ack wait that reports cannot keep anyway
+// (a report's own trip to the server and a timer's lateness under load
+// are of that order). 100 ms keeps them to 10 a second a message; it is
+// also how long the server itself waits before it looks at its pending
+// messages again after AckWait is changed. A consumer whose AckWait, or a
+// value of its BackOff, is below 300 ms has its handlers that outlive it
+// redelivered while they run (recognised as in progress elsewhere, not
+// run twice). An Options.InProgressEvery set explicitly is used as given.
 const MinInProgressEvery = 100 * time.Millisecond
 
 // ackRefresh is how often, at most, Consume asks the server for the
-// consumer's AckWait and BackOff while a batch runs: so an AckWait
-// lowered while a handler runs is kept from at most this long after the
-// change (a report that was due in the meantime may come late once and
-// the message be redelivered once, recognised as in progress). It is
-// asked at a batch's in-progress ticks only: a batch done before its
-// first tick asks nothing.
+// consumer's AckWait and BackOff while a batch runs: an AckWait lowered
+// while a handler runs is kept at most this long after the change (until
+// then the reports keep the old pace, and a message whose last report is
+// older than the new AckWait is redelivered meanwhile: recognised as in
+// progress, not run twice). It is asked at a batch's in-progress ticks
+// only: a batch done before its first tick asks nothing.
 const ackRefresh = time.Second
 
 // ackPace is Consume's in-progress pace: a third of the shortest ack
