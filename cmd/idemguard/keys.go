@@ -393,7 +393,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rf := addRedisFlags(fs)
 	stateName := fs.String("state", "pending", "records in this state: pending, completed or failed")
 	limit := fs.Int("limit", 1000, "list at most this many keys (0: no limit)")
-	format := fs.String("format", "table", "table (aligned columns, scope and id escaped: for people) or json (one object per line with the exact scope and id: for scripts)")
+	format := fs.String("format", "table", "table (columns aligned a block of "+strconv.Itoa(listBlock)+" rows at a time, written as the scan goes; scope and id escaped: for people) or json (one object per line with the exact scope and id: for scripts)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -416,7 +416,13 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer c.Close()
 
+	// The table goes out a block of listBlock rows at a time, each
+	// aligned on its own: a tabwriter holds every row until it is
+	// flushed, and a list over a large keyspace would show nothing until
+	// the scan ended, hold every row in memory, and lose them all to a
+	// Ctrl-C.
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	defer tw.Flush() // what was listed before an error or a Ctrl-C
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	if *format == "table" {
@@ -459,15 +465,20 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			scope, id = "-", "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(scope), shown(id), rec.State, rec.Fence, rec.Attempt, lease, shown(name))
-		return true
+		if n%listBlock == 0 {
+			werr = tw.Flush()
+		}
+		return werr == nil
 	})
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", *rf.shown, err)
+		return fmt.Errorf("scan %s (%d %s keys listed of %d records scanned): %w", *rf.shown, n, state, scanned, err)
 	}
 	if werr != nil {
 		return fmt.Errorf("write the list: %w", werr)
 	}
-	_ = tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write the list: %w", err)
+	}
 	fmt.Fprintf(stderr, "%d %s keys (of %d records scanned)\n", n, state, scanned)
 	if limited {
 		fmt.Fprintf(stderr, "stopped at --limit %d: there are more %s keys; --limit 0 lists them all\n", *limit, state)
@@ -482,6 +493,10 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	return nil
 }
+
+// listBlock is how many rows of list's table are aligned together and
+// written at once.
+const listBlock = 100
 
 // listedRecord is one line of list --format json: the record's exact
 // scope and id (absent for a completed record, which keeps neither),
