@@ -215,7 +215,14 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// With --postgres, a Redis that does not answer or a record it holds
 	// that cannot be read does not hide the row: during an outage the
 	// row a fallback or the backstop keeps is the key's one record. The
-	// command still fails, naming Redis, once the row is shown.
+	// command still fails, naming Redis, once the row is shown. Nor does
+	// a PostgreSQL that does not answer hide the Redis record (the
+	// command then fails naming PostgreSQL).
+	if *pg != "" {
+		if err := (pgstore.Options{Schema: *schema}).Validate(); err != nil {
+			return usagef("--schema: %v", err)
+		}
+	}
 	c, store, redisFailed := rf.open(ctx)
 	var ue usageError
 	switch {
@@ -225,14 +232,16 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return redisFailed
 	}
 	var pgStore *pgstore.Store
+	var pgFailed error
 	if *pg != "" {
 		db, err := openPostgres(ctx, *pg)
 		if err != nil {
-			return err
-		}
-		defer db.Close()
-		if pgStore, err = pgstore.New(db, pgstore.Options{Schema: *schema}); err != nil {
-			return usagef("--schema: %v", err)
+			pgFailed = err
+		} else {
+			defer db.Close()
+			if pgStore, err = pgstore.New(db, pgstore.Options{Schema: *schema}); err != nil {
+				return usagef("--schema: %v", err)
+			}
 		}
 	}
 
@@ -245,7 +254,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
 		fmt.Fprintf(stdout, "redis %s: no record for %s\n", *rf.shown, shown(key.String()))
-	case err != nil && pgStore == nil:
+	case err != nil && *pg == "":
 		return fmt.Errorf("read %s from redis: %w", key, err)
 	case err != nil:
 		if redisFailed == nil {
@@ -285,8 +294,14 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", shown(key.String()), shown(strconv.Quote(*rf.prefix)))
 		}
 	}
+	if pgFailed != nil {
+		fmt.Fprintf(stdout, "postgres: not read: %s\n", oneLine(pgFailed.Error()))
+	}
 	if redisFailed != nil {
 		return redisFailed
+	}
+	if pgFailed != nil {
+		return pgFailed
 	}
 	if !found {
 		return fmt.Errorf("no record for %s", key)
