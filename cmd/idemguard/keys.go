@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -38,11 +39,26 @@ type redisFlags struct {
 }
 
 func addRedisFlags(fs *flag.FlagSet) redisFlags {
+	prefix := prefixFlag(guard.DefaultPrefix)
+	fs.Var(&prefix, "prefix", "the key `prefix` the guard was given (guard.RedisOptions.Prefix; empty: the default, as there)")
 	return redisFlags{
 		addr:   fs.String("redis", defaultRedis, "Redis host:port, or a redis:// (rediss:// for TLS) URL with the user, password and database"),
-		prefix: fs.String("prefix", guard.DefaultPrefix, "key prefix the guard was given (guard.RedisOptions.Prefix)"),
+		prefix: (*string)(&prefix),
 		shown:  new(string),
 	}
+}
+
+// prefixFlag is --prefix: an empty value is guard.DefaultPrefix, as an
+// empty guard.RedisOptions.Prefix is, so that the records, the names
+// inspect recognises and a gateway's fallback rows are all looked for
+// under the prefix the guard used.
+type prefixFlag string
+
+func (p *prefixFlag) String() string { return string(*p) }
+
+func (p *prefixFlag) Set(s string) error {
+	*p = prefixFlag(cmp.Or(s, guard.DefaultPrefix))
+	return nil
 }
 
 // options reads --redis: host:port, or a redis:// or rediss:// URL.
