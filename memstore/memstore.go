@@ -426,7 +426,10 @@ func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl 
 // remembered for a minute, so that a retry of this Release answers nil even
 // after another claim re-created the key); a later attempt's record returns
 // to failed with the attempt uncounted and its fence kept, so fences only
-// grow. Releasing a key that is gone, or releasing again, answers nil. A
+// grow. A claim that recorded steps (SaveStep) cannot be undone, their
+// effects having happened: its record returns to failed keeping them, the
+// attempt uncounted unless it was the first (storetest's
+// Steps/ReleaseKeepsThem). Releasing a key that is gone, or releasing again, answers nil. A
 // caller that does not hold the key gets guard.ErrLeaseLost and changes
 // nothing; so does the holder of a completed key.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
