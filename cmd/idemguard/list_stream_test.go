@@ -5,10 +5,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // cancelOnWrite is a terminal whose operator presses Ctrl-C as soon as the
@@ -58,5 +60,52 @@ func TestListTableStreams(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "SCOPE") {
 		t.Errorf("the table has no header:\n%s", out.String())
+	}
+}
+
+// killOnWrite is a terminal that sees Redis die as soon as the first line
+// shows.
+type killOnWrite struct {
+	bytes.Buffer
+	kill func()
+	once sync.Once
+}
+
+func (w *killOnWrite) Write(p []byte) (int, error) {
+	w.once.Do(w.kill)
+	return w.Buffer.Write(p)
+}
+
+// list walks the keyspace with SCAN, never KEYS (which blocks a large
+// server): it runs on a server whose KEYS is disabled, as production
+// servers often have it. A Redis that dies during the list leaves the
+// rows listed before on the terminal and exits 1 naming Redis.
+func TestListScansAndRedisDiesMidList(t *testing.T) {
+	srv := testenv.StartRedis(t, "--rename-command", "KEYS", "")
+	store := guard.NewRedisStore(srv.Client(), guard.RedisOptions{})
+	g := guard.New(store, guard.Options{})
+	const keys = 3 * listBlock
+	items := make([]guard.BatchItem, keys)
+	for i := range items {
+		items[i] = guard.BatchItem{Key: guard.Key{Scope: "POST /x", ID: strconv.Itoa(i)}, Fingerprint: "fp"}
+	}
+	for _, r := range g.DoBatch(context.Background(), items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		return []byte("ok"), nil
+	}, guard.BatchOptions{}) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	code, out, stderr := cli(t, "list", "--redis", srv.Addr(), "--state", "completed", "--limit", "0")
+	if code != 0 || strings.Count(out, " completed ") != keys {
+		t.Fatalf("list on a server without KEYS: exit %d, %d rows, %s", code, strings.Count(out, " completed "), stderr)
+	}
+
+	w := &killOnWrite{kill: srv.Kill}
+	var errb bytes.Buffer
+	code = run(context.Background(), []string{"list", "--redis", srv.Addr(), "--state", "completed", "--limit", "0"}, w, &errb)
+	wantError(t, code, errb.String(), 1, "scan "+srv.Addr())
+	if rows := strings.Count(w.String(), " completed "); rows < listBlock || rows >= keys {
+		t.Errorf("Redis killed at the first line shown: %d of %d rows listed, want the first block's %d at least, not all", rows, keys, listBlock)
 	}
 }
