@@ -127,6 +127,13 @@ redis: {addrs: [a:1]}
 fallback: {policy: secondary}
 routes: [{pattern: POST /o, caller: {single: true}}]
 `, []string{"3:11: fallback.postgres_env: missing"}},
+		{"durations and sizes too large to hold", validBase + `routes:
+  - pattern: POST /a
+    caller: {single: true}
+    ttl: 9999999h
+    max_body: 99999999999GiB
+`, []string{`8:10: routes[0].ttl: "9999999h" is out of range: want 1s to 8784h0m0s`,
+			`9:15: routes[0].max_body: "99999999999GiB" is out of range: want`}},
 		{"set twice", validBase + `routes:
   - pattern: POST /a
     caller: {single: true}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,6 +217,11 @@ func (d *decoder) duration(f field, lo, hi time.Duration) (time.Duration, bool) 
 		return 0, false
 	}
 	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil && durationSyntax.MatchString(strings.TrimSpace(s)) {
+		// Well formed, but past time.Duration's 292 years.
+		d.errorf(f.val, f.path, "%q is out of range: want %s to %s", s, lo, hi)
+		return 0, false
+	}
 	if err != nil {
 		d.errorf(f.val, f.path, "want a duration with its unit (\"500ms\", \"30s\", \"24h\"), got %q", s)
 		return 0, false
@@ -226,6 +232,10 @@ func (d *decoder) duration(f field, lo, hi time.Duration) (time.Duration, bool) 
 	}
 	return v, true
 }
+
+// durationSyntax is what time.ParseDuration reads, whatever the size of
+// the numbers: one it refuses that matches is out of range.
+var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 var sizeUnits = []struct {
 	suffix string
@@ -251,7 +261,11 @@ func (d *decoder) size(f field, lo, hi int64) (int64, bool) {
 		}
 	}
 	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v < 0 || v > math.MaxInt64/mult {
+	if errors.Is(err, strconv.ErrRange) && num[0] != '-' || err == nil && v > math.MaxInt64/mult {
+		d.errorf(f.val, f.path, "%q is out of range: want %d to %d bytes", s, lo, hi)
+		return 0, false
+	}
+	if err != nil || v < 0 {
 		d.errorf(f.val, f.path, "want a size in bytes (\"65536\", \"512KiB\", \"1MiB\"), got %q", s)
 		return 0, false
 	}
