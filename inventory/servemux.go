@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -34,10 +35,16 @@ func NewServeMux(inv *Inventory, mux *http.ServeMux) *ServeMux {
 // as it does on a bad or conflicting pattern), behind middleware applied
 // outermost first: Handle(p, h, a, b) serves a(b(h)). A guard among the
 // middleware, or on h, is found and listed; pass the guard as middleware
-// rather than inside another handler so the inventory can see it.
+// rather than inside another handler so the inventory can see it. A nil
+// middleware panics, naming the pattern, before anything is registered.
 func (m *ServeMux) Handle(pattern string, h http.Handler, middleware ...func(http.Handler) http.Handler) {
 	if h == nil {
 		panic("inventory.ServeMux: nil handler for " + pattern)
+	}
+	for i, mw := range middleware {
+		if mw == nil {
+			panic(fmt.Sprintf("inventory.ServeMux: nil middleware (argument %d of the middleware) for %s", i+1, pattern))
+		}
 	}
 	served := h
 	for i := len(middleware) - 1; i >= 0; i-- {
