@@ -79,7 +79,9 @@ type Version struct {
 
 // Read returns the row's vector and value. A row that does not exist
 // returns the zero Version (the empty vector) and an error matching
-// ErrNotFound; writing on that empty vector creates the row.
+// ErrNotFound; writing on that empty vector creates the row. An id that
+// database/sql sends as NULL (nil, a nil pointer, an invalid sql.Null…)
+// names no row and is refused with an error.
 func (t VectorTable) Read(ctx context.Context, q Querier, id any) (Version, error) {
 	n, err := t.names()
 	if err != nil {
@@ -87,6 +89,9 @@ func (t VectorTable) Read(ctx context.Context, q Querier, id any) (Version, erro
 	}
 	if q == nil {
 		return Version{}, errors.New("occ: Read: nil Querier")
+	}
+	if err := checkID("Read", t.Name, id); err != nil {
+		return Version{}, err
 	}
 	var v Version
 	err = q.QueryRowContext(ctx, `SELECT `+n.vec+`, `+n.val+` FROM `+n.table+` WHERE `+n.id+` = $1`, id).Scan(&v.Vector, &v.Value)
@@ -105,7 +110,9 @@ func (t VectorTable) Read(ctx context.Context, q Querier, id any) (Version, erro
 // is inserted (the table's other columns need defaults). The check and the
 // write are one statement: of two writers racing on the same stored vector
 // exactly one succeeds, however many processes, regions or connections
-// they run in. Write returns the vector it stored.
+// they run in. Write returns the vector it stored. An id that
+// database/sql sends as NULL is refused before any statement: it names no
+// row (on a UNIQUE id column each such write would insert another).
 //
 // When the stored vector is not Before-or-Equal base, nothing is written
 // and the error is a *VectorConflictError with both vectors and both
@@ -137,6 +144,9 @@ func (t VectorTable) Write(ctx context.Context, q Querier, id any, base Vector, 
 	}
 	if q == nil {
 		return Vector{}, errors.New("occ: Write: nil Querier")
+	}
+	if err := checkID("Write", t.Name, id); err != nil {
+		return Vector{}, err
 	}
 	if base.Get(t.Writer) == math.MaxUint64 {
 		return Vector{}, fmt.Errorf("occ: VectorTable %s: writer %q's counter is at 2^64-1", t.Name, t.Writer)

@@ -69,7 +69,10 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // the version on, or the row is gone) it returns an error matching
 // ErrConflict and changes nothing. Column names are quoted; values are
 // parameters. Database errors are classified as dbErr says (ErrConflict
-// for a serialization failure, ErrUnavailable for a lost connection).
+// for a serialization failure, ErrUnavailable for a lost connection). An
+// id that database/sql sends as NULL (nil, a nil pointer, an invalid
+// sql.Null…) names no row: it is refused with an error, not a conflict
+// that UpdateRetry would try again.
 //
 // An update whose reply was lost answers ErrUnavailable, not a conflict
 // (so UpdateRetry does not apply it again), and whether it was applied is
@@ -101,6 +104,9 @@ func (v VersionedTable) Update(ctx context.Context, q Querier, id any, version i
 	}
 	if q == nil {
 		return 0, errors.New("occ: Update: nil Querier")
+	}
+	if err := checkID("Update", v.Name, id); err != nil {
+		return 0, err
 	}
 	if len(set) == 0 {
 		return 0, errors.New("occ: Update with no columns to set")
@@ -420,6 +426,17 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// checkID refuses an id that database/sql would send as SQL NULL (nil, a
+// nil pointer, a Valuer answering nil): it names no row, and on a UNIQUE
+// (not PRIMARY KEY) id column, whose NULLs PostgreSQL takes as distinct,
+// each vector write of it would insert one more row nobody can read.
+func checkID(what, table string, id any) error {
+	if v, err := driver.DefaultParameterConverter.ConvertValue(id); err == nil && v == nil {
+		return fmt.Errorf("occ: %s of %s: the id %#v is SQL NULL, which names no row", what, table, id)
+	}
+	return nil
 }
 
 // quoteIdent quotes a PostgreSQL identifier, as pq.QuoteIdentifier and
