@@ -122,6 +122,7 @@ func TestWrapContract(t *testing.T) {
 		Advance:    storetest.Wait,
 		Keys:       100,
 		Duplicates: 4,
+		Parallel:   true,
 	})
 }
 

@@ -30,7 +30,7 @@ func (c contract) batch(t *testing.T) {
 		{"DoBatchEachKeyOnItsOwn", c.doBatchEach},
 		{"DoBatchRace", c.doBatchRace},
 	} {
-		t.Run(tc.name, tc.fn)
+		c.run(t, tc.name, tc.fn)
 	}
 }
 

@@ -130,6 +130,6 @@ func (c contract) endings(t *testing.T) {
 		{"StepAfterOwnFailure", c.stepAfterOwnFailure},
 		{"BatchRetention", c.batchRetention},
 	} {
-		t.Run(tc.name, tc.fn)
+		c.run(t, tc.name, tc.fn)
 	}
 }

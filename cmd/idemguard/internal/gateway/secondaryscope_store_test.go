@@ -25,6 +25,7 @@ func TestScopedSecondaryContract(t *testing.T) {
 		Advance:    storetest.Wait,
 		Keys:       100,
 		Duplicates: 4,
+		Parallel:   true,
 	})
 }
 
