@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 
@@ -84,8 +85,9 @@ func (e *VectorConflictError) Is(target error) bool {
 // or out of resources matches ErrUnavailable; a context error is kept
 // (errors.Is(err, context.Canceled) still holds), and so is the context's
 // when the driver reports a statement it cancelled for it (lib/pq gives
-// PostgreSQL's 57014, query_canceled; the error matches both); anything
-// else is wrapped as it is.
+// PostgreSQL's 57014, query_canceled, or a bad connection when the
+// cancellation races with it; the error matches both); anything else is
+// wrapped as it is.
 func dbErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
@@ -94,7 +96,10 @@ func dbErr(ctx context.Context, what string, err error) error {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("occ: %s: %w", what, err)
 		}
-		if code, _ := sqlstate.Code(err); code == queryCanceled {
+		// lib/pq answers a statement whose context ended with the cancel
+		// request's answer (57014) or, when the cancellation races with
+		// the connection, a bad connection: either is the context's end.
+		if code, _ := sqlstate.Code(err); code == queryCanceled || errors.Is(err, driver.ErrBadConn) {
 			return fmt.Errorf("occ: %s: %w: %w", what, cerr, err)
 		}
 	}

@@ -2,9 +2,11 @@ package occ
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // pgxError has the shape of pgx's *pgconn.PgError: the classification must
@@ -43,5 +45,36 @@ func TestClassifyBySQLState(t *testing.T) {
 	}
 	if dbErr(ctx, "test", nil) != nil {
 		t.Error("dbErr(nil) != nil")
+	}
+}
+
+// TestBadConnAfterContextEndedIsTheContexts: when a call's context ends,
+// lib/pq sends a cancel request and answers 57014, or, when the
+// cancellation races with the connection, a bad connection
+// (driver.ErrBadConn): either is the context's end, as the database/sql
+// layer answers for a call that never began, not ErrUnavailable (the ops
+// trial: TestUpdateCancelled could answer "database unavailable"). With
+// the context alive, a bad connection stays ErrUnavailable.
+func TestBadConnAfterContextEndedIsTheContexts(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for name, tc := range map[string]struct {
+		ctx  context.Context
+		want error
+		not  error
+	}{
+		"cancelled": {cancelled, context.Canceled, ErrUnavailable},
+		"deadline":  {expired, context.DeadlineExceeded, ErrUnavailable},
+		"alive":     {context.Background(), ErrUnavailable, context.Canceled},
+	} {
+		err := dbErr(tc.ctx, "update", fmt.Errorf("exec: %w", driver.ErrBadConn))
+		if !errors.Is(err, tc.want) || errors.Is(err, tc.not) {
+			t.Errorf("%s: %v; want %v, not %v", name, err, tc.want, tc.not)
+		}
+		if !errors.Is(err, driver.ErrBadConn) {
+			t.Errorf("%s: the driver's error is lost from %v", name, err)
+		}
 	}
 }
