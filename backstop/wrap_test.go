@@ -122,7 +122,6 @@ func TestWrapContract(t *testing.T) {
 		Advance:    storetest.Wait,
 		Keys:       100,
 		Duplicates: 4,
-		Parallel:   true,
 	})
 }
 

@@ -430,10 +430,9 @@ func TestContractPrimaryUpCheckingSecondary(t *testing.T) {
 			s.ConsultSecondary(time.Now().Add(time.Hour))
 			return s
 		},
-		Advance:  storetest.Wait,
-		Lease:    2 * time.Second,
-		Keys:     100,
-		Parallel: true,
+		Advance: storetest.Wait,
+		Lease:   2 * time.Second,
+		Keys:    100,
 	})
 }
 

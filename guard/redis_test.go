@@ -69,7 +69,6 @@ func runContract(t *testing.T, c redis.UniversalClient, o guard.RedisOptions) {
 		},
 		Advance:     storetest.Wait,
 		Corruptions: redisCorruptions,
-		Parallel:    true,
 	})
 }
 

@@ -23,8 +23,7 @@ func TestStoreContract(t *testing.T) {
 		New: func(t *testing.T) guard.Store {
 			return pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
 		},
-		Advance:  storetest.Wait,
-		Parallel: true,
+		Advance: storetest.Wait,
 	})
 }
 

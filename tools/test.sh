@@ -72,25 +72,6 @@ tests() {
   done
 }
 
-# The root module's packages that run in the command's lane, after the
-# command: with them in the root's lane, that lane took 470 s and the
-# command's 270 s (lock and pgstore each take about two minutes under the
-# lanes' load).
-elsewhere=(lock pgstore)
-
-# root_tests tests the root module's packages but those in elsewhere.
-root_tests() {
-  local mod pkgs
-  mod=$(sed -n 's/^module //p' go.mod)
-  pkgs=$($GO list ./... | grep -v -x -F "$(printf "$mod/%s\n" "${elsewhere[@]}")")
-  step "test root" sh -c "$GO test $TEST_FLAGS $(echo $pkgs)"
-}
-
-# elsewhere_tests tests the root module's packages in elsewhere.
-elsewhere_tests() {
-  step "test root: ${elsewhere[*]}" sh -c "$GO test $TEST_FLAGS $(printf './%s ' "${elsewhere[@]}")"
-}
-
 # builds compiles and links every module's tests with TEST_FLAGS and runs
 # none of them (-exec true), so that the build cache holds them before any
 # test runs.
@@ -106,8 +87,7 @@ builds() {
 # cores, and the command's storm tests and the demo, whose leases and
 # timeouts are seconds, failed (a process starved of CPU is a paused
 # process, which no lease protects: docs/design.md, "Leases"). The root
-# and the command each start a lane (the command's then takes the root's
-# packages in elsewhere); the other modules share one. The
+# and the command each start a lane; the other modules share one. The
 # proof suite runs alone once the lanes are done: its partition and
 # nemesis tests time a holder's cancellation to the millisecond.
 long=() short=() last=()
@@ -121,8 +101,8 @@ done
 checks &
 builds "${modules[@]}" &
 wait
-root_tests &
-{ [ ${#long[@]} -eq 0 ] || tests "${long[@]}"; elsewhere_tests; } &
+tests "${modules[0]}" &
+[ ${#long[@]} -eq 0 ] || tests "${long[@]}" &
 [ ${#short[@]} -eq 0 ] || tests "${short[@]}" &
 wait
 [ ${#last[@]} -eq 0 ] || tests "${last[@]}"

@@ -30,7 +30,7 @@ func (c contract) batch(t *testing.T) {
 		{"DoBatchEachKeyOnItsOwn", c.doBatchEach},
 		{"DoBatchRace", c.doBatchRace},
 	} {
-		c.run(t, tc.name, tc.fn)
+		t.Run(tc.name, tc.fn)
 	}
 }
 

@@ -130,6 +130,6 @@ func (c contract) endings(t *testing.T) {
 		{"StepAfterOwnFailure", c.stepAfterOwnFailure},
 		{"BatchRetention", c.batchRetention},
 	} {
-		c.run(t, tc.name, tc.fn)
+		t.Run(tc.name, tc.fn)
 	}
 }

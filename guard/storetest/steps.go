@@ -46,7 +46,7 @@ func (c contract) steps(t *testing.T) {
 		{"GuardOrder", c.stepsGuardOrder},
 		{"RaceManyKeys", c.stepsRace},
 	} {
-		c.run(t, tc.name, tc.fn)
+		t.Run(tc.name, tc.fn)
 	}
 }
 

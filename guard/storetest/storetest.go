@@ -49,14 +49,6 @@ type Harness struct {
 	// wrapping guard.ErrCorrupt that names the key, run nothing and change
 	// nothing. None: the case is skipped.
 	Corruptions []Corruption
-	// Parallel runs the cases in parallel with each other (t.Parallel):
-	// most of the contract waits for leases and retention to run out, and
-	// cases that need a call answered within a span run again with a
-	// longer lease when a loaded machine was late (onTime). Set it only
-	// when New's stores are safe to make and use at once and Advance waits
-	// in real time (Wait), never when it moves a clock that stores share
-	// (miniredis's FastForward).
-	Parallel bool
 }
 
 // Corruption stores, for one key, a record its store cannot read.
@@ -131,22 +123,11 @@ func Run(t *testing.T, h Harness) {
 		{"Steps", c.steps}, // steps.go
 		{"Batch", c.batch}, // batch.go
 	} {
-		c.run(t, tc.name, tc.fn)
+		t.Run(tc.name, tc.fn)
 	}
 }
 
 type contract struct{ h Harness }
-
-// run runs fn as the subtest name of t, in parallel with its siblings if
-// the harness says so.
-func (c contract) run(t *testing.T, name string, fn func(*testing.T)) {
-	t.Run(name, func(t *testing.T) {
-		if c.h.Parallel {
-			t.Parallel()
-		}
-		fn(t)
-	})
-}
 
 var ctx = context.Background()
 

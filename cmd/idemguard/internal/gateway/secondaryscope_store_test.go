@@ -25,7 +25,6 @@ func TestScopedSecondaryContract(t *testing.T) {
 		Advance:    storetest.Wait,
 		Keys:       100,
 		Duplicates: 4,
-		Parallel:   true,
 	})
 }
 
