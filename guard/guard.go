@@ -505,7 +505,7 @@ func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error 
 // complete, fail and release make the write that ends a claim; lossSeen:
 // the holder's heartbeat already observed its lease lost (observeErr).
 func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte, lossSeen bool) error {
-	err := bounded(wctx, unlessEnded(wctx, func() error { return g.store.Complete(wctx, lease, result, g.opts.TTL) }))
+	err := bounded(wctx, g.store.Complete(wctx, lease, result, g.opts.TTL))
 	if err != nil {
 		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("complete %s: %w", lease.Key, err)
@@ -528,7 +528,7 @@ func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error, lossSe
 	if cause != nil {
 		reason = cause.Error()
 	}
-	err := bounded(wctx, unlessEnded(wctx, func() error { return g.store.Fail(wctx, lease, reason, g.opts.TTL) }))
+	err := bounded(wctx, g.store.Fail(wctx, lease, reason, g.opts.TTL))
 	if err != nil {
 		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("fail %s: %w", lease.Key, err)
@@ -547,7 +547,7 @@ func (g *Guard) Release(ctx context.Context, lease Lease) error {
 }
 
 func (g *Guard) release(ctx, wctx context.Context, lease Lease, lossSeen bool) error {
-	err := bounded(wctx, unlessEnded(wctx, func() error { return g.store.Release(wctx, lease) }))
+	err := bounded(wctx, g.store.Release(wctx, lease))
 	if err != nil {
 		g.observeWriteErr(ctx, lease, err, lossSeen)
 		return fmt.Errorf("release %s: %w", lease.Key, err)
@@ -582,23 +582,13 @@ func (g *Guard) Get(ctx context.Context, key Key) (Record, error) {
 }
 
 // bounded reports a write that wctx, detached from the caller's context,
-// ended before its answer came (at max(Lease, 1s), or at a Held's write
-// deadline) as ErrUnavailable: the outcome is unknown.
+// ended before its answer came as ErrUnavailable: the outcome is unknown.
 func bounded(wctx context.Context, err error) error {
 	if err != nil && wctx.Err() != nil && !errors.Is(err, ErrUnavailable) &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("%w: no answer in time: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: no answer within max(Lease, 1s): %w", ErrUnavailable, err)
 	}
 	return err
-}
-
-// unlessEnded makes write unless wctx has already ended (a Held's write
-// deadline already past), which it then returns.
-func unlessEnded(wctx context.Context, write func() error) error {
-	if err := wctx.Err(); err != nil {
-		return err
-	}
-	return write()
 }
 
 // detached returns a context that outlives ctx's cancellation but is

@@ -1,9 +1,6 @@
 package guard
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // Held is a claim whose holder runs the effect itself, from Hold (or
 // Keep) until Complete, Fail or Release ends it: Claim, KeepAlive and the
@@ -59,9 +56,8 @@ func (h *Held) Context() context.Context { return h.ctx }
 
 // Complete stores result for the holder and ends the claim, with the
 // guarantees of Guard.Complete: the heartbeat ends, the write is made even
-// if the context given to Hold was cancelled, for at most max(Lease, 1s)
-// (or until the write deadline, if one is set and sooner), and Context
-// ends when it returns. ErrLeaseLost means another holder
+// if the context given to Hold was cancelled, for at most max(Lease, 1s),
+// and Context ends when it returns. ErrLeaseLost means another holder
 // took the key over and the result was not stored; after an error
 // matching ErrUnavailable Complete may be called again.
 func (h *Held) Complete(result []byte) error {
@@ -87,19 +83,6 @@ func (h *Held) Release() error {
 	defer k.stop()
 	wctx := k.detach()
 	return k.g.release(k.parent, wctx, k.lease, k.lossObserved())
-}
-
-// SetWriteDeadline bounds the writes that end the claim (Complete, Fail,
-// Release) made from now on by t too, for a caller that will not wait
-// max(Lease, 1s) for a store that is gone: a write without an answer by
-// then reports an error matching ErrUnavailable (whether it reached the
-// store is unknown), after which, with a later deadline, it may be made
-// again. A zero t removes the bound. It costs nothing on the write's way.
-func (h *Held) SetWriteDeadline(t time.Time) {
-	k := (*keepalive)(h)
-	k.mu.Lock()
-	k.writeBy = t
-	k.mu.Unlock()
 }
 
 // Stop ends the heartbeat (waiting for an extension under way) and

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -84,39 +83,4 @@ func ExampleGuard_Keep() {
 	// sending, context <nil>
 	// after Complete, context context canceled
 	// replay sent
-}
-
-// An adapter that has answered its client retries the write that ends
-// the claim while the store is briefly unreachable, but not for longer
-// than it chose: the write deadline bounds every try, and a try cut off
-// leaves the claim the holder's for the next.
-func ExampleHeld_SetWriteDeadline() {
-	mr, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	g := guard.New(guard.NewRedisStore(client, guard.RedisOptions{}), guard.Options{})
-
-	_, held, err := g.Hold(context.Background(), guard.Key{Scope: "webhooks", ID: "evt-7"}, "fp")
-	if err != nil {
-		log.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	held.SetWriteDeadline(deadline)
-	for {
-		err = held.Complete([]byte("delivered"))
-		if !errors.Is(err, guard.ErrUnavailable) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // back off before the next try
-	}
-	fmt.Println(err)
-	rec, _ := g.Get(context.Background(), held.Lease().Key)
-	fmt.Println(rec.State, string(rec.Result))
-	// Output:
-	// <nil>
-	// completed delivered
 }

@@ -98,9 +98,6 @@ type keepalive struct {
 	// writeCancel ends the context of a write made after the call's
 	// context ended (detach), if any.
 	writeCancel context.CancelFunc
-	// writeBy bounds the writes that end the claim too, if not zero
-	// (Held.SetWriteDeadline).
-	writeBy time.Time
 
 	// q links the keepalive into g.claims's lists: slot 0 into one of
 	// bounds (while its claim is under way), runs or writes (its timer's
@@ -521,17 +518,13 @@ func (k *keepalive) quiesce() {
 // detach ends the heartbeat and returns the context of the write that
 // ends the claim: it carries the caller's values, outlives the caller's
 // cancellation (a client that hangs up does not lose the result), and
-// ends after max(Lease, 1s), or at writeBy if sooner. Call stop when the
-// write is done.
+// ends after max(Lease, 1s). Call stop when the write is done.
 func (k *keepalive) detach() context.Context {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.quiesce()
 	now := time.Now()
 	k.phase, k.bound = writing, now.Add(max(k.g.opts.Lease, time.Second))
-	if !k.writeBy.IsZero() && k.writeBy.Before(k.bound) {
-		k.bound = k.writeBy
-	}
 	if k.callErr != nil {
 		// The call context has ended (at a bound, or by stop, before a
 		// write that is tried again): it is not revived, since a context
@@ -543,10 +536,6 @@ func (k *keepalive) detach() context.Context {
 		var ctx context.Context
 		ctx, k.writeCancel = context.WithDeadline(context.WithoutCancel(k.parent), k.bound)
 		return ctx
-	}
-	if !now.Before(k.bound) {
-		k.endCall(context.DeadlineExceeded) // a write deadline already past
-		return (*callCtx)(k)
 	}
 	k.arm(now)
 	return (*callCtx)(k)

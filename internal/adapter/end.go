@@ -14,6 +14,7 @@ import (
 // or releases its key, through a store that may be briefly unreachable,
 // and logs what it could not do. Set every field.
 type Ender struct {
+	Guard   *guard.Guard
 	Logger  *slog.Logger
 	Prefix  string // of every log message: "httpx: "
 	LogKeys bool   // name keys in full in the log (LogKey)
@@ -27,7 +28,6 @@ type Ender struct {
 // again, as it would have once the lease ran out. attr and value name the
 // request in the log record ("path", "/orders"; "method", ...).
 func (e *Ender) Complete(held *guard.Held, result []byte, attr, value string) {
-	held.SetWriteDeadline(time.Now().Add(SettleBudget))
 	err := Settle(context.Background(), SettleBudget, func(context.Context) error { return held.Complete(result) })
 	if err == nil {
 		return
@@ -46,15 +46,15 @@ func (e *Ender) Complete(held *guard.Held, result []byte, attr, value string) {
 // lastRelease tries once more, briefly, to free a key whose completion
 // could not be stored.
 func (e *Ender) lastRelease(held *guard.Held) error {
-	held.SetWriteDeadline(time.Now().Add(time.Second))
-	return held.Release()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(held.Context()), time.Second)
+	defer cancel()
+	return e.Guard.Release(ctx, held.Lease())
 }
 
 // Release undoes held's claim, even if the client is gone, retrying while
 // the store cannot be reached (Settle, for SettleBudget); a key it could
 // not release frees when its lease ends, and the log says so.
 func (e *Ender) Release(held *guard.Held) {
-	held.SetWriteDeadline(time.Now().Add(SettleBudget))
 	if err := Settle(context.Background(), SettleBudget, func(context.Context) error { return held.Release() }); err != nil {
 		key := held.Lease().Key
 		e.Logger.Warn(e.Prefix+"idempotency key not released; it frees when its lease ends",

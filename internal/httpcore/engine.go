@@ -174,7 +174,7 @@ func New(g *guard.Guard, cfg Config) *Engine {
 		m.opts.Logger = slog.Default()
 	}
 	m.policy = m.makePolicy(methods)
-	m.end = adapter.Ender{Logger: m.opts.Logger, Prefix: m.log, LogKeys: m.opts.LogKeys}
+	m.end = adapter.Ender{Guard: g, Logger: m.opts.Logger, Prefix: m.log, LogKeys: m.opts.LogKeys}
 	return m
 }
 

@@ -318,7 +318,7 @@ func New(g *guard.Guard, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	end := adapter.Ender{Logger: cfg.Logger, Prefix: p + ": ", LogKeys: cfg.LogKeys}
+	end := adapter.Ender{Guard: g, Logger: cfg.Logger, Prefix: p + ": ", LogKeys: cfg.LogKeys}
 	return &Server{g: g, cfg: cfg, previous: previous, methods: methods, end: end}
 }
 
