@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemguard/idemguard/scripts"
 )
 
 // errStopScan ends a scan whose callback asked to stop.
@@ -20,8 +22,8 @@ var errStopScan = errors.New("guard: scan stopped")
 // released) is skipped. fn returns false to stop the scan.
 //
 // Records are found by SCAN, on every master of a Cluster and every shard
-// of a Ring, in no particular order; fn is called from one goroutine at a
-// time. A record written or removed while the scan runs may or may not be
+// of a Ring, in no particular order, and read 64 to a round trip; fn is
+// called from one goroutine at a time. A record written or removed while the scan runs may or may not be
 // given (SCAN's guarantee), and one is never given twice by one server. It
 // returns the first error of a scan or of a read that is not the record's
 // own (the server unavailable, ctx ended), and nil if fn stopped it. A
@@ -34,29 +36,30 @@ func (s *RedisStore) ScanRecords(ctx context.Context, fn func(name string, rec R
 	match := globEscape(s.prefix) + "{" + strings.Repeat("?", tagLen) + "}"
 	var mu sync.Mutex // one fn at a time, across the masters of a Cluster
 	stopped := false
+	emit := func(name string, rec Record, err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		more := !stopped && fn(name, rec, err)
+		stopped = stopped || !more
+		return more
+	}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, match, 500).Iterator()
-		for iter.Next(ctx) {
-			name := iter.Val()
-			rec, err := s.GetByName(ctx, name)
-			switch {
-			case errors.Is(err, ErrNotFound):
-				continue
-			case err != nil && !errors.Is(err, ErrCorrupt):
-				return err
+		for cursor := uint64(0); ; {
+			names, next, err := c.Scan(ctx, cursor, match, scanPage).Result()
+			if err != nil {
+				return storeErr(ctx, err)
 			}
-			mu.Lock()
-			more := !stopped && fn(name, rec, err)
-			stopped = stopped || !more
-			mu.Unlock()
-			if !more {
-				return errStopScan
+			for len(names) > 0 {
+				n := min(len(names), scanReads)
+				if err := s.readNames(ctx, names[:n], emit); err != nil {
+					return err
+				}
+				names = names[n:]
+			}
+			if cursor = next; cursor == 0 {
+				return nil
 			}
 		}
-		if err := iter.Err(); err != nil {
-			return storeErr(ctx, err)
-		}
-		return nil
 	}
 	var err error
 	switch c := s.client.(type) {
@@ -71,6 +74,42 @@ func (s *RedisStore) ScanRecords(ctx context.Context, fn func(name string, rec R
 		return nil
 	}
 	return err
+}
+
+// scanPage is the COUNT of ScanRecords' SCAN calls, and scanReads how many
+// of the names it finds are read in one pipeline: one round trip per 64
+// records, not one each (120,000 records took 20-32 s one at a time), and
+// at most 64 records held at once, however large their results.
+const (
+	scanPage  = 500
+	scanReads = 64
+)
+
+// readNames reads the records of names in one pipeline and gives each to
+// emit, as ScanRecords does; it returns errStopScan if emit asked to stop.
+func (s *RedisStore) readNames(ctx context.Context, names []string, emit func(string, Record, error) bool) error {
+	cmds := s.scripts(ctx, len(names), func(j int) (*redis.Script, []any) {
+		return scripts.Get, []any{nil, nil, 1, names[j]}
+	})
+	for j, cmd := range cmds {
+		reply, err := cmd.(*redis.Cmd).Slice()
+		var rec Record
+		if err != nil {
+			err = s.callErr(ctx, Key{}, names[j], err)
+		} else {
+			rec, err = s.decodeGet(Key{}, names[j], reply)
+		}
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil && !errors.Is(err, ErrCorrupt):
+			return err
+		}
+		if !emit(names[j], rec, err) {
+			return errStopScan
+		}
+	}
+	return nil
 }
 
 // globEscape quotes the glob characters of s for SCAN MATCH.
