@@ -29,10 +29,19 @@ import (
 )
 
 func main() {
+	os.Exit(interruptible(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// interruptible runs the command args names under a context that the
+// first SIGINT or SIGTERM ends: the command stops as it should (serve
+// drains its requests for shutdown_timeout, list writes the rows it has).
+// A second signal ends the process at once, as it would without the
+// command, for an operator who will not wait.
+func interruptible(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	context.AfterFunc(ctx, stop) // the next signal is the default's: exit
+	return run(ctx, args, stdout, stderr)
 }
 
 // command is one subcommand.

@@ -11,13 +11,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,10 +32,7 @@ const serveChildEnv = "IDEMGUARD_SERVE_CHILD"
 
 func init() {
 	if cfg := os.Getenv(serveChildEnv); cfg != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, []string{"serve", "--config", cfg}, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
+		os.Exit(interruptible([]string{"serve", "--config", cfg}, os.Stdout, os.Stderr))
 	}
 }
 
