@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -148,6 +149,11 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s does not answer: %w", addr, err)
 	}
+	// A Redis that answers but refuses writes (out of memory, a replica,
+	// a role without them) is said so now, not after the client's retries.
+	if err := rdb.Set(pctx, prefix+"write-check", "1", time.Second).Err(); err != nil {
+		return fmt.Errorf("redis at %s refuses writes: %w", addr, err)
+	}
 	defer func() {
 		// Leave nothing behind on a real server.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -202,9 +208,10 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	var observer guard.Observer = m
+	unreachable := &storeCause{}
+	var observer guard.Observer = metrics.Tee(m, unreachable)
 	if c.log {
-		observer = metrics.Tee(m, metrics.NewLogger(slog.New(slog.NewTextHandler(stderr, nil)), metrics.LogOptions{}))
+		observer = metrics.Tee(m, unreachable, metrics.NewLogger(slog.New(slog.NewTextHandler(stderr, nil)), metrics.LogOptions{}))
 	}
 	gopts := guard.Options{Observer: observer, Lease: c.lease, TTL: demoTTL}
 	httpStore, consumerStore := m.Store(store), m.Store(store)
@@ -240,12 +247,12 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	fmt.Fprintf(stdout, "idemguard demo: %s\n\n", where)
 	hs, err := httpStorm(ctx, c, httpGuard, bs, effects, logger, prog)
 	if err != nil {
-		return err
+		return unreachable.explain(err)
 	}
 	cs, err := consumerStorm(ctx, c, rdb, prefix, consumerGuard, bs, effects, logger, prog, dupMessages)
 	prog.finish()
 	if err != nil {
-		return err
+		return unreachable.explain(err)
 	}
 
 	var failed []string
@@ -320,4 +327,25 @@ func verdict(w io.Writer, what string, effects, distinct, want int64) []string {
 		return nil
 	}
 	return []string{fmt.Sprintf("%d business effects for %d %s (%d touched)", effects, want, what, distinct)}
+}
+
+// storeCause keeps the last error of a store the guards could not use
+// (EventUnavailable), so that a demo that fails for it says why: the
+// HTTP answer a client gets (503, "Idempotency store unavailable") keeps
+// the cause to the server, and a Redis out of memory or refusing writes
+// looked like a bug of the demo's.
+type storeCause struct{ last atomic.Pointer[error] }
+
+func (s *storeCause) Observe(_ context.Context, e guard.Event) {
+	if e.Kind == guard.EventUnavailable && e.Err != nil {
+		s.last.Store(&e.Err)
+	}
+}
+
+// explain adds the last store error to err, if there was one.
+func (s *storeCause) explain(err error) error {
+	if cause := s.last.Load(); cause != nil {
+		return fmt.Errorf("%w (the guard's store was unavailable: %v)", err, *cause)
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -685,5 +686,43 @@ func TestServeBadInput(t *testing.T) {
 	if code != 1 || len(lines) < 3 || !strings.Contains(stderr, "bad.yaml:1:") || !strings.Contains(stderr, "bad.yaml:2:") ||
 		!strings.HasSuffix(lines[len(lines)-1], "mistake(s) in the configuration; nothing was started") {
 		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
+
+// TestDemoSaysWhyTheStoreFailed: against a Redis that answers but
+// refuses writes (out of memory) the demo fails at once, and says why.
+// Before, its client retried the 503s for about 50 s and printed the last
+// one, which names no cause (that stays on the server).
+func TestDemoSaysWhyTheStoreFailed(t *testing.T) {
+	srv := testenv.StartRedis(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	// A script may write past maxmemory; the commands after it may not.
+	fill := "for i=1,100000 do redis.call('set','fill'..i,string.rep('x',100)) end return 0"
+	if err := srv.Client().Eval(context.Background(), fill, nil).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, _, stderr := cli(t, "demo", "--redis", srv.Addr(), "--keys", "3", "--copies", "2", "--messages", "4", "--work", "5ms")
+	if code != 1 || !strings.Contains(stderr, "refuses writes") || !strings.Contains(stderr, "OOM") {
+		t.Fatalf("demo against a full Redis: exit %d, stderr:\n%s\nwant exit 1 naming the store's OOM", code, stderr)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the demo took %v to give up on a full Redis", took)
+	}
+}
+
+// A demo whose store becomes unusable mid-run fails naming the store's
+// last error (storeCause), not only the 503 its client was given.
+func TestDemoStoreCause(t *testing.T) {
+	var sc storeCause
+	failed := errors.New("http: POST k: status 503")
+	if err := sc.explain(failed); err != failed {
+		t.Fatalf("with no store error: %v, want the error as it was", err)
+	}
+	sc.Observe(context.Background(), guard.Event{Kind: guard.EventInProgress, Err: errors.New("not this")})
+	oom := fmt.Errorf("%w: OOM command not allowed", guard.ErrUnavailable)
+	sc.Observe(context.Background(), guard.Event{Kind: guard.EventUnavailable, Err: oom})
+	err := sc.explain(failed)
+	if !errors.Is(err, failed) || !strings.Contains(err.Error(), "OOM command not allowed") || strings.Contains(err.Error(), "not this") {
+		t.Fatalf("explained: %v; want the failure and the store's OOM", err)
 	}
 }
