@@ -94,7 +94,7 @@ func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.Red
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, nil, redisErr(*f.shown, err)
+		return nil, nil, tlsHint(opts, redisErr(*f.shown, err))
 	}
 	info, err := c.Info(pctx, "cluster").Result()
 	var refused redis.Error
@@ -129,6 +129,22 @@ func redisErr(addr string, err error) error {
 		return fmt.Errorf("redis at %s refused: %w", addr, err)
 	}
 	return fmt.Errorf("redis at %s does not answer: %w", addr, err)
+}
+
+// tlsHint adds to err, the first answer of a server that took the
+// connection but did not answer as Redis does, a hint that the two ends may not agree on TLS: a
+// rediss:// URL to a plain-text port waits out the dial timeout, and a
+// plain one to a TLS port is hung up on.
+func tlsHint(opts *redis.Options, err error) error {
+	var refused redis.Error
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &refused), errors.As(err, &netErr) && netErr.Op == "dial":
+		return err // an error reply, or no server at all
+	case opts.TLSConfig != nil:
+		return fmt.Errorf("%w (a rediss:// URL speaks TLS: is that port's server a TLS one?)", err)
+	}
+	return fmt.Errorf("%w (if that port's server wants TLS, use a rediss:// URL)", err)
 }
 
 // postgresConnector reads dsn (a postgres:// URL or key=value settings)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -566,5 +568,37 @@ func TestInspectShowsSteps(t *testing.T) {
 	}
 	if _, out, _ := cli(t, "inspect", "--redis", addr, "--prefix", prefix, done.Scope, done.ID); strings.Contains(out, "steps") {
 		t.Errorf("a record without steps shows a steps line:\n%s", out)
+	}
+}
+
+// TestRedisTLSMismatchHinted: when the URL and the server disagree on TLS
+// (rediss:// to a plain-text Redis, redis:// or host:port to a TLS port)
+// the error says so; a server that refused (an error reply) or a port
+// without one gets no hint.
+// Before, both read "does not answer" and nothing else (the ops trial).
+func TestRedisTLSMismatchHinted(t *testing.T) {
+	plain := testenv.StartRedis(t)
+	tlsPort := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(tlsPort.Close)
+	for _, tc := range []struct{ url, want string }{
+		{"rediss://" + plain.Addr(), "a rediss:// URL speaks TLS"},
+		{tlsPort.Listener.Addr().String(), "use a rediss:// URL"},
+		{"redis://" + tlsPort.Listener.Addr().String(), "use a rediss:// URL"},
+	} {
+		code, _, stderr := cli(t, "list", "--redis", tc.url)
+		wantError(t, code, stderr, 1, tc.want)
+	}
+	code, _, stderr := cli(t, "list", "--redis", deadAddr(t))
+	wantError(t, code, stderr, 1, "does not answer")
+	if strings.Contains(stderr, "TLS") {
+		t.Errorf("a port without a server gets a TLS hint: %s", stderr)
+	}
+	if err := plain.Client().ConfigSet(context.Background(), "requirepass", "hunter2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = cli(t, "list", "--redis", plain.Addr())
+	wantError(t, code, stderr, 1, "NOAUTH")
+	if strings.Contains(stderr, "TLS") {
+		t.Errorf("a server that refused gets a TLS hint: %s", stderr)
 	}
 }
