@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -61,7 +62,7 @@ func methodList(s string) ([]string, error) {
 			continue
 		}
 		for _, c := range m {
-			if c < 'A' || c > 'Z' {
+			if !tokenChar(c) {
 				return nil, fmt.Errorf("%q is not an HTTP method", m)
 			}
 		}
@@ -71,6 +72,13 @@ func methodList(s string) ([]string, error) {
 		return nil, fmt.Errorf("no methods in %q", s)
 	}
 	return out, nil
+}
+
+// tokenChar reports whether c may be in an HTTP method, a token of RFC
+// 9110 (section 5.6.2): M-SEARCH and VERSION-CONTROL are methods too.
+func tokenChar(c rune) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
+		c < utf8.RuneSelf && strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
 
 // demoInventory builds the demo service's routes and consumer as the demo

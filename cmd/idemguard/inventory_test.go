@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -54,8 +55,14 @@ func TestInventoryCommand(t *testing.T) {
 
 	code, _, stderr = cli(t, "inventory", "--format", "yaml")
 	wantError(t, code, stderr, 2, `--format "yaml"`)
-	code, _, stderr = cli(t, "inventory", "--unsafe", "PO$T")
-	wantError(t, code, stderr, 2, `"PO$T" is not an HTTP method`)
+	for _, bad := range []string{"PO/ST", "PO ST", "PÖST", `PO"ST`} {
+		code, _, stderr = cli(t, "inventory", "--unsafe", bad)
+		wantError(t, code, stderr, 2, fmt.Sprintf("%q is not an HTTP method", strings.ToUpper(bad)))
+	}
+	// Any token is a method (RFC 9110): M-SEARCH (UPnP), VERSION-CONTROL (WebDAV).
+	if code, _, stderr = cli(t, "inventory", "--unsafe", "POST,m-search,VERSION-CONTROL"); code != 0 {
+		t.Errorf("--unsafe with methods that have a '-': exit %d: %s", code, stderr)
+	}
 	code, _, stderr = cli(t, "inventory", "--unsafe", " , ")
 	wantError(t, code, stderr, 2, "no methods")
 	code, _, stderr = cli(t, "inventory", "extra")
