@@ -530,6 +530,27 @@ func newCompleteBudget() *completeBudget {
 	return &completeBudget{until: time.Now().Add(CompleteRetry), wait: firstCompletePause}
 }
 
+// try waits out b's pause, while the budget has time left, and returns
+// the context of the next try: until the budget's end, or, once it has
+// passed, lastCompleteTry long for the one try past it (last) when the
+// store took the try before. ok is false when no try is left.
+func (b *completeBudget) try(ctx context.Context) (cctx context.Context, cancel context.CancelFunc, last, ok bool) {
+	left := time.Until(b.until)
+	switch {
+	case left > 0:
+		if b.wait > 0 {
+			t := time.NewTimer(min(b.wait, left))
+			<-t.C
+		}
+		cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
+		return cctx, cancel, false, true
+	case b.took:
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
+		return cctx, cancel, true, true
+	}
+	return nil, nil, true, false
+}
+
 // Pauses between the tries again of refused completions.
 const (
 	firstCompletePause = 20 * time.Millisecond
@@ -559,19 +580,8 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 	}
 	ttl := p.g.Options().TTL
 	for {
-		left := time.Until(b.until)
-		var cctx context.Context
-		var cancel context.CancelFunc
-		switch {
-		case left > 0:
-			if b.wait > 0 {
-				t := time.NewTimer(min(b.wait, left))
-				<-t.C
-			}
-			cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
-		case b.took:
-			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
-		default:
+		cctx, cancel, last, ok := b.try(ctx)
+		if !ok {
 			return context.DeadlineExceeded
 		}
 		err := p.g.Store().Complete(cctx, res.Lease, res.Value, ttl)
@@ -585,7 +595,7 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 			return err
 		}
 		b.wait = min(max(2*b.wait, firstCompletePause), maxCompletePause)
-		if left <= 0 {
+		if last {
 			return err // the one try past the budget
 		}
 	}
@@ -616,19 +626,8 @@ func (p *Processor) recompleteAll(ctx context.Context, b *completeBudget, rs []*
 	}
 	var ws []guard.Write
 	for len(pending) > 0 {
-		left := time.Until(b.until)
-		var cctx context.Context
-		var cancel context.CancelFunc
-		switch {
-		case left > 0:
-			if b.wait > 0 {
-				t := time.NewTimer(min(b.wait, left))
-				<-t.C
-			}
-			cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), b.until)
-		case b.took:
-			cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastCompleteTry)
-		default:
+		cctx, cancel, last, ok := b.try(ctx)
+		if !ok {
 			for _, k := range pending {
 				if errs[k] == nil {
 					errs[k] = context.DeadlineExceeded
@@ -663,7 +662,7 @@ func (p *Processor) recompleteAll(ctx context.Context, b *completeBudget, rs []*
 		} else {
 			b.wait = min(max(2*b.wait, firstCompletePause), maxCompletePause)
 		}
-		if left <= 0 {
+		if last {
 			break // the one round past the budget
 		}
 	}
