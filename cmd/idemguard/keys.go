@@ -132,9 +132,9 @@ func redisErr(addr string, err error) error {
 }
 
 // tlsHint adds to err, the first answer of a server that took the
-// connection but did not answer as Redis does, a hint that the two ends may not agree on TLS: a
-// rediss:// URL to a plain-text port waits out the dial timeout, and a
-// plain one to a TLS port is hung up on.
+// connection but did not answer as Redis does, a hint that the two ends
+// may not agree on TLS: a rediss:// URL to a plain-text port waits out
+// the dial timeout, and a plain one to a TLS port is hung up on.
 func tlsHint(opts *redis.Options, err error) error {
 	var refused redis.Error
 	var netErr *net.OpError
