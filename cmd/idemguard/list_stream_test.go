@@ -34,17 +34,7 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 func TestListTableStreams(t *testing.T) {
 	addr, prefix, g := keysFixture(t)
 	const keys = 3 * listBlock
-	items := make([]guard.BatchItem, keys)
-	for i := range items {
-		items[i] = guard.BatchItem{Key: guard.Key{Scope: "POST /x", ID: strconv.Itoa(i)}, Fingerprint: "fp"}
-	}
-	for _, r := range g.DoBatch(context.Background(), items, func(context.Context, int, guard.Lease) ([]byte, error) {
-		return []byte("ok"), nil
-	}, guard.BatchOptions{}) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	completeKeys(t, g, keys)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -85,17 +75,7 @@ func TestListScansAndRedisDiesMidList(t *testing.T) {
 	store := guard.NewRedisStore(srv.Client(), guard.RedisOptions{})
 	g := guard.New(store, guard.Options{})
 	const keys = 3 * listBlock
-	items := make([]guard.BatchItem, keys)
-	for i := range items {
-		items[i] = guard.BatchItem{Key: guard.Key{Scope: "POST /x", ID: strconv.Itoa(i)}, Fingerprint: "fp"}
-	}
-	for _, r := range g.DoBatch(context.Background(), items, func(context.Context, int, guard.Lease) ([]byte, error) {
-		return []byte("ok"), nil
-	}, guard.BatchOptions{}) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	completeKeys(t, g, keys)
 	code, out, stderr := cli(t, "list", "--redis", srv.Addr(), "--state", "completed", "--limit", "0")
 	if code != 0 || strings.Count(out, " completed ") != keys {
 		t.Fatalf("list on a server without KEYS: exit %d, %d rows, %s", code, strings.Count(out, " completed "), stderr)
@@ -107,5 +87,22 @@ func TestListScansAndRedisDiesMidList(t *testing.T) {
 	wantError(t, code, errb.String(), 1, "scan "+srv.Addr())
 	if rows := strings.Count(w.String(), " completed "); rows < listBlock || rows >= keys {
 		t.Errorf("Redis killed at the first line shown: %d of %d rows listed, want the first block's %d at least, not all", rows, keys, listBlock)
+	}
+}
+
+// completeKeys completes n keys (scope "POST /x", ids 0 to n-1) through
+// g, in one batch.
+func completeKeys(t *testing.T, g *guard.Guard, n int) {
+	t.Helper()
+	items := make([]guard.BatchItem, n)
+	for i := range items {
+		items[i] = guard.BatchItem{Key: guard.Key{Scope: "POST /x", ID: strconv.Itoa(i)}, Fingerprint: "fp"}
+	}
+	for _, r := range g.DoBatch(context.Background(), items, func(context.Context, int, guard.Lease) ([]byte, error) {
+		return []byte("ok"), nil
+	}, guard.BatchOptions{}) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
 	}
 }

@@ -74,9 +74,9 @@ type Options struct {
 	// ack of a message's n-th delivery, and later values may be below the
 	// first, which AckWait is), but at least MinInProgressEvery; and while
 	// a batch runs it reads them again every second, so an AckWait lowered
-	// on the durable meanwhile is kept from then on. Handle and HandleBatch report nothing when
-	// it is zero: for a consumer with a BackOff, set it to at most a third
-	// of the BackOff's smallest value. Negative: never.
+	// on the durable meanwhile is kept from then on. Handle and HandleBatch
+	// report nothing when it is zero: for a consumer with a BackOff, set it
+	// to at most a third of the BackOff's smallest value. Negative: never.
 	InProgressEvery time.Duration
 	// Batch is how many messages Consume fetches and runs at once.
 	// Default 16.

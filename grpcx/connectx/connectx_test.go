@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -164,24 +163,8 @@ func TestReplayProtocols(t *testing.T) {
 	}
 	// Connect's unary protocol sends the message as the body: the replay's
 	// bytes are the first response's.
-	post := func(key string) ([]byte, http.Header) {
-		msg, _ := proto.Marshal(amountReq(7, "").Msg)
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+charge, bytes.NewReader(msg))
-		req.Header.Set("Content-Type", "application/proto")
-		req.Header.Set(connectx.DefaultHeader, key)
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d %s", resp.StatusCode, b)
-		}
-		return b, resp.Header
-	}
-	a, _ := post("raw-1")
-	b, h := post("raw-1")
+	a, _ := postRaw(t, srv, "raw-1")
+	b, h := postRaw(t, srv, "raw-1")
 	if !bytes.Equal(a, b) || !replayed(h) {
 		t.Fatalf("raw replay %x (replayed %v), want %x", b, replayed(h), a)
 	}
