@@ -49,9 +49,17 @@ func ExampleHandler_Consume() {
 	if err != nil {
 		panic(err)
 	}
-	for range 2 {
-		if _, err := js.Publish(ctx, "orders.new", []byte("order-1"), jetstream.WithMsgID("order-1")); err != nil {
+	// The same order twice, past the stream's duplicate window, so that
+	// both are delivered: a window the server has not yet purged (a
+	// loaded machine) answers the second as a duplicate, and it is sent
+	// again.
+	for sent := 0; sent < 2; {
+		ack, err := js.Publish(ctx, "orders.new", []byte("order-1"), jetstream.WithMsgID("order-1"))
+		if err != nil {
 			panic(err)
+		}
+		if !ack.Duplicate {
+			sent++
 		}
 		time.Sleep(200 * time.Millisecond) // let the duplicate window pass
 	}
