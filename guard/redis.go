@@ -862,8 +862,14 @@ func refusesWrites(err error) bool {
 	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOREPLICAS ") || strings.HasPrefix(msg, "MISCONF ")
 }
 
+// isTryLater reports whether msg is a reply that says the server cannot
+// answer now, not that the call is wrong. NOSCRIPT among them: the store
+// answers it with EVAL where it sends EVALSHA, but a server that lost its
+// scripts (restarted, flushed, failed over) has lost nothing of the call,
+// and one that reaches a caller all the same (it did once, in a
+// kill-and-restart storm) is answered by a retry.
 func isTryLater(msg string) bool {
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MISCONF", "MOVED", "ASK", "OOM"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MISCONF", "MOVED", "ASK", "OOM", "NOSCRIPT"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
