@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -38,10 +39,45 @@ func main() {
 // A second signal ends the process at once, as it would without the
 // command, for an operator who will not wait.
 func interruptible(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	context.AfterFunc(ctx, stop) // the next signal is the default's: exit
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	finished := make(chan struct{})
+	defer close(finished)
+	go onSignals(sigs, finished, cancel, raise)
 	return run(ctx, args, stdout, stderr)
+}
+
+// onSignals calls cancel on the first signal from sigs and exit with the
+// second, until finished is closed. One goroutine reads both: a second
+// signal that comes before the first is handled is not lost (the
+// default action restored once the first had cancelled the context, by
+// a goroutine of its own, swallowed one that came before it ran).
+func onSignals(sigs <-chan os.Signal, finished <-chan struct{}, cancel func(), exit func(os.Signal)) {
+	select {
+	case <-sigs:
+		cancel()
+	case <-finished:
+		return
+	}
+	select {
+	case sig := <-sigs:
+		exit(sig)
+	case <-finished:
+	}
+}
+
+// raise ends the process by sig, as its default action would have.
+func raise(sig os.Signal) {
+	signal.Reset(sig)
+	if s, ok := sig.(syscall.Signal); ok {
+		_ = syscall.Kill(os.Getpid(), s)
+		time.Sleep(time.Second) // the signal is delivered at once; this is in case it is not
+		os.Exit(128 + int(s))
+	}
+	os.Exit(1)
 }
 
 // command is one subcommand.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -79,4 +80,45 @@ routes:
 	g.mu.Lock()
 	g.cmd = nil // waited for
 	g.mu.Unlock()
+}
+
+// TestOnSignalsSecondBeforeFirstHandled: two signals that arrive before
+// the first is handled (a loaded machine) still cancel and then exit.
+// The default action was restored by a goroutine of its own once the
+// first signal had cancelled the context; a second signal before it ran
+// was swallowed, and serve drained for its whole shutdown_timeout
+// (TestSecondSignalExits failed so once at load ~25).
+func TestOnSignalsSecondBeforeFirstHandled(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	sigs <- syscall.SIGINT
+	sigs <- syscall.SIGTERM
+	finished := make(chan struct{})
+	defer close(finished)
+	cancelled, exited := make(chan struct{}), make(chan os.Signal, 1)
+	go onSignals(sigs, finished, func() { close(cancelled) }, func(s os.Signal) { exited <- s })
+	<-cancelled
+	select {
+	case s := <-exited:
+		if s != syscall.SIGTERM {
+			t.Fatalf("exit with %v, want the second signal, SIGTERM", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit 10 s after the second signal")
+	}
+}
+
+// TestOnSignalsOneSignal: one signal cancels and nothing exits; the
+// watcher returns when the command has finished.
+func TestOnSignalsOneSignal(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	sigs <- syscall.SIGINT
+	finished := make(chan struct{})
+	cancelled, returned := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(returned)
+		onSignals(sigs, finished, func() { close(cancelled) }, func(s os.Signal) { t.Errorf("exit(%v) after one signal", s) })
+	}()
+	<-cancelled
+	close(finished)
+	<-returned
 }
