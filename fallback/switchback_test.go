@@ -297,8 +297,13 @@ func TestSwitchBackWaitsForSecondaryClaimInFlight(t *testing.T) {
 	pg, _ := pgStore(t)
 	slow := &slowSecondary{Store: pg, entered: make(chan struct{}, 4), release: make(chan struct{})}
 	sig := &signalPrimary{Store: p.store, acquired: make(chan struct{})}
+	// The outage claim is held in flight to the secondary across the
+	// primary's restart and the probe's claim: its SecondaryTimeout must
+	// outlast them (make test, load ~25: the 2s default ran out first,
+	// "no answer within 2s"). The test is about which claim acquires, not
+	// about that bound.
 	s := newStore(t, sig, fallback.Options{Policy: fallback.Secondary, Secondary: slow,
-		FailuresToOpen: 1, OpenTimeout: openFor, Logger: quiet})
+		FailuresToOpen: 1, OpenTimeout: openFor, SecondaryTimeout: time.Minute, Logger: quiet})
 	p.srv.Kill()
 	openBreaker(t, s)
 
