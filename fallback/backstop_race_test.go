@@ -61,6 +61,10 @@ func TestSwitchOverBackstopRace(t *testing.T) {
 
 	const keys, dups = 90, 4
 	var wg sync.WaitGroup
+	// A Fatal below (a wait that runs out) while the payers run must not
+	// end the test before them: a payer's Errorf after the end panicked
+	// the whole test binary (load ~30), and every later test went unrun.
+	t.Cleanup(wg.Wait)
 	started := make(chan int, keys)
 	go func() {
 		defer close(started)

@@ -253,6 +253,9 @@ func chaos(t *testing.T, policy fallback.Policy, stormRequests int) {
 	jobs := make(chan string)
 	reachedKill, reachedRestart := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
+	// A Fatal below while the workers run must not end the test before
+	// them: a worker's Errorf after the end panics the whole test binary.
+	t.Cleanup(wg.Wait)
 	for range stormWorkers {
 		wg.Add(1)
 		go func() {
