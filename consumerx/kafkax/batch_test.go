@@ -161,11 +161,21 @@ func TestTenThousandWithDuplicatesFiftyMembers(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	clients := make([]*kgo.Client, members)
+	clients := make([]*kgo.Client, 0, members)
+	// Stopped and closed also when the test fails on the way (t.Fatal):
+	// fifty members left running went on past the test, and every later
+	// test of the package failed its goroutine check on their goroutines.
+	shutdown := sync.OnceFunc(func() {
+		stop()
+		wg.Wait()
+		closeMembers(clients)
+	})
+	defer shutdown()
 	start := time.Now()
-	for m := range members {
-		clients[m] = groupClient(t, addrs, "billing", "orders")
-		c, err := New(clients[m], g, h, Options{MaxPollRecords: 64, RetryDelay: 20 * time.Millisecond, Process: popts})
+	for range members {
+		cl := groupClient(t, addrs, "billing", "orders")
+		clients = append(clients, cl)
+		c, err := New(cl, g, h, Options{MaxPollRecords: 64, RetryDelay: 20 * time.Millisecond, Process: popts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,13 +185,14 @@ func TestTenThousandWithDuplicatesFiftyMembers(t *testing.T) {
 			}
 		})
 	}
-	testenv.WaitFor(t, 90*time.Second, "every record committed", func() bool {
+	// The limit only tells a hang from a slow run: 10,000 records through
+	// 50 members took 66 s and over 90 s under -race at load 25-28 (the
+	// limit was 90 s); what the test claims is checked below, unchanged.
+	testenv.WaitFor(t, 3*time.Minute, "every record committed", func() bool {
 		return lag(t, producer, "billing", "orders") == 0
 	})
 	elapsed := time.Since(start)
-	stop()
-	wg.Wait()
-	closeMembers(clients)
+	shutdown()
 	producer.Close()
 	cluster.Close()
 	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
