@@ -125,7 +125,7 @@ func outageHolderKeepsMarkLease(t *testing.T, lease time.Duration) (late bool) {
 		sent := time.Now()
 		_, err := g.Do(bg, k, "fp", func(context.Context, guard.Lease) ([]byte, error) {
 			runs.Add(1)
-			if holder.Err() == nil && !endsWithin(holder, lateGrace) {
+			if holder.Err() == nil && !testenv.EndsWithin(holder, lateGrace) {
 				t.Errorf("a duplicate ran while the holder's context was live (still live %s later)", lateGrace)
 			}
 			return []byte("twice"), nil
@@ -166,18 +166,6 @@ func outageHolderKeepsMarkLease(t *testing.T, lease time.Duration) (late bool) {
 		t.Fatalf("the effect ran %d times", n)
 	}
 	return false
-}
-
-// endsWithin reports whether ctx is done within d.
-func endsWithin(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // overBackstop is a fallback Store over Redis wrapped by backstop.Wrap,

@@ -74,7 +74,7 @@ func doBatchDeadlineWhileExtensionHangs(t *testing.T, lease time.Duration) (late
 						mu.Lock()
 						c := ctxs[j]
 						mu.Unlock()
-						if c == nil || c.Err() == nil && !endsWithin(c, lateGrace) {
+						if c == nil || c.Err() == nil && !testenv.EndsWithin(c, lateGrace) {
 							t.Errorf("item %d: another claim succeeded while the batch's effect held a live context (still live %s later)", j, lateGrace)
 						}
 					})

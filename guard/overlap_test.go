@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // chaosExtend is a real store whose extensions misbehave at random: one in
@@ -65,7 +66,7 @@ func TestNoOverlapUnderChaos(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, h := range holders[id] {
-			if h.ctx.Err() == nil && !h.returned.Load() && !endsWithin(h.ctx, lateGrace) {
+			if h.ctx.Err() == nil && !h.returned.Load() && !testenv.EndsWithin(h.ctx, lateGrace) {
 				t.Errorf("key %s: an effect started while an earlier holder's ran with its context live (still live %s later)", id, lateGrace)
 			}
 		}
@@ -128,16 +129,4 @@ func TestNoOverlapUnderChaos(t *testing.T) {
 		t.Fatalf("%d effects ran: too few to prove anything", runs.Load())
 	}
 	t.Logf("%d effects ran", runs.Load())
-}
-
-// endsWithin reports whether ctx is done within d.
-func endsWithin(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
 }

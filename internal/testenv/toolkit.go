@@ -1,11 +1,25 @@
 package testenv
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 )
+
+// EndsWithin reports whether ctx is done within d: a holder whose context
+// must end by a deadline is given d of grace past it.
+func EndsWithin(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 // WaitFor polls cond every millisecond (backing off to 20 ms) until it
 // holds, and fails the test naming what it waited for when limit passes
