@@ -38,6 +38,7 @@ func TestTwoProcessesOneEffectPerKey(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("child process")
 	}
+	t.Parallel() // a drill: see TestMain
 	const procs, keys, dups = 2, 200, 8
 	bk := newBank(t)
 	prefix := testenv.Prefix(t)

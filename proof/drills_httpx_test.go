@@ -266,6 +266,7 @@ func payStorm(t *testing.T, s *paySvc, keys, copies, parallel int, fault func(n 
 // mid-storm: records and leases are evicted while requests run. The
 // backstop must still hold every key to one charge.
 func TestDrillPayEviction(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	srv := testenv.StartRedis(t)
 	admin := srv.Client()
 	s := newPaySvc(t, srv.Addr(), 5*time.Second)
@@ -305,6 +306,7 @@ func TestDrillPayEviction(t *testing.T) {
 // record, lease and fence counter written in between, while those
 // requests may still be running.
 func TestDrillPayFailover(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	primary := testenv.StartRedis(t)
 	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
 	radmin := replica.Client()
@@ -341,6 +343,7 @@ func TestDrillPayFailover(t *testing.T) {
 // runs), and a failed or released holder's lease ends with it, so no key
 // is refused for a lease (30 s) nobody holds.
 func TestDrillPayFlush(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	srv := testenv.StartRedis(t)
 	admin := srv.Client()
 	const lease = 30 * time.Second

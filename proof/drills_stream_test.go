@@ -169,6 +169,7 @@ func streamDrill(t *testing.T, guardAddr string, lease time.Duration, fault func
 
 // The guard's Redis is killed after 100 effects and restarted empty.
 func TestDrillStreamRestartEmpty(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	srv := testenv.StartRedis(t)
 	var once sync.Once
 	var done sync.WaitGroup
@@ -185,6 +186,7 @@ func TestDrillStreamRestartEmpty(t *testing.T) {
 
 // The guard's Redis is flushed after 100 and after 200 effects.
 func TestDrillStreamFlushAll(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	srv := testenv.StartRedis(t)
 	admin := srv.Client()
 	streamDrill(t, srv.Addr(), 2*time.Second, func(n int, _ *atomic.Pointer[string]) {
@@ -199,6 +201,7 @@ func TestDrillStreamFlushAll(t *testing.T) {
 // The guard's Redis is switched to allkeys-lru with a tiny maxmemory for a
 // second after 100 effects: records and leases are evicted.
 func TestDrillStreamEviction(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	srv := testenv.StartRedis(t)
 	admin := srv.Client()
 	var done sync.WaitGroup
@@ -218,6 +221,7 @@ func TestDrillStreamEviction(t *testing.T) {
 // The guard's replica stops replicating after 80 effects; after 160 the
 // primary dies and the stale replica is promoted.
 func TestDrillStreamFailover(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	primary := testenv.StartRedis(t)
 	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
 	radmin := replica.Client()

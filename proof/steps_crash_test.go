@@ -331,6 +331,7 @@ type errAbandon struct{}
 // written: a crash), so the retry recovers the key once its lease has run
 // out.
 func TestStepsResumeAfterAbandon(t *testing.T) {
+	t.Parallel() // a drill: see TestMain
 	lease := time.Second
 	g := guard.New(guardenv.Store(t, guard.RedisOptions{}), guard.Options{Lease: lease, TTL: time.Hour})
 	for _, point := range killPoints {
@@ -392,6 +393,7 @@ func TestStepsResumeAfterSIGKILL(t *testing.T) {
 	if os.Getenv(stepChildEnv) != "" || os.Getenv(childEnv) != "" {
 		t.Skip("child process")
 	}
+	t.Parallel() // a drill: see TestMain
 	for _, point := range killPoints {
 		t.Run(point, func(t *testing.T) {
 			testenv.OnTime(t, "a child lease", childLease, 3, func(lease time.Duration) bool {

@@ -139,7 +139,9 @@ tests "${modules[0]}" &
 [ ${#long[@]} -eq 0 ] || tests "${long[@]}" &
 [ ${#short[@]} -eq 0 ] || tests "${short[@]}" &
 wait
-[ ${#last[@]} -eq 0 ] || tests "${last[@]}"
+# The proof suite's drills run four at a time, after its other tests
+# (proof/main_test.go).
+[ ${#last[@]} -eq 0 ] || TEST_FLAGS="$TEST_FLAGS -parallel 4" tests "${last[@]}"
 
 for f in "$logs"/*.log; do
   echo
