@@ -15,13 +15,15 @@ var soak = flag.Bool("soak", false, "run the long soak tests (many seeds, long h
 // TestMain checks that no test leaves a goroutine behind.
 //
 // The drills (a storm against servers of their own, faulted, then the
-// effects counted) and the crash tests (child processes killed, keys
-// resumed) run in parallel with one another (t.Parallel), after every
-// other test: they wait on leases, restarts and children far longer than
-// they compute, and what they check is counts, not timing. The partition,
-// pause and nemesis tests, which time a holder's cancellation to the
-// millisecond, and the Redlock drill, whose rounds are bounded to 125 ms,
-// run first, one at a time, on a CPU nothing else here uses.
+// effects counted) and the tests whose child processes are killed run in
+// parallel with one another (t.Parallel), after every other test: they
+// wait on leases, restarts and children far longer than they compute,
+// and what they check is counts, not timing. The partition, pause and
+// nemesis tests, which time a holder's cancellation to the millisecond,
+// the Redlock drill, whose rounds are bounded to 125 ms, and the steps'
+// abandon test, whose holders keep 1 s leases (beside the drills, 4 of
+// its 200 heartbeats once came too late), run first, one at a time, on a
+// CPU nothing else here uses.
 func TestMain(m *testing.M) {
 	// Toxiproxy's own logs (the bandwidth toxic logs through the global
 	// logger) would drown the test output.

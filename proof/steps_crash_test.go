@@ -331,7 +331,6 @@ type errAbandon struct{}
 // written: a crash), so the retry recovers the key once its lease has run
 // out.
 func TestStepsResumeAfterAbandon(t *testing.T) {
-	t.Parallel() // a drill: see TestMain
 	lease := time.Second
 	g := guard.New(guardenv.Store(t, guard.RedisOptions{}), guard.Options{Lease: lease, TTL: time.Hour})
 	for _, point := range killPoints {
