@@ -58,8 +58,8 @@ install_staticcheck() {
 # buildflags: the build flags among TEST_FLAGS (-race), which vet and
 # staticcheck are given too (GOFLAGS), so that they read the export data
 # the tests' build left in the cache rather than compile every package,
-# and every dependency, a second time without them: on a fresh machine
-# that second compile was about a third of the time before the tests.
+# and every dependency, a second time without them (on a fresh machine,
+# much of the time before the tests went on that second compile).
 # Vetting the race build only leaves out the files built without it
 # (httpx/norace_test.go: a constant).
 buildflags=$(for f in $TEST_FLAGS; do case $f in -race) printf '%s ' "$f" ;; esac; done)
