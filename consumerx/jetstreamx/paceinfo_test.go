@@ -113,9 +113,7 @@ func TestInProgressNotHeldByPaceLook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, slow) }()
+	stop := consumeAll(t, h, slow, 1)
 	var r lookResult
 	select {
 	case r = <-slow.looked:
@@ -125,9 +123,6 @@ func TestInProgressNotHeldByPaceLook(t *testing.T) {
 	close(lookDone)
 	testenv.WaitFor(t, 10*time.Second, "the message processed", func() bool { return outs.Final()[consumerx.Processed] == 1 })
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	_ = sub.Unsubscribe()
 	stopNATS()
 	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)
