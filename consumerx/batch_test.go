@@ -14,6 +14,8 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/consumertest"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 )
 
 func batchOf(n int) []consumerx.Message {
@@ -240,20 +242,42 @@ func TestProcessBatchOrdered(t *testing.T) {
 // a handler that had returned once MaxRun had passed since it started: the
 // lease ran out while the batch still ran, and another consumer took the
 // message over and ran its effect a second time.)
+//
+// The heartbeat extends the batch's leases every third of a lease: a
+// machine that holds the process back for two thirds of one (seen at load
+// 20-37 with 800 ms) loses a lease, rightly, and that looks like the
+// defect. The store's record of the extensions tells them apart: a lease
+// lost while the heartbeat sent no extension from when its next was due
+// to the lease's deadline, or whose extension was answered after that
+// deadline or not at all, proves nothing, and the case runs again with a
+// lease twice as long (testenv.OnTime); one lost while the heartbeat
+// extended the batch's other leases on time, or never lost, fails at once.
 func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
-	const (
-		lease  = 800 * time.Millisecond // extended every 266ms: a loaded machine keeps it
-		maxRun = 4 * lease
-	)
-	g, _, _ := consumertest.Guard(t, guard.Options{Lease: lease, MaxRun: maxRun})
+	testenv.OnTime(t, "a lease", 800*time.Millisecond, 3, func(lease time.Duration) bool {
+		return finishedMessageKeptPastMaxRun(t, lease)
+	})
+}
+
+// finishedMessageKeptPastMaxRun runs the case with lease; late reports a
+// lease of the batch lost by a late heartbeat or a late answer.
+func finishedMessageKeptPastMaxRun(t *testing.T, lease time.Duration) (late bool) {
+	maxRun := 4 * lease
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() { consumertest.DeleteKeys(rdb, prefix) })
+	store := &extendLog{RedisStore: guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})}
+	g := guard.New(store, guard.Options{Lease: lease, MaxRun: maxRun})
 	p := newProcessor(t, g, "billing", consumerx.Options{})
 	other := newProcessor(t, g, "billing", consumerx.Options{}) // another consumer of the group
 	msgs := batchOf(3)
 	var effects [3]atomic.Int32
+	var deadlines [3]time.Time  // each lease's first deadline
 	var again consumerx.Outcome // the other consumer's last answer for m0
 	h := func(ctx context.Context, msg consumerx.Message) error {
 		var i int
 		fmt.Sscanf(msg.ID, "m%d", &i)
+		l, _ := consumerx.LeaseFrom(ctx)
+		deadlines[i] = l.Deadline
 		switch i {
 		case 1:
 			// Longer than a lease, well short of MaxRun.
@@ -286,13 +310,36 @@ func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
 		return nil
 	}
 	res := p.ProcessBatch(context.Background(), msgs, h, consumerx.BatchOptions{})
+	ended := time.Now()
+	// lost tells whether the lease of msgs[i] was lost by a late heartbeat
+	// or a late answer, and logs what the record says.
+	lost := func(i int) bool {
+		first := deadlines[i]
+		if first.IsZero() { // its handler never ran: the batch's leases share their first deadline
+			first = deadlines[0]
+		}
+		late, why := store.verdict(msgs[i].ID, first, lease, ended)
+		t.Logf("%s: %s", msgs[i].ID, why)
+		return late
+	}
 	if n := effects[0].Load(); n != 1 {
+		if lost(0) {
+			return true
+		}
 		t.Fatalf("m0's effect ran %d times (the other consumer's last delivery: %s); batch: %+v", n, again, res)
 	}
-	if res[0].Outcome != consumerx.Processed || res[1].Outcome != consumerx.Processed {
-		t.Errorf("results %+v", res)
+	for i := range 2 {
+		if res[i].Outcome != consumerx.Processed {
+			if lost(i) {
+				return true
+			}
+			t.Errorf("%s: %s, %v; want processed", msgs[i].ID, res[i].Outcome, res[i].Err)
+		}
 	}
 	if again != consumerx.InProgress {
+		if lost(2) {
+			return true
+		}
 		t.Errorf("the other consumer's delivery of m0 during the batch: %s, want in_progress", again)
 	}
 	if o, err := other.Process(context.Background(), msgs[0], func(context.Context, consumerx.Message) error {
@@ -301,6 +348,92 @@ func TestProcessBatchFinishedMessageKeptPastMaxRun(t *testing.T) {
 	}); o != consumerx.Duplicate {
 		t.Errorf("m0 after the batch: %s, %v; want duplicate", o, err)
 	}
+	return false
+}
+
+// extendLog is a Redis store (with batches) that records the lease
+// extensions a batch's heartbeat sends (guard.WriteExtend): when each
+// write was sent and answered, and each key's answer.
+type extendLog struct {
+	*guard.RedisStore
+	mu     sync.Mutex
+	writes []extendWrite
+}
+
+type extendWrite struct {
+	sent, answered time.Time
+	errs           map[string]error // by key id
+}
+
+func (s *extendLog) WriteBatch(ctx context.Context, ws []guard.Write) []error {
+	sent := time.Now()
+	errs := s.RedisStore.WriteBatch(ctx, ws)
+	w := extendWrite{sent: sent, answered: time.Now(), errs: map[string]error{}}
+	for i, x := range ws {
+		if x.Kind == guard.WriteExtend {
+			w.errs[x.Lease.Key.ID] = errs[i]
+		}
+	}
+	if len(w.errs) > 0 {
+		s.mu.Lock()
+		s.writes = append(s.writes, w)
+		s.mu.Unlock()
+	}
+	return errs
+}
+
+// verdict says whether the lease of key id, first due at first, was lost
+// late by the record: its deadline in force (when the claim or the last
+// extension that succeeded in time was sent, plus the lease less its
+// margin) passed before ended, the batch's end, while the heartbeat sent
+// no extension of any key from when the next was due (a third of the
+// lease on) to that deadline, or its extension was sent in time but
+// answered after the deadline, or not at all (unavailable, timed out).
+// An extension sent in time without it, or refused otherwise, is not
+// late: the heartbeat dropped the lease. why tells what the record says.
+func (s *extendLog) verdict(id string, first time.Time, lease time.Duration, ended time.Time) (late bool, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	validity := lease - guard.LeaseMargin(lease)
+	if first.IsZero() {
+		return false, "its handler never ran: no deadline known"
+	}
+	from, deadline := first.Add(-validity), first // the claim's, then each extension's
+	at := func(t time.Time) string { return t.Sub(first.Add(-validity)).Round(time.Millisecond).String() }
+	var unanswered error // an extension not answered (unavailable, timed out) before the deadline
+	for _, w := range s.writes {
+		if !w.sent.Before(deadline) {
+			break
+		}
+		err, ok := w.errs[id]
+		switch {
+		case !ok:
+		case !w.answered.Before(deadline):
+			return true, fmt.Sprintf("its extension sent at %s was answered at %s, past its deadline %s (%v): a late answer",
+				at(w.sent), at(w.answered), at(deadline), err)
+		case err == nil:
+			from, deadline, unanswered = w.sent, w.sent.Add(validity), nil
+		case errors.Is(err, guard.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+			unanswered = err // tried again soon, while the lease lasts
+		default:
+			return false, fmt.Sprintf("its extension sent at %s, before its deadline %s, was refused: %v", at(w.sent), at(deadline), err)
+		}
+	}
+	if !deadline.Before(ended) {
+		return false, fmt.Sprintf("extended on time until the batch ended at %s (deadline %s)", at(ended), at(deadline))
+	}
+	if unanswered != nil {
+		return true, fmt.Sprintf("its extensions after %s went unanswered until its deadline %s (%v): a late answer", at(from), at(deadline), unanswered)
+	}
+	due := from.Add(lease / 3)
+	for _, w := range s.writes {
+		if !w.sent.Before(due) && w.sent.Before(deadline) {
+			return false, fmt.Sprintf("the heartbeat extended other leases at %s, between its extension's due time %s and its deadline %s, but not it",
+				at(w.sent), at(due), at(deadline))
+		}
+	}
+	return true, fmt.Sprintf("the heartbeat sent no extension from its extension's due time %s to its deadline %s (the claim sent at 0s): a late heartbeat",
+		at(due), at(deadline))
 }
 
 // In an ordered batch, a message without a usable id keeps its place: it

@@ -46,15 +46,8 @@ func TestConsumeAckWaitLoweredWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	stop := consumeAll(t, h, cons, 1)
+	defer stop()
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):
@@ -124,14 +117,9 @@ func TestInProgressCadenceFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
+	stop := consumeAll(t, h, cons, 1)
 	testenv.WaitFor(t, 10*time.Second, "the message processed", func() bool { return outs.Final()[consumerx.Processed] == 1 })
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if err := js.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -94,9 +94,7 @@ func backOffNotRedelivered(t *testing.T, shortest time.Duration) (late bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
+	stop := consumeAll(t, h, cons, 1)
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):
@@ -117,9 +115,6 @@ func backOffNotRedelivered(t *testing.T, shortest time.Duration) (late bool) {
 		return err == nil && outs.Final()[consumerx.Processed] == 1 && info.NumAckPending == 0 && info.NumPending == 0
 	})
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	_ = sub.Unsubscribe()
 	stopNATS()
 	goleak.VerifyNone(t, snapshot, testenv.ClientGoroutines)

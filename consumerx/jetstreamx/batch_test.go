@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,27 +17,6 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 )
-
-// consumeAll runs n Consume loops of h on cons until the returned stop is
-// called.
-func consumeAll(t *testing.T, h *Handler, cons jetstream.Consumer, n int) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			if err := h.Consume(ctx, cons); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-		})
-	}
-}
 
 // A handler that runs three times the consumer's AckWait is not
 // redelivered while it runs: Consume reports its message (and the rest of

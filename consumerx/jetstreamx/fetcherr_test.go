@@ -109,9 +109,7 @@ func TestConsumeFetchErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		counted := &fetchCounter{Consumer: cons}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- h.Consume(runCtx, counted) }()
+		stop := consumeAll(t, h, counted, 1)
 		for range hold.Messages() { // the other's pull ends, empty, after its MaxWait
 		}
 		pulls := counted.n.Load()
@@ -120,9 +118,6 @@ func TestConsumeFetchErrors(t *testing.T) {
 		}
 		testenv.WaitFor(t, 10*time.Second, "the message run", func() bool { return runs.Load() == 1 })
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Consume: %v", err)
-		}
 		t.Logf("%d pull requests while refused", pulls)
 		// A pause after each refused pull, from MaxWait/10 (100ms) and
 		// twice as long each time: a few in 1.5s.

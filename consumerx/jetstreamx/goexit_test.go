@@ -59,17 +59,12 @@ func TestConsumeGoexitMessageRedelivered(t *testing.T) {
 	// and completion are round trips to Redis): the server then delivers
 	// it again, and that delivery is a duplicate. What counts is that one
 	// delivery processed it, and its effect ran once.
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
+	stop := consumeAll(t, h, cons, 1)
 	deadline := time.Now().Add(20 * ackWait)
 	for outs.All()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if all := outs.All(); effects.Load() != 1 || all[consumerx.Processed] != 1 || len(all) != 1+min(all[consumerx.Duplicate], 1) {
 		t.Fatalf("after a Goexit: %d effects, outcomes %v within %s; want the message redelivered and processed once",
 			effects.Load(), outs.Entries(), 20*ackWait)

@@ -302,11 +302,16 @@ func (h *Handler) acknowledge(msg jetstream.Msg, id string, o consumerx.Outcome,
 }
 
 // keepInProgress reports msgs in progress every d until stop is called
-// (stop waits for a report under way; calling it again does nothing);
-// d ≤ 0: never. With pace (Consume's), d is what pace says, asked every
-// ackRefresh at most (or every d, if shorter): a report comes when the
-// next look would be too late for d, so a d lowered on the server is kept
-// from the look that hears of it.
+// (stop waits for a report under way, and ends and waits for a look at
+// the pace; calling it again does nothing); d ≤ 0: never. With pace
+// (Consume's), d is what pace says: at a tick ackRefresh or more after
+// the last look it is looked up again, on a goroutine of its own, after
+// the reports due by the d already known, so that a slow or lost reply
+// (up to ackRefresh) holds no report back; ticks come every ackRefresh at
+// most (or every d, if shorter), and a report comes when the next tick
+// would be too late for d. A d lowered on the server is kept from the
+// answer that tells of it: a report then if one is due by it, and ticks
+// at its step from then.
 func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ackPace) (stop func()) {
 	if d <= 0 {
 		return func() {}
@@ -322,20 +327,11 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ac
 		stopped bool
 		t       *time.Timer
 		last    = time.Now() // the last report, or the delivery
+		looks   sync.WaitGroup
 	)
-	tick := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if pace != nil {
-			// It may ask the server (for up to ackRefresh): under mu, so
-			// that no request outlives stop.
-			if nd := pace.now(); nd > 0 {
-				d = nd
-			}
-		}
+	lookCtx, endLook := context.WithCancel(context.Background())
+	// report sends the reports due by d, and sets the next tick. Under mu.
+	report := func() {
 		now := time.Now()
 		if now.Sub(last) >= d-step(d) {
 			for _, m := range msgs {
@@ -345,6 +341,31 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ac
 		}
 		t.Reset(step(d))
 	}
+	tick := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		report()
+		if pace == nil || !pace.due() {
+			return
+		}
+		// Asked off the ticks: a reply that is slow or lost (up to
+		// ackRefresh) must not hold back the reports meanwhile.
+		looks.Add(1)
+		go func() {
+			defer looks.Done()
+			nd := pace.look(lookCtx)
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped || nd <= 0 || nd == d {
+				return
+			}
+			d = nd
+			report()
+		}()
+	}
 	mu.Lock()
 	t = time.AfterFunc(step(d), tick)
 	mu.Unlock()
@@ -353,6 +374,8 @@ func (h *Handler) keepInProgress(msgs []jetstream.Msg, d time.Duration, pace *ac
 		stopped = true
 		t.Stop()
 		mu.Unlock()
+		endLook() // no request outlives stop
+		looks.Wait()
 	}
 }
 
@@ -555,7 +578,9 @@ const MinInProgressEvery = 100 * time.Millisecond
 // then the reports keep the old pace, and a message whose last report is
 // older than the new AckWait is redelivered meanwhile: recognised as in
 // progress, not run twice). It is asked at a batch's in-progress ticks
-// only: a batch done before its first tick asks nothing.
+// only, after their reports and apart from them (a slow or lost reply
+// holds no report back): a batch done before its first tick asks
+// nothing.
 const ackRefresh = time.Second
 
 // ackPace is Consume's in-progress pace: a third of the shortest ack
@@ -575,19 +600,29 @@ func (a *ackPace) last() time.Duration {
 	return a.every
 }
 
-// now returns the pace, read again from the server if it was read
-// ackRefresh ago or more (the last one known if the server does not
-// answer).
-func (a *ackPace) now() time.Duration {
+// due reports whether the pace is to be read again from the server (it
+// was read ackRefresh ago or more), and if so counts it read now: a
+// look starts ackRefresh after the last at the earliest.
+func (a *ackPace) due() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if time.Since(a.asked) < ackRefresh {
-		return a.every
+		return false
 	}
 	a.asked = time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), min(infoTimeout, ackRefresh))
+	return true
+}
+
+// look returns the pace read again from the server, waiting at most
+// until ctx ends or ackRefresh passed (the last one known if the server
+// does not answer by then).
+func (a *ackPace) look(ctx context.Context) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, min(infoTimeout, ackRefresh))
 	defer cancel()
-	if info, err := a.cons.Info(ctx); err == nil {
+	info, err := a.cons.Info(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
 		if w := inProgressEvery(info.Config); w > 0 {
 			a.every = w
 		}

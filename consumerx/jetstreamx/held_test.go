@@ -59,15 +59,8 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 	if _, err := js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	stop := consumeAll(t, h, cons, 1)
+	defer stop()
 	deadline := time.Now().Add(3 * lease)
 	for outs.Final()[consumerx.Processed] == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling an outcome, not synchronising

@@ -92,15 +92,7 @@ func (m *maxDeliverTest) waitDeadLetteredOrDropped(t *testing.T) {
 
 // consume runs h.Consume on m's consumer until the test ends.
 func (m *maxDeliverTest) consume(t *testing.T, h *Handler) {
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(ctx, m.cons) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(consumeAll(t, h, m.cons, 1))
 }
 
 // The store refuses every delivery's claim (a private Redis out of

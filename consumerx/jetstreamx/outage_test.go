@@ -56,15 +56,8 @@ func TestStoreOutageDoesNotUseUpMaxDeliver(t *testing.T) {
 	if _, err := js.Publish(ctx, "orders.1", []byte("charge 1")); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	stop := consumeAll(t, h, cons, 1)
+	defer stop()
 	// The outage lasts half the time MaxDeliver deliveries take at the
 	// delay's pace (the outage's length, not a synchronisation).
 	testenv.WaitFor(t, 10*time.Second, "deliveries failing on the store", func() bool { return storeErr.Load() >= 1 })

@@ -138,16 +138,11 @@ func TestConsumePanickingMessageDeadLetteredBeforeMaxDeliver(t *testing.T) {
 	if _, err := js.Publish(ctx, "orders.1", []byte("charge 1")); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
+	stop := consumeAll(t, h, cons, 1)
 	testenv.WaitFor(t, 10*time.Second, "the message dead-lettered, or its deliveries used up", func() bool {
 		return dead.Load() == 1 || outs.All()[consumerx.Failed] >= maxDeliver
 	})
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if runs.Load() != maxAttempts || dead.Load() != 1 {
 		t.Errorf("ran %d times, dead-lettered %d; want %d runs, 1 dead letter", runs.Load(), dead.Load(), maxAttempts)
 	}

@@ -37,15 +37,8 @@ func TestMessageAtPullExpiryNotLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	stop := consumeAll(t, h, cons, 1)
+	defer stop()
 	lost := 0
 	for i := range n {
 		if _, err := js.Publish(ctx, fmt.Sprintf("orders.%d", i), []byte("charge")); err != nil {

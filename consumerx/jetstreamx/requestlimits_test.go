@@ -38,15 +38,8 @@ func TestConsumeWithinConsumerRequestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Consume(runCtx, cons) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Consume: %v", err)
-		}
-	}()
+	stop := consumeAll(t, h, cons, 1)
+	defer stop()
 	testenv.WaitFor(t, 10*time.Second, "the 10 messages run", func() bool { return runs.Load() == 10 })
 	time.Sleep(time.Second) // Consume waits for the next message
 	if _, err := js.Publish(ctx, "orders.1", []byte("charge")); err != nil {
