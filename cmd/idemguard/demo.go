@@ -280,9 +280,10 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	}
 	failed = append(failed, verdict(stdout, "distinct messages", cs.effects, cs.distinct, int64(c.messages))...)
 	fmt.Fprintln(stdout)
-	fmt.Fprintf(stdout, "guard outcomes: acquired %d, completed %d, replayed %d, in_progress %d, recovered %d, lease_lost %d\n",
+	fmt.Fprintf(stdout, "guard outcomes: acquired %d, completed %d, replayed %d, in_progress %d, recovered %d, lease_lost %d, unavailable %d\n",
 		m.Count(guard.EventAcquired), m.Count(guard.EventCompleted), m.Count(guard.EventReplayed),
-		m.Count(guard.EventInProgress), m.Count(guard.EventRecovered), m.Count(guard.EventLeaseLost))
+		m.Count(guard.EventInProgress), m.Count(guard.EventRecovered), m.Count(guard.EventLeaseLost),
+		m.Count(guard.EventUnavailable))
 	fmt.Fprintf(stdout, "done in %s\n", time.Since(start).Round(10*time.Millisecond))
 	if len(failed) > 0 {
 		return errors.New(strings.Join(failed, "; "))

@@ -70,15 +70,23 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 	ackedIDs := make(map[string]struct{}, entries)
 	handler := func(ctx context.Context, m consumerx.Message) error {
 		key := m.Metadata["msg_id"]
+		// The effect's work, then its write. Both stop when ctx ends:
+		// consumerx ends it when the lease is lost, before another
+		// consumer can take the key (docs/design.md, section 4), and the
+		// message must not be handled then; the error leaves it to be
+		// delivered again.
 		run := func(ctx context.Context, q interface {
 			ExecContext(context.Context, string, ...any) (sql.Result, error)
 		}) error {
+			if !work(ctx, c.work) {
+				return context.Cause(ctx)
+			}
 			if err := effects.record(ctx, q, "consumer", key); err != nil {
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
 				effectErr.Store(err)
 				return err
-			}
-			if c.work > 0 {
-				time.Sleep(c.work) // the business effect itself
 			}
 			return nil
 		}

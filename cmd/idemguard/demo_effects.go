@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"sync"
+	"time"
 )
 
 // demoEffects records the business effects: in memory, or as rows of a
@@ -25,9 +26,32 @@ func (e *demoEffects) record(ctx context.Context, q interface {
 		return err
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	// In memory the write is the effect. Like a statement under ctx, it is
+	// not made once the holder's context has ended (its lease lost:
+	// docs/design.md, section 4), and the check and the write are one step
+	// under the lock.
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
 	e.runs[kind+"/"+key]++
-	e.mu.Unlock()
 	return nil
+}
+
+// work is the business effect's own work, which takes d: it stops, and
+// reports false, when ctx ends first.
+func work(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // count returns the effects of kind and the distinct keys they touched.

@@ -34,13 +34,26 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, bs *backstop.B
 	orders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		executions.Add(1)
 		key := r.Header.Get(httpx.DefaultHeader)
-		if c.work > 0 {
-			time.Sleep(c.work) // the business effect itself
+		// The handler stops when its context ends: httpx.Guard ends it
+		// when the lease is lost, before another request can take the key
+		// (docs/design.md, section 4), and the order must not be placed
+		// then. The key is released (a 5xx is not stored) and the client
+		// asks again.
+		notPlaced := func() {
+			http.Error(w, "the order was not placed: "+context.Cause(r.Context()).Error(), http.StatusServiceUnavailable)
+		}
+		if !work(r.Context(), c.work) {
+			notPlaced()
+			return
 		}
 		body := fmt.Appendf(nil, `{"order":%q,"customer":%q,"number":%d}`, key, r.Context().Value(customerKey{}), seq.Add(1))
 		w.Header().Set("Content-Type", "application/json")
 		if bs == nil {
 			if err := effects.record(r.Context(), effects.db, "http", key); err != nil {
+				if r.Context().Err() != nil {
+					notPlaced()
+					return
+				}
 				effectErr.Store(err)
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
@@ -57,6 +70,10 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, bs *backstop.B
 		}
 		defer tx.Rollback()
 		if err := effects.record(r.Context(), tx, "http", key); err != nil {
+			if r.Context().Err() != nil {
+				notPlaced()
+				return
+			}
 			effectErr.Store(err)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -36,9 +36,32 @@ func init() {
 // stall of four seconds left too little of the 10 s lease for a resumed
 // process to extend in, during make test's test lanes on two cores: 73
 // effects, 14 leases lost.)
+//
+// At load 20-37 the resumed process's embedded Redis answered too late
+// for seconds more (189 "store unavailable" answers in one run): holders
+// that had placed their orders could not store them, and copies placed
+// them again once the leases ran out. A store that answers within its
+// bounds reports no call unavailable, even under a lease that really is
+// too short, so the demo's count of unavailable store calls is the
+// evidence that a round was late: a round whose report is wrong beside
+// it runs again with the lease doubled (testenv.OnTime). The handlers stop when their lease is
+// lost (TestDemoHandlerStopsWhenItsLeaseIsLost), so a lost lease alone
+// adds no effect; a round whose store answered in time checks as
+// strictly as ever.
 func TestDemoSurvivesStall(t *testing.T) {
+	testenv.OnTime(t, "a lease", 10*time.Second, 3, func(lease time.Duration) bool {
+		return demoStall(t, lease)
+	})
+}
+
+var demoUnavailable = regexp.MustCompile(`guard outcomes: .*, unavailable (\d+)`)
+
+// demoStall is a round of TestDemoSurvivesStall with the demo's --lease
+// lease; late reports that the report is wrong and the demo's store
+// calls were unavailable meanwhile (it came too late to prove anything).
+func demoStall(t *testing.T, lease time.Duration) (late bool) {
 	metrics := deadAddr(t)
-	args := []string{"--keys", "60", "--copies", "4", "--work", "3s", "--messages", "8", "--metrics", metrics}
+	args := []string{"--keys", "60", "--copies", "4", "--work", "3s", "--messages", "8", "--metrics", metrics, "--lease", lease.String()}
 	out := &lockedBuffer{}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), demoChildEnv+"="+strings.Join(args, "\x1f"))
@@ -48,10 +71,10 @@ func TestDemoSurvivesStall(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	defer func() {
 		_ = cmd.Process.Kill()
 		<-exited
-	})
+	}()
 	acquired := regexp.MustCompile(`idemguard_outcomes_total\{kind="acquired"\} (\d+)`)
 	testenv.WaitFor(t, time.Minute, "every key claimed", func() bool {
 		resp, err := http.Get("http://" + metrics + "/metrics")
@@ -74,14 +97,26 @@ func TestDemoSurvivesStall(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	select {
-	case err := <-exited:
+	case err = <-exited:
 		exited <- err
-		if err != nil {
-			t.Fatalf("demo: %v\n%s", err, out.String())
-		}
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("demo still running after 2 minutes:\n%s", out.String())
 	}
-	checkDemo(t, out.String(), 60, 8)
+	problems := demoProblems(out.String(), 60, 8)
+	if err != nil && len(problems) == 0 {
+		t.Fatalf("demo: %v\n%s", err, out.String()) // it failed for something else than its report
+	}
+	if len(problems) == 0 {
+		return false
+	}
+	if m := demoUnavailable.FindStringSubmatch(out.String()); m != nil && m[1] != "0" {
+		t.Logf("the demo's store calls were unavailable %s times; its report:\n%s", m[1], out.String())
+		return true
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	return false
 }
