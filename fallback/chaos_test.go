@@ -90,6 +90,7 @@ type slot struct {
 	// When the request reached the server, the handler began and ended,
 	// and the server was done with it: where a slow answer's time went.
 	arrived, ran, handled, served time.Time
+	completing, completed         time.Time // the holder's Complete, if any
 }
 
 // phases tells where a request's time went on the server.
@@ -102,8 +103,9 @@ func (sl *slot) phases() string {
 		}
 		return to.Sub(from).Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("claim answered %s after arrival (acquired: %t, the store took %s), handler %s, then %s to the end, served in %s",
-		since(sl.arrived, sl.at), sl.ok, since(sl.started, sl.at), since(sl.ran, sl.handled), since(sl.handled, sl.served), since(sl.arrived, sl.served))
+	return fmt.Sprintf("claim answered %s after arrival (acquired: %t, the store took %s), handler %s, then %s to the end (Complete sent %s after the handler, took %s), served in %s",
+		since(sl.arrived, sl.at), sl.ok, since(sl.started, sl.at), since(sl.ran, sl.handled), since(sl.handled, sl.served),
+		since(sl.handled, sl.completing), since(sl.completing, sl.completed), since(sl.arrived, sl.served))
 }
 
 type slotKey struct{}
@@ -114,7 +116,13 @@ type leaseTap struct {
 }
 
 func (s leaseTap) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
+	started := time.Now()
 	err := s.Store.Complete(ctx, lease, result, ttl)
+	if sl, _ := ctx.Value(slotKey{}).(*slot); sl != nil {
+		sl.mu.Lock()
+		sl.completing, sl.completed = started, time.Now()
+		sl.mu.Unlock()
+	}
 	if err != nil {
 		s.lost.Store(lease.Key.ID, true)
 	}
