@@ -31,7 +31,7 @@ func TestCommitHoldsRowUntilTxEnds(t *testing.T) {
 	s := backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b)
 
 	t.Run("commit", func(t *testing.T) {
-		err, rows, _ := payAfterRow(t, db, b, s, time.Second, false)
+		rows, _, err := payAfterRow(t, db, b, s, time.Second, false)
 		if err == nil || rows != 0 {
 			t.Fatalf("work after Commit past the lease: %v, %d payments; want the run ended, none", err, rows)
 		}
@@ -45,7 +45,7 @@ func TestCommitHoldsRowUntilTxEnds(t *testing.T) {
 		// every extension back whatever the lease, so every round is then
 		// lost and the test fails.
 		testenv.OnTime(t, "a lease", time.Second, 3, func(lease time.Duration) bool {
-			err, rows, lost := payAfterRow(t, db, b, s, lease, true)
+			rows, lost, err := payAfterRow(t, db, b, s, lease, true)
 			if (err != nil || rows != 1) && lost {
 				t.Logf("the lease of %s was lost: %v, %d payments", lease, err, rows)
 				return true
@@ -60,10 +60,10 @@ func TestCommitHoldsRowUntilTxEnds(t *testing.T) {
 
 // payAfterRow runs one key through g: a transaction that writes the key's
 // row (CommitStep if step, else Commit), works three leases, then inserts
-// a payment and commits. It returns Do's error, how many payments the
-// key has after, and whether the run's context ended because its lease
-// was lost.
-func payAfterRow(t *testing.T, db *sql.DB, b *backstop.Backstop, s guard.Store, lease time.Duration, step bool) (_ error, payments int, lost bool) {
+// a payment and commits. It returns how many payments the key has after,
+// whether the run's context ended because its lease was lost, and Do's
+// error.
+func payAfterRow(t *testing.T, db *sql.DB, b *backstop.Backstop, s guard.Store, lease time.Duration, step bool) (payments int, lost bool, _ error) {
 	t.Helper()
 	g := guard.New(s, guard.Options{Lease: lease})
 	key := newKey(t)
@@ -96,5 +96,5 @@ func payAfterRow(t *testing.T, db *sql.DB, b *backstop.Backstop, s guard.Store, 
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM payments WHERE key = $1`, key.String()).Scan(&payments); err != nil {
 		t.Fatal(err)
 	}
-	return err, payments, run != nil && errors.Is(context.Cause(run), guard.ErrLeaseLost)
+	return payments, run != nil && errors.Is(context.Cause(run), guard.ErrLeaseLost), err
 }
