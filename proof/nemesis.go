@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // FaultKind makes one random fault of a kind from a seeded source.
@@ -160,7 +162,7 @@ func (n *Nemesis) Run(ctx context.Context) error {
 	const batch = 64
 	for i := 0; ; i += batch {
 		for _, s := range Schedule(n.opts, i+batch)[i:] {
-			if !wait(ctx, s.Gap) {
+			if !wait.For(ctx, s.Gap) {
 				return nil
 			}
 			var names []string
@@ -175,7 +177,7 @@ func (n *Nemesis) Run(ctx context.Context) error {
 				n.applied = append(n.applied, fmt.Sprintf("+%s %s for %s", time.Since(start).Round(time.Millisecond), f, s.Hold.Round(time.Millisecond)))
 				n.mu.Unlock()
 			}
-			wait(ctx, s.Hold)
+			wait.For(ctx, s.Hold)
 			if err := n.removeAll(names); err != nil {
 				return err
 			}
@@ -201,16 +203,4 @@ func (n *Nemesis) Applied() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]string(nil), n.applied...)
-}
-
-// wait waits d or until ctx is done; it reports whether d passed.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // doBatch runs Guard.DoBatch over two to six of keys (now and then one
@@ -36,7 +37,7 @@ func doBatch(ctx context.Context, t *testing.T, g *guard.Guard, wins *Windows, b
 		if l.Recovered {
 			st.recovered.Add(1)
 		}
-		if !wait(ctx, thinks[i]) || !win.Live(ctx) {
+		if !wait.For(ctx, thinks[i]) || !win.Live(ctx) {
 			return nil, context.Cause(ctx)
 		}
 		switch {

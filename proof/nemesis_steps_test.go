@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // The nemesis runs' step keys: effects of two steps that fail, panic or
@@ -89,7 +90,7 @@ func stepEffect(t *testing.T, vals *stepValues, st *stats, mode int, think time.
 		case mode < 18:
 			panic(errTransient)
 		}
-		if !wait(ctx, think) {
+		if !wait.For(ctx, think) {
 			return nil, context.Cause(ctx)
 		}
 		b, err := guard.Step(ctx, l, "b", stamp("b"))

@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // workload says how much a nemesis run does.
@@ -290,7 +291,7 @@ func doOnce(ctx context.Context, t *testing.T, g *guard.Guard, wins *Windows, bk
 		if l.Recovered {
 			st.recovered.Add(1)
 		}
-		if !wait(ctx, think) || !win.Live(ctx) {
+		if !wait.For(ctx, think) || !win.Live(ctx) {
 			return nil, context.Cause(ctx)
 		}
 		switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // These tests cut a holder off from Redis while its effect runs, the way
@@ -75,7 +76,7 @@ func holder(ctx context.Context, g *guard.Guard, key guard.Key, tr *trial, got c
 				return nil, context.Cause(ctx)
 			}
 			tr.lastA = now
-			wait(ctx, 2*time.Millisecond)
+			wait.For(ctx, 2*time.Millisecond)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // Windows records when each holder's effect acted, per key, so that a
@@ -73,7 +74,7 @@ func (e *Effect) Steps(ctx context.Context, d, step time.Duration) bool {
 		if !time.Now().Before(end) {
 			return true
 		}
-		wait(ctx, min(step, time.Until(end)))
+		wait.For(ctx, min(step, time.Until(end)))
 	}
 	return false
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/redisstream"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // The demo's consumer storm: a Redis Stream with duplicates, consumed by
@@ -78,7 +79,7 @@ func consumerStorm(ctx context.Context, c demoConfig, rdb *redis.Client, prefix 
 		run := func(ctx context.Context, q interface {
 			ExecContext(context.Context, string, ...any) (sql.Result, error)
 		}) error {
-			if !work(ctx, c.work) {
+			if !wait.For(ctx, c.work) {
 				return context.Cause(ctx)
 			}
 			if err := effects.record(ctx, q, "consumer", key); err != nil {

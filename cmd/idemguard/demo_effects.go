@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"strings"
 	"sync"
-	"time"
 )
 
 // demoEffects records the business effects: in memory, or as rows of a
@@ -36,22 +35,6 @@ func (e *demoEffects) record(ctx context.Context, q interface {
 	}
 	e.runs[kind+"/"+key]++
 	return nil
-}
-
-// work is the business effect's own work, which takes d: it stops, and
-// reports false, when ctx ends first.
-func work(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // count returns the effects of kind and the distinct keys they touched.

@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/wait"
 	"github.com/idemguard/idemguard/inventory"
 )
 
@@ -42,7 +43,7 @@ func httpStorm(ctx context.Context, c demoConfig, g *guard.Guard, bs *backstop.B
 		notPlaced := func() {
 			http.Error(w, "the order was not placed: "+context.Cause(r.Context()).Error(), http.StatusServiceUnavailable)
 		}
-		if !work(r.Context(), c.work) {
+		if !wait.For(r.Context(), c.work) {
 			notPlaced()
 			return
 		}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
-	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // Defaults for Options.

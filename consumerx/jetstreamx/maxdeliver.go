@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemguard/idemguard/consumerx"
-	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // ErrMaxDeliver is the cause of dead-lettering a message on the last

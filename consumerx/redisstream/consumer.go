@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/consumerx"
-	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // Defaults for Options.

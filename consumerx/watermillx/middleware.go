@@ -27,8 +27,8 @@ import (
 
 	"github.com/idemguard/idemguard/consumerx"
 	"github.com/idemguard/idemguard/consumerx/internal/panicerr"
-	"github.com/idemguard/idemguard/consumerx/internal/wait"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // DefaultInProgressDelay is how long a message that is in progress in

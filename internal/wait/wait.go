@@ -1,4 +1,6 @@
-// Package wait is the pause the consumer adapters take between tries.
+// Package wait is a pause that ends early with its context: the consumer
+// adapters take it between tries, the demo's effects and the proof drills
+// for their work.
 package wait
 
 import (
