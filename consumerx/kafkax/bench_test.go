@@ -23,14 +23,17 @@ import (
 // on the real Redis and with the bare handler (the same loop: polls of at
 // most 16 records, partitions at once, one commit per poll; without the
 // claims and completions), 16 group members on 16 partitions, in one run.
-// Compare the msgs/s metrics; allocs/op is per record.
+// The floor row runs the bare handler between one pipeline of SET NX and
+// one of SET per poll (consumertest.Floor): the most a guard making those
+// two round trips could reach. Compare the msgs/s metrics; allocs/op is
+// per record.
 //
 //	go test -run XXX -bench Consume -benchtime 20000x -benchmem ./consumerx/kafkax/
 func BenchmarkConsume(b *testing.B) {
 	const members = 16
-	for _, mode := range []string{"plain", "guard"} {
+	for _, mode := range []string{"plain", "floor", "guard"} {
 		b.Run(mode, func(b *testing.B) {
-			g, rdb, _ := consumertest.Guard(b, guard.Options{})
+			g, rdb, prefix := consumertest.Guard(b, guard.Options{})
 			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(members, "orders"))
 			if err != nil {
 				b.Fatal(err)
@@ -71,8 +74,18 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			batch := func(c *Consumer) batchFunc {
 				inner := batchFunc(c.guarded)
-				if mode == "plain" {
+				switch mode {
+				case "plain":
 					inner = consumertest.Plain(h)
+				case "floor":
+					plain := consumertest.Plain(h)
+					inner = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
+						var res []consumerx.BatchResult
+						if err := consumertest.Floor(ctx, rdb, prefix, msgs, func() { res = plain(ctx, msgs) }); err != nil && ctx.Err() == nil {
+							b.Error(err)
+						}
+						return res
+					}
 				}
 				return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
 					batches.Add(1)

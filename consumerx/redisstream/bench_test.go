@@ -20,15 +20,17 @@ import (
 // real Redis, with the guard and with the bare handler (the same loop,
 // XREADGROUP of 16 and one XACK per batch, without the batch's claims and
 // completions), with the same 16 consumers in one run, each running 1 or 8
-// entries of a batch at once. Compare the msgs/s metrics; allocs/op is per
-// message.
+// entries of a batch at once. The floor rows run the bare handler between
+// one pipeline of SET NX and one of SET per batch (consumertest.Floor): the
+// most a guard making those two round trips could reach. Compare the
+// msgs/s metrics; allocs/op is per message.
 //
 //	go test -run XXX -bench Consume -benchtime 20000x -benchmem ./consumerx/redisstream/
 func BenchmarkConsume(b *testing.B) {
 	for _, bc := range []struct {
 		mode        string
 		concurrency int
-	}{{"plain", 1}, {"guard", 1}, {"plain", 8}, {"guard", 8}} {
+	}{{"plain", 1}, {"floor", 1}, {"guard", 1}, {"plain", 8}, {"floor", 8}, {"guard", 8}} {
 		mode := bc.mode
 		b.Run(fmt.Sprintf("%s/concurrency=%d", mode, bc.concurrency), func(b *testing.B) {
 			g, rdb, prefix := consumertest.Guard(b, guard.Options{})
@@ -65,8 +67,11 @@ func BenchmarkConsume(b *testing.B) {
 			done := make(chan struct{}, consumers)
 			for _, c := range cs {
 				batch := c.guarded
-				if mode == "plain" {
+				switch mode {
+				case "plain":
 					batch = plain(h, bc.concurrency)
+				case "floor":
+					batch = floor(b, rdb, prefix, plain(h, bc.concurrency))
 				}
 				go func() { _ = c.loop(runCtx, batch); done <- struct{}{} }()
 			}
@@ -102,6 +107,17 @@ func plain(h consumerx.Handler, concurrency int) batchFunc {
 			})
 		}
 		wg.Wait()
+		return acked
+	}
+}
+
+// floor runs inner between consumertest.Floor's native writes.
+func floor(b *testing.B, rdb *redis.Client, prefix string, inner batchFunc) batchFunc {
+	return func(ctx context.Context, msgs []consumerx.Message) []bool {
+		var acked []bool
+		if err := consumertest.Floor(ctx, rdb, prefix, msgs, func() { acked = inner(ctx, msgs) }); err != nil && ctx.Err() == nil {
+			b.Error(err)
+		}
 		return acked
 	}
 }

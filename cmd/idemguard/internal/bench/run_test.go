@@ -105,6 +105,9 @@ func TestEveryScenarioMiniredis(t *testing.T) {
 		if r.Scenario == Replay && r.Effects != 0 {
 			t.Errorf("replay ran %d effects", r.Effects)
 		}
+		if (r.Scenario == HTTPGetAuto || r.Scenario == HTTPSetNXSetAuto) && r.RoundTripsPerOp == 0 {
+			t.Errorf("%s: no round trip to Redis", r.Scenario)
+		}
 	}
 	if n, _ := tg.client.DBSize(context.Background()).Result(); n != 0 {
 		t.Errorf("%d keys left behind", n)
@@ -138,6 +141,32 @@ func TestStormRedis(t *testing.T) {
 	}
 	if fresh.Ratio <= 0 || fresh.RoundTripsPerOp != 2 {
 		t.Errorf("fresh-unpipelined: ratio %v, %v round trips/op; want a ratio, 2", fresh.Ratio, fresh.RoundTripsPerOp)
+	}
+	n, err := tg.client.Keys(context.Background(), tg.prefix+"*").Result()
+	if err != nil || len(n) != 0 {
+		t.Errorf("keys left behind: %d (%v)", len(n), err)
+	}
+}
+
+// The http floors make the native calls they stand for, and nothing
+// more: a GET per request, a SET NX and a SET per request.
+func TestHTTPFloorsRedis(t *testing.T) {
+	tg := openRedis(t)
+	results, err := tg.RunAll(context.Background(), []string{HTTPGetAuto, HTTPSetNXSetAuto}, []int{8}, Options{Concurrency: 8, Keys: 50, Ops: 400}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(rowNames(results)); got != "[http-plain http-get-auto http-plain http-setnx+set-auto]" {
+		t.Fatalf("rows %s", got)
+	}
+	// Other clients share the server: at least the floor's own commands.
+	for _, c := range []struct {
+		r    Result
+		want float64
+	}{{results[1], 1}, {results[3], 2}} {
+		if math.IsNaN(c.r.CommandsPerOp) || c.r.CommandsPerOp < c.want || c.r.Ratio <= 0 {
+			t.Errorf("%s: %v redis commands/op (want at least %v), ratio %v", c.r.Scenario, c.r.CommandsPerOp, c.want, c.r.Ratio)
+		}
 	}
 	n, err := tg.client.Keys(context.Background(), tg.prefix+"*").Result()
 	if err != nil || len(n) != 0 {
@@ -255,6 +284,7 @@ func TestPlan(t *testing.T) {
 		{[]string{SetNXSetAuto, Fresh, ClaimComplete}, []string{SetNXSetAuto, Fresh, SetNXSetAuto, ClaimComplete}},
 		{[]string{Get, ReplayUnpipelined, SetNXSetPipe}, []string{Get, ReplayUnpipelined, SetNXSetPipe}},
 		{[]string{HTTP, HTTPReplay}, []string{HTTPPlain, HTTP, HTTPPlain, HTTPReplay}},
+		{[]string{HTTPReplay, HTTPGetAuto}, []string{HTTPPlain, HTTPReplay, HTTPPlain, HTTPGetAuto}},
 	} {
 		if got := Plan(c.in); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("Plan(%v) = %v, want %v", c.in, got, c.want)

@@ -329,19 +329,29 @@ func prepareSetNXSetPipe(_ context.Context, e *env) (op, error) {
 	}, nil
 }
 
+// storeResults stores the row's result under name(i) for i < n, for
+// Options.TTL, in pipelines of 500.
+func (e *env) storeResults(ctx context.Context, n int64, name func(int64) string) error {
+	res := e.result()
+	for start := int64(0); start < n; start += 500 {
+		_, err := e.t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := start; i < min(start+500, n); i++ {
+				p.Set(ctx, name(i), res, e.opts.TTL)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func prepareGet(auto bool) func(context.Context, *env) (op, error) {
 	return func(ctx context.Context, e *env) (op, error) {
 		res, keys := e.result(), int64(e.opts.Keys)
-		for start := int64(0); start < keys; start += 500 {
-			_, err := e.t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i := start; i < min(start+500, keys); i++ {
-					p.Set(ctx, e.plainKey(i), res, e.opts.TTL)
-				}
-				return nil
-			})
-			if err != nil {
-				return nil, err
-			}
+		if err := e.storeResults(ctx, keys, e.plainKey); err != nil {
+			return nil, err
 		}
 		c, err := e.cmdable(auto)
 		if err != nil {
