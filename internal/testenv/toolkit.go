@@ -6,20 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/wait"
 )
 
 // EndsWithin reports whether ctx is done within d: a holder whose context
 // must end by a deadline is given d of grace past it.
-func EndsWithin(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
-}
+func EndsWithin(ctx context.Context, d time.Duration) bool { return !wait.For(ctx, d) }
 
 // WaitFor polls cond every millisecond (backing off to 20 ms) until it
 // holds, and fails the test naming what it waited for when limit passes
