@@ -78,14 +78,7 @@ func BenchmarkConsume(b *testing.B) {
 				case "plain":
 					inner = consumertest.Plain(h)
 				case "floor":
-					plain := consumertest.Plain(h)
-					inner = func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
-						var res []consumerx.BatchResult
-						if err := consumertest.Floor(ctx, rdb, prefix, msgs, func() { res = plain(ctx, msgs) }); err != nil && ctx.Err() == nil {
-							b.Error(err)
-						}
-						return res
-					}
+					inner = consumertest.Floor(b, rdb, prefix, consumertest.Plain(h))
 				}
 				return func(ctx context.Context, msgs []consumerx.Message) []consumerx.BatchResult {
 					batches.Add(1)

@@ -71,7 +71,7 @@ func BenchmarkConsume(b *testing.B) {
 				case "plain":
 					batch = plain(h, bc.concurrency)
 				case "floor":
-					batch = floor(b, rdb, prefix, plain(h, bc.concurrency))
+					batch = consumertest.Floor(b, rdb, prefix, plain(h, bc.concurrency))
 				}
 				go func() { _ = c.loop(runCtx, batch); done <- struct{}{} }()
 			}
@@ -107,17 +107,6 @@ func plain(h consumerx.Handler, concurrency int) batchFunc {
 			})
 		}
 		wg.Wait()
-		return acked
-	}
-}
-
-// floor runs inner between consumertest.Floor's native writes.
-func floor(b *testing.B, rdb *redis.Client, prefix string, inner batchFunc) batchFunc {
-	return func(ctx context.Context, msgs []consumerx.Message) []bool {
-		var acked []bool
-		if err := consumertest.Floor(ctx, rdb, prefix, msgs, func() { acked = inner(ctx, msgs) }); err != nil && ctx.Err() == nil {
-			b.Error(err)
-		}
 		return acked
 	}
 }

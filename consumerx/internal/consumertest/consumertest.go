@@ -263,13 +263,25 @@ func Plain(h consumerx.Handler) func(context.Context, []consumerx.Message) []con
 	}
 }
 
-// Floor runs a batch's unguarded handling (run) between the native Redis
+// Floor wraps inner, a batch's unguarded handling, in the native Redis
 // writes no guard can do with less: one pipeline of SET NX PX, a key per
 // message, before it, and one of SET PX after. The adapters' benchmarks
 // run it as their floor rows: a guarded row's ratio to plain set beside
 // the most any guard making these two round trips per batch could reach.
-// run runs once whatever Redis answers, so a benchmark's run still ends.
-func Floor(ctx context.Context, rdb redis.Cmdable, prefix string, msgs []consumerx.Message, run func()) error {
+// inner runs once whatever Redis answers, so a benchmark's run still ends;
+// an error of the writes fails tb, unless the batch's context had ended.
+func Floor[R any](tb testing.TB, rdb redis.Cmdable, prefix string, inner func(context.Context, []consumerx.Message) R) func(context.Context, []consumerx.Message) R {
+	return func(ctx context.Context, msgs []consumerx.Message) R {
+		var r R
+		if err := floorWrites(ctx, rdb, prefix, msgs, func() { r = inner(ctx, msgs) }); err != nil && ctx.Err() == nil {
+			tb.Error(err)
+		}
+		return r
+	}
+}
+
+// floorWrites runs run between Floor's two pipelines.
+func floorWrites(ctx context.Context, rdb redis.Cmdable, prefix string, msgs []consumerx.Message, run func()) error {
 	claims, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range msgs {
 			p.SetNX(ctx, prefix+"floor:"+msgs[i].ID, "token", 30*time.Second)
