@@ -233,7 +233,8 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		recs, stopped, rewind := tr.done()
 		// A revoked partition given back (an eager rebalance while the
 		// poll waited) is fetched again from its records skipped, and one
-		// stopped for a waiting rebalance from its first not acknowledged.
+		// stopped for a waiting rebalance, or left unfinished by this Run's
+		// end, from its first not acknowledged.
 		c.client.SetOffsets(rewind)
 		if stopped || ctx.Err() != nil {
 			break

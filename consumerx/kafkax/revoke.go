@@ -264,7 +264,10 @@ func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs 
 // back (an eager rebalance gives a member the partitions it had) is
 // fetched on past the poll's records, which may not have run, and the
 // next poll's commit would pass them (kgo.Client.SetOffsets skips a
-// partition the member does not hold).
+// partition the member does not hold). A partition left unfinished goes
+// back to its first record not acknowledged, for the same reason: a Run
+// started again on the client (after this one stopped) would otherwise
+// fetch on past records that never ran and commit past them.
 func (tr *tracker) done() (commit []*kgo.Record, stopped bool, rewind map[string]map[int32]kgo.EpochOffset) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -283,6 +286,9 @@ func (tr *tracker) done() (commit []*kgo.Record, stopped bool, rewind map[string
 				}
 			case pt.stopped.Load():
 				stopped = true
+				if n := int(pt.acked.Load()); n < len(pt.recs) {
+					rewind = rewindTo(rewind, tp, pt.recs[n])
+				}
 			default:
 				commit = append(commit, pt.recs...)
 			}
