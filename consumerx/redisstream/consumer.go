@@ -259,8 +259,8 @@ func (c *Consumer) Processor() *consumerx.Processor { return c.proc }
 // failures and releases in one more, then one XACK for the entries to
 // acknowledge. Pending entries XAUTOCLAIM reports deleted from the stream
 // are dead-lettered (ErrDeleted) unless their records show their effects
-// completed; one still running elsewhere, or with no record yet (for
-// MinIdle), is watched (at most 1024 at once), its record read again at
+// completed; one still running elsewhere, or with no record yet or a
+// failed one that may be claimed again (for MinIdle), is watched (at most 1024 at once), its record read again at
 // the start of each reclaim pass until it settles. Once ctx is cancelled it sends nothing more but the answers for
 // deleted entries (Redis has dropped them from the pending list and will
 // not name them again): those just reported, and, as Run returns, one

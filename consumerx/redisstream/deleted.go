@@ -17,13 +17,15 @@ import (
 
 // ErrDeleted is the cause an entry is dead-lettered with when it was
 // deleted from the stream (XDEL, XTRIM, MAXLEN) while pending and its
-// record shows its effect did not complete and will not: failed, none
-// (released or expired; still none MinIdle after it was found deleted, for
-// the consumer that has just read it may not have claimed it yet), or
-// pending with its lease run out and nobody holding it (the consumer then
-// records its holder's attempt failed first, so that a holder running past
-// its lease cannot complete it after the dead letter). Its fields are
-// gone, so it cannot run. One still running elsewhere (its holder's lease
+// record shows its effect did not complete and will not: none (released
+// or expired), failed, or pending with its lease run out and nobody
+// holding it (the consumer then records its holder's attempt failed
+// first, so that a holder running past its lease cannot complete it after
+// the dead letter); in each case still so MinIdle after it was found
+// deleted, for a consumer that has just read it (its claim on the way)
+// may yet claim it, a failed record as a new one, and run it (a failed
+// record whose attempts ran out is dead-lettered at once: no claim takes
+// it). Its fields are gone, so it cannot run again after that. One still running elsewhere (its holder's lease
 // alive) is watched until its record settles, not dead-lettered while it
 // runs (see Consumer.Run). Two cases
 // are dead-lettered without that knowledge, and say so in the cause: with
@@ -119,16 +121,20 @@ func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, m
 //     recently it was delivered; MinIdle does not protect it). It is
 //     watched: its record is read again at the start of each reclaim pass
 //     (see recheck) until it settles, one way or the other;
-//   - failed: dead-lettered, the record named in the cause;
+//   - none (released, expired, or not yet claimed by the consumer that
+//     has just read it: its XREADGROUP or XAUTOCLAIM answered, its claim
+//     on the way): watched for MinIdle, as a pending entry waits MinIdle
+//     before it is taken over, then dead-lettered if there is still none
+//     (at once as Run returns);
+//   - failed: watched for MinIdle likewise, since a failed record is
+//     claimed again as a new one is (a retry by a consumer that has just
+//     read the entry), then dead-lettered if still failed, the record
+//     named in the cause; at once if its attempts ran out
+//     (Processor.MaxAttempts), for no claim takes it then;
 //   - pending with its lease run out and nobody holding it: its holder's
 //     attempt recorded failed first (see takeOver: its holder, were it
 //     still running past its lease, can no longer complete it), then
-//     dead-lettered;
-//   - none (released, expired, or not yet claimed by the consumer that
-//     has just read it: its XREADGROUP answered, its claim on the way):
-//     watched for MinIdle, as a pending entry waits MinIdle before it is
-//     taken over, then dead-lettered if there is still none (at once as
-//     Run returns);
+//     watched as a failed one;
 //   - unreadable: dead-lettered, unless it is watched and the lease it
 //     last showed (or its MinIdle without a record) has not yet run out:
 //     it is read again on the next pass (as Run returns, one whose lease
@@ -159,8 +165,9 @@ var maxWatched = 1024
 // yet.
 type watched struct {
 	until time.Time // when the lease the record last showed runs out (unclaimed: when to stop waiting for a claim)
-	// unclaimed: it had no record when first found deleted, and is read
-	// again until a claim shows up, for MinIdle.
+	// unclaimed: it had no live holder when first found deleted (no
+	// record, or a failed one), and is read again until a claim shows up,
+	// for MinIdle.
 	unclaimed bool
 }
 
@@ -205,6 +212,22 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 	for _, id := range ids {
 		msg := consumerx.Message{ID: ID(c.opts.Stream, id), Metadata: map[string]string{}, Raw: redis.XMessage{ID: id}}
 		w := c.watch[id]
+		// awaiting reports whether id, whose record shows no live holder
+		// (none, or failed after attempt attempts), waits (now, or still)
+		// for a claim by a consumer that may have just read it: for
+		// MinIdle from when it was first found so, unless Run is
+		// returning, too many are watched, or its attempts ran out (no
+		// claim can take it then).
+		awaiting := func(attempt int) bool {
+			switch {
+			case last, c.proc.MaxAttempts() > 0 && attempt >= c.proc.MaxAttempts():
+				return false
+			case w == nil && len(c.watch) < maxWatched:
+				c.watch[id] = &watched{until: time.Now().Add(c.opts.MinIdle), unclaimed: true}
+				return true
+			}
+			return w != nil && w.unclaimed && time.Now().Before(w.until)
+		}
 		record := "unknown: Options.Process.Key reads the fields"
 		if c.opts.Process.Key == nil {
 			rec, err := c.record(ctx, msg)
@@ -238,14 +261,7 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 				ack = append(ack, id)
 				continue
 			case errors.Is(err, guard.ErrNotFound):
-				if !last && w == nil && len(c.watch) < maxWatched {
-					// The consumer that read it may not have claimed it
-					// yet (its XREADGROUP answered, its claim on the
-					// way): look again for MinIdle.
-					c.watch[id] = &watched{until: time.Now().Add(c.opts.MinIdle), unclaimed: true}
-					continue
-				}
-				if !last && w != nil && w.unclaimed && time.Now().Before(w.until) {
+				if awaiting(0) {
 					continue
 				}
 				record = "none"
@@ -276,11 +292,19 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 					}
 					record = fmt.Sprintf("%s, lease left %s", guard.InProgress, out.LeaseLeft)
 				case terr == nil:
+					// Failed now: a consumer that has just read it may
+					// claim it again, as any failed record.
+					if awaiting(rec.Attempt) {
+						continue
+					}
 					record = fmt.Sprintf("%s, attempt %d, lease run out; recorded failed, so that its holder cannot complete it", rec.State, rec.Attempt)
 				default:
 					record = fmt.Sprintf("%s, attempt %d, lease run out; not recorded failed: %v", rec.State, rec.Attempt, terr)
 				}
-			default:
+			default: // failed
+				if awaiting(rec.Attempt) {
+					continue
+				}
 				record = fmt.Sprintf("%s, attempt %d", rec.State, rec.Attempt)
 			}
 		}
