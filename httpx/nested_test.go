@@ -165,6 +165,54 @@ func TestNestedGuardInFlightNotStored(t *testing.T) {
 	}
 }
 
+// TestNestedGuardsThreeInFlightNotStored: three Guards over one store (a
+// router's by Idempotency-Key, a route group's by another header, a
+// route's by a body field). When the innermost answers 409 (its key in
+// flight), the middle one releases its key, and so must the outermost: it
+// stored the 409 as its key's answer for the TTL, and the client's retries
+// with that key got it replayed though the handler never ran for them.
+func TestNestedGuardsThreeInFlightNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("placed"))
+	})
+	base := httpx.Options{SingleCaller: true, Logger: testenv.Logger(t)}
+	group, route := base, base
+	group.Header = "X-Group-Key"
+	route.Key = httpx.KeyFromBody("/order")
+	srv, c := serve(t, httpx.Guard(e.g, base)(httpx.Guard(e.g, group)(httpx.Guard(e.g, route)(h))))
+
+	first := make(chan reply, 1)
+	go func() {
+		first <- do(t, c, "POST", srv.URL+"/orders", `{"order":"o-1"}`, with(key("k1"), []string{"X-Group-Key", "g1"})...)
+	}()
+	<-entered
+	// New router and group keys, the order the first request holds: the
+	// route's Guard answers 409.
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-1"}`, with(key("k2"), []string{"X-Group-Key", "g2"})...)
+	close(release)
+	if a := <-first; a.status != http.StatusCreated {
+		t.Fatalf("first: %d %q", a.status, a.body)
+	}
+	if r.status != http.StatusConflict {
+		t.Fatalf("a copy while the order runs: %d %q, want the route's 409", r.status, r.body)
+	}
+	r = do(t, c, "POST", srv.URL+"/orders", `{"order":"o-1"}`, with(key("k2"), []string{"X-Group-Key", "g2"})...)
+	if r.status != http.StatusCreated || string(r.body) != "placed" {
+		t.Fatalf("the copy's retry once the order ran: %d replayed %v %q, want the order's 201", r.status, r.replayed(), r.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
 // TestNestedGuardClientLeftNotStored: an inner Guard (keyed by a body
 // field, with Wait) whose client leaves while it waits for its key's first
 // request answers nothing; the outer Guard stored that as a 200 without a

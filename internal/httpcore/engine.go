@@ -853,7 +853,11 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 		// CommitResponse answered without committing, or a Guard inside
 		// this one answered "retry later" (unfinished): nothing is final.
 		// (One that committed stays the answer, whatever a later call
-		// refused.)
+		// refused.) A Guard around this one hears it too: the inner
+		// answer is not final for its key either.
+		if info.unfinished {
+			unfinished(r)
+		}
 		m.end.Release(held)
 		resp.Send()
 		return
