@@ -448,11 +448,24 @@ func TestDeletedEntryRunningElsewherePastTheWatchCapDeadLetteredAtOnce(t *testin
 
 // Consumer a's XREADGROUP has handed it entry 1-1, and its claim is still
 // on the way, when the entry is deleted from the stream and consumer b's
-// reclaim pass finds it deleted with no record yet. b does not dead-letter
-// it on that first look: a claims it and completes it, and there is no
-// dead letter.
+// reclaim pass finds it deleted with no live holder: no record yet, an
+// earlier attempt failed (attempts left), or an earlier holder's lease run
+// out (b records that attempt failed). b does not dead-letter it on that
+// first look: a claims it (a failed record is claimed again as a new one)
+// and completes it, and there is no dead letter, whose re-drive would run
+// the effect a second time.
 func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T) {
-	e := newEnv(t, guard.Options{})
+	for _, earlier := range []string{"none", "failed", "lease run out"} {
+		t.Run(earlier, func(t *testing.T) { deletedReadNotYetClaimed(t, earlier) })
+	}
+}
+
+func deletedReadNotYetClaimed(t *testing.T, earlier string) {
+	opts := guard.Options{}
+	if earlier == "lease run out" {
+		opts.Lease = 200 * time.Millisecond // the earlier holder's, run out below
+	}
+	e := newEnv(t, opts)
 	ctx := context.Background()
 	stream := e.prefix + "orders"
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-1", Values: []any{"payload", "charge 1"}}).Err(); err != nil {
@@ -465,12 +478,32 @@ func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T
 		ran.Add(1)
 		return nil
 	}, Options{Stream: stream, Group: "billing", Consumer: "a"})
+	key, err := a.Processor().Key(consumerx.Message{ID: ID(stream, "1-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if earlier != "none" { // an earlier attempt, 1 of 5
+		held, err := e.g.Claim(ctx, key, defaultFingerprint("charge 1"))
+		if err != nil || held.Status != guard.Acquired {
+			t.Fatalf("claim = %+v, %v", held, err)
+		}
+		if earlier == "failed" {
+			if err := e.g.Fail(ctx, held.Lease, errors.New("card service down")); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			testenv.WaitFor(t, 10*time.Second, "the earlier holder's lease to run out", func() bool {
+				rec, err := e.g.Get(ctx, key)
+				return err == nil && rec.State == guard.StatePending && rec.LeaseLeft == 0
+			})
+		}
+	}
 	b := &passes{consumer: "b"}
 	e.rdb.AddHook(b)
 	dead := &deadLetters{}
 	bc := e.consumer(func(context.Context, consumerx.Message) error { return nil },
 		// MinIdle, how long b waits for a claim of an entry found deleted
-		// with no record, is far longer than a's claim takes; Redis 7
+		// with no live holder, is far longer than a's claim takes; Redis 7
 		// names deleted entries whatever it is.
 		Options{Stream: stream, Group: "billing", Consumer: "b", MinIdle: 5 * time.Second, ClaimEvery: 10 * time.Millisecond,
 			Process: consumerx.Options{DeadLetter: dead.hook}})
@@ -478,8 +511,6 @@ func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T
 	<-gate.read // a has read 1-1 and not claimed it
 	stopB := deleteThenReclaim(t, e, stream, bc, b)
 	close(gate.open)
-	testenv.WaitFor(t, 10*time.Second, "a's effect", func() bool { return ran.Load() == 1 })
-	key := guard.Key{Scope: consumerx.ScopePrefix + "billing", ID: ID(stream, "1-1")}
 	testenv.WaitFor(t, 10*time.Second, "a's effect completed", func() bool {
 		rec, err := e.g.Get(ctx, key)
 		return err == nil && rec.State == guard.StateCompleted
@@ -487,6 +518,9 @@ func TestDeletedEntryReadButNotYetClaimedCompletesWithoutDeadLetter(t *testing.T
 	b.wait(t, 2)
 	stopB()
 	stopA()
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("effect ran %d times, want 1", n)
+	}
 	if n := dead.len(); n != 0 {
 		t.Errorf("dead-lettered %v (%v); its effect completed", dead.ids, dead.causes)
 	}
