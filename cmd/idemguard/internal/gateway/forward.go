@@ -544,10 +544,14 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 				// scoped by caller, so an upstream deduplicating on it
 				// could answer one caller with another's result. Only
 				// the derived key goes (when forward_key_header names a
-				// header), whatever the client's is called.
-				if h := rt.cfg.Key.Header; h != "" {
-					pr.Out.Header.Del(h)
+				// header), whatever the client's is called: the route's
+				// key header, or on a body or computed route the default
+				// one (a computed key takes the client's from it).
+				clientKey := rt.cfg.Key.Header
+				if clientKey == "" {
+					clientKey = httpx.DefaultHeader
 				}
+				pr.Out.Header.Del(clientKey)
 				if keyHeader != "" {
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}

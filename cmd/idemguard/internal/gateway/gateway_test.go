@@ -312,26 +312,36 @@ func TestLargeResponseStreams(t *testing.T) {
 
 // The client's own key never reaches the upstream, which may deduplicate
 // on it across callers: with forward_key_header renamed only the derived
-// key goes (under that name), and with none no key goes at all.
+// key goes (under that name), and with none no key goes at all; on a
+// route keyed by the header, by a body field or computed (which takes the
+// client's Idempotency-Key when it sends one: it went through as it came,
+// and an upstream deduplicating on it answered one caller with another's
+// result).
 func TestClientKeyNotForwarded(t *testing.T) {
-	for name, forward := range map[string]string{"renamed": "X-Upstream-Key", "none": `""`} {
-		t.Run(name, func(t *testing.T) {
-			u := newUpstream(t)
-			e := startGateway(t, "forward_key_header: "+forward+basicConfig, u.URL)
-			if r := post(t, e.srv.URL+"/orders", "k-raw", `{"order":"raw"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
-				t.Fatalf("post: %d %q", r.status, r.body)
-			}
-			u.mu.Lock()
-			h := u.headers[len(u.headers)-1]
-			u.mu.Unlock()
-			if v := h.Values("Idempotency-Key"); len(v) != 0 {
-				t.Errorf("the upstream got the client's key %q", v)
-			}
-			lease := guard.Lease{Key: guard.Key{Scope: `"acme" POST /orders`, ID: "k-raw"}}
-			if got, want := h.Get("X-Upstream-Key"), lease.KeyFor(forwardStep); name == "renamed" && got != want {
-				t.Errorf("X-Upstream-Key %q, want the derived key %q", got, want)
-			}
-		})
+	routes := map[string]string{"header": "", "body": "    key: {body: /order}\n", "computed": "    key: {computed: true}\n"}
+	for route, key := range routes {
+		for name, forward := range map[string]string{"renamed": "X-Upstream-Key", "none": `""`} {
+			t.Run(route+"/"+name, func(t *testing.T) {
+				u := newUpstream(t)
+				e := startGateway(t, "forward_key_header: "+forward+basicConfig+key, u.URL)
+				if r := post(t, e.srv.URL+"/orders", "k-raw", `{"order":"raw"}`, "X-Account-Id", "acme"); r.status != http.StatusCreated {
+					t.Fatalf("post: %d %q", r.status, r.body)
+				}
+				u.mu.Lock()
+				h := u.headers[len(u.headers)-1]
+				u.mu.Unlock()
+				if v := h.Values("Idempotency-Key"); len(v) != 0 {
+					t.Errorf("the upstream got the client's key %q", v)
+				}
+				if route != "header" {
+					return
+				}
+				lease := guard.Lease{Key: guard.Key{Scope: `"acme" POST /orders`, ID: "k-raw"}}
+				if got, want := h.Get("X-Upstream-Key"), lease.KeyFor(forwardStep); name == "renamed" && got != want {
+					t.Errorf("X-Upstream-Key %q, want the derived key %q", got, want)
+				}
+			})
+		}
 	}
 }
 
