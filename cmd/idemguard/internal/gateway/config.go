@@ -819,16 +819,30 @@ func (d *decoder) fallback(f field) FallbackConfig {
 	}
 	if v, ok := m["schema"]; ok {
 		c.Schema, _ = d.str(v)
+		if c.Policy != "secondary" {
+			d.errorf(v.key, v.path, "belongs to policy: secondary")
+		}
+	}
+	// The breaker's settings: a value the policy would not read is refused
+	// rather than ignored, so an operator who meant to bound Redis's calls
+	// hears that nothing does.
+	breaker := func(v field) {
+		if c.Policy == "none" {
+			d.errorf(v.key, v.path, "has no effect under policy: none (it sets the breaker of the other policies)")
+		}
 	}
 	if v, ok := m["timeout"]; ok {
 		c.Timeout, _ = d.duration(v, time.Millisecond, time.Minute)
+		breaker(v)
 	}
 	if v, ok := m["open_timeout"]; ok {
 		c.OpenTimeout, _ = d.duration(v, time.Millisecond, time.Hour)
+		breaker(v)
 	}
 	if v, ok := m["failures_to_open"]; ok {
 		n, _ := d.integer(v, 1, 1000)
 		c.FailuresToOpen = uint32(n)
+		breaker(v)
 	}
 	return c
 }

@@ -127,6 +127,14 @@ redis: {addrs: [a:1]}
 fallback: {policy: secondary}
 routes: [{pattern: POST /o, caller: {single: true}}]
 `, []string{"3:11: fallback.postgres_env: missing"}},
+		{"fallback fields its policy does not read", `upstream: http://u
+redis: {addrs: [a:1]}
+fallback: {policy: none, timeout: 2s, open_timeout: 5s, failures_to_open: 2, schema: billing}
+routes: [{pattern: POST /o, caller: {single: true}}]
+`, []string{"3:26: fallback.timeout: has no effect under policy: none",
+			"3:39: fallback.open_timeout: has no effect under policy: none",
+			"3:57: fallback.failures_to_open: has no effect under policy: none",
+			"3:78: fallback.schema: belongs to policy: secondary"}},
 		{"durations and sizes too large to hold", validBase + `routes:
   - pattern: POST /a
     caller: {single: true}
