@@ -428,6 +428,38 @@ func TestStoreUnavailableBreakerOpen(t *testing.T) {
 	}
 }
 
+// A handler that answers (nil, nil), written by hand or an interceptor
+// inside the guard's: grpc-go sends an empty message with OK, and a retry
+// with the key must get the same, not an error saying the response was
+// not a protobuf message (which the client does not retry: a call that
+// succeeded would look failed).
+func TestNilResponseReplayed(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	p := &payments{}
+	desc := p.desc()
+	desc.Methods[0] = grpc.MethodDesc{MethodName: "Charge", Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := &structpb.Struct{}
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		h := func(context.Context, any) (any, error) {
+			p.runs.Add(1)
+			return nil, nil
+		}
+		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: chargeName}, h)
+	}}
+	conn := serveWith(t, p, guarded(e, grpcx.Options{}), desc)
+	for i := range 2 {
+		c := charge(context.Background(), conn, "nil-1", 1)
+		if c.err != nil || c.replayed() != (i == 1) {
+			t.Fatalf("call %d: %v (reason %q), replayed %v; want OK, replayed on the retry", i+1, c.err, grpcx.Reason(c.err), c.replayed())
+		}
+	}
+	if n := p.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
 // TestLargeResponseNotKept: a response over MaxStoredResponse reaches the
 // client; a replay answers AlreadyExists with ReasonResponseNotKept, and
 // the handler does not run again.

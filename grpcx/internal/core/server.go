@@ -637,7 +637,12 @@ func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r R
 			b, _ = proto.Marshal(&spb.Status{Code: r.Status.GetCode(), Message: r.Status.GetMessage()})
 		}
 		rec.status = b
-	} else if m, ok := r.Msg.(proto.Message); !ok || r.Msg == nil {
+	} else if r.Msg == nil {
+		// An untyped nil reply (a hand-written handler's, or an
+		// interceptor's inside this one): grpc-go sent it as an empty
+		// message with OK, and so does its replay.
+		rec.message = []byte{}
+	} else if m, ok := r.Msg.(proto.Message); !ok {
 		rec.notKept = notKeptNotProto
 	} else {
 		rec.typeName = string(m.ProtoReflect().Descriptor().FullName())
