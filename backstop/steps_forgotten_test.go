@@ -81,6 +81,57 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 				res.Value, err, reservations(t, db, key))
 		}
 	})
+	// The key's retention ends while a Purge runs: after the pass that
+	// deletes the steps of expired keys, before the pass that deletes the
+	// keys. The key's row must not go without its steps (they would meet
+	// the key's next request): it waits for the next Purge.
+	t.Run("expiring during purge", func(t *testing.T) {
+		t.Parallel()
+		db := pgenv.Migrated(t, pgstore.Options{})
+		reservationsTable(t, db)
+		b := mustBackstop(t, db, pgstore.Options{})
+		s := pgenv.Store(t, db, pgstore.Options{})
+		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		var ran atomic.Int64
+		expired := func(key guard.Key) func() bool {
+			return func() bool {
+				var gone bool
+				err := db.QueryRowContext(ctx, `SELECT expires_at <= now() FROM idemguard_keys WHERE scope = $1 AND id = $2`,
+					key.Scope, key.ID).Scan(&gone)
+				return err == nil && gone
+			}
+		}
+		// Another key, expired already, so that the steps pass deletes a
+		// row and reports its progress.
+		other := newKey(t)
+		if _, err := g.Do(ctx, other, "first", step(b, &ran)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the other key's retention to pass", expired(other))
+		key := newKey(t)
+		if _, err := g.Do(ctx, key, "first", step(b, &ran)); err != nil {
+			t.Fatal(err)
+		}
+		waited := false
+		if _, err := s.Purge(ctx, pgstore.PurgeOptions{Progress: func(table string, _ int64) {
+			if table == "steps" && !waited {
+				waited = true
+				testenv.WaitFor(t, 10*time.Second, "the key's retention to pass", expired(key))
+			}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if !waited {
+			t.Fatal("the steps pass reported no progress")
+		}
+		// The key's row stayed: its next claim takes the expired row over
+		// (fence 2) and drops the forgotten steps with it.
+		res, err := g.Do(ctx, key, "second", step(b, &ran))
+		if err != nil || string(res.Value) != "res-3@2" || reservations(t, db, key) != 2 {
+			t.Fatalf("after Purge, the key's next request = %q, %v with %d reservations; want its own res-3@2, 2 reservations",
+				res.Value, err, reservations(t, db, key))
+		}
+	})
 	// An unguarded attempt (fallback's fail-open: fence 0, no key row of
 	// its own) commits its step after the key's row expired: that step is
 	// this key's, not the forgotten one's, and neither Purge nor the

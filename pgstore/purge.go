@@ -30,7 +30,9 @@ type PurgeOptions struct {
 // Live rows are never touched, but for the steps of a key it deletes
 // (that key starts afresh when claimed again). It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
-// for the next purge. On a database whose default isolation is stricter
+// for the next purge, and so is a key whose steps were not all deleted
+// with it (it expired while the purge ran, or one of its step rows was
+// locked): a key's row never goes before its steps. On a database whose default isolation is stricter
 // than READ COMMITTED, a batch refused with a serialization failure (it
 // met a row changed since it began) is run again, as the Store's
 // statements are.
@@ -54,7 +56,12 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		// key's steps.
 		{"steps", s.t.Steps, "scope, id, name", `EXISTS (SELECT 1 FROM ` + s.t.Keys + ` AS k
 			WHERE k.scope = s.scope AND k.id = s.id AND k.` + expired + ` AND s.created_at <= k.expires_at)`},
-		{"keys", s.t.Keys, "scope, id", expired},
+		// A key whose steps the pass above left (it expired since that
+		// pass began, or a step row was locked) is kept for the next
+		// purge: deleted now, its steps would outlive it and be found by
+		// the key's next life.
+		{"keys", s.t.Keys, "scope, id", expired + ` AND NOT EXISTS (SELECT 1 FROM ` + s.t.Steps + ` AS st
+			WHERE st.scope = s.scope AND st.id = s.id AND st.created_at <= s.expires_at)`},
 		{"consumed_messages", s.t.Consumed, "consumer_group, message_id", expired},
 		{"steps", s.t.Steps, "scope, id, name", expired},
 	} {
