@@ -86,7 +86,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, done, extend, holder, lock, lookup, mark, peek, read, unmark string
+	commit, done, exhaust, extend, holder, lock, lookup, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -97,7 +97,10 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		// A new key is inserted. An existing row is taken over only when
 		// it counts as absent (expired) or is a holder's uncommitted mark
 		// that this commit may replace (same fingerprint; the caller's own
-		// mark or one with a lower fence). Otherwise nothing is written.
+		// mark, still pending, or one with a lower fence). Otherwise
+		// nothing is written: the caller's own row no longer pending was
+		// failed over its head (its attempts ran out with its lease: the
+		// key was answered Exhausted, which is final).
 		commit: `INSERT INTO ` + k + ` AS k ` + keysColumns + `
 			VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8, '', NULL, ` + clockNow + `, ` + clockNow + ` + ` + dur("$9") + `)
 			ON CONFLICT (scope, id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 'completed',
@@ -105,7 +108,7 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				recovered = EXCLUDED.recovered, result = EXCLUDED.result, last_error = '', leased_until = NULL,
 				steps = NULL, step_count = 0, expires_at = GREATEST(k.expires_at, EXCLUDED.expires_at)
 			WHERE k.expires_at <= ` + clockNow + ` OR (k.status <> 'completed' AND k.fingerprint = EXCLUDED.fingerprint
-				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token)))`,
+				AND (k.fence < EXCLUDED.fence OR (k.fence = EXCLUDED.fence AND k.token = EXCLUDED.token AND k.status = 'pending')))`,
 		// $1 scope, $2 id, $3 fingerprint as stored: the result of the
 		// key's live committed row of that fingerprint (Func, after its
 		// transaction failed).
@@ -168,6 +171,12 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		// a step of the key committed (Backstop.Step, CommitStep): its
 		// effect happened, and the mark keeps refusing other payloads, as
 		// the primary's failed record with the step does.
+		// $1 scope, $2 id: the key was answered Exhausted (its last
+		// attempt's lease ran out): that holder's mark, its lease over,
+		// becomes failed, so that its late commit is refused (commit).
+		exhaust: `UPDATE ` + k + ` SET status = 'failed', leased_until = NULL
+			WHERE scope = $1 AND id = $2 AND status = 'pending' AND expires_at > ` + clockNow + `
+				AND (leased_until IS NULL OR leased_until <= ` + clockNow + `)`,
 		unmark: `UPDATE ` + k + ` SET leased_until = NULL,
 				expires_at = CASE WHEN $4 AND attempt <= 1 AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
 					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)
@@ -292,6 +301,10 @@ func (b *Backstop) Commit(ctx context.Context, tx *sql.Tx, lease guard.Lease, fi
 			}
 			return &AlreadyCommittedError{Key: lease.Key, Result: stored, Fence: fence}
 		case fence > lease.Fence || (fence == lease.Fence && token != lease.Token):
+			return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
+		case fence == lease.Fence && status != "pending":
+			// The holder's own row, failed over its head: its attempts
+			// ran out with its lease (the key was answered Exhausted).
 			return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
 		}
 		// Changed between the two statements into a row we may replace.
@@ -481,6 +494,14 @@ func lostRace(err error) bool {
 func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) error {
 	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget)
 	return dbErr(ctx, "unmark", err)
+}
+
+// exhaust fails the mark of key's last holder, its lease over, once the
+// primary answered a claim of key Exhausted: the holder, paused past its
+// lease, can no longer commit after the key was given up (Wrap).
+func (b *Backstop) exhaust(ctx context.Context, key guard.Key) error {
+	_, err := b.db.ExecContext(ctx, b.q.exhaust, key.Scope, key.ID)
+	return dbErr(ctx, "exhaust", err)
 }
 
 // extendMark keeps the mark of lease's holder for d from now and the

@@ -22,6 +22,9 @@ import (
 //     claim is released;
 //   - primary reports the key exhausted but its effect was committed (the
 //     last holder died after its commit): Replay of the stored result;
+//     not committed: Exhausted, and the last holder's mark, its lease
+//     over, is failed first, so that holder (paused past its lease) can
+//     no longer commit after the key was given up: ErrStaleFence;
 //   - another holder's mark is still within its lease (primary lost the
 //     record of a holder that may still be running, or a pgstore.Store on
 //     the same tables, say a fallback's secondary, holds the key):
@@ -132,7 +135,13 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 		// The last holder may have committed and died before completing:
 		// then the effect happened, and its result is the answer.
 		// Without the backstop's answer that is unknown, and Exhausted is
-		// final (a consumer dead-letters the message): fail closed.
+		// final (a consumer dead-letters the message): fail closed. First
+		// that holder's mark is failed, so that it cannot commit after
+		// this answer (paused past its lease, it may yet wake); a commit
+		// before it is found by the lookup.
+		if err := g.b.exhaust(ctx, req.Key); err != nil {
+			return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
+		}
 		result, _, found, lerr := g.b.Lookup(ctx, req.Key)
 		switch {
 		case lerr != nil:

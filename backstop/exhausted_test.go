@@ -1,0 +1,58 @@
+package backstop_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/backstop"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/testenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
+	"github.com/idemguard/idemguard/memstore"
+	"github.com/idemguard/idemguard/pgstore"
+)
+
+// The last allowed attempt's holder pauses past its lease; the next claim
+// finds the lease run out at MaxAttempts and answers Exhausted, which is
+// final (a consumer dead-letters the message). When the paused holder
+// wakes, its Commit must be refused: it was accepted (its own token and
+// fence still stood on the row), so the effect happened after the key
+// was given up, on the Postgres Store and under Wrap alike.
+func TestCommitRefusedAfterExhausted(t *testing.T) {
+	t.Parallel()
+	for _, via := range []string{"pgstore", "wrap"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			db := pgenv.Migrated(t, pgstore.Options{})
+			pgenv.PaymentsTable(t, db)
+			b := mustBackstop(t, db, pgstore.Options{})
+			var s guard.Store = pgenv.Store(t, db, pgstore.Options{})
+			if via == "wrap" {
+				s = backstop.Wrap(memstore.New(memstore.Options{}), b)
+			}
+			key := newKey(t)
+			req := func(tok string) guard.ClaimRequest {
+				return guard.ClaimRequest{Key: key, Token: tok, Fingerprint: "fp", Lease: 100 * time.Millisecond, TTL: time.Hour, MaxAttempts: 1}
+			}
+			a, err := s.Claim(ctx, req("A"))
+			if err != nil || a.Status != guard.Acquired {
+				t.Fatalf("claim A = %+v, %v", a, err)
+			}
+			testenv.WaitFor(t, 10*time.Second, "A's lease to run out", func() bool {
+				rec, err := s.Get(ctx, key)
+				return err == nil && rec.LeaseLeft == 0
+			})
+			if out, err := s.Claim(ctx, req("B")); err != nil || out.Status != guard.Exhausted {
+				t.Fatalf("claim B = %+v, %v; want Exhausted", out, err)
+			}
+			err = pay(t, db, b, a.Lease, "paid by A") // A wakes and commits
+			if rows, _ := pgenv.CountPayments(t, db); err == nil || rows != 0 {
+				t.Fatalf("A's Commit after the key was answered Exhausted = %v with %d payments; want it refused, none", err, rows)
+			}
+			if !errors.Is(err, backstop.ErrStaleFence) {
+				t.Errorf("A's Commit = %v, want ErrStaleFence", err)
+			}
+		})
+	}
+}
