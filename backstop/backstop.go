@@ -238,7 +238,14 @@ func checkLease(lease guard.Lease) error {
 // granted (ErrAlreadyCommitted). At REPEATABLE READ or SERIALIZABLE that
 // row is not in its snapshot: Commit answers guard.ErrUnavailable (a
 // serialization failure, 40001), never success; roll back and run again,
-// and the new transaction finds the row (Func reads it itself).
+// and the new transaction finds the row (Func reads it itself). At those
+// levels the holder's own lease extension conflicts too: the guard
+// extends a lease a third of the way through it, writing the key's row
+// (under Wrap the holder's mark, on the Postgres Store its record), and a
+// transaction whose first statement ran before that write cannot write
+// the row: its Commit answers guard.ErrUnavailable, and so does every
+// retry that runs as long. Keep such transactions shorter than a third of
+// the lease (guard.Options.Lease), or run them at READ COMMITTED.
 //
 // Call Commit once per transaction: a second call in the same transaction
 // finds the row the first one wrote, not yet committed, and answers
