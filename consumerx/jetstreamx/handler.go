@@ -538,7 +538,12 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			if pace != nil {
 				every = pace.last()
 			}
-			_, _ = h.handleBatch(ctx, msgs, every, pace, run, untilLease, live.batch(ctx))
+			if _, err := h.handleBatch(ctx, msgs, every, pace, run, untilLease, live.batch(ctx)); err != nil {
+				// Nothing else hears of it: the message comes back after
+				// AckWait (a Duplicate if it completed), and an operator
+				// sees why.
+				log.WarnContext(ctx, "jetstreamx: acknowledgement not sent (the batch's first); the message comes back after AckWait", "err", err)
+			}
 		}
 		if err == nil {
 			pause = 0
