@@ -148,7 +148,7 @@ func TestBreakerOpenLogsCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s := newStore(t, backstop.Wrap(guardenv.Store(t, guard.RedisOptions{}), b), fallback.Options{FailuresToOpen: 1, OpenTimeout: time.Hour, Logger: logger})
 	pgenv.Exec(t, db, `CREATE FUNCTION down() RETURNS trigger LANGUAGE plpgsql AS

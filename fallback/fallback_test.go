@@ -1,12 +1,10 @@
 package fallback_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +13,12 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a logger used by many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // FailOpen is an explicit choice: with the primary up the guard works as
 // ever; with it down every claim is let through, unguarded, with a
 // warning each, and the holder's writes are no-ops.
 func TestFailOpenLetsThroughAndWarns(t *testing.T) {
 	p := newPrimary(t)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s := newStore(t, p.store, fallback.Options{Policy: fallback.FailOpen, FailuresToOpen: 2, Logger: logger})
 	g := guard.New(s, guard.Options{})

@@ -62,7 +62,7 @@ var demoUnavailable = regexp.MustCompile(`guard outcomes: .*, unavailable (\d+)`
 func demoStall(t *testing.T, lease time.Duration) (late bool) {
 	metrics := deadAddr(t)
 	args := []string{"--keys", "60", "--copies", "4", "--work", "3s", "--messages", "8", "--metrics", metrics, "--lease", lease.String()}
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), demoChildEnv+"="+strings.Join(args, "\x1f"))
 	cmd.Stdout, cmd.Stderr = out, out

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,33 +41,16 @@ type proc struct {
 	name string
 	args []string
 	env  []string
-	log  *lockedBuffer
+	log  *testenv.Buffer
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startProc starts the command and waits until ready says it serves.
 func startProc(t *testing.T, name string, env []string, ready func(p *proc) error, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, args: args, env: env, log: &lockedBuffer{}}
+	p := &proc{t: t, name: name, args: args, env: env, log: &testenv.Buffer{}}
 	p.start(ready)
 	t.Cleanup(func() {
 		p.kill()

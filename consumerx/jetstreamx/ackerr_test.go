@@ -1,12 +1,10 @@
 package jetstreamx
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,24 +69,6 @@ func (c refusingAcks) FetchNoWait(n int) (jetstream.MessageBatch, error) {
 	return c.wrap(c.Consumer.FetchNoWait(n))
 }
 
-// lockedBuffer is a log's bytes, written and read from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // An acknowledgement that Consume cannot send (the connection dropped
 // after the handler) is logged: the message comes back after AckWait,
 // and without a word an operator cannot tell why it keeps coming back.
@@ -100,7 +80,7 @@ func TestConsumeLogsAckNotSent(t *testing.T) {
 	if _, err := js.Publish(context.Background(), "orders.1", []byte("charge 1")); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	var ran atomic.Int32
 	h, err := New(g, func(context.Context, consumerx.Message) error { ran.Add(1); return nil },
 		Options{Group: "billing", Process: consumerx.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}})
