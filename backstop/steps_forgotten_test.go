@@ -2,6 +2,7 @@ package backstop_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,17 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
+
+// forgetfulStore is a migrated database with a reservations table, a
+// Backstop and a Postgres Store on it, and a guard on that store whose
+// keys are forgotten half a second after they end.
+func forgetfulStore(t *testing.T) (*sql.DB, *backstop.Backstop, *pgstore.Store, *guard.Guard) {
+	db := pgenv.Migrated(t, pgstore.Options{})
+	reservationsTable(t, db)
+	b := mustBackstop(t, db, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
+	return db, b, s, guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+}
 
 // TestStepRowsForgottenWithTheirKey: a key whose retention passed starts
 // afresh, and so do its steps: a request that reuses the key later (with
@@ -33,11 +45,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 	}
 	t.Run("store", func(t *testing.T) {
 		t.Parallel()
-		db := pgenv.Migrated(t, pgstore.Options{})
-		reservationsTable(t, db)
-		b := mustBackstop(t, db, pgstore.Options{})
-		s := pgenv.Store(t, db, pgstore.Options{})
-		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		db, b, _, g := forgetfulStore(t)
 		for _, fails := range []bool{false, true} {
 			key := newKey(t)
 			var ran atomic.Int64
@@ -61,11 +69,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 	})
 	t.Run("purged", func(t *testing.T) {
 		t.Parallel()
-		db := pgenv.Migrated(t, pgstore.Options{})
-		reservationsTable(t, db)
-		b := mustBackstop(t, db, pgstore.Options{})
-		s := pgenv.Store(t, db, pgstore.Options{})
-		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		db, b, s, g := forgetfulStore(t)
 		key := newKey(t)
 		var ran atomic.Int64
 		if _, err := g.Do(ctx, key, "first", step(b, &ran)); err != nil {
@@ -87,11 +91,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 	// the key's next request): it waits for the next Purge.
 	t.Run("expiring during purge", func(t *testing.T) {
 		t.Parallel()
-		db := pgenv.Migrated(t, pgstore.Options{})
-		reservationsTable(t, db)
-		b := mustBackstop(t, db, pgstore.Options{})
-		s := pgenv.Store(t, db, pgstore.Options{})
-		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		db, b, s, g := forgetfulStore(t)
 		var ran atomic.Int64
 		expired := func(key guard.Key) func() bool {
 			return func() bool {
@@ -139,11 +139,7 @@ func TestStepRowsForgottenWithTheirKey(t *testing.T) {
 	// again.
 	t.Run("unguarded", func(t *testing.T) {
 		t.Parallel()
-		db := pgenv.Migrated(t, pgstore.Options{})
-		reservationsTable(t, db)
-		b := mustBackstop(t, db, pgstore.Options{})
-		s := pgenv.Store(t, db, pgstore.Options{})
-		g := guard.New(s, guard.Options{TTL: 500 * time.Millisecond})
+		db, b, s, g := forgetfulStore(t)
 		key := newKey(t)
 		if _, err := g.Do(ctx, key, "first", func(context.Context, guard.Lease) ([]byte, error) { return nil, nil }); err != nil {
 			t.Fatal(err)
