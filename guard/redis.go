@@ -586,6 +586,44 @@ func (s *RedisStore) Fail(ctx context.Context, lease Lease, reason string, ttl t
 	return s.write(ctx, scripts.Fail, lease.Key, w, 7)
 }
 
+// FailHolder fails the attempt of the holder whose token lease carries,
+// in its name, for an operator (idemguard release): as Fail, but only
+// while the key's record is that holder's pending one (ErrLeaseLost
+// otherwise: it ended its attempt, or another holder took the key), and,
+// unless force, only once its lease has run out, judged by Redis when it
+// writes (an *InProgressError, nothing written, while it is alive). Its
+// later writes are then refused and the next claim takes the key over
+// with the next fence.
+func (s *RedisStore) FailHolder(ctx context.Context, lease Lease, reason string, ttl time.Duration, force bool) error {
+	if err := positive("fail", lease.Key, "ttl", ttl); err != nil {
+		return err
+	}
+	w, _, err := s.newWrite(lease)
+	if err != nil {
+		return err
+	}
+	who := "stale"
+	if force {
+		who = "force"
+	}
+	w.reason, w.ms = reason, ms(ttl)
+	w.args[5], w.args[6], w.args[7] = &w.reason, &w.ms, who
+	v, err := s.scriptIn(ctx, scripts.Fail, w.args[:8], &w.cmd).Int64()
+	switch {
+	case err != nil:
+		return s.callErr(ctx, lease.Key, w.name, err)
+	case v == 2:
+		rec, gerr := s.Get(ctx, lease.Key)
+		if gerr != nil || rec.LeaseLeft <= 0 {
+			return &InProgressError{Key: lease.Key}
+		}
+		return &InProgressError{Key: lease.Key, RetryAfter: rec.LeaseLeft}
+	case v != 1:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, lease Lease) error {
 	w, _, err := s.newWrite(lease)

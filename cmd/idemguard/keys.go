@@ -611,7 +611,15 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// again (docs/design.md, rule 4), though it may still be running. The
 	// holder's attempt fails instead, as a lease that ran out: its later
 	// writes are refused and the next claim takes over with fence+1.
-	if err := store.Fail(ctx, guard.Lease{Key: key, Token: rec.Token}, releaseReason, rec.TTL); err != nil {
+	// Redis checks again as it writes, in one script: the record must
+	// still be this holder's pending one, and without --force its lease
+	// still run out (the holder may have come back and extended it since
+	// the read above).
+	if err := store.FailHolder(ctx, guard.Lease{Key: key, Token: rec.Token}, releaseReason, rec.TTL, *force); err != nil {
+		var alive *guard.InProgressError
+		if errors.As(err, &alive) {
+			return fmt.Errorf("%s is pending and its holder's lease is alive again (extended meanwhile) for %s: it may still be running; nothing done; wait, or use --force", key, alive.RetryAfter.Round(time.Millisecond))
+		}
 		if errors.Is(err, guard.ErrLeaseLost) {
 			return fmt.Errorf("%s changed while releasing (its holder ended it, or another holder took it); nothing done", key)
 		}
