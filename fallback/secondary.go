@@ -136,7 +136,11 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 		if ttl <= 0 {
 			ttl = req.TTL
 		}
-		if err := s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		// A holder's write (of the claim the primary just granted): no
+		// state of the breaker refuses it untried, or the claim would
+		// stay pending in the primary for its lease, and retries answered
+		// in progress instead of replayed.
+		if err := s.holderWrite(context.WithoutCancel(ctx), true, func(ctx context.Context) error {
 			return s.primary.Complete(ctx, guard.Lease{Key: req.Key, Token: req.Token}, rec.Result, ttl)
 		}); err != nil {
 			// The replay is still right; the primary's claim runs out and
@@ -153,10 +157,12 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 }
 
 // undo releases a primary claim the switch-back check turned down, even if
-// ctx ended. If the release fails, the claim runs out after its lease and
-// the next claim is checked again.
+// ctx ended, and whatever the breaker's state (a holder's write of the
+// claim the primary just granted: refused untried, it stayed pending for
+// its lease). If the release fails, the claim runs out after its lease
+// and the next claim is checked again.
 func (s *Store) undo(ctx context.Context, req guard.ClaimRequest) {
-	_ = s.primaryWrite(context.WithoutCancel(ctx), func(ctx context.Context) error {
+	_ = s.holderWrite(context.WithoutCancel(ctx), true, func(ctx context.Context) error {
 		return s.primary.Release(ctx, guard.Lease{Key: req.Key, Token: req.Token})
 	})
 }
