@@ -34,6 +34,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -285,7 +286,9 @@ func (l *Locker) TryObtain(ctx context.Context, name string) (*Lock, error) {
 //
 // Do returns fn's error. When the lock was lost while fn ran (or the
 // release found it already gone), the error also matches ErrLost, even if
-// fn returned nil: fn's work may have overlapped another holder's. A
+// fn returned nil: fn's work may have overlapped another holder's. That
+// holds when ctx was cancelled first, too (fn's context then keeps ctx's
+// cause), and when fn returned after the lock's validity ran out. A
 // release that fails for want of nodes is not reported: the lock expires
 // by itself within Options.Expiry.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
@@ -505,31 +508,43 @@ func (k *Lock) releaseNow(ctx context.Context) {
 // run runs fn under k with a watchdog, then releases k.
 func (k *Lock) run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, k))
-	stop := k.watch(cancel)
-	returned := false
+	// The watchdog's finding is kept apart from runCtx's cause: once ctx
+	// was cancelled (a caller that gave up while fn went on), cancelling
+	// runCtx again records nothing, and the loss would go unreported.
+	var found atomic.Pointer[error]
+	stop := k.watch(func(cause error) {
+		found.CompareAndSwap(nil, &cause)
+		cancel(cause)
+	})
+	var returnedAt time.Time
 	defer func() {
 		stop()
-		cause := context.Cause(runCtx)
+		// Final now: the watchdog no longer extends the lock.
+		until := k.Until()
 		cancel(nil)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), k.locker.opTimeout())
 		rerr := k.Release(rctx)
 		rcancel()
-		if !returned {
+		if returnedAt.IsZero() {
 			return // panic or Goexit: goes on unchanged
 		}
-		lost := cause
-		if !errors.Is(lost, ErrLost) {
-			lost = nil
-			if errors.Is(rerr, ErrLost) {
-				lost = rerr
-			}
+		var lost error
+		switch f := found.Load(); {
+		case f != nil:
+			lost = *f
+		case !returnedAt.Before(until):
+			// fn returned after the validity ran out, before the
+			// watchdog's deadline had fired (or was heard).
+			lost = fmt.Errorf("%w: lock %q: validity ran out before the lock could be extended", ErrLost, k.name)
+		case errors.Is(rerr, ErrLost):
+			lost = rerr
 		}
 		if lost != nil && !errors.Is(err, ErrLost) {
 			err = errors.Join(err, lost)
 		}
 	}()
 	err = fn(runCtx)
-	returned = true
+	returnedAt = time.Now()
 	return err
 }
 
