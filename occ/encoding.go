@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The text form of a Vector is its entries in ascending order of writer id,
@@ -200,6 +201,15 @@ func (v Vector) MarshalJSON() ([]byte, error) {
 // it); zero counters are dropped. A repeated key, an invalid writer id or
 // a value of another kind is an error. On an error *v is unchanged.
 func (v *Vector) UnmarshalJSON(data []byte) error {
+	// encoding/json reads bytes that are not UTF-8, and a surrogate escape
+	// outside a pair, as U+FFFD: writer ids ValidWriter would refuse would
+	// pass as that character.
+	if !utf8.Valid(data) {
+		return errors.New("occ: version vector JSON: not valid UTF-8")
+	}
+	if loneSurrogate(data) {
+		return errors.New("occ: version vector JSON: a \\u escape of half a surrogate pair")
+	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	tok, err := d.Token()
@@ -274,4 +284,47 @@ func (v *Vector) Scan(src any) error {
 		return errors.New("occ: version vector column is NULL (scan a nullable column into sql.Null[occ.Vector])")
 	}
 	return fmt.Errorf("occ: cannot scan %T into a version vector", src)
+}
+
+// loneSurrogate reports whether JSON text holds a \u escape of a
+// surrogate (U+D800 to U+DFFF) that is not the first or second half of a
+// pair of such escapes.
+func loneSurrogate(data []byte) bool {
+	for i := 0; i+1 < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if data[i+1] != 'u' {
+			i++ // an escaped character, a backslash among them
+			continue
+		}
+		r := hex4(data, i+2)
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a second half first
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+7 >= len(data) || data[i+6] != '\\' || data[i+7] != 'u' {
+				return true
+			}
+			if r2 := hex4(data, i+8); r2 < 0xDC00 || r2 > 0xDFFF {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// hex4 reads the four hex digits at data[i:], or returns -1.
+func hex4(data []byte, i int) int {
+	if i+4 > len(data) {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(data[i:i+4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
 }

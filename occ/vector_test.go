@@ -239,6 +239,7 @@ func TestJSONForm(t *testing.T) {
 		`{"a":1.0,"b":2.000,"c":0.0}`:  "a:1,b:2",
 		`{"a":18446744073709551615.0}`: "a:18446744073709551615",
 	}
+	good[`{"\ud83d\ude00":2,"\\ud800":1}`] = "%5Cud800:1,%F0%9F%98%80:2" // a pair; an escaped backslash before "ud800"
 	for in, want := range good {
 		var v occ.Vector
 		if err := json.Unmarshal([]byte(in), &v); err != nil || v.String() != want {
@@ -251,6 +252,9 @@ func TestJSONForm(t *testing.T) {
 		`{"a":18446744073709551616.0}`, `{"a":"1"}`,
 		`{"a":null}`, `{"a":{}}`, `{"a":[1]}`, `{"":1}`, `{"\u0000":1}`, `{"a":1,"a":2}`,
 		`{"a":18446744073709551616}`, `{"a":true}`, `{"a":1} x`, `{"a":1`, ``,
+		// Writer ids encoding/json would read as U+FFFD: bytes that are
+		// not UTF-8, and surrogate escapes outside a pair.
+		"{\"\xff\":1}", "{\"a\xfeb\":7}", `{"\ud800":1}`, `{"\udc00":1}`, `{"a\ud800b":1}`, `{"\ud800\u0041":1}`,
 	} {
 		v := keep
 		if err := v.UnmarshalJSON([]byte(bad)); err == nil {
