@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -298,20 +300,15 @@ func loneSurrogate(data []byte) bool {
 			i++ // an escaped character, a backslash among them
 			continue
 		}
-		r := hex4(data, i+2)
+		r := rune(hex4(data, i+2))
 		switch {
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return true // a second half first
-		case r >= 0xD800 && r <= 0xDBFF:
-			if i+7 >= len(data) || data[i+6] != '\\' || data[i+7] != 'u' {
-				return true
-			}
-			if r2 := hex4(data, i+8); r2 < 0xDC00 || r2 > 0xDFFF {
-				return true
-			}
-			i += 11
-		default:
+		case !utf16.IsSurrogate(r):
 			i += 5
+		case i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' &&
+			utf16.DecodeRune(r, rune(hex4(data, i+8))) != unicode.ReplacementChar:
+			i += 11 // a pair
+		default:
+			return true
 		}
 	}
 	return false
