@@ -32,7 +32,7 @@ type beat struct {
 	timer  *time.Timer
 
 	mu    sync.Mutex
-	idle  sync.Cond // broadcast when an extension or a notification ends
+	idle  sync.Cond // broadcast when a notification ends
 	ended bool      // halted: the timer does nothing
 	busy  bool      // an extension is under way
 	// notifying: how many timer callbacks are telling the Observer of
@@ -264,7 +264,6 @@ func (b *beat) fire() {
 
 	b.mu.Lock()
 	b.busy, b.extStop = false, nil
-	b.idle.Broadcast()
 	if b.ended {
 		return // halted: a late answer changes nothing
 	}
@@ -313,8 +312,12 @@ func (b *beat) fire() {
 	b.arm(now)
 }
 
-// halt ends the heartbeat and waits for an extension under way, after
-// telling it to give up; the effects' contexts stay as they are.
+// halt ends the heartbeat, tells a round of extensions under way to give
+// up, and waits for the Observer to hear of the events the heartbeat
+// found; the effects' contexts stay as they are. It does not wait for
+// the round's answers, as keepalive's quiesce does not: a client that
+// ignores its context would hold the batch's writes past the leases. The
+// answers, when they come, change nothing and are not observed (fire).
 func (b *beat) halt() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -323,7 +326,7 @@ func (b *beat) halt() {
 	if b.extStop != nil {
 		b.extStop()
 	}
-	for b.busy || b.notifying > 0 {
+	for b.notifying > 0 {
 		b.idle.Wait()
 	}
 }

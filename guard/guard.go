@@ -475,8 +475,11 @@ func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Re
 // matches ErrMaxRun too). The deadline starts from lease.Deadline, as
 // Claim set it; a Lease without one (built by hand) is taken as claimed
 // now. Extensions go on when ctx is cancelled, since the effect may still
-// be running. stop ends the heartbeat, waits for an extension under way,
-// cancels the context, and may be called more than once.
+// be running. stop ends the heartbeat, cancels the context, and may be
+// called more than once; it tells an extension under way to give up but
+// does not wait for its answer (which changes nothing and is not
+// observed), so a store call that ignores its context cannot hold up the
+// write that follows. Such a call returns in its own time.
 func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
 	k := g.keep(ctx, lease)
 	return k.ctx, k.stop
@@ -616,18 +619,22 @@ func (g *Guard) observeWriteErr(ctx context.Context, lease Lease, err error, los
 }
 
 func (g *Guard) observeErr(ctx context.Context, key Key, attempt int, err error) {
-	var kind EventKind
+	if kind, ok := errEventKind(err); ok {
+		g.observe(ctx, Event{Kind: kind, Key: key, Attempt: attempt, Err: err})
+	}
+}
+
+// errEventKind is the event a store's error is observed as, if any.
+func errEventKind(err error) (EventKind, bool) {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		kind = EventLeaseLost
+		return EventLeaseLost, true
 	case errors.Is(err, ErrUnavailable):
-		kind = EventUnavailable
+		return EventUnavailable, true
 	case errors.Is(err, ErrCorrupt):
-		kind = EventCorrupt
-	default:
-		return
+		return EventCorrupt, true
 	}
-	g.observe(ctx, Event{Kind: kind, Key: key, Attempt: attempt, Err: err})
+	return 0, false
 }
 
 // newToken returns a fresh owner token: 130 random bits (rand.Text).

@@ -85,8 +85,9 @@ func (h *Held) Release() error {
 	return k.g.release(k.parent, wctx, k.lease, k.lossObserved())
 }
 
-// Stop ends the heartbeat (waiting for an extension under way) and
-// Context without a write: the claim then ends when its lease runs out.
+// Stop ends the heartbeat and Context without a write: the claim then
+// ends when its lease runs out. An extension under way is told to give
+// up and not waited for; its answer changes nothing.
 // Complete, Fail and Release stop it too; Stop may be called more than
 // once, and a write may still follow it.
 func (h *Held) Stop() { (*keepalive)(h).stop() }

@@ -58,7 +58,7 @@ type keepalive struct {
 	detachedClaim bool
 
 	mu   sync.Mutex
-	idle sync.Cond // broadcast when an extension or a notification ends
+	idle sync.Cond // broadcast when a notification ends
 	// timer calls fire; nil until the run or a write needs one that the
 	// claim queue does not keep (arm).
 	timer *time.Timer
@@ -440,14 +440,21 @@ func (k *keepalive) fire() {
 	k.mu.Unlock()
 
 	sent := time.Now()
-	err := k.g.Extend(ectx, lease)
+	err := k.g.store.Extend(ectx, lease, k.g.opts.Lease)
 	ecancel()
+	if err != nil {
+		err = fmt.Errorf("extend %s: %w", lease.Key, err)
+	}
 
 	k.mu.Lock()
 	k.busy, k.extStop = false, nil
-	k.idle.Broadcast()
 	if k.phase != running {
-		return // stopped, or the deadline passed: a late answer revives nothing
+		// Stopped, or the deadline passed: a late answer revives nothing,
+		// and is not observed. The run may have ended the claim without
+		// waiting for this extension (quiesce), so a refusal here can be
+		// the answer to an extension that reached the store after the
+		// completion did, not a lost lease.
+		return
 	}
 	now = time.Now()
 	switch {
@@ -465,19 +472,23 @@ func (k *keepalive) fire() {
 		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
 		return
 	case errors.Is(err, ErrLeaseLost):
-		k.end(err) // observed by Extend
+		k.end(err)
 		k.lossSeen = true
+		ev = &Event{Kind: EventLeaseLost, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
 		return
 	default:
 		// Unavailable or timed out: try again soon, while the lease lasts.
 		k.lastErr = err
 		k.beat = now.Add(max(min(k.g.opts.Lease/3, k.valid.Sub(now)/3), time.Millisecond))
+		if kind, ok := errEventKind(err); ok {
+			ev = &Event{Kind: kind, Key: k.lease.Key, Attempt: k.lease.Attempt, Err: err}
+		}
 	}
 	k.arm(now)
 }
 
-// stop ends the heartbeat (waiting for an extension under way, after
-// telling it to give up), cancels the effect's context and ends the store
+// stop ends the heartbeat (telling an extension under way to give up,
+// without waiting for its answer), cancels the effect's context and ends the store
 // call's. It may be called more than once.
 func (k *keepalive) stop() {
 	k.halt()
@@ -492,8 +503,8 @@ func (k *keepalive) stop() {
 	}
 }
 
-// halt ends the heartbeat and waits for an extension under way, without
-// cancelling the effect's context.
+// halt ends the heartbeat, telling an extension under way to give up,
+// without cancelling the effect's context.
 func (k *keepalive) halt() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -501,16 +512,22 @@ func (k *keepalive) halt() {
 	k.stopTimer()
 }
 
-// quiesce ends the heartbeat's phase and waits for an extension under
-// way, after telling it to give up. The timer stays armed: fired, it does
-// nothing until the phase changes. k.mu is held.
+// quiesce ends the heartbeat's phase, tells an extension under way to
+// give up, and waits for the Observer to hear of an event the heartbeat
+// found (so it is heard before the run returns). It does not wait for the
+// extension's answer: a client that ignores its context (go-redis without
+// ContextTimeoutEnabled waits out its read timeout) would hold the write
+// that ends the claim until the lease ran out, and a duplicate would then
+// run the effect again. The extension's answer, when it comes, changes
+// nothing and is not observed (fire). The timer stays armed: fired, it
+// does nothing until the phase changes. k.mu is held.
 func (k *keepalive) quiesce() {
 	k.leaveClaim()
 	k.phase = ended
 	if k.extStop != nil {
 		k.extStop()
 	}
-	for k.busy || k.notifying > 0 {
+	for k.notifying > 0 {
 		k.idle.Wait()
 	}
 }
