@@ -92,9 +92,14 @@
 // whatever the client does with the context; a call abandoned at its bound
 // finishes in the background, and a claim it takes there (its caller was
 // answered ErrUnavailable) is released, not left pending for a lease
-// nobody holds. A primary that says its calls end by their
-// context's deadline (guard.DeadlineStore: a RedisStore whose go-redis
-// client has ContextTimeoutEnabled, or a wrapper that forwards its answer)
-// is called on the caller's goroutine instead, which saves a goroutine and
-// a channel per call.
+// nobody holds. A primary that says its calls end by their context's
+// deadline (guard.DeadlineStore: a RedisStore whose go-redis client has
+// ContextTimeoutEnabled, or a wrapper that forwards its answer) has its
+// reads and holders' writes called on the caller's goroutine instead,
+// which saves a goroutine and a channel per call. Its claims still get a
+// goroutine, and are not cut off at the bound: the claim runs to the
+// lease's first deadline, so that one Redis applies after its caller gave
+// up is heard and released (a client cut off at the bound closes the
+// connection, and the claim, still queued in Redis, is taken with nobody
+// to hear it).
 package fallback

@@ -13,7 +13,7 @@ import (
 // claimPrimary claims in the primary, admitted by the breaker.
 func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
 	defer reportPanic(done)
-	out, err := callClaim(ctx, s.opts.Timeout, s.inline, s.primary, req)
+	out, err := callClaim(ctx, s.opts.Timeout, s.primary, req)
 	s.cb.report(ctx, done, err)
 	if err != nil {
 		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
@@ -89,16 +89,30 @@ func honoursDeadline(st guard.Store) bool {
 	return ok && ds.HonoursDeadline()
 }
 
-// callClaim is st.Claim(req) through call, bounded by d. A claim that
-// outlives its bound, or its caller's context, and is then answered
-// Acquired has no holder: the caller was answered an error. It is
-// released, as guard releases a claim answered after its lease's
-// deadline, so that the key is not left pending for a lease nobody holds
-// (every retry told it is in progress, then an attempt counted for an
-// effect that never ran). The release is bounded by d.
-func callClaim(ctx context.Context, d time.Duration, inline bool, st guard.Store, req guard.ClaimRequest) (guard.Outcome, error) {
-	return call(ctx, d, inline, func(ctx context.Context) (guard.Outcome, error) {
-		return st.Claim(ctx, req)
+// callClaim is st.Claim(req) through call: the caller is answered within
+// d, but the claim itself is not cut off at d. It runs on a goroutine of
+// its own, whatever inline says, with ctx's deadline (the lease's first
+// deadline under guard; req.Lease after it was sent when ctx has none),
+// so that its answer is heard even when it comes after the caller was
+// answered ErrUnavailable: a claim abandoned at d by a client that
+// honours deadlines (go-redis with ContextTimeoutEnabled closes the
+// connection) could still be applied once the store got to it, with
+// nobody left to hear it. A claim answered Acquired after the caller gave
+// up has no holder. It is released, as guard releases a claim answered
+// after its lease's deadline, so that the key is not left pending for a
+// lease nobody holds (every retry told it is in progress, then an attempt
+// counted for an effect that never ran). The release is bounded by d.
+// A claim still unanswered at its own bound is the case guard leaves
+// too: applied after that, it is pending for its lease.
+func callClaim(ctx context.Context, d time.Duration, st guard.Store, req guard.ClaimRequest) (guard.Outcome, error) {
+	return call(ctx, d, false, func(context.Context) (guard.Outcome, error) {
+		cctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, req.Lease)
+			defer cancel()
+		}
+		return st.Claim(cctx, req)
 	}, func(out guard.Outcome, err error) {
 		if err != nil || out.Status != guard.Acquired {
 			return

@@ -80,7 +80,7 @@ func (s *Store) claimSecondary(ctx context.Context, req guard.ClaimRequest) (gua
 		}
 	}
 	s.wroteSecondary(satAdd(req.TTL, req.Lease))
-	out, err := callClaim(ctx, s.opts.SecondaryTimeout, false, s.secondary, req)
+	out, err := callClaim(ctx, s.opts.SecondaryTimeout, s.secondary, req)
 	if err != nil {
 		return guard.Outcome{}, fmt.Errorf("fallback: secondary: %w", err)
 	}
