@@ -171,12 +171,16 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		// a step of the key committed (Backstop.Step, CommitStep): its
 		// effect happened, and the mark keeps refusing other payloads, as
 		// the primary's failed record with the step does.
-		// $1 scope, $2 id: the key was answered Exhausted (its last
-		// attempt's lease ran out): that holder's mark, its lease over,
-		// becomes failed, so that its late commit is refused (commit).
+		// $1 scope, $2 id: the primary answered the key Exhausted (its
+		// last attempt's lease ran out there): that holder's mark becomes
+		// failed, so that its late commit is refused (commit). Whatever
+		// the mark's own lease says: it was written after the primary's
+		// claim, by the database's clock, so it can outlast the primary's
+		// lease, and a commit it let through after this answer would be an
+		// effect of a key given up. A commit under way holds the row: this
+		// waits for it, and then finds it completed (Lookup's answer).
 		exhaust: `UPDATE ` + k + ` SET status = 'failed', leased_until = NULL
-			WHERE scope = $1 AND id = $2 AND status = 'pending' AND expires_at > ` + clockNow + `
-				AND (leased_until IS NULL OR leased_until <= ` + clockNow + `)`,
+			WHERE scope = $1 AND id = $2 AND status = 'pending' AND expires_at > ` + clockNow,
 		unmark: `UPDATE ` + k + ` SET leased_until = NULL,
 				expires_at = CASE WHEN $4 AND attempt <= 1 AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
 					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)
@@ -503,9 +507,9 @@ func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) e
 	return dbErr(ctx, "unmark", err)
 }
 
-// exhaust fails the mark of key's last holder, its lease over, once the
-// primary answered a claim of key Exhausted: the holder, paused past its
-// lease, can no longer commit after the key was given up (Wrap).
+// exhaust fails the mark of key's last holder once the primary answered a
+// claim of key Exhausted: the holder, paused past its lease, can no longer
+// commit after the key was given up (Wrap).
 func (b *Backstop) exhaust(ctx context.Context, key guard.Key) error {
 	_, err := b.db.ExecContext(ctx, b.q.exhaust, key.Scope, key.ID)
 	return dbErr(ctx, "exhaust", err)

@@ -1,6 +1,7 @@
 package backstop_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -18,7 +19,11 @@ import (
 // final (a consumer dead-letters the message). When the paused holder
 // wakes, its Commit must be refused: it was accepted (its own token and
 // fence still stood on the row), so the effect happened after the key
-// was given up, on the Postgres Store and under Wrap alike.
+// was given up, on the Postgres Store and under Wrap alike. Under Wrap
+// A's claim's answer takes 50ms to come back from the primary, so that
+// the holder's mark, written then with the database's clock, outlasts the
+// primary's lease by as much (as it does by a few milliseconds, or by a
+// clock skew, in production): the mark is failed all the same.
 func TestCommitRefusedAfterExhausted(t *testing.T) {
 	t.Parallel()
 	for _, via := range []string{"pgstore", "wrap"} {
@@ -29,7 +34,7 @@ func TestCommitRefusedAfterExhausted(t *testing.T) {
 			b := mustBackstop(t, db, pgstore.Options{})
 			var s guard.Store = pgenv.Store(t, db, pgstore.Options{})
 			if via == "wrap" {
-				s = backstop.Wrap(memstore.New(memstore.Options{}), b)
+				s = backstop.Wrap(slowAnswer{memstore.New(memstore.Options{}), 50 * time.Millisecond}, b)
 			}
 			key := newKey(t)
 			req := func(tok string) guard.ClaimRequest {
@@ -55,4 +60,19 @@ func TestCommitRefusedAfterExhausted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowAnswer is a store whose answers to claims with token A take d to
+// come back.
+type slowAnswer struct {
+	guard.Store
+	d time.Duration
+}
+
+func (s slowAnswer) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
+	out, err := s.Store.Claim(ctx, req)
+	if req.Token == "A" {
+		<-time.After(s.d)
+	}
+	return out, err
 }
