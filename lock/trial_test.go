@@ -79,20 +79,29 @@ func TestCancelledMidAcquireLeavesNothingLocked(t *testing.T) {
 
 // TestSingletonChurnWithRestartedNodes: 4 instances run a Singleton job
 // in loops on 3 private nodes, with Fencing, while one node at a time is
-// killed and restarted empty (no persistence), a fence round at least
-// between two restarts. Every run's fence is distinct from every other
-// run's, and a downstream store that keeps the highest fence it has taken
-// refuses none of them out of order unless two leaders overlapped; the
-// overlapping leaders are counted (Redlock with a node restarted empty may
-// allow them; the fence must tell them apart).
+// killed and restarted empty (no persistence), three runs at least
+// between two restarts and only once every node holds the highest fence
+// handed out, so that each restart is one fault. Every run's fence is
+// distinct from every other run's, and a downstream store that keeps the
+// highest fence it has taken refuses none of them out of order unless two
+// leaders overlapped; the overlapping leaders are counted (Redlock with a
+// node restarted empty may allow them; the fence must tell them apart).
+//
+// The rounds are bounded at 300ms (TimeoutFactor 0.3), not 50ms, so that
+// a live node answers them on a loaded machine: a node that answers
+// neither call of a fence round, besides one restarted empty, is the
+// double fault fence's doc leaves, and at 50ms the race detector and a
+// busy machine made it about once in thirty runs (a fence below an
+// earlier run's, no two runs overlapping).
 func TestSingletonChurnWithRestartedNodes(t *testing.T) {
 	const instances, restarts = 4, 6
-	servers, _ := ownNodes(t, 3)
+	servers, nodes := ownNodes(t, 3)
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	prefix := testenv.Prefix(t)
 	lockers := make([]*lock.Locker, instances)
 	for i := range lockers {
-		lockers[i] = newLocker(t, closing(t, lock.NewNodes(addrs...)), lock.Options{Prefix: prefix, Expiry: time.Second, Fencing: true, RetryDelay: 5 * time.Millisecond})
+		lockers[i] = newLocker(t, closing(t, lock.NewNodes(addrs...)), lock.Options{Prefix: prefix, Expiry: time.Second,
+			TimeoutFactor: 0.3, Fencing: true, RetryDelay: 5 * time.Millisecond})
 	}
 	var (
 		sec     section
@@ -134,9 +143,21 @@ func TestSingletonChurnWithRestartedNodes(t *testing.T) {
 			}
 		})
 	}
+	fenceKey := prefix + "reaper:fence"
 	for i := range restarts {
 		before := runs.Load()
 		waitRuns(t, &runs, before+3)
+		testenv.WaitFor(t, 20*time.Second, "every node holding the highest fence", func() bool {
+			mu.Lock()
+			h := highest
+			mu.Unlock()
+			for _, c := range nodes {
+				if v, err := c.Get(bg, fenceKey).Int64(); err != nil || v < h {
+					return false
+				}
+			}
+			return true
+		})
 		s := servers[i%3]
 		s.Kill()
 		s.Restart()
