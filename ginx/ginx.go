@@ -85,7 +85,7 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 	orig, req := c.Writer, c.Request
 	reported := len(c.Errors) // middleware before the guard's: not the run's
 	e.RunCaptured(out{orig}, v, b, func(ctx context.Context, capture *httpcore.Capture) {
-		w := &writer{c: capture, orig: orig, status: http.StatusOK, size: -1}
+		w := &writer{c: capture, orig: orig, status: orig.Status(), size: -1}
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
