@@ -87,6 +87,11 @@ func (s *Store) consume(ctx context.Context, group, messageID string, fn func(ct
 		return false, false, err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// database/sql rolled the transaction back as ctx ended:
+			// nothing was kept, and the cancellation is the reason.
+			return false, false, fmt.Errorf("pgstore: consume: %w", context.Cause(ctx))
+		}
 		return false, false, dbErr(ctx, "commit", err)
 	}
 	return true, false, nil

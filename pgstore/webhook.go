@@ -48,13 +48,15 @@ func (s *Store) InsertOrRetry(ctx context.Context, q Querier, eventType, refID s
 	}
 	defer done()
 	d := Delivery{EventType: eventType, RefID: refID}
-	err = q.QueryRowContext(ctx, `INSERT INTO `+s.t.Webhooks+` AS w (event_type, ref_id, payload)
+	err = own(ctx, q, func() error {
+		return q.QueryRowContext(ctx, `INSERT INTO `+s.t.Webhooks+` AS w (event_type, ref_id, payload)
 		VALUES ($1, $2, $3)
 		ON CONFLICT (event_type, ref_id) WHERE status = 'pending'
 		DO UPDATE SET attempt_count = w.attempt_count + 1, payload = EXCLUDED.payload, updated_at = now()
 		WHERE w.status = 'pending'
 		RETURNING id, status, attempt_count, xmax = 0`, StoredText(eventType), StoredText(refID), payload).
-		Scan(&d.ID, &d.Status, &d.Attempts, &d.Inserted)
+			Scan(&d.ID, &d.Status, &d.Attempts, &d.Inserted)
+	})
 	if err != nil {
 		return Delivery{}, dbErr(ctx, "insert or retry", err)
 	}
@@ -85,8 +87,10 @@ func (s *Store) endDelivery(ctx context.Context, q Querier, id int64, status, re
 	}
 	defer done()
 	var got int64
-	err = q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
+	err = own(ctx, q, func() error {
+		return q.QueryRowContext(ctx, `UPDATE `+s.t.Webhooks+` SET status = $2, last_error = $3, updated_at = now()
 		WHERE id = $1 AND status = 'pending' RETURNING id`, id, status, StoredText(reason)).Scan(&got)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("pgstore: webhook delivery %d is not pending", id)
 	}
@@ -110,4 +114,19 @@ func single(ctx context.Context, q Querier) (_ Querier, done func(), _ error) {
 		return nil, nil, err
 	}
 	return c, func() { _ = c.Close() }, nil
+}
+
+// own runs a statement made on q, which single returned: when q is a
+// connection (the caller passed a *sql.DB, whose connection single
+// chose, or a *sql.Conn), the statement is a transaction of its own, and one refused with a
+// serialization failure or a deadlock (a database whose default isolation
+// is REPEATABLE READ or SERIALIZABLE) changed nothing and is run again, as
+// the Store's own statements are (retrySerialization). In the caller's
+// transaction it is run once: that transaction is aborted, and the caller
+// must begin it again.
+func own(ctx context.Context, q Querier, run func() error) error {
+	if _, ok := q.(*sql.Conn); ok {
+		return retrySerialization(ctx, run)
+	}
+	return run()
 }
