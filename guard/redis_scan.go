@@ -23,8 +23,12 @@ var errStopScan = errors.New("guard: scan stopped")
 //
 // Records are found by SCAN, on every master of a Cluster and every shard
 // of a Ring, in no particular order, and read 64 to a round trip; fn is
-// called from one goroutine at a time. A record written or removed while the scan runs may or may not be
-// given (SCAN's guarantee), and one is never given twice by one server. It
+// called from one goroutine at a time. A record kept for the whole scan is
+// given, one written or removed while it runs may or may not be (SCAN's
+// guarantee), and one may be given more than once: SCAN gives a name
+// again when the server's table of keys shrinks while it runs, as it does
+// when many records expire or are removed. Callers that list or count
+// records once keep the names given (idemguard list does). It
 // returns the first error of a scan or of a read that is not the record's
 // own (the server unavailable, ctx ended), and nil if fn stopped it. A
 // nil fn panics before the scan starts.
@@ -112,14 +116,17 @@ func (s *RedisStore) readNames(ctx context.Context, names []string, emit func(st
 	return nil
 }
 
-// globEscape quotes the glob characters of s for SCAN MATCH.
+// globEscape quotes the glob characters of s for SCAN MATCH. It goes byte
+// by byte: a prefix is bytes, and one that is not UTF-8 must match itself
+// (read as runes, a stray byte became U+FFFD, and the pattern matched no
+// name of the store).
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

@@ -478,10 +478,19 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	n, scanned, unreadable := 0, 0, 0
 	limited := false
 	var firstBad, werr error
+	// The names listed (or found unreadable): SCAN gives a name again when
+	// the server's table of keys shrinks during the scan, as it does when
+	// many records expire meanwhile (ScanRecords), and a record is listed
+	// once. As many as the rows listed are kept, not every name scanned.
+	given := map[string]struct{}{}
 	err = store.ScanRecords(ctx, func(name string, rec guard.Record, err error) bool {
 		scanned++
+		if _, again := given[name]; again {
+			return true
+		}
 		switch {
 		case err != nil:
+			given[name] = struct{}{}
 			unreadable++
 			if firstBad == nil {
 				firstBad = err
@@ -493,6 +502,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			limited = true // one more than the limit
 			return false
 		}
+		given[name] = struct{}{}
 		n++
 		if *format == "json" {
 			werr = enc.Encode(listedOf(name, rec))
