@@ -118,6 +118,13 @@ type wrappedStore struct {
 	b       *Backstop
 }
 
+// Unwrap returns primary, which keeps the records: the adapters see
+// through Wrap to it, so a fallback.Store as primary still sets the
+// Retry-After of a 503 while its breaker is open, and a Guard on Wrap's
+// store nested in one on primary (or the other way round) knows the
+// outer claim of its key.
+func (g *wrappedStore) Unwrap() guard.Store { return g.primary }
+
 func (g *wrappedStore) Claim(ctx context.Context, req guard.ClaimRequest) (guard.Outcome, error) {
 	out, err := g.primary.Claim(ctx, req)
 	if err != nil {

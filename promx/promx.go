@@ -173,7 +173,11 @@ func (m *Metrics) Count(k guard.EventKind) uint64 {
 // DoBatch and the consumers keep claiming and completing a batch in one
 // round trip; each key's call is timed with the batch's latency), and a
 // guard.DeadlineStore whose HonoursDeadline answers as s does (false when
-// s is not one), so a fallback.Store over it keeps its inline path.
+// s is not one), so a fallback.Store over it keeps its inline path. It
+// names s as the store it wraps (Unwrap() guard.Store), so the adapters
+// see through it as through otelx's traced store: a fallback.Store's open
+// breaker still sets the Retry-After of a 503, and a Guard nested inside
+// another over a timed view of the same store knows the outer claim.
 func (m *Metrics) Store(s guard.Store) guard.Store {
 	if s == nil {
 		panic("promx: Metrics.Store: nil Store")
@@ -211,6 +215,9 @@ type timedStore struct {
 	next guard.Store
 	obs  [6][6]prometheus.Observer // [op][result]
 }
+
+// Unwrap returns the store being timed.
+func (t *timedStore) Unwrap() guard.Store { return t.next }
 
 func (t *timedStore) done(op int, start time.Time, err error) {
 	t.obs[op][resultOf(err)].Observe(time.Since(start).Seconds())
