@@ -324,6 +324,13 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 			return guard.Outcome{Status: guard.InProgress, LeaseLeft: left}, actNone, nil
 		}
 	case "failed":
+		if r.token.String == req.Token {
+			// A copy of this claim that comes after its holder failed or
+			// released it (database/sql sends a statement again when the
+			// driver reports its connection bad after sending it): it
+			// takes nothing, as claim.lua answers (docs/design.md, rule 2).
+			return guard.Outcome{Status: guard.InProgress}, actNone, nil
+		}
 	default:
 		return guard.Outcome{}, actNone, fmt.Errorf("%w: %s has state %q", guard.ErrCorrupt, req.Key, r.status.String)
 	}

@@ -66,6 +66,11 @@ func claimSteps(s Snapshot, in Input) []transition {
 		}
 		return ts
 	case guard.StateFailed:
+		if s.Token == in.Token {
+			// A copy of the claim that comes after its holder failed or
+			// released it takes nothing (docs/design.md, rule 2).
+			return []transition{{Output{Status: guard.InProgress}, s}}
+		}
 		return recoverSteps(s, in, false)
 	}
 	return nil

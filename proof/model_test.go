@@ -172,6 +172,13 @@ func TestModelRejectsKnownBugs(t *testing.T) {
 			h.add(1, 2, 3, claim("B"), Output{Status: guard.InProgress})
 			h.add(2, 4, 5, claim("C"), acquired(2, 2, false))
 		},
+		// A copy of a claim that lands after its holder failed it takes
+		// the key again (rule 2: it takes nothing).
+		"claim copy after its fail acquires": func(h *hist) {
+			h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
+			h.add(0, 2, 3, Input{Op: OpFail, Token: "A", Value: "x"}, Output{OK: true})
+			h.add(0, 4, 5, claim("A"), acquired(2, 2, false))
+		},
 		"corrupt reply": func(h *hist) {
 			h.add(0, 0, 1, claim("A"), Output{Bad: true, Err: "corrupt"})
 		},

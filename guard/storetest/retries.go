@@ -56,3 +56,41 @@ func (c contract) retriedAfterTakeover(t *testing.T) {
 		t.Fatalf("after the retried release = %+v, want replay of b", out)
 	}
 }
+
+// claimResentAfterItsEnd: a copy of a claim that reaches the store after
+// its holder ended the claim (a client re-sends a claim whose reply it
+// lost; a delayed copy can land after the holder failed or released it)
+// takes nothing: it answers InProgress, the record stays as it is, and the
+// next claim takes the key over with the next fence and attempt, as if
+// the claim had been made once (docs/design.md, "The state machine",
+// rule 2).
+func (c contract) claimResentAfterItsEnd(t *testing.T) {
+	s := c.h.New(t)
+	for _, end := range []string{"fail", "release"} {
+		t.Run(end, func(t *testing.T) {
+			key := newKey(t)
+			first := acquire(t, s, c.req(key, "A"))
+			mustOK(t, "fail A", s.Fail(ctx, first, "x", time.Hour))
+			b := c.req(key, "B")
+			taken := acquire(t, s, b) // a second attempt: its release leaves the record failed
+			if end == "fail" {
+				mustOK(t, "fail B", s.Fail(ctx, taken, "y", time.Hour))
+			} else {
+				mustOK(t, "release B", s.Release(ctx, taken))
+			}
+			before := get(t, s, key)
+			if out, err := s.Claim(ctx, b); err != nil || out.Status != guard.InProgress {
+				t.Errorf("claim B sent again after its %s: %v (fence %d attempt %d), %v; want in progress, nothing taken",
+					end, out.Status, out.Lease.Fence, out.Lease.Attempt, err)
+			}
+			after := get(t, s, key)
+			if after.State != before.State || after.Fence != before.Fence || after.Attempt != before.Attempt || after.Token != before.Token {
+				t.Errorf("record after the copy: %+v; want it as before: %+v", after, before)
+			}
+			next := acquire(t, s, c.req(key, "C"))
+			if next.Fence <= before.Fence || next.Attempt != before.Attempt+1 {
+				t.Errorf("next claim: fence %d attempt %d, want above %d and %d", next.Fence, next.Attempt, before.Fence, before.Attempt+1)
+			}
+		})
+	}
+}

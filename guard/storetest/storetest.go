@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseFirstAttempt", c.releaseFirst},
 		{"ReleaseLaterAttempt", c.releaseLater},
 		{"RetriedAfterTakeover", c.retriedAfterTakeover}, // retries.go
+		{"ClaimResentAfterItsEnd", c.claimResentAfterItsEnd},
 		{"Endings", c.endings},                           // endings.go
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
