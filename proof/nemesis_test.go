@@ -117,6 +117,7 @@ func runNemesis(t *testing.T, w workload) {
 	stepKeys, stepVals := stepNemesisKeys(scope), newStepValues()
 
 	nem := NewNemesis(proxy, NemesisOptions{Seed: w.Seed, Faults: w.Faults})
+	bitten := Bites() // the toxics' hits so far in this process
 	nctx, stopNemesis := context.WithCancel(context.Background())
 	nemDone := make(chan error, 2)
 	go func() { nemDone <- nem.Run(nctx) }()
@@ -203,12 +204,32 @@ func runNemesis(t *testing.T, w workload) {
 		t.Errorf("%s", reproduce)
 	}
 	settleStepKeys(t, ctx, g, rec, stepKeys, stepVals, &st, 10*w.Lease+5*time.Second, reproduceFail)
+	// Every key left to expire can be taken again: a store that never
+	// recovered a dead holder's key would leave one stuck here.
+	for _, k := range exhaustKeys {
+		settleExhaustKey(t, ctx, g, k, 10*w.Lease+5*time.Second, &st)
+	}
 	ps := client.PoolStats()
 	t.Logf("toxic hits so far in this process: %v", Bites())
 	t.Logf("seed %d: %s; %d faults applied; %d calls recorded; %d connections opened; workload %s, settling %s",
 		w.Seed, &st, len(applied), len(rec.History()), ps.Misses, ran.Round(time.Millisecond), settled.Round(time.Millisecond))
 	if len(applied) == 0 {
 		t.Errorf("the nemesis applied no fault")
+	}
+	// The faults must be seen to bite, and to cost the calls something:
+	// a nemesis whose toxics pass everything through (or a proxy that is
+	// not in the path) makes every check below pass for nothing. Other
+	// runs in this process may add hits, never take them away.
+	hits := int64(0)
+	for kind, n := range Bites() {
+		hits += n - bitten[kind]
+	}
+	if hits == 0 || st.unknown.Load()+st.lost.Load() == 0 {
+		t.Errorf("%d toxic hits in this run, %d calls of unknown outcome, %d lost leases: the faults did not reach the calls",
+			hits, st.unknown.Load(), st.lost.Load())
+	}
+	if st.recovered.Load() == 0 {
+		t.Errorf("no claim took over a dead holder's key: the run proves nothing about recovery")
 	}
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -389,6 +410,9 @@ func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, lease time.Du
 	if err != nil || out.Status != guard.Acquired {
 		return
 	}
+	if out.Lease.Recovered {
+		st.recovered.Add(1)
+	}
 	switch p := r.IntN(10); {
 	case p < 2:
 		// The holder died: its lease runs out.
@@ -404,6 +428,33 @@ func exhaustOnce(ctx context.Context, g *guard.Guard, k guard.Key, lease time.Du
 	default:
 		time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
 		countErr(st, g.Fail(ctx, out.Lease, errTransient))
+	}
+}
+
+// settleExhaustKey claims k, without faults, until the claim is acquired
+// (then released) or the key is exhausted, within limit: a key whose
+// holder died is taken over once its lease ran out.
+func settleExhaustKey(t *testing.T, ctx context.Context, g *guard.Guard, k guard.Key, limit time.Duration, st *stats) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		out, err := g.ClaimWith(ctx, k, "fp-exhaust", guard.CallOptions{MaxAttempts: 1 << 20})
+		switch {
+		case err == nil && out.Status == guard.Acquired:
+			if out.Lease.Recovered {
+				st.recovered.Add(1)
+			}
+			if err := g.Release(ctx, out.Lease); err != nil {
+				t.Errorf("release of %s while settling: %v", k, err)
+			}
+			return
+		case errors.Is(err, guard.ErrExhausted):
+			return
+		case time.Now().After(deadline):
+			t.Errorf("%s was not taken again within %s: %+v, %v", k, limit, out, err)
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling a key whose lease is running out
 	}
 }
 
