@@ -105,7 +105,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseLaterAttempt", c.releaseLater},
 		{"RetriedAfterTakeover", c.retriedAfterTakeover}, // retries.go
 		{"ClaimResentAfterItsEnd", c.claimResentAfterItsEnd},
-		{"Endings", c.endings},                           // endings.go
+		{"Endings", c.endings}, // endings.go
 		{"LeaseExpiryRecovery", c.leaseRecovery},
 		{"LeaseExpiryRecoveryShortTTL", c.leaseRecoveryShortTTL},
 		{"ExtendKeepsLease", c.extendKeeps},
