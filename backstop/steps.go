@@ -59,6 +59,14 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // key's row without locking it; the step's row is what makes its effect
 // happen once.
 //
+// The step's row belongs to the key's current life only if tx commits
+// before that life's row expires (its retention passed, the lease long
+// over): a transaction still open then can commit the step after a
+// claim or Purge started the key afresh (they do not see an uncommitted
+// row), and the key's next life finds it (ErrAlreadyCommitted). Backstop.Step
+// ends its transaction with the lease; a tx of your own should end with
+// it too.
+//
 // Inside guard.Step, Backstop.Step does all of this. At REPEATABLE READ
 // or SERIALIZABLE, a CommitStep that waited for a concurrent commit of the
 // step answers guard.ErrUnavailable (a serialization failure), as Commit
