@@ -32,7 +32,9 @@ type PurgeOptions struct {
 // when ctx ends. Rows locked by a running transaction are skipped and left
 // for the next purge, and so is a key whose steps were not all deleted
 // with it (it expired while the purge ran, or one of its step rows was
-// locked): a key's row never goes before its steps. On a database whose default isolation is stricter
+// locked): a key's row never goes before its committed steps (a step a
+// transaction commits after the key's row expired is not seen: see
+// backstop.Backstop.CommitStep). On a database whose default isolation is stricter
 // than READ COMMITTED, a batch refused with a serialization failure (it
 // met a row changed since it began) is run again, as the Store's
 // statements are.
