@@ -92,9 +92,10 @@ func honoursDeadline(st guard.Store) bool {
 // callClaim is st.Claim(req) through call: the caller is answered within
 // d, but the claim itself is not cut off at d. It runs on a goroutine of
 // its own, whatever inline says, with ctx's deadline (the lease's first
-// deadline under guard; req.Lease after it was sent when ctx has none),
-// so that its answer is heard even when it comes after the caller was
-// answered ErrUnavailable: a claim abandoned at d by a client that
+// deadline under guard; req.Lease after it was sent when ctx has none)
+// and not ctx's cancellation, so that its answer is heard even when it
+// comes after the caller was answered ErrUnavailable, or went away: a
+// claim abandoned at d (or at a cancellation) by a client that
 // honours deadlines (go-redis with ContextTimeoutEnabled closes the
 // connection) could still be applied once the store got to it, with
 // nobody left to hear it. A claim answered Acquired after the caller gave
@@ -106,12 +107,12 @@ func honoursDeadline(st guard.Store) bool {
 // too: applied after that, it is pending for its lease.
 func callClaim(ctx context.Context, d time.Duration, st guard.Store, req guard.ClaimRequest) (guard.Outcome, error) {
 	return call(ctx, d, false, func(context.Context) (guard.Outcome, error) {
-		cctx := ctx
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, req.Lease)
-			defer cancel()
+		bound, ok := ctx.Deadline()
+		if !ok {
+			bound = time.Now().Add(req.Lease)
 		}
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), bound)
+		defer cancel()
 		return st.Claim(cctx, req)
 	}, func(out guard.Outcome, err error) {
 		if err != nil || out.Status != guard.Acquired {
