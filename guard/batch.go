@@ -262,10 +262,13 @@ func (r *batchRun) ends(writes []Write, runs []ran) []Write {
 // Do releases its claim then. Nobody hears the results.
 func (r *batchRun) abandon(k *keepalive, b *beat, runs []ran, writes []Write) {
 	b.halt()
+	first := len(writes)
 	writes = r.ends(writes, runs)
 	wctx := k.detach()
 	for j, err := range r.bs.WriteBatch(wctx, writes) {
-		r.g.wrote(r.ctx, &writes[j], bounded(wctx, err), false)
+		// A run whose lost lease the heartbeat observed is not observed
+		// lost again by the write that ends it (as in segment).
+		r.g.wrote(r.ctx, &writes[j], bounded(wctx, err), j >= first && b.lossObserved(j-first))
 	}
 	b.stop()
 	k.stop()

@@ -437,12 +437,14 @@ func (g *Guard) claimTimedOut(err error) error {
 func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Result, error) {
 	returned := false
 	defer func() {
-		k.stop()
 		if !returned {
 			// fn panicked or called runtime.Goexit: no result exists, so
-			// free the key for a retry. The panic continues unchanged.
-			_ = g.Release(ctx, lease)
+			// free the key for a retry. The panic continues unchanged. A
+			// lost lease the heartbeat observed is not observed again by
+			// the refused release.
+			_ = g.release(ctx, k.detach(), lease, k.lossObserved())
 		}
+		k.stop()
 	}()
 
 	value, err := fn(k.ctx, lease)
