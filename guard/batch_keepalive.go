@@ -31,10 +31,13 @@ type beat struct {
 	parent context.Context // the caller's context
 	timer  *time.Timer
 
-	mu    sync.Mutex
-	idle  sync.Cond // broadcast when a notification ends
-	ended bool      // halted: the timer does nothing
-	busy  bool      // an extension is under way
+	mu   sync.Mutex
+	idle sync.Cond // broadcast when a notification ends
+	// ended: halted, the timer only ends each live lease's effect
+	// context at its deadline while the batch's writes are under way.
+	ended   bool
+	stopped bool // the timer does nothing
+	busy    bool // an extension is under way
 	// notifying: how many timer callbacks are telling the Observer of
 	// events, unlocked; halt waits for them, so the heartbeat's events
 	// (lost leases) are observed before the batch returns (see
@@ -162,14 +165,14 @@ func (b *beat) nextFire(now time.Time) time.Time {
 		if next.IsZero() || h.valid.Before(next) {
 			next = h.valid
 		}
-		if !h.maxRun.IsZero() && h.maxRun.Before(next) {
+		if !b.ended && !h.maxRun.IsZero() && h.maxRun.Before(next) {
 			next = h.maxRun
 		}
 	}
 	if next.IsZero() {
 		return now.Add(time.Hour) // nothing live: nothing due
 	}
-	if !b.busy && b.next.Before(next) {
+	if !b.ended && !b.busy && b.next.Before(next) {
 		next = b.next
 	}
 	return next
@@ -177,7 +180,7 @@ func (b *beat) nextFire(now time.Time) time.Time {
 
 // arm sets the timer for what is due next. b.mu is held.
 func (b *beat) arm(now time.Time) {
-	if !b.ended {
+	if !b.stopped {
 		b.due = b.nextFire(now)
 		b.timer.Reset(b.due.Sub(now))
 	}
@@ -203,10 +206,22 @@ func (b *beat) fire() {
 		b.idle.Broadcast()
 		b.mu.Unlock()
 	}()
-	if b.ended {
+	if b.stopped {
 		return
 	}
 	now := time.Now()
+	if b.ended {
+		// The batch's writes are under way: a lease whose deadline passes
+		// meanwhile has its effect's context ended, as the holder may
+		// assume nothing past it; whether it was lost the write tells.
+		for i := range b.held {
+			if h := &b.held[i]; h.live && !now.Before(h.valid) {
+				b.lose(h, fmt.Errorf("%w: the lease's deadline passed while the write that ends the claim was under way", ErrLeaseLost))
+			}
+		}
+		b.arm(now)
+		return
+	}
 	live := false
 	for i := range b.held {
 		h := &b.held[i]
@@ -314,7 +329,9 @@ func (b *beat) fire() {
 
 // halt ends the heartbeat, tells a round of extensions under way to give
 // up, and waits for the Observer to hear of the events the heartbeat
-// found; the effects' contexts stay as they are. It does not wait for
+// found. The timer goes on only to end each live lease's effect context
+// at its deadline (while the batch's writes are under way); stop ends it.
+// It does not wait for
 // the round's answers, as keepalive's quiesce does not: a client that
 // ignores its context would hold the batch's writes past the leases. The
 // answers, when they come, change nothing and are not observed (fire).
@@ -322,7 +339,7 @@ func (b *beat) halt() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ended = true
-	b.timer.Stop()
+	b.arm(time.Now()) // for the leases' deadlines only, from now on
 	if b.extStop != nil {
 		b.extStop()
 	}
@@ -331,11 +348,14 @@ func (b *beat) halt() {
 	}
 }
 
-// stop halts the heartbeat and cancels every effect's context.
+// stop halts the heartbeat, stops its timer and cancels every effect's
+// context.
 func (b *beat) stop() {
 	b.halt()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.stopped = true
+	b.timer.Stop()
 	for i := range b.held {
 		b.held[i].ctx.end(nil)
 	}

@@ -297,8 +297,13 @@ func (k *keepalive) start(lease Lease) bool {
 func (k *keepalive) arm(now time.Time) {
 	var next time.Time
 	switch k.phase {
-	case claiming, writing:
+	case claiming:
 		next = k.bound
+	case writing:
+		next = k.bound
+		if k.ctx != nil && k.eff.errLocked() == nil && k.valid.Before(next) {
+			next = k.valid // the effect's context ends at the lease's deadline
+		}
 	case running:
 		next = k.beat
 		if k.busy {
@@ -400,6 +405,13 @@ func (k *keepalive) fire() {
 	case claiming:
 		return // bounded by the claim queue (claimBound), not the timer
 	case writing:
+		if k.ctx != nil && !now.Before(k.valid) {
+			// The holder may assume nothing past its deadline, the write
+			// that ends its claim under way or not: another claim may
+			// take the key once the store's lease ran out. Whether the
+			// lease was lost the write tells (and observes).
+			k.endEffect(fmt.Errorf("%w: the lease's deadline passed while the write that ends the claim was under way", ErrLeaseLost))
+		}
 		if now.Before(k.bound) {
 			k.arm(now)
 			return
