@@ -147,12 +147,17 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		if idx != nil {
 			i = idx[j]
 		}
-		if stop && !runs[i].ran && res[j].Err != nil && ctx.Err() == nil {
+		if stop && !runs[i].ran && res[j].Err != nil {
 			// Past the stop, a claim the store answered otherwise (a
 			// mismatch, attempts spent, in progress) waits for the
 			// message's turn: its dead letter is sent then, in order, as a
-			// bad key's is (docs/design.md, "Batches").
+			// bad key's is (docs/design.md, "Batches"). After a shutdown
+			// it is Interrupted, never dead-lettered past the stop.
 			out[i] = BatchResult{Outcome: Skipped, Err: skippedAfterStop(msgs[i], res[j].Err)}
+			if ctx.Err() != nil {
+				out[i] = BatchResult{Outcome: Interrupted, Err: fmt.Errorf("consumerx: message %s, past an ordered batch's stop, as the consumer's context ended (its claim: %w): %w",
+					msgs[i].ID, res[j].Err, context.Cause(ctx))}
+			}
 			continue
 		}
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
