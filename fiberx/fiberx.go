@@ -171,15 +171,26 @@ func (r *request) EscapedPath() string { return string(r.c.Request().URI().PathO
 func (r *request) RawQuery() string    { return string(r.c.Request().URI().QueryString()) }
 
 // Route is the path of the route Fiber matched when it spans the whole
-// request path (as many segments); "" otherwise: under app.Use or a
-// group's middleware the route is only a prefix of the path, and the
-// scope is then the request's path.
+// request path (as many segments). Under app.Use or a group's middleware
+// the route is only a prefix of the path, and Route is then the request's
+// escaped path as Fiber matches it: in lower case unless CaseSensitive,
+// without a trailing slash unless StrictRouting. A retry at a variant of
+// the path that Fiber routes to the same handler (/v1/Orders, /v1/orders/)
+// is so under the same scope, and replayed or refused, never run again.
 func (r *request) Route() string {
 	route := r.c.Route()
-	if route == nil || segments(route.Path) != segments(r.c.Path()) {
-		return ""
+	if route != nil && segments(route.Path) == segments(r.c.Path()) {
+		return route.Path
 	}
-	return route.Path
+	p := r.EscapedPath()
+	cfg := r.c.App().Config()
+	if !cfg.CaseSensitive {
+		p = strings.ToLower(p)
+	}
+	if !cfg.StrictRouting && len(p) > 1 {
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p
 }
 
 func segments(p string) int { return strings.Count(strings.TrimSuffix(p, "/"), "/") }
