@@ -21,11 +21,16 @@
 //	}), createOrder)
 //
 // The scope of a key is the caller, the method and the route path Fiber
-// matched (c.Route().Path), or the request's path under app.Use or a
-// group's middleware, whose route is only a prefix of the path. Fiber builds the whole
+// matched (c.Route().Path), or the request's path as Fiber routes it under
+// app.Use or a group's middleware, whose route is only a prefix of the
+// path. Fiber builds the whole
 // response before sending it, so the response is stored after the
 // handlers return and before Fiber sends it; a streamed body
-// (SetBodyStreamWriter) is sent but not kept (replays say so). An error a
+// (SetBodyStreamWriter, SendStreamWriter, SendStream) is sent but not kept
+// (replays say so), and is written after the claim ended: the handlers'
+// context (c.Context(), the lease's) has ended by then, so a stream writer
+// must not read with it (a query's rows, an upstream's body), or it stops
+// at the first read. An error a
 // handler returns is rendered by the app's ErrorHandler inside the guarded
 // run, so it is part of the response: a 4xx is stored and replayed, a 5xx
 // (and a 408, 429 or 499, which ask for the retry) releases the key; the middleware then returns nil. Fiber's BodyLimit
