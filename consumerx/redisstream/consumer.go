@@ -456,12 +456,17 @@ func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause 
 }
 
 // deadLetterOnce adds msg's entry to the dead-letter stream as a recorded
-// step of its dead-letter record (guard.Step), so that when the user's
-// DeadLetter after it fails and dead-lettering is retried on the next
-// delivery, the entry is not added again. Without a lease (a message with
-// no id at all) or a store that records no steps, it just adds it.
+// step of its dead-letter record (guard.Step): the entry's own (sendOnce),
+// which both paths claim, or else consumerx's. So when the user's
+// DeadLetter after it fails and dead-lettering is retried, on the next
+// delivery or by the consumer that finds the entry deleted, the entry is
+// not added again. Without a lease (a message with no id at all) or a
+// store that records no steps, it just adds it.
 func (c *Consumer) deadLetterOnce(ctx context.Context, msg consumerx.Message, cause error) error {
-	lease, ok := consumerx.LeaseFrom(ctx)
+	lease, ok := ctx.Value(entryLease{}).(guard.Lease)
+	if !ok {
+		lease, ok = consumerx.LeaseFrom(ctx)
+	}
 	if !ok {
 		return c.deadLetter(ctx, msg, cause)
 	}

@@ -44,6 +44,10 @@ func (c *Consumer) entryDeadKey(msg consumerx.Message) (key guard.Key, ok bool) 
 	return guard.Key{Scope: consumerx.DeadLetterScopePrefix + c.opts.Group, ID: "entry:" + hex.EncodeToString(sum[:])}, true
 }
 
+// entryLease is the context key of the lease of the entry's dead-letter
+// record that sendOnce runs send under.
+type entryLease struct{}
+
 // sendOnce runs send, which sends msg's dead letter, under the entry's
 // dead-letter record (entryDeadKey), so that it runs at most once to
 // success, whichever path calls it. sent is false, with a nil error, when
@@ -55,8 +59,12 @@ func (c *Consumer) sendOnce(ctx context.Context, msg consumerx.Message, send fun
 	if !ok {
 		return true, send(ctx)
 	}
-	res, err := c.g.DoWith(ctx, key, "", func(lctx context.Context, _ guard.Lease) ([]byte, error) {
-		return nil, send(lctx)
+	res, err := c.g.DoWith(ctx, key, "", func(lctx context.Context, l guard.Lease) ([]byte, error) {
+		// send records its steps (deadLetterOnce's xadd) under this
+		// record, which both paths claim, not under consumerx's own
+		// dead-letter record, which the deleted path cannot: a retry on
+		// either path then finds the entry added.
+		return nil, send(context.WithValue(lctx, entryLease{}, l))
 	}, entryDeadCall)
 	if err != nil {
 		return false, fmt.Errorf("redisstream: dead letter of %s: %w", msg.ID, err)
