@@ -23,13 +23,7 @@ import (
 // refusal is no lost lease and is not observed as one.
 func TestCompletionNotHeldBehindHungExtension(t *testing.T) {
 	const lease = 600 * time.Millisecond
-	var lost atomic.Int32
-	observer := guard.ObserverFunc(func(_ context.Context, e guard.Event) {
-		if e.Kind == guard.EventLeaseLost {
-			lost.Add(1)
-			t.Logf("observed: %v", e.Err)
-		}
-	})
+	observer, lost := lossCounter(t)
 	extStarted, extEnded := make(chan struct{}), make(chan error, 1)
 	h := &hooked{Store: realStore(t), onWire: true,
 		beforeExtend: func(context.Context, int32) {
@@ -125,13 +119,7 @@ func (h *hangingRound) WriteBatch(ctx context.Context, ws []guard.Write) []error
 // under way, and the round's late refusals are not observed.
 func TestDoBatchCompletionNotHeldBehindHungExtensions(t *testing.T) {
 	const lease = 600 * time.Millisecond
-	var lost atomic.Int32
-	observer := guard.ObserverFunc(func(_ context.Context, e guard.Event) {
-		if e.Kind == guard.EventLeaseLost {
-			lost.Add(1)
-			t.Logf("observed: %v", e.Err)
-		}
-	})
+	observer, lost := lossCounter(t)
 	s := &hangingRound{RedisStore: realStore(t), hang: 3 * lease, started: make(chan struct{}), ended: make(chan struct{})}
 	g := guard.New(s, guard.Options{Lease: lease, Observer: observer})
 	other := guard.New(s.RedisStore, guard.Options{Lease: lease})
@@ -183,4 +171,16 @@ func TestDoBatchCompletionNotHeldBehindHungExtensions(t *testing.T) {
 	if n := lost.Load(); n != 0 {
 		t.Errorf("%d EventLeaseLost observed for runs whose results were stored", n)
 	}
+}
+
+// lossCounter is an Observer that counts the EventLeaseLost it hears, and
+// logs each.
+func lossCounter(t *testing.T) (guard.Observer, *atomic.Int64) {
+	var lost atomic.Int64
+	return guard.ObserverFunc(func(_ context.Context, e guard.Event) {
+		if e.Kind == guard.EventLeaseLost {
+			lost.Add(1)
+			t.Logf("observed: %v", e.Err)
+		}
+	}), &lost
 }

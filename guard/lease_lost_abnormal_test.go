@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,12 +59,8 @@ func TestLeaseLostOnceOnAbnormalEnd(t *testing.T) {
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
-			var lost atomic.Int64
-			g := guard.New(s, guard.Options{Lease: 300 * time.Millisecond, Observer: guard.ObserverFunc(func(_ context.Context, e guard.Event) {
-				if e.Kind == guard.EventLeaseLost {
-					lost.Add(1)
-				}
-			})})
+			observer, lost := lossCounter(t)
+			g := guard.New(s, guard.Options{Lease: 300 * time.Millisecond, Observer: observer})
 			call(g, guard.Key{Scope: "lost-abnormal", ID: name})
 			if n := lost.Load(); n != 1 {
 				t.Errorf("one lease lost once, observed %d times", n)
