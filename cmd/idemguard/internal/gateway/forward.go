@@ -547,12 +547,15 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 				// header), whatever the client's is called: the route's
 				// key header, or on a body or computed route the default
 				// one (a computed key takes the client's from it).
+				// Spelt with '_' for '-' too: CGI-style servers (wsgiref,
+				// PHP, Puma) read Idempotency_Key as Idempotency-Key.
 				clientKey := rt.cfg.Key.Header
 				if clientKey == "" {
 					clientKey = httpx.DefaultHeader
 				}
-				pr.Out.Header.Del(clientKey)
+				delAnySpelling(pr.Out.Header, clientKey)
 				if keyHeader != "" {
+					delAnySpelling(pr.Out.Header, keyHeader)
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}
 			}

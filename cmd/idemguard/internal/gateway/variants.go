@@ -129,6 +129,16 @@ func looseHost(h string) string {
 // Google's APIs); the _method parameter is overrideparams.go's.
 var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// delAnySpelling deletes from h every field named name, in any case and
+// with '_' for '-', as CGI-style servers read field names.
+func delAnySpelling(h http.Header, name string) {
+	for k := range h {
+		if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), name) {
+			delete(h, k)
+		}
+	}
+}
+
 // isOverrideField reports whether a request's header field name is one of
 // overrideFields, also spelt with '_' for '-' (X_HTTP_METHOD_OVERRIDE):
 // CGI-style servers (Puma, PHP) read both as HTTP_X_HTTP_METHOD_OVERRIDE.
