@@ -316,7 +316,10 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	}
 	if err != nil {
 		r.Status = errorStatus(err)
-		if ce, ok := errors.AsType[*connect.Error](err); ok {
+		if ce, ok := errors.AsType[*connect.Error](err); ok && !connect.IsWireError(ce) {
+			// A wire error (a downstream call's, passed on) is sent
+			// without its metadata, which connect-go drops so that a
+			// downstream's headers do not leak: not stored either.
 			addChanged(r.Trailer, nil, ce.Meta())
 		}
 	} else if res != nil {
@@ -329,11 +332,17 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 }
 
 // addChanged adds to md the fields of h (lower-cased) whose values differ
-// from before's.
+// from before's: the values added after before's, when h still starts
+// with them (an outer interceptor's values are not the handler's, and a
+// replay, which runs the outer interceptors again, would send them
+// twice), or all of them when the handler replaced them.
 func addChanged(md core.MD, before, h http.Header) {
 	for k, vs := range h {
 		if len(vs) == 0 || slices.Equal(before[k], vs) {
 			continue
+		}
+		if b := before[k]; len(b) < len(vs) && slices.Equal(b, vs[:len(b)]) {
+			vs = vs[len(b):]
 		}
 		lk := strings.ToLower(k)
 		md[lk] = append(md[lk], vs...)
