@@ -86,7 +86,7 @@ func (b *Backstop) DB() *sql.DB { return b.db }
 func (b *Backstop) Options() pgstore.Options { return b.opts }
 
 type backstopSQL struct {
-	commit, done, exhaust, extend, holder, lock, lookup, mark, peek, read, unmark string
+	commit, done, exhaust, extend, holder, lock, lookup, lookupFP, mark, peek, read, unmark string
 }
 
 func newBackstopSQL(t pgsql.Tables) backstopSQL {
@@ -127,6 +127,10 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		lock: `SELECT fingerprint, status, token, fence, result, expires_at <= ` + clockNow + `
 			FROM ` + k + ` WHERE scope = $1 AND id = $2 FOR UPDATE`,
 		lookup: `SELECT result, fence FROM ` + k + `
+			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
+		// $1 scope, $2 id, $3 fingerprint: lookup, and whether the row's
+		// fingerprint is $3.
+		lookupFP: `SELECT result, fingerprint = $3 FROM ` + k + `
 			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id. The committed row, or a holder's mark whose
 		// lease is live; the last column: how long that lease has left
@@ -330,6 +334,22 @@ func (b *Backstop) Lookup(ctx context.Context, key guard.Key) (result []byte, fe
 		return nil, 0, false, err
 	}
 	return committedRow(ctx, "lookup", b.db.QueryRowContext(ctx, b.q.lookup, key.Scope, key.ID))
+}
+
+// lookupAs reads the committed row of key as Lookup does, and whether it
+// was committed with fingerprint (same: false means another payload's).
+func (b *Backstop) lookupAs(ctx context.Context, key guard.Key, fingerprint string) (result []byte, same, found bool, err error) {
+	err = b.db.QueryRowContext(ctx, b.q.lookupFP, key.Scope, key.ID, pgstore.StoredText(fingerprint)).Scan(&result, &same)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, false, nil
+	}
+	if err != nil {
+		return nil, false, false, dbErr(ctx, "lookup", err)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	return result, same, true, nil
 }
 
 // committedRow reads a row of (result, fence), the query what's: found

@@ -149,12 +149,16 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 		if err := g.b.exhaust(ctx, req.Key); err != nil {
 			return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
 		}
-		result, _, found, lerr := g.b.Lookup(ctx, req.Key)
+		// A row another payload committed (an unguarded effect's, on an
+		// expired mark) is that payload's result, not this one's.
+		result, same, found, lerr := g.b.lookupAs(ctx, req.Key, req.Fingerprint)
 		switch {
 		case lerr != nil:
 			return guard.Outcome{}, fmt.Errorf("backstop: %w", lerr)
-		case found:
+		case found && same:
 			return guard.Outcome{Status: guard.Replay, Result: result}, nil
+		case found:
+			return guard.Outcome{Status: guard.Mismatch}, nil
 		}
 		return out, nil
 	default:
