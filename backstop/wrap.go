@@ -263,9 +263,21 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
 	if holderDone(err) {
-		g.unmark(ctx, lease, err == nil)
+		g.unmark(ctx, lease, err == nil && g.forgot(ctx, lease.Key))
 	}
 	return err
+}
+
+// forgot reports whether primary forgot key, as it does when a first
+// attempt is released before any effect. One it kept (failed, with the
+// steps it recorded: a step's effect happened, though no backstop row of
+// it exists) keeps its mark too, or another payload could take the key
+// once primary lost it. Told nothing (primary unreachable, or another
+// claim already made), the mark is kept: it only refuses other payloads
+// until it expires.
+func (g *wrappedStore) forgot(ctx context.Context, key guard.Key) bool {
+	_, err := g.primary.Get(ctx, key)
+	return errors.Is(err, guard.ErrNotFound)
 }
 
 // holderDone reports whether a holder's Fail or Release that primary

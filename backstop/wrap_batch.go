@@ -80,7 +80,7 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		case w.Kind == guard.WriteFail && holderDone(errs[i]):
 			b.g.unmark(ctx, w.Lease, false)
 		case w.Kind == guard.WriteRelease && holderDone(errs[i]):
-			b.g.unmark(ctx, w.Lease, errs[i] == nil)
+			b.g.unmark(ctx, w.Lease, errs[i] == nil && b.g.forgot(ctx, w.Lease.Key))
 		case w.Kind == guard.WriteExtend && errs[i] == nil:
 			errs[i] = b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
