@@ -54,7 +54,7 @@ func DefaultReplayHeader(name string) bool { return !private[name] }
 func connectionFields(h []snapField) map[string]bool {
 	var conn map[string]bool
 	for _, f := range h {
-		if f.name != "Connection" {
+		if !strings.EqualFold(f.name, "Connection") {
 			continue
 		}
 		for _, v := range f.vals {
@@ -80,7 +80,18 @@ func (m *Engine) keepField(k string, vs []string, before http.Header, conn map[s
 	if len(vs) == 0 || slices.Equal(before[k], vs) {
 		return false // absent, or as the outer middleware left it
 	}
-	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) || strings.HasPrefix(k, emptyMark) {
+	if strings.HasPrefix(k, http.TrailerPrefix) || strings.HasPrefix(k, emptyMark) {
+		return false
+	}
+	return m.replayable(k, conn)
+}
+
+// replayable applies the replay rules to field name k, in any case: a
+// handler that writes w.Header()["set-cookie"] sends a Set-Cookie all the
+// same, and it is no more replayed than one written canonically.
+func (m *Engine) replayable(k string, conn map[string]bool) bool {
+	k = textproto.CanonicalMIMEHeaderKey(k)
+	if hopByHop[k] || conn[k] || k == ReplayedHeader {
 		return false
 	}
 	return m.opts.ReplayHeader(k)
@@ -96,10 +107,7 @@ func (m *Engine) keepRemoval(k string, h []snapField, conn map[string]bool) bool
 	if k == "Content-Type" || hasValues(h, k) {
 		return false
 	}
-	if hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
-		return false
-	}
-	return m.opts.ReplayHeader(k)
+	return !strings.HasPrefix(k, http.TrailerPrefix) && m.replayable(k, conn)
 }
 
 // removed is the value a field the response went out without is stored
@@ -121,10 +129,10 @@ func hasValues(h []snapField, k string) bool {
 // of keepField, but a trailer is the handler's whatever outer middleware
 // set (it is sent after the handler returned).
 func (m *Engine) keepTrailer(k string, vs []string, conn map[string]bool) bool {
-	if len(vs) == 0 || k == "" || hopByHop[k] || conn[k] || k == ReplayedHeader || strings.HasPrefix(k, emptyMark) {
+	if len(vs) == 0 || k == "" || strings.HasPrefix(k, emptyMark) {
 		return false
 	}
-	return m.opts.ReplayHeader(k)
+	return m.replayable(k, conn)
 }
 
 // resetHeader makes h what it was before the handler ran: the fields of
