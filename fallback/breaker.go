@@ -90,10 +90,7 @@ func newBreaker(opts Options) *breaker {
 		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
 		OnStateChange: func(name string, gfrom, gto gobreaker.State) {
 			from, to := fromGobreaker(gfrom), fromGobreaker(gto)
-			b.mu.Lock()
-			close(b.changes)
-			b.changes = make(chan struct{})
-			b.mu.Unlock()
+			b.wake()
 			if to == StateOpen {
 				b.probeAt.Store(time.Now().Add(opts.OpenTimeout).UnixNano())
 				cause := ""
@@ -145,7 +142,16 @@ func (b *breaker) openUntil() (time.Time, bool) {
 	return time.Unix(0, b.probeAt.Load()), true
 }
 
-// changed returns a channel closed at the breaker's next state change.
+// wake closes the channel changed returned, as a state change does.
+func (b *breaker) wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.changes)
+	b.changes = make(chan struct{})
+}
+
+// changed returns a channel closed at the breaker's next state change
+// (or wake).
 func (b *breaker) changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -178,6 +184,10 @@ func (b *breaker) report(ctx context.Context, done func(error), err error) {
 		done(nil)
 	case ctx.Err() != nil:
 		done(errExcluded)
+		// An abandoned probe frees its half-open slot without a change
+		// of state: the claims waiting for one wake to take it, instead
+		// of being refused at their Timeout with nothing probing.
+		b.wake()
 	case isOutage(err):
 		c := err.Error()
 		b.cause.Store(&c)

@@ -12,9 +12,18 @@ import (
 
 // claimPrimary claims in the primary, admitted by the breaker.
 func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
-	defer reportPanic(done)
+	// The breaker hears of this call once: a panic after the primary
+	// answered (the secondary's, in the switch-back) is not the primary's.
+	reported := false
+	once := func(err error) {
+		if !reported {
+			reported = true
+			done(err)
+		}
+	}
+	defer reportPanic(once)
 	out, err := callClaim(ctx, s.opts.Timeout, s.primary, req)
-	s.cb.report(ctx, done, err)
+	s.cb.report(ctx, once, err)
 	if err != nil {
 		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
 			return s.open(ctx, req, err)
