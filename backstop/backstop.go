@@ -394,7 +394,7 @@ func (b *Backstop) peek(ctx context.Context, key guard.Key) (rec guard.Record, f
 		}
 		return guard.Record{Key: key, State: guard.StateCompleted, Fingerprint: rec.Fingerprint, Fence: rec.Fence, Result: rec.Result}, true, nil
 	}
-	rec.State, rec.Result, rec.LeaseLeft = guard.StatePending, nil, time.Duration(leftUS)*time.Microsecond
+	rec.State, rec.Result, rec.LeaseLeft = guard.StatePending, nil, pgsql.Micros(leftUS)
 	return rec, true, nil
 }
 
@@ -630,7 +630,7 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 			return markResult{committed: true, result: result, fence: fence}, nil
 		}
 		if leftUS > 0 {
-			return markResult{leaseLeft: time.Duration(leftUS) * time.Microsecond}, nil
+			return markResult{leaseLeft: pgsql.Micros(leftUS)}, nil
 		}
 		// Changed between the two statements: try again.
 	}

@@ -320,7 +320,7 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 			return r.withSteps(acquired(req, r.fence.Int64, attempt, r.recovered.Bool), actReclaim)
 		}
 		if r.alive.Bool {
-			left := max(time.Duration(r.leftUS)*time.Microsecond, time.Microsecond)
+			left := max(pgsql.Micros(r.leftUS), time.Microsecond)
 			return guard.Outcome{Status: guard.InProgress, LeaseLeft: left}, actNone, nil
 		}
 	case "failed":
@@ -510,10 +510,10 @@ func (s *Store) Get(ctx context.Context, key guard.Key) (guard.Record, error) {
 		return guard.Record{}, err
 	}
 	if st == guard.StatePending && leftUS > 0 {
-		rec.LeaseLeft = time.Duration(leftUS) * time.Microsecond
+		rec.LeaseLeft = pgsql.Micros(leftUS)
 	}
 	if ttlUS > 0 {
-		rec.TTL = time.Duration(ttlUS) * time.Microsecond
+		rec.TTL = pgsql.Micros(ttlUS)
 	}
 	if st == guard.StateCompleted && rec.Result == nil {
 		rec.Result = []byte{}

@@ -8,7 +8,9 @@ package pgsql
 
 import (
 	"fmt"
+	"math"
 	"strings"
+	"time"
 )
 
 // DefaultTablePrefix starts the name of every table and index when the
@@ -107,4 +109,15 @@ func Dur(param string) string { return "(" + param + "::float8 * interval '1 mic
 // UntilUS renders the microseconds from now until the timestamp expression ts.
 func UntilUS(ts string) string {
 	return "floor(extract(epoch from (" + ts + " - " + ClockNow + ")) * 1000000)::bigint"
+}
+
+// Micros is us microseconds (from UntilUS) as a Duration, saturated at
+// the longest one: a row kept for centuries (a lease or retention near
+// the longest Duration, extended) would otherwise overflow into a
+// negative one.
+func Micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }
