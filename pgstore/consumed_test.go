@@ -2,17 +2,12 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -92,23 +87,7 @@ func TestConsumeDuplicateStrictIsolation(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			direct, dsn := testenv.Postgres(t)
-			if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			u, err := url.Parse(testenv.DSNWithIsolation(t, dsn, level))
-			if err != nil {
-				t.Fatal(err)
-			}
-			app := "consume-dup-" + strings.ToLower(rand.Text()[:8])
-			q := u.Query()
-			q.Set("application_name", app)
-			u.RawQuery = q.Encode()
-			db, err := sql.Open("postgres", u.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
+			_, db, waitLocked := isolatedDB(t, level)
 			s := pgenv.Store(t, db, pgstore.Options{})
 
 			entered, release := make(chan struct{}), make(chan struct{})
@@ -135,12 +114,7 @@ func TestConsumeDuplicateStrictIsolation(t *testing.T) {
 				})
 				dup <- answer{ran, err}
 			}()
-			testenv.WaitFor(t, 10*time.Second, "the duplicate to wait for the first's row", func() bool {
-				var n int
-				err := direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
-				return err == nil && n > 0
-			})
+			waitLocked("the duplicate to wait for the first's row")
 			close(release)
 			if err := <-first; err != nil {
 				t.Fatalf("first delivery: %v", err)

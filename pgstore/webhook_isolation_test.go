@@ -1,14 +1,8 @@
 package pgstore_test
 
 import (
-	"crypto/rand"
-	"database/sql"
-	"net/url"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
@@ -22,23 +16,7 @@ import (
 // InsertOrRetry in a transaction) counts its retry, as at READ COMMITTED.
 // (It ran once, and answered the 40001 as ErrUnavailable.)
 func TestInsertOrRetryStrictIsolation(t *testing.T) {
-	direct, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(testenv.DSNWithIsolation(t, dsn, "repeatable read"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := "wh-" + strings.ToLower(rand.Text()[:8])
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("postgres", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	direct, db, waitLocked := isolatedDB(t, "repeatable read")
 	s := pgenv.Store(t, db, pgstore.Options{})
 	ds := pgenv.Store(t, direct, pgstore.Options{})
 	if _, err := s.InsertOrRetry(ctx, db, "order.shipped", "ord_9", nil); err != nil {
@@ -59,12 +37,7 @@ func TestInsertOrRetryStrictIsolation(t *testing.T) {
 		_, err := s.InsertOrRetry(ctx, db, "order.shipped", "ord_9", nil)
 		done <- err
 	}()
-	testenv.WaitFor(t, 10*time.Second, "the duplicate to wait for the other's row lock", func() bool {
-		var n int
-		err := direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitLocked("the duplicate to wait for the other's row lock")
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
