@@ -347,6 +347,11 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 	req := g.request(key, fingerprint, newToken(), opts)
 	out, err := g.store.Claim(cctx, req)
 	cancel()
+	if err != nil && !time.Now().Before(valid) && ctx.Err() == nil && !errors.Is(err, ErrUnavailable) {
+		// Cut off at its bound, the lease's first deadline, not by the
+		// caller: the outcome is unknown, as keptClaim reports it.
+		err = g.claimTimedOut(err)
+	}
 	if err != nil && time.Now().Before(valid) && unheard(err) {
 		g.releaseUnheard(ctx, req)
 	}

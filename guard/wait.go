@@ -80,7 +80,10 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 			if left <= 0 {
 				return Outcome{}, inFlight
 			}
-			d = min(d, left)
+			// The last look comes readGrace before the deadline (at once
+			// under a Timeout shorter than that), so that its read can
+			// answer: made at the deadline, it was cut off unread.
+			d = min(d, max(left-readGrace, 0))
 		}
 		timer.Reset(d)
 		select {
@@ -110,13 +113,16 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 	}
 }
 
+// readGrace is the least time Wait gives a look at the record to answer.
+const readGrace = 10 * time.Millisecond
+
 // read is Wait's look at the record of key, ended at deadline (if not
-// zero) as well as with ctx.
+// zero, and at least readGrace from now) as well as with ctx.
 func (g *Guard) read(ctx context.Context, key Key, deadline time.Time) (Record, error) {
 	if deadline.IsZero() {
 		return g.store.Get(ctx, key)
 	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now().Add(readGrace)))
 	defer cancel()
 	return g.store.Get(rctx, key)
 }
@@ -129,4 +135,12 @@ func waitEnded(ctx context.Context, key Key) error {
 		return fmt.Errorf("wait %s: %w", key, err)
 	}
 	return fmt.Errorf("wait %s: %w: %w", key, err, cause)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
