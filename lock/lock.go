@@ -431,8 +431,10 @@ type Lock struct {
 
 	fence int64
 
-	mu sync.Mutex // guards m: redsync's Mutex is not safe for concurrent use
+	mu sync.Mutex // guards m and over: redsync's Mutex is not safe for concurrent use
 	m  *redsync.Mutex
+	// over: released, or found lost (ErrLost): Until is past for good.
+	over bool
 }
 
 // Fence returns the lock's fencing number: greater than that of every
@@ -449,10 +451,15 @@ func (k *Lock) Key() string { return k.locker.opts.Prefix + k.name }
 
 // Until returns when the lock stops being valid unless extended: the
 // acquisition (or last extension) time plus Expiry, less the time the
-// round took and the drift allowance.
+// round took and the drift allowance. Once the lock was released, or
+// found lost (Extend or Release answered ErrLost), it is the zero time:
+// a holder that checks it before a write writes nothing more.
 func (k *Lock) Until() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.over {
+		return time.Time{}
+	}
 	return k.m.Until()
 }
 
@@ -477,7 +484,9 @@ func (k *Lock) Extend(ctx context.Context) error {
 	if err == nil {
 		err = redsync.ErrExtendFailed
 	}
-	return k.locker.extendErr(k.name, err)
+	err = k.locker.extendErr(k.name, err)
+	k.over = k.over || errors.Is(err, ErrLost)
+	return err
 }
 
 // Release frees the lock on every node that still holds it. ErrLost: it
@@ -493,9 +502,12 @@ func (k *Lock) Release(ctx context.Context) error {
 	defer k.mu.Unlock()
 	ok, err := k.m.UnlockContext(ctx)
 	if ok {
+		k.over = true
 		return nil
 	}
-	return k.locker.releaseErr(k.name, err)
+	err = k.locker.releaseErr(k.name, err)
+	k.over = k.over || errors.Is(err, ErrLost)
+	return err
 }
 
 // releaseNow releases k within one round, even if ctx has ended.
