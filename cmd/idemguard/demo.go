@@ -81,6 +81,8 @@ func parseDemo(args []string, stderr io.Writer) (demoConfig, error) {
 		return c, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	switch {
+	case c.schema != "" && c.pgDSN == "":
+		return c, usagef("--schema needs --postgres")
 	case c.keys <= 0 || c.copies <= 0 || c.clients <= 0:
 		return c, usagef("--keys, --copies and --clients must be positive")
 	case c.messages <= 0 || c.consumers <= 0:

@@ -224,6 +224,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	if *schema != "" && *pg == "" {
+		return usagef("--schema needs --postgres")
+	}
 	if fs.NArg() == 1 && strings.HasPrefix(fs.Arg(0), *rf.prefix+"{") {
 		// The Redis key `list` shows: a completed record keeps no scope
 		// and ID, so its name is all an operator has.

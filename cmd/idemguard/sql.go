@@ -154,7 +154,10 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("%v", err)
 	}
 	var nodes []string
-	if *lockAddrs != "" {
+	// Given, even empty (a script's unset variable), the lock is asked for.
+	lockSet := false
+	fs.Visit(func(f *flag.Flag) { lockSet = lockSet || f.Name == "lock-addrs" })
+	if lockSet {
 		nodes = splitList(*lockAddrs)
 		if len(nodes) == 0 {
 			return usagef("--lock-addrs %q: no node in the list", *lockAddrs)
