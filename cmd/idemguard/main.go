@@ -153,10 +153,12 @@ func printUsage(w io.Writer) {
 	}
 }
 
-// oneLine folds an error onto one line, with what a terminal could obey
-// in it (an escape sequence in a key or a stored reason) shown escaped.
+// oneLine shows an error on one line: its line breaks, and what a
+// terminal could obey in it (an escape sequence in a key or a stored
+// reason), are shown escaped (\n, \x1b), and every other byte is kept, so
+// that a key in it is named exactly (folding its spaces named another key).
 func oneLine(s string) string {
-	return shown(strings.Join(strings.Fields(s), " "))
+	return shown(s)
 }
 
 // newFlags returns a flag set that reports mistakes as errors and prints
