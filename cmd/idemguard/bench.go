@@ -59,7 +59,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usagef("--scenario memory runs alone")
 		}
 		sizeSet := false
-		fs.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "result-size" })
+		var other []string // flags the memory scenario does not read
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "result-size":
+				sizeSet = true
+			case "scenario", "records", "target", "pool":
+			default:
+				other = append(other, "--"+f.Name)
+			}
+		})
+		if len(other) > 0 {
+			return usagef("%s: not read by --scenario memory (it takes --records, --target, --pool and --result-size)", strings.Join(other, ", "))
+		}
 		if !sizeSet {
 			*size = 200
 		}
