@@ -12,18 +12,7 @@ import (
 
 // claimPrimary claims in the primary, admitted by the breaker.
 func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
-	// The breaker hears of this call once: a panic after the primary
-	// answered (the secondary's, in the switch-back) is not the primary's.
-	reported := false
-	once := func(err error) {
-		if !reported {
-			reported = true
-			done(err)
-		}
-	}
-	defer reportPanic(once)
-	out, err := callClaim(ctx, s.opts.Timeout, s.primary, req)
-	s.cb.report(ctx, once, err)
+	out, err := s.primaryClaim(ctx, req, done)
 	if err != nil {
 		if s.opts.Policy == FailOpen && isOutage(err) && ctx.Err() == nil {
 			return s.open(ctx, req, err)
@@ -34,6 +23,17 @@ func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done f
 		return s.switchBack(ctx, req, out)
 	}
 	return out, nil
+}
+
+// primaryClaim makes req's claim in the primary and reports it to the
+// breaker (done), a panic of the primary's as a failure. A panic after it
+// (the secondary's, in the switch-back) is not the primary's, and the
+// breaker hears of each call once.
+func (s *Store) primaryClaim(ctx context.Context, req guard.ClaimRequest, done func(error)) (guard.Outcome, error) {
+	defer reportPanic(done)
+	out, err := callClaim(ctx, s.opts.Timeout, s.primary, req)
+	s.cb.report(ctx, done, err)
+	return out, err
 }
 
 // primaryWrite calls the primary for a read or for a write of the

@@ -98,6 +98,13 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // begin marks the start of lease i's effect: MaxRun counts from now. It
 // reports false, with the context cancelled and the cause returned, when
 // the lease is no longer held or its deadline has passed: the effect must

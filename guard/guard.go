@@ -571,9 +571,17 @@ func (g *Guard) release(ctx, wctx context.Context, lease Lease, lossSeen bool) e
 // one as (when it sent this call) + Lease − LeaseMargin(Lease), and only
 // if the call returned nil before the old deadline; KeepAlive does that.
 func (g *Guard) Extend(ctx context.Context, lease Lease) error {
-	err := g.store.Extend(ctx, lease, g.opts.Lease)
+	err := g.extend(ctx, lease)
 	if err != nil {
 		g.observeErr(ctx, lease.Key, lease.Attempt, err)
+	}
+	return err
+}
+
+// extend is Extend without the Observer: the heartbeat observes an
+// extension's error only if its answer still counts (keepalive's fire).
+func (g *Guard) extend(ctx context.Context, lease Lease) error {
+	if err := g.store.Extend(ctx, lease, g.opts.Lease); err != nil {
 		return fmt.Errorf("extend %s: %w", lease.Key, err)
 	}
 	return nil

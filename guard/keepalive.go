@@ -452,11 +452,8 @@ func (k *keepalive) fire() {
 	k.mu.Unlock()
 
 	sent := time.Now()
-	err := k.g.store.Extend(ectx, lease, k.g.opts.Lease)
+	err := k.g.extend(ectx, lease)
 	ecancel()
-	if err != nil {
-		err = fmt.Errorf("extend %s: %w", lease.Key, err)
-	}
 
 	k.mu.Lock()
 	k.busy, k.extStop = false, nil

@@ -122,7 +122,7 @@ func (g *Guard) read(ctx context.Context, key Key, deadline time.Time) (Record, 
 	if deadline.IsZero() {
 		return g.store.Get(ctx, key)
 	}
-	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now().Add(readGrace)))
+	rctx, cancel := context.WithDeadline(ctx, maxTime(deadline, time.Now().Add(readGrace)))
 	defer cancel()
 	return g.store.Get(rctx, key)
 }
@@ -135,12 +135,4 @@ func waitEnded(ctx context.Context, key Key) error {
 		return fmt.Errorf("wait %s: %w", key, err)
 	}
 	return fmt.Errorf("wait %s: %w: %w", key, err, cause)
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -129,24 +129,28 @@ func looseHost(h string) string {
 // Google's APIs); the _method parameter is overrideparams.go's.
 var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
-// delAnySpelling deletes from h every field named name, in any case and
-// with '_' for '-', as CGI-style servers read field names.
+// sameField reports whether header field name k names field name, in any
+// case and with '_' for '-': CGI-style servers (Puma, PHP, wsgiref) read
+// X_HTTP_METHOD_OVERRIDE and X-Http-Method-Override alike, as
+// HTTP_X_HTTP_METHOD_OVERRIDE.
+func sameField(k, name string) bool {
+	return strings.EqualFold(strings.ReplaceAll(k, "_", "-"), name)
+}
+
+// delAnySpelling deletes from h every field named name in any spelling
+// (sameField).
 func delAnySpelling(h http.Header, name string) {
 	for k := range h {
-		if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), name) {
+		if sameField(k, name) {
 			delete(h, k)
 		}
 	}
 }
 
 // isOverrideField reports whether a request's header field name is one of
-// overrideFields, also spelt with '_' for '-' (X_HTTP_METHOD_OVERRIDE):
-// CGI-style servers (Puma, PHP) read both as HTTP_X_HTTP_METHOD_OVERRIDE.
+// overrideFields in any spelling (sameField).
 func isOverrideField(name string) bool {
-	if strings.IndexByte(name, '_') >= 0 {
-		name = http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))
-	}
-	return slices.Contains(overrideFields, name)
+	return slices.ContainsFunc(overrideFields, func(f string) bool { return sameField(name, f) })
 }
 
 // methodVariants refuses (501) a request that spells a method another way
