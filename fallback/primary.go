@@ -115,6 +115,11 @@ func honoursDeadline(st guard.Store) bool {
 // A claim still unanswered at its own bound is the case guard leaves
 // too: applied after that, it is pending for its lease.
 func callClaim(ctx context.Context, d time.Duration, st guard.Store, req guard.ClaimRequest) (guard.Outcome, error) {
+	if ctx.Err() != nil {
+		// Its caller has gone already: not sent (sent, it would run on
+		// past ctx, and could even be answered before call saw ctx end).
+		return guard.Outcome{}, fmt.Errorf("claim not sent: %w", context.Cause(ctx))
+	}
 	return call(ctx, d, false, func(context.Context) (guard.Outcome, error) {
 		bound, ok := ctx.Deadline()
 		if !ok {
