@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -19,7 +20,10 @@ import (
 // for every method (r.Handle, r.HandleFunc) is one inventory.AnyMethod
 // route; methods registered on their own are listed on their own, and
 // settle its gaps only when they are in the same router's tree (not in a
-// mounted router, nor in another router walked into inv). Walk it after
+// mounted router, nor in another router walked into inv). A method or a
+// catch-all registered on a mount's own pattern (r.Post("/api/*", h) after
+// r.Mount("/api", sub)) is listed too: chi serves it there, and the
+// mounted router never sees it. Walk it after
 // every route is registered; routes added later are not listed. The
 // router's NotFound and MethodNotAllowed handlers are not listed: they
 // must not have effects a repeat would double.
@@ -44,13 +48,6 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 	}
 	for _, route := range r.Routes() {
 		mws := slices.Concat(parentMw, r.Middlewares())
-		if route.SubRoutes != nil {
-			if chain, ok := route.Handlers["*"].(*chi.ChainHandler); ok {
-				mws = append(mws, chain.Middlewares...)
-			}
-			walk(inv, route.SubRoutes, parent+route.Pattern, mws)
-			continue
-		}
 		pattern := strings.ReplaceAll(parent+route.Pattern, "/*/", "/")
 		add := func(method string, h http.Handler) {
 			rt := inventory.Route{Router: "chi", Method: method, Pattern: pattern, Handler: h, Middleware: mws, Node: node}
@@ -58,6 +55,25 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 				rt.Handler, rt.Middleware = chain.Endpoint, slices.Concat(mws, chain.Middlewares)
 			}
 			inv.AddRoute(rt)
+		}
+		if route.SubRoutes != nil {
+			// A method (r.Post) or every method (r.Handle) registered on
+			// the mount's own pattern after Mount is served there, by the
+			// router above: the mounted router never sees it.
+			mount := route.Handlers["*"]
+			for method, h := range route.Handlers {
+				switch {
+				case method == "*" && !mounted(h):
+					add(inventory.AnyMethod, h)
+				case method != "*" && !sameHandler(h, mount):
+					add(method, h)
+				}
+			}
+			if chain, ok := mount.(*chi.ChainHandler); ok {
+				mws = append(mws, chain.Middlewares...)
+			}
+			walk(inv, route.SubRoutes, parent+route.Pattern, mws)
+			continue
 		}
 		all, hasAll := route.Handlers["*"]
 		if hasAll {
@@ -70,6 +86,22 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 			add(method, h)
 		}
 	}
+}
+
+// mounted reports whether h is the handler chi's Mount registers (with
+// the middleware of r.With(...).Mount around it). A handler not known as
+// one is listed as a route of its own: a false gap rather than a route
+// missed.
+func mounted(h http.Handler) bool {
+	if chain, ok := h.(*chi.ChainHandler); ok {
+		h = chain.Endpoint
+	}
+	v := reflect.ValueOf(h)
+	if !v.IsValid() || v.Kind() != reflect.Func {
+		return false
+	}
+	fn := runtime.FuncForPC(v.Pointer())
+	return fn != nil && strings.HasPrefix(fn.Name(), "github.com/go-chi/chi/v5.(*Mux).Mount.")
 }
 
 // sameHandler reports whether a and b are one registration's handler, as
