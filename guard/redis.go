@@ -824,7 +824,9 @@ func (s *RedisStore) send(ctx context.Context, cmd redis.Cmder) (abandoned bool,
 	if err != nil {
 		return true, err
 	}
-	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil {
+	// WaitContext answers ctx's error when it stopped waiting, and the
+	// command's own otherwise (its reply, redis.Nil included, is there).
+	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && err == ctx.Err() {
 		return true, err
 	}
 	return false, cmd.Err()
