@@ -47,7 +47,12 @@
 // Inside the guarded handlers, ClaimFrom gives the lease (for Step,
 // KeyFor, a SQL backstop commit with Backstop.Commit); so does
 // httpx.ClaimFrom(c.Context()). httpx.CommitResponse needs a net/http
-// writer and is not available on Fiber.
+// writer and is not available on Fiber: a row committed with
+// Backstop.Commit holds the bytes committed, not a stored response, so
+// under backstop.Wrap a key Redis forgot is answered 500 (its effect not
+// run again). Make the effect a Backstop.Step instead, whose committed
+// result the handlers run again get back, or leave backstop.Wrap out and
+// answer backstop.ErrAlreadyCommitted from the row's bytes.
 package fiberx
 
 import (
