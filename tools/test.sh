@@ -25,12 +25,15 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 start=$(date +%s)
 
+# logfile NAME: where step NAME's output goes, without the .log.
+logfile() { echo "$logs/$(printf '%s' "$1" | tr ' /' '_.')"; }
+
 # step NAME COMMAND...: runs COMMAND, its output to NAME's log, and prints
 # one line saying how it ended and how long it took.
 step() {
   local name=$1 file t0 rc=0
   shift
-  file="$logs/$(printf '%s' "$name" | tr ' /' '_.')"
+  file=$(logfile "$name")
   echo "$name" >"$file.name"
   t0=$(date +%s)
   "$@" >"$file.log" 2>&1 || rc=$?
@@ -88,7 +91,7 @@ tests() {
 }
 
 # The root module's packages that run in the command's lane, after the
-# command's tests (root_packages): the root module's tests took twice as
+# command's tests (root_tests late): the root module's tests took twice as
 # long as the command's (make test on a fresh machine: 340 s and 160 s),
 # so the lanes ended 180 s apart.
 late_root=(./fallback ./lock)
@@ -96,22 +99,29 @@ late_root=(./fallback ./lock)
 # root_packages early|late lists the root module's packages that run in
 # the root's own lane, or those of late_root.
 root_packages() (
-  cd "${modules[0]}"
-  late=$($GO list "${late_root[@]}")
-  for p in $($GO list ./...); do
-    case $'\n'"$late"$'\n' in
-      *$'\n'"$p"$'\n'*) [ "$1" = late ] && echo "$p" ;;
-      *) [ "$1" = early ] && echo "$p" ;;
-    esac
+  cd "${modules[0]}" || exit 1
+  late=$($GO list "${late_root[@]}") || exit 1
+  all=$($GO list ./...) || exit 1
+  for p in $all; do
+    if printf '%s\n' "$late" | grep -qxF "$p"; then
+      if [ "$1" = late ]; then echo "$p"; fi
+    elif [ "$1" = early ]; then
+      echo "$p"
+    fi
   done
+  exit 0
 )
 
-# root_tests early|late runs the tests of those packages with TEST_FLAGS.
-root_tests() {
-  local pkgs
-  pkgs=$(root_packages "$1" | tr '\n' ' ')
-  step "test root ($1)" sh -c "cd '${modules[0]}' && $GO test $TEST_FLAGS $pkgs"
-}
+# root_run early|late runs the tests of those packages with TEST_FLAGS.
+root_run() (
+  pkgs=$(root_packages "$1") || exit 1
+  [ -n "$pkgs" ] || { echo "no root packages listed as $1"; exit 1; }
+  cd "${modules[0]}" || exit 1
+  # shellcheck disable=SC2086 # TEST_FLAGS and pkgs are lists
+  $GO test $TEST_FLAGS $pkgs
+)
+
+root_tests() { step "test root ($1)" root_run "$1"; }
 
 # prepare builds each module, then vets and lints it from the cache.
 prepare() {
@@ -179,10 +189,23 @@ for f in "$logs"/*.log; do
   cat "$f"
 done
 echo
+# A lane that stopped before one of its steps (a shell error in the lane
+# itself) leaves that step without a log: a step that never ran fails the
+# run as a failed one does.
+expected=(coredeps deppic "test root (early)" "test root (late)")
+for m in "${modules[@]}"; do
+  expected+=("build $(name "$m")" "vet+staticcheck $(name "$m")")
+  [ "$m" = "${modules[0]}" ] || expected+=("test $(name "$m")")
+done
+never=()
+for n in "${expected[@]}"; do
+  [ -f "$(logfile "$n").log" ] || never+=("$n")
+done
 failed=$(find "$logs" -name '*.failed' | wc -l)
-if [ "$failed" -gt 0 ]; then
-  echo "FAIL: $failed step(s) failed:"
-  for f in "$logs"/*.failed; do echo "  $(cat "${f%.failed}.name")"; done
+if [ "$failed" -gt 0 ] || [ ${#never[@]} -gt 0 ]; then
+  echo "FAIL: $failed step(s) failed, ${#never[@]} never ran:"
+  for f in "$logs"/*.failed; do [ -e "$f" ] && echo "  $(cat "${f%.failed}.name")"; done
+  for n in ${never[@]+"${never[@]}"}; do echo "  $n (never ran)"; done
   echo "($(($(date +%s) - start))s)"
   exit 1
 fi
