@@ -22,7 +22,12 @@ type BatchOptions struct {
 	// claim the store answered otherwise (in progress, a mismatch, its
 	// attempts spent), and a message without a usable id: each keeps its
 	// place, and is dead-lettered only once every message before it was
-	// processed or was a duplicate; the batch stops there too.
+	// processed or was a duplicate; the batch stops there too. A message
+	// whose handler succeeded but whose completion the store refused
+	// stops the batch only once every handler returned (the completions
+	// are written then): a later handler has run, and its message is
+	// Processed or Failed (a last attempt is not dead-lettered past the
+	// stop: its next delivery is, in its turn).
 	// Go on from the first message not acknowledged. For a Kafka
 	// partition, whose records must run in order.
 	Ordered bool
@@ -160,6 +165,11 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 			}
 			continue
 		}
+		// A handler past the stop ran (the message before it was
+		// refused its completion, which is written after every handler
+		// returned): its failure is recorded, and a last attempt's is
+		// dead-lettered by the message's next delivery, in its turn.
+		runs[i].pastStop = stop
 		out[i].Outcome, _, out[i].Err = p.settle(ctx, msgs[i], &runs[i], res[j].Result, res[j].Err)
 		stop = stop || opts.Ordered && out[i].Outcome != Processed && out[i].Outcome != Duplicate
 	}

@@ -378,7 +378,11 @@ type run struct {
 	// retry bounds recomplete: one budget for a whole batch.
 	retry   *completeBudget
 	retried bool // its refused completion was tried again already (ProcessBatch)
-	herr    *handlerError
+	// pastStop: an Ordered batch's stop came before it (ProcessBatch): a
+	// last attempt's failure waits for the message's turn to be
+	// dead-lettered, as a claim answered exhausted does.
+	pastStop bool
+	herr     *handlerError
 	stopped *interrupted
 }
 
@@ -477,7 +481,7 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 		}
 		return Failed, nil, ferr
 	case ran:
-		if p.max > 0 && r.attempt >= p.max {
+		if p.max > 0 && r.attempt >= p.max && !r.pastStop {
 			cause := &exhaustedCause{
 				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: r.attempt, LastError: herr.Error()},
 				err:            herr.err,
