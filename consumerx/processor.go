@@ -383,7 +383,7 @@ type run struct {
 	// dead-lettered, as a claim answered exhausted does.
 	pastStop bool
 	herr     *handlerError
-	stopped *interrupted
+	stopped  *interrupted
 }
 
 // refused reports whether err, the guard's answer for r, is a success of
