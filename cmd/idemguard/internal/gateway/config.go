@@ -500,11 +500,18 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		return item
 	}
 	if r.Pattern != "" {
-		method, _, err := splitPattern(r.Pattern)
+		method, rest, err := splitPattern(r.Pattern)
+		host, _, _ := strings.Cut(rest, "/")
 		switch {
 		case err != nil:
 			d.errorf(at("pattern"), path+".pattern", "%v", err)
 			r.Pattern = "" // reported; not checked again against the others
+		case strings.HasSuffix(host, ".") || strings.Contains(host, ":"):
+			// ServeMux matches a request's host without its port, and the
+			// gateway loosens it (no trailing dot): such a route would
+			// never match, and its requests would pass through unguarded.
+			d.errorf(at("pattern"), path+".pattern", "the host %q never matches: requests' hosts are matched without a port or a trailing dot", host)
+			r.Pattern = ""
 		case method != "" && len(r.Methods) > 0 && (len(r.Methods) != 1 || r.Methods[0] != method):
 			d.errorf(at("methods"), path+".methods", "the pattern %q serves %s only; drop methods or the pattern's method", r.Pattern, method)
 		case method != "" && len(r.Methods) == 0:

@@ -166,6 +166,13 @@ routes:
   - pattern: GET /orders
     caller: {single: true}
 `, []string{"6:14: routes[0].pattern: GET is a safe method: it is passed through, never guarded"}},
+		{"a host with a port or a trailing dot", validBase + `routes:
+  - pattern: POST api.example.com:8443/orders
+    caller: {single: true}
+  - pattern: api.example.com./carts
+    caller: {single: true}
+`, []string{`6:14: routes[0].pattern: the host "api.example.com:8443" never matches: requests' hosts are matched without a port or a trailing dot`,
+			`8:14: routes[1].pattern: the host "api.example.com." never matches: requests' hosts are matched without a port or a trailing dot`}},
 		{"a method in lower case in the pattern", validBase + `routes:
   - pattern: post /orders
     caller: {single: true}
