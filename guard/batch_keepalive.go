@@ -251,8 +251,12 @@ func (b *beat) fire() {
 		h.lossSeen = true
 		evs = append(evs, Event{Kind: EventLeaseLost, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
 	}
-	if !live || b.busy || now.Before(b.next) {
-		b.arm(now) // early, or an extension is under way: wait
+	if !live || b.busy || now.Before(b.next) || len(evs) > 0 {
+		// Early, or an extension is under way: wait. Or leases were found
+		// lost: their events are observed first (halt waits for them, so
+		// the batch does not return before), and the extensions go out
+		// on the firing this arms, at once.
+		b.arm(now)
 		return
 	}
 
@@ -316,8 +320,8 @@ func (b *beat) fire() {
 		default:
 			// Unavailable or timed out: try again soon, while the lease lasts.
 			h.lastErr, retry = err, true
-			if errors.Is(err, ErrUnavailable) {
-				evs = append(evs, Event{Kind: EventUnavailable, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
+			if kind, ok := errEventKind(err); ok { // as Do's heartbeat observes it
+				evs = append(evs, Event{Kind: kind, Key: h.lease.Key, Attempt: h.lease.Attempt, Err: err})
 			}
 		}
 	}
