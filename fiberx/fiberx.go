@@ -46,18 +46,19 @@
 //
 // Inside the guarded handlers, ClaimFrom gives the lease (for Step,
 // KeyFor, a SQL backstop commit with Backstop.Commit); so does
-// httpx.ClaimFrom(c.Context()). httpx.CommitResponse needs a net/http
-// writer and is not available on Fiber: a row committed with
-// Backstop.Commit holds the bytes committed, not a stored response, so
-// under backstop.Wrap a key Redis forgot is answered 500 (its effect not
-// run again). Make the effect a Backstop.Step instead, whose committed
-// result the handlers run again get back, or leave backstop.Wrap out and
-// answer backstop.ErrAlreadyCommitted from the row's bytes.
+// httpx.ClaimFrom(c.Context()). A handler whose effect is a write to the
+// backstop's database ends with CommitResponse, which commits the response
+// with it (httpx.CommitResponse needs a net/http writer and refuses on
+// Fiber): a row committed with Backstop.Commit itself holds the bytes
+// committed, not a stored response, so under backstop.Wrap a key Redis
+// forgot would be answered 500 (its effect not run again).
 package fiberx
 
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -73,6 +74,7 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
 	"github.com/valyala/fasthttp"
 
+	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
 	"github.com/idemguard/idemguard/internal/httpcore"
@@ -136,7 +138,7 @@ func serve(e *httpcore.Engine, c fiber.Ctx, max int, maxBody int64) error {
 	resp := &response{c: c, max: max, before: header(c)}
 	e.RunBuffered(v, b, resp, func(ctx context.Context) {
 		prev := c.Context()
-		c.SetContext(ctx)
+		c.SetContext(context.WithValue(ctx, responseKey{}, resp))
 		defer c.SetContext(prev)
 		if err := c.Next(); err != nil {
 			// Render it now, into the response that is stored.
@@ -154,6 +156,45 @@ func serve(e *httpcore.Engine, c fiber.Ctx, max int, maxBody int64) error {
 func ClaimFrom(c fiber.Ctx) (lease guard.Lease, fingerprint string, ok bool) {
 	return httpx.ClaimFrom(c.Context())
 }
+
+// CommitResponse ends a guarded handler whose business effect is made in
+// tx, a transaction on the backstop's database, as httpx.CommitResponse
+// does for a net/http handler (its doc says what each outcome answers): it
+// commits the response the client is to receive (status, the header
+// fields the handlers set that the replay rules keep, body) as the key's
+// row with b.Commit, in the stored-response format the middleware keeps in
+// Redis, commits tx, and answers with exactly that response; the
+// middleware then stores those very bytes. So the client, replays from
+// Redis, and replays from PostgreSQL after Redis forgot the key (under
+// backstop.Wrap) get the same response. It ends tx in every outcome, and
+// answers itself (the key's stored response, 409, 422, 503 or 500) when
+// the commit does not go through. Set the response's header fields before
+// calling it, and write nothing to the response after it.
+//
+// Outside a guarded run it commits tx and answers status and body.
+func CommitResponse(c fiber.Ctx, tx *sql.Tx, b *backstop.Backstop, status int, body []byte) error {
+	r, _ := c.Context().Value(responseKey{}).(*response)
+	if r != nil && r.committed {
+		if tx != nil {
+			_ = tx.Rollback()
+		}
+		return errors.New("fiberx: CommitResponse called twice; transaction rolled back")
+	}
+	before := http.Header(nil)
+	if r != nil {
+		before = r.before
+	}
+	c.Response().ResetBody() // the response is the one committed
+	stored, release, err := httpcore.CommitBuffered(&answer{c: c}, c.Context(), before, c.Path(), tx, b, status, body)
+	if r != nil {
+		r.committed, r.stored, r.release = true, stored, release
+	}
+	return err
+}
+
+// responseKey is the context key of a guarded run's response, for
+// CommitResponse.
+type responseKey struct{}
 
 // request is httpcore.Request over a Fiber context.
 type request struct {
@@ -480,6 +521,11 @@ type response struct {
 	c      fiber.Ctx
 	max    int
 	before http.Header // the fields when the handlers were called: outer middleware's
+	// CommitResponse's outcome: the bytes it committed (or the key's
+	// row it answered) to store as they are, or a release.
+	committed bool
+	stored    []byte
+	release   bool
 }
 
 // Result implements httpcore.Response. A handler that took the
@@ -494,6 +540,10 @@ type response struct {
 func (r *response) Result() httpcore.Result {
 	res := r.c.Response()
 	out := httpcore.Result{Status: res.StatusCode(), Before: r.before}
+	if r.committed {
+		out.Stored, out.Release = r.stored, r.release
+		return out
+	}
 	if out.Status == http.StatusOK && r.c.RequestCtx().Hijacked() {
 		out.Status, out.Hijacked = 0, true
 		return out
