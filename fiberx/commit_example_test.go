@@ -56,4 +56,3 @@ func ExampleCommitResponse() {
 	})
 	log.Fatal(app.Listen("localhost:8080"))
 }
-
