@@ -318,13 +318,21 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	// (complete, release) outlive a hang-up too.
 	out, held, err := m.g.Hold(r.Context(), key, fingerprint)
 	if _, busy := errors.AsType[*guard.InProgressError](err); busy && m.opts.Wait > 0 {
-		out, err, ok = m.wait(r, key, fingerprint)
-		if !ok {
+		wout, werr, ok := m.wait(r, key, fingerprint)
+		switch {
+		case ok:
+			out, err = wout, werr
+			if err == nil && out.Status == guard.Acquired {
+				held = m.g.Keep(r.Context(), out.Lease)
+			}
+		case errors.Is(r.Context().Err(), context.Canceled):
 			unfinished(r) // the client left while waiting; nothing was claimed
 			return Begin{}
-		}
-		if err == nil && out.Status == guard.Acquired {
-			held = m.g.Keep(r.Context(), out.Lease)
+		default:
+			// The request's deadline (a timeout middleware set) passed
+			// while waiting: the client is there, and is told the key is
+			// still in progress (err), not answered nothing (an empty
+			// 200, read as success).
 		}
 	}
 	if err != nil {
@@ -338,10 +346,15 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 		m.replay(w, r, key, out.Result)
 		return Begin{}
 	}
-	if r.Context().Err() != nil {
-		// The client left before the handler ran: nothing happened yet.
+	if cerr := r.Context().Err(); cerr != nil {
+		// The client left, or the request's deadline passed, before the
+		// handler ran: nothing happened yet. A client still there is told
+		// to retry.
 		m.end.Release(held)
 		unfinished(r)
+		if !errors.Is(cerr, context.Canceled) {
+			m.unavailable(w, key.ID, "the request's deadline passed before it ran; retry later with the same key")
+		}
 		return Begin{}
 	}
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
