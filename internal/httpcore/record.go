@@ -191,7 +191,7 @@ func parseResponse(b []byte) (responseView, error) {
 	}
 	d := decoder{b: b[2:]}
 	status, ok := d.uvarint()
-	if !ok || status < 100 || status > 999 {
+	if !ok || status < 200 || status > 999 { // no 1xx is stored: a 101 releases the key
 		return bad("status")
 	}
 	r.status = int(status)
