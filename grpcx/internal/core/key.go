@@ -67,6 +67,8 @@ func KeyFromField(pkg, path string) func(ctx context.Context, req any) (string, 
 				return "", fmt.Errorf("%s: key field %q: %s is repeated", pkg, path, fd.FullName())
 			case last && fd.Kind() != protoreflect.StringKind:
 				return "", fmt.Errorf("%s: key field %q: %s is a %s, not a string", pkg, path, fd.FullName(), fd.Kind())
+			case last && fd.HasPresence() && !msg.Has(fd):
+				return "", nil // not set: its default (proto2, editions) is no key
 			case last:
 				return msg.Get(fd).String(), nil
 			case fd.Message() == nil:

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -632,9 +633,21 @@ func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r R
 			s.end.Release(held)
 			return
 		}
-		b, err := proto.Marshal(r.Status)
+		st := r.Status
+		if msg := st.GetMessage(); !utf8.ValidString(msg) {
+			// A message cut mid-character, or raw bytes: grpc-go sends it
+			// as it is, but a google.rpc.Status that holds it does not
+			// encode (nor decode). Stored with U+FFFD in their place, the
+			// code and details are replayed.
+			st = proto.CloneOf(st)
+			st.Message = strings.ToValidUTF8(msg, "\uFFFD")
+		}
+		b, err := proto.Marshal(st)
 		if err != nil { // a detail that does not encode: the client gets none either
-			b, _ = proto.Marshal(&spb.Status{Code: r.Status.GetCode(), Message: r.Status.GetMessage()})
+			b, err = proto.Marshal(&spb.Status{Code: st.GetCode(), Message: st.GetMessage()})
+		}
+		if err != nil {
+			b, _ = proto.Marshal(&spb.Status{Code: st.GetCode()})
 		}
 		rec.status = b
 	} else if r.Msg == nil {
