@@ -37,25 +37,36 @@ func (h *hangingExtendRounds) WriteBatch(ctx context.Context, ws []Write) []erro
 // loss's event across that round: halt returned, and DoBatch with it,
 // before the Observer heard it, or never while the round hung (found by
 // review).
+// heardEvents is an Observer that keeps every event it hears.
+type heardEvents struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (h *heardEvents) Observe(_ context.Context, e Event) {
+	h.mu.Lock()
+	h.events = append(h.events, e)
+	h.mu.Unlock()
+}
+
+// heard reports whether an event of kind for key was heard.
+func (h *heardEvents) heard(kind EventKind, key Key) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.events {
+		if e.Kind == kind && e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 func TestBeatLossObservedBeforeHaltReturns(t *testing.T) {
 	const lease = 3 * time.Second
-	var (
-		mu     sync.Mutex
-		events []Event
-	)
-	obs := ObserverFunc(func(_ context.Context, e Event) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	})
+	obs := &heardEvents{}
 	rs := NewRedisStore(testenv.Redis(t), RedisOptions{Prefix: testenv.Prefix(t)})
 	s := &hangingExtendRounds{RedisStore: rs, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	released := false
-	defer func() {
-		if !released {
-			close(s.release)
-		}
-	}()
+	defer close(s.release) // the hanging round answers once the test is done
 	g := New(s, Options{Lease: lease, MaxRun: 20 * time.Millisecond, Observer: obs})
 	ctx := context.Background()
 	var leases [2]Lease
@@ -99,30 +110,10 @@ func TestBeatLossObservedBeforeHaltReturns(t *testing.T) {
 	if !b.lossObserved(0) {
 		t.Fatal("setup: lease 0 not found lost by the heartbeat")
 	}
-	mu.Lock()
-	seen := false
-	for _, e := range events {
-		if e.Kind == EventLeaseLost && e.Key == leases[0].Key {
-			seen = true
-		}
-	}
-	mu.Unlock()
-	if !seen {
+	if !obs.heard(EventLeaseLost, leases[0].Key) {
 		t.Errorf("halt returned, lossObserved(0) = true (the batch's write will not observe it), "+
 			"but the Observer has not heard EventLeaseLost for %s: it waits in fire until the hanging extension round answers", leases[0].Key)
 	}
-	close(s.release)
-	released = true
-	testenv.WaitFor(t, 5*time.Second, "the held event", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, e := range events {
-			if e.Kind == EventLeaseLost && e.Key == leases[0].Key {
-				return true
-			}
-		}
-		return false
-	})
 }
 
 // corruptExtends answers every batch of extensions with ErrCorrupt, as a
@@ -151,15 +142,7 @@ func (c *corruptExtends) WriteBatch(ctx context.Context, ws []Write) []error {
 // ErrCorrupt is observed as EventCorrupt by the batch heartbeat, as Do's
 // heartbeat observes it (only ErrUnavailable was).
 func TestBeatObservesCorruptExtension(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []Event
-	)
-	obs := ObserverFunc(func(_ context.Context, e Event) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	})
+	obs := &heardEvents{}
 	s := &corruptExtends{RedisStore: NewRedisStore(testenv.Redis(t), RedisOptions{Prefix: testenv.Prefix(t)}), answered: make(chan struct{}, 1)}
 	g := New(s, Options{Lease: 300 * time.Millisecond, Observer: obs})
 	key := Key{Scope: "beat-corrupt", ID: "a"}
@@ -167,12 +150,7 @@ func TestBeatObservesCorruptExtension(t *testing.T) {
 		<-s.answered // an extension was answered
 		return nil, nil
 	}, BatchOptions{})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, e := range events {
-		if e.Kind == EventCorrupt && e.Key == key {
-			return
-		}
+	if !obs.heard(EventCorrupt, key) {
+		t.Errorf("events %v: no EventCorrupt for the extension answered corrupt", obs.events)
 	}
-	t.Errorf("events %v: no EventCorrupt for the extension answered corrupt", events)
 }
