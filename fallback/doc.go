@@ -28,6 +28,8 @@
 //     tables, that record is its mark, so its Fail or Release ends the
 //     mark's lease (claims in the secondary are not told the key is in
 //     progress for a lease nobody holds) and its Complete is replayed.
+//     That write is a one-off: the holder's next write goes to the
+//     primary again (its lease there is extended, its steps kept there).
 //  2. Every claim the primary answers with Acquired is checked against the
 //     secondary before it is returned: a record there may be this Store's,
 //     or another process's (a replica whose breaker opened when this one's
@@ -48,7 +50,12 @@
 //     ConsultSecondary): an unknown answer never runs the effect. Outside
 //     that window the primary's lease stands, and the secondary is not
 //     asked again for OpenTimeout: it is no dependency of a primary that
-//     answers.
+//     answers. A claim the primary answers Exhausted is checked too (its
+//     last holder there died, and a retry may have completed the key in
+//     the secondary during an outage): a key the secondary holds completed
+//     with the same fingerprint answers Replay; any other record leaves
+//     the answer Exhausted, and a secondary that cannot be read refuses
+//     it as above.
 //  3. Claims are sent to the secondary only while the breaker is open, and
 //     the check of rule 2 first waits for every secondary claim already
 //     sent to finish. So a check cannot read the secondary before a claim

@@ -19,7 +19,7 @@ func (s *Store) claimPrimary(ctx context.Context, req guard.ClaimRequest, done f
 		}
 		return guard.Outcome{}, fmt.Errorf("fallback: primary: %w", err)
 	}
-	if out.Status == guard.Acquired && s.secondary != nil {
+	if (out.Status == guard.Acquired || out.Status == guard.Exhausted) && s.secondary != nil {
 		return s.switchBack(ctx, req, out)
 	}
 	return out, nil

@@ -98,8 +98,12 @@ func (s *Store) getSecondary(ctx context.Context, key guard.Key) (guard.Record, 
 }
 
 // switchBack checks a lease just acquired in the primary against the
-// secondary (rule 2 of the package documentation).
+// secondary (rule 2 of the package documentation), and a key the primary
+// answered exhausted: one the secondary completed (its holder in the
+// primary died, and a retry completed it during an outage) is replayed,
+// not given up.
 func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guard.Outcome) (guard.Outcome, error) {
+	granted := out.Status == guard.Acquired
 	if !s.consulting() && time.Now().UnixNano() < s.uncheckedUntil.Load() {
 		return out, nil // the secondary did not answer such a check just now (below)
 	}
@@ -120,8 +124,12 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 			"breaker", s.opts.Name, "for", s.opts.OpenTimeout.String(), "err", err.Error())
 		return out, nil
 	case err != nil:
-		s.undo(ctx, req)
+		if granted {
+			s.undo(ctx, req)
+		}
 		return guard.Outcome{}, fmt.Errorf("fallback: checking the secondary for %s: %w", req.Key, err)
+	case !granted && (rec.State != guard.StateCompleted || !rec.SameFingerprint(req.Fingerprint)):
+		return out, nil // exhausted in the primary; the secondary replays nothing
 	case rec.State == guard.StatePending && rec.Token == req.Token:
 		// The record is this very claim's: a primary that writes the
 		// table the secondary reads (backstop.Wrap's mark, in the keys
@@ -131,6 +139,8 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 	case !rec.SameFingerprint(req.Fingerprint): // a RedisStore keeps long fingerprints as digests
 		s.undo(ctx, req)
 		return guard.Outcome{Status: guard.Mismatch}, nil
+	case rec.State == guard.StateCompleted && !granted:
+		return guard.Outcome{Status: guard.Replay, Result: rec.Result}, nil
 	case rec.State == guard.StateCompleted:
 		ttl := rec.TTL
 		if ttl <= 0 {

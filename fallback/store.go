@@ -142,8 +142,8 @@ func (s *Store) whileDown(ctx context.Context, req guard.ClaimRequest, cause err
 // Complete implements guard.Store; it writes to the store that issued the
 // lease. An unguarded lease's Complete succeeds and stores nothing.
 func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, ttl time.Duration) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
-		if second {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
+		if to != toPrimary {
 			s.wroteSecondary(ttl)
 		}
 		return st.Complete(ctx, lease, result, ttl)
@@ -152,8 +152,8 @@ func (s *Store) Complete(ctx context.Context, lease guard.Lease, result []byte, 
 
 // Fail implements guard.Store; it writes to the store that issued the lease.
 func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
-		if second {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
+		if to != toPrimary {
 			s.wroteSecondary(ttl)
 		}
 		return st.Fail(ctx, lease, reason, ttl)
@@ -163,9 +163,9 @@ func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl 
 // Release implements guard.Store; it writes to the store that issued the
 // lease.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
 		err := st.Release(ctx, lease)
-		if second && err == nil {
+		if to != toPrimary && err == nil {
 			s.owners.drop(lease.Key, lease.Token)
 		}
 		return err
@@ -182,15 +182,20 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 // breaker for every key. Claims, reads and the other writes find an
 // outage.
 func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	return s.writeUncounted(ctx, lease, func(ctx context.Context, st guard.Store, second bool) error {
-		if second {
+	return s.writeUncounted(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
+		if to != toPrimary {
 			// The record lives on for the lease and the TTL after it: a
 			// holder that runs past its claim's window keeps the key
 			// after a switch-back.
 			s.wroteSecondary(satAdd(d, time.Duration(s.secondaryTTL.Load())))
 		}
 		err := st.Extend(ctx, lease, d)
-		if second && err == nil {
+		if to == toOwner && err == nil {
+			// Only a lease the secondary issued: a primary's lease whose
+			// write the secondary took while the primary was out
+			// (backstop.Wrap's mark) goes back to the primary, or its
+			// lease there would run out under its holder, and its steps
+			// land where the primary's recovery does not look.
 			s.owners.hold(lease.Key, lease.Token, d)
 		}
 		return err
@@ -206,7 +211,7 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 // the wrapper is a guard.StepStore too. guard.Step asks KeepsSteps first,
 // so over such a store its step does not run.
 func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ bool) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ target) error {
 		ss, ok := st.(guard.StepStore)
 		if !ok {
 			return fmt.Errorf("fallback: %w (%T)", guard.ErrStepsUnsupported, st)
@@ -227,37 +232,46 @@ func (s *Store) KeepsSteps() bool {
 	return guard.KeepsSteps(s.primary) && (s.secondary == nil || guard.KeepsSteps(s.secondary))
 }
 
+// target is where writeTo sends a holder's write.
+type target uint8
+
+const (
+	toPrimary target = iota
+	toOwner          // the secondary, which issued the lease
+	toStandIn        // the secondary, for a primary out: its record bears the lease's token
+)
+
 // write sends a holder's write to the store that issued its lease.
-func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+func (s *Store) write(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, target) error) error {
 	return s.writeTo(ctx, lease, true, op)
 }
 
 // writeUncounted is write, the primary's answer not counted by the
 // breaker.
-func (s *Store) writeUncounted(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, bool) error) error {
+func (s *Store) writeUncounted(ctx context.Context, lease guard.Lease, op func(context.Context, guard.Store, target) error) error {
 	return s.writeTo(ctx, lease, false, op)
 }
 
 // writeTo is write; counted says whether the breaker counts the
 // primary's answer while it is closed.
-func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op func(context.Context, guard.Store, bool) error) error {
+func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op func(context.Context, guard.Store, target) error) error {
 	key, token := lease.Key, lease.Token
 	if strings.HasPrefix(token, openPrefix) {
 		return nil // unguarded: nothing was recorded, nothing to write
 	}
-	onSecondary := func() error {
+	onSecondary := func(to target) error {
 		_, err := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, op(ctx, s.secondary, true)
+			return struct{}{}, op(ctx, s.secondary, to)
 		}, nil)
 		return err
 	}
 	if s.secondary != nil && s.owners.has(key, token) {
-		if err := onSecondary(); err != nil {
+		if err := onSecondary(toOwner); err != nil {
 			return fmt.Errorf("fallback: secondary: %w", err)
 		}
 		return nil
 	}
-	err := s.holderWrite(ctx, counted, func(ctx context.Context) error { return op(ctx, s.primary, false) })
+	err := s.holderWrite(ctx, counted, func(ctx context.Context) error { return op(ctx, s.primary, toPrimary) })
 	if err == nil {
 		return nil
 	}
@@ -274,7 +288,11 @@ func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op
 		// not take, which the key then replays.
 		rec, gerr := s.getSecondary(ctx, key)
 		if gerr == nil && rec.Token == token {
-			if serr := onSecondary(); serr != nil {
+			to := toStandIn
+			if errors.Is(err, guard.ErrLeaseLost) {
+				to = toOwner // the primary does not know the lease: the secondary's
+			}
+			if serr := onSecondary(to); serr != nil {
 				return fmt.Errorf("fallback: secondary: %w", serr)
 			}
 			return nil
