@@ -96,17 +96,12 @@ func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.Red
 		_ = c.Close()
 		return nil, nil, tlsHint(opts, redisErr(*f.shown, err))
 	}
-	info, err := c.Info(pctx, "cluster").Result()
-	var refused redis.Error
-	switch {
-	case errors.As(err, &refused):
-		// INFO not allowed (ACL, a renamed command): a standalone server,
-		// as far as can be told.
-	case err != nil:
+	clustered, err := isCluster(pctx, c)
+	if err != nil {
 		_ = c.Close()
 		return nil, nil, redisErr(*f.shown, err)
 	}
-	if !strings.Contains(info, "cluster_enabled:1") {
+	if !clustered {
 		return c, guard.NewRedisStore(c, guard.RedisOptions{Prefix: *f.prefix}), nil
 	}
 	_ = c.Close()
@@ -118,6 +113,30 @@ func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.Red
 		return nil, nil, redisErr("a master of the cluster of "+*f.shown, err)
 	}
 	return cc, guard.NewRedisStore(cc, guard.RedisOptions{Prefix: *f.prefix}), nil
+}
+
+// isCluster reports whether c's server is a node of a Redis Cluster: by
+// INFO, or, where INFO is not allowed (an operator's ACL user without
+// @dangerous, a renamed command), by CLUSTER INFO, which a standalone
+// server refuses with "cluster support disabled". Taken for a standalone
+// server, a Cluster's node would have list scan one master of many.
+func isCluster(ctx context.Context, c *redis.Client) (bool, error) {
+	info, err := c.Info(ctx, "cluster").Result()
+	if err == nil {
+		return strings.Contains(info, "cluster_enabled:1"), nil
+	}
+	var refused redis.Error
+	if !errors.As(err, &refused) {
+		return false, err
+	}
+	_, cerr := c.ClusterInfo(ctx).Result()
+	switch {
+	case cerr == nil:
+		return true, nil
+	case errors.As(cerr, &refused) && strings.Contains(cerr.Error(), "cluster support disabled"):
+		return false, nil
+	}
+	return false, fmt.Errorf("cannot tell a Cluster from a standalone server (INFO: %v; CLUSTER INFO: %w): allow one of them to this user", err, cerr)
 }
 
 // redisErr says whether the server at addr refused (an error reply: a
