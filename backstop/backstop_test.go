@@ -30,6 +30,13 @@ func newKey(t testing.TB) guard.Key {
 // refused.
 func pay(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, result string) error {
 	t.Helper()
+	return payWith(t, db, l, func(tx *sql.Tx) error { return b.Commit(ctx, tx, l, "fp", []byte(result)) })
+}
+
+// payWith inserts a payment for l's key and commits it with what commit
+// writes in the same transaction (rolled back when commit fails).
+func payWith(t testing.TB, db *sql.DB, l guard.Lease, commit func(*sql.Tx) error) error {
+	t.Helper()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +44,7 @@ func pay(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, result s
 	if _, err := tx.ExecContext(ctx, `INSERT INTO payments (key, fence) VALUES ($1, $2)`, l.Key.String(), l.Fence); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Commit(ctx, tx, l, "fp", []byte(result)); err != nil {
+	if err := commit(tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

@@ -2,6 +2,7 @@ package backstop_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -23,11 +24,14 @@ import (
 // A's claim's answer takes 50ms to come back from the primary, so that
 // the holder's mark, written then with the database's clock, outlasts the
 // primary's lease by as much (as it does by a few milliseconds, or by a
-// clock skew, in production): the mark is failed all the same.
+// clock skew, in production): the mark is failed all the same. So is a
+// step A commits instead (CommitStep, Backstop.Step's write), which was
+// accepted after Commit was refused (found by review).
 func TestCommitRefusedAfterExhausted(t *testing.T) {
 	t.Parallel()
-	for _, via := range []string{"pgstore", "wrap"} {
-		t.Run(via, func(t *testing.T) {
+	for _, c := range []struct{ via, write string }{{"pgstore", "commit"}, {"wrap", "commit"}, {"pgstore", "step"}, {"wrap", "step"}} {
+		via := c.via
+		t.Run(c.via+"/"+c.write, func(t *testing.T) {
 			t.Parallel()
 			db := pgenv.Migrated(t, pgstore.Options{})
 			pgenv.PaymentsTable(t, db)
@@ -51,12 +55,17 @@ func TestCommitRefusedAfterExhausted(t *testing.T) {
 			if out, err := s.Claim(ctx, req("B")); err != nil || out.Status != guard.Exhausted {
 				t.Fatalf("claim B = %+v, %v; want Exhausted", out, err)
 			}
-			err = pay(t, db, b, a.Lease, "paid by A") // A wakes and commits
+			// A wakes and commits: a payment, and the key's row or a step's.
+			if c.write == "commit" {
+				err = pay(t, db, b, a.Lease, "paid by A")
+			} else {
+				err = payWith(t, db, a.Lease, func(tx *sql.Tx) error { return b.CommitStep(ctx, tx, a.Lease, "charge", []byte("paid by A")) })
+			}
 			if rows, _ := pgenv.CountPayments(t, db); err == nil || rows != 0 {
-				t.Fatalf("A's Commit after the key was answered Exhausted = %v with %d payments; want it refused, none", err, rows)
+				t.Fatalf("A's %s after the key was answered Exhausted = %v with %d payments; want it refused, none", c.write, err, rows)
 			}
 			if !errors.Is(err, backstop.ErrStaleFence) {
-				t.Errorf("A's Commit = %v, want ErrStaleFence", err)
+				t.Errorf("A's %s = %v, want ErrStaleFence", c.write, err)
 			}
 		})
 	}

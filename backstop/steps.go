@@ -39,7 +39,7 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 		read: `SELECT result, fence FROM ` + t.Steps + ` WHERE scope = $1 AND id = $2 AND name = $3`,
 		// The key's row, when it is a holder's mark (Wrap) or a pgstore.Store
 		// record not yet completed.
-		fence: `SELECT fence, token FROM ` + t.Keys + `
+		fence: `SELECT fence, token, status FROM ` + t.Keys + `
 			WHERE scope = $1 AND id = $2 AND status <> 'completed' AND expires_at > ` + clockNow,
 	}
 }
@@ -55,9 +55,10 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // fence: roll tx back and use that result. If a later holder of the key is
 // known to the backstop (a mark written by the store Wrap returns, or the Postgres
 // Store's record, with a higher fence or the same fence and another
-// token), it returns a *StaleFenceError: roll back. That check reads the
-// key's row without locking it; the step's row is what makes its effect
-// happen once.
+// token), or the key was given up (answered Exhausted: the holder's own
+// row failed), it returns a *StaleFenceError: roll back. That check reads
+// the key's row without locking it; the step's row is what makes its
+// effect happen once.
 //
 // The step's row belongs to the key's current life only if tx commits
 // before that life's row expires (its retention passed, the lease long
@@ -106,14 +107,19 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 		return dbErr(ctx, "commit step", err)
 	}
 	var fence int64
-	var token string
-	err = tx.QueryRowContext(ctx, q.fence, sc, id).Scan(&fence, &token)
+	var token, status string
+	err = tx.QueryRowContext(ctx, q.fence, sc, id).Scan(&fence, &token, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
 		return dbErr(ctx, "commit step", err)
 	case fence > lease.Fence || (fence == lease.Fence && token != lease.Token):
+		return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
+	case fence == lease.Fence && status != "pending":
+		// The holder's own row was failed over its head: the key was
+		// answered Exhausted (its lease ran out at its last attempt), as
+		// Commit refuses.
 		return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
 	}
 	return nil
