@@ -379,6 +379,11 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 		} else {
 			last = l.acquireErr(name, err)
 		}
+		if ctx.Err() != nil {
+			// The caller went away during the attempt: say so, whatever
+			// the attempt met (and whether or not it was the last).
+			return nil, l.waitErr(ctx, name, last)
+		}
 		if errors.Is(last, ErrUnavailable) {
 			unavailable++
 			if unavailable >= unavailableTries {

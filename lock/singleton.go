@@ -48,6 +48,9 @@ func Singleton(l *Locker, name string, job func(ctx context.Context) error) func
 			if err == nil {
 				return lk.run(ctx, job)
 			}
+			if ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
+				return l.waitErr(ctx, name, err)
+			}
 			if attempt >= singletonTries || l.heldEverywhere(err) || ctx.Err() != nil ||
 				!errors.Is(err, ErrNotObtained) && !errors.Is(err, ErrUnavailable) {
 				return err
