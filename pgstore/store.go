@@ -112,7 +112,7 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		// extending the lease moves its end by as much. A renewal never
 		// shortens a lease its holder extended.
 		reclaim: `UPDATE ` + k + ` SET leased_until = GREATEST(leased_until, ` + clockNow + ` + ` + dur("$3") + `),
-				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$3") + ` + (expires_at - leased_until))
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$3") + ` + ` + pgsql.Span("leased_until", "expires_at") + `)
 			WHERE scope = $1 AND id = $2`,
 		exhaust: `UPDATE ` + k + ` SET status = 'failed', last_error = $3, leased_until = NULL WHERE scope = $1 AND id = $2`,
 		// $1 scope, $2 id, $3 token, $4 recovered, $5 lease µs, $6 keep µs.
@@ -153,7 +153,7 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		releaseCheck: `SELECT status, token, ptok FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
 		// $1 scope, $2 id, $3 token, $4 lease µs
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
-				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + (expires_at - leased_until))
+				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + pgsql.Span("leased_until", "expires_at") + `)
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		get: `SELECT fingerprint, status, token, fence, attempt, recovered, result, last_error,
 				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `, steps

@@ -47,7 +47,9 @@ func Err(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if code, _ := SQLState(err); ctx.Err() != nil && (code == "57014" || errors.Is(err, driver.ErrBadConn)) {
+	// database/sql rolls a transaction back when its context ends, and
+	// its Commit then answers sql.ErrTxDone: the context's end too.
+	if code, _ := SQLState(err); ctx.Err() != nil && (code == "57014" || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrTxDone)) {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err) // the context's end, not the server's refusal, decides
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {

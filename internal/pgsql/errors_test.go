@@ -130,26 +130,33 @@ func TestUnavailableWithoutSQLState(t *testing.T) {
 // statement was not run): either is the context's end, as a call that
 // never began (make test once saw TestCommitContextEndsMidStatement's
 // cancelled Commit answer "store unavailable: driver: bad connection").
-// With the context alive, a bad connection stays unavailable.
+// With the context alive, a bad connection stays unavailable. So is the
+// sql.ErrTxDone a Commit answers after database/sql rolled back a
+// transaction whose context ended (a claim cancelled between its UPDATE
+// and its COMMIT answered a plain store error; found by review).
 func TestBadConnAfterContextEndedIsTheContexts(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
+	badConn, txDone := fmt.Errorf("exec: %w", driver.ErrBadConn), sql.ErrTxDone
 	for name, tc := range map[string]struct {
 		ctx  context.Context
+		err  error
 		want error
 		not  error
 	}{
-		"cancelled": {cancelled, context.Canceled, guard.ErrUnavailable},
-		"deadline":  {expired, context.DeadlineExceeded, nil},
-		"alive":     {context.Background(), guard.ErrUnavailable, context.Canceled},
+		"cancelled":         {cancelled, badConn, context.Canceled, guard.ErrUnavailable},
+		"deadline":          {expired, badConn, context.DeadlineExceeded, nil},
+		"alive":             {context.Background(), badConn, guard.ErrUnavailable, context.Canceled},
+		"cancelled tx done": {cancelled, txDone, context.Canceled, guard.ErrUnavailable},
+		"deadline tx done":  {expired, txDone, context.DeadlineExceeded, nil},
 	} {
-		err := pgsql.Err(tc.ctx, "commit", fmt.Errorf("exec: %w", driver.ErrBadConn))
+		err := pgsql.Err(tc.ctx, "commit", tc.err)
 		if !errors.Is(err, tc.want) || (tc.not != nil && errors.Is(err, tc.not)) {
 			t.Errorf("%s: Err = %v; want %v, not %v", name, err, tc.want, tc.not)
 		}
-		if name == "deadline" && !errors.Is(err, guard.ErrUnavailable) {
+		if strings.HasPrefix(name, "deadline") && !errors.Is(err, guard.ErrUnavailable) {
 			t.Errorf("%s: Err = %v; want guard.ErrUnavailable too", name, err)
 		}
 	}

@@ -106,6 +106,15 @@ const KeysColumns = `(scope, id, fingerprint, status, token, fence, attempt, rec
 // Dur renders a parameter holding microseconds as an interval.
 func Dur(param string) string { return "(" + param + "::float8 * interval '1 microsecond')" }
 
+// Span renders the time from timestamp expression from to timestamp
+// expression to as an interval of seconds. to - from would be one of days
+// once it reaches 24 hours, and a day added to a timestamptz is a calendar
+// day of the session's TimeZone: 23 or 25 hours across a daylight-saving
+// change.
+func Span(from, to string) string {
+	return "((extract(epoch from " + to + ") - extract(epoch from " + from + "))::float8 * interval '1 second')"
+}
+
 // UntilUS renders the microseconds from now until the timestamp expression ts.
 func UntilUS(ts string) string {
 	return "floor(extract(epoch from (" + ts + " - " + ClockNow + ")) * 1000000)::bigint"
