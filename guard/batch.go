@@ -264,6 +264,7 @@ func (r *batchRun) abandon(k *keepalive, b *beat, runs []ran, writes []Write) {
 	b.halt()
 	first := len(writes)
 	writes = r.ends(writes, runs)
+	b.endFreeing(writes[first:])
 	wctx := k.detach()
 	for j, err := range r.bs.WriteBatch(wctx, writes) {
 		// A run whose lost lease the heartbeat observed is not observed
@@ -398,6 +399,9 @@ func (r *batchRun) segment(start, end int) bool {
 	// End every claim in one batch of writes, detached from ctx as Do's.
 	first := len(writes)
 	writes = r.ends(writes, runs)
+	if b != nil {
+		b.endFreeing(writes[first:])
+	}
 	wctx := k.detach()
 	werrs := r.bs.WriteBatch(wctx, writes)
 	for j := range writes {

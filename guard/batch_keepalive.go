@@ -359,6 +359,20 @@ func (b *beat) halt() {
 	}
 }
 
+// endFreeing ends the effect's context of each lease whose write, ws[j]
+// for lease j, frees the key (a failure or a release): another claim can
+// take the key as soon as the store has the write, before its answer is
+// back (keepalive's detachFreeing). A completion's ends with stop.
+func (b *beat) endFreeing(ws []Write) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for j := range ws {
+		if ws[j].Kind != WriteComplete {
+			b.held[j].ctx.end(nil)
+		}
+	}
+}
+
 // stop halts the heartbeat, stops its timer and cancels every effect's
 // context.
 func (b *beat) stop() {

@@ -447,30 +447,31 @@ func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Re
 			// free the key for a retry. The panic continues unchanged. A
 			// lost lease the heartbeat observed is not observed again by
 			// the refused release.
-			_ = g.release(ctx, k.detach(), lease, k.lossObserved())
+			_ = g.release(ctx, k.detachFreeing(), lease, k.lossObserved())
 		}
 		k.stop()
 	}()
 
 	value, err := fn(k.ctx, lease)
 	returned = true
-	wctx := k.detach()
 
 	res := Result{Value: value, Lease: lease}
-	seen := k.lossObserved()
 	if errors.Is(err, ErrRejected) {
-		if rerr := g.release(ctx, wctx, lease, seen); rerr != nil {
+		wctx := k.detachFreeing()
+		if rerr := g.release(ctx, wctx, lease, k.lossObserved()); rerr != nil {
 			return res, errors.Join(err, rerr)
 		}
 		return res, err
 	}
 	if err != nil {
-		if ferr := g.fail(ctx, wctx, lease, err, seen); ferr != nil {
+		wctx := k.detachFreeing()
+		if ferr := g.fail(ctx, wctx, lease, err, k.lossObserved()); ferr != nil {
 			return res, errors.Join(err, ferr)
 		}
 		return res, err
 	}
-	return res, g.complete(ctx, wctx, lease, value, seen)
+	wctx := k.detach()
+	return res, g.complete(ctx, wctx, lease, value, k.lossObserved())
 }
 
 // KeepAlive keeps lease alive for callers that run the effect themselves

@@ -68,20 +68,23 @@ func (h *Held) Complete(result []byte) error {
 }
 
 // Fail records the holder's attempt as failed with cause and ends the
-// claim, with the guarantees of Guard.Fail and the bound of Complete.
+// claim, with the guarantees of Guard.Fail and the bound of Complete;
+// Context ends before the write is sent (the key is free for another
+// claim as soon as the store has it).
 func (h *Held) Fail(cause error) error {
 	k := (*keepalive)(h)
 	defer k.stop()
-	wctx := k.detach()
+	wctx := k.detachFreeing()
 	return k.g.fail(k.parent, wctx, k.lease, cause, k.lossObserved())
 }
 
 // Release undoes the holder's claim, as if it had never been made, with
-// the guarantees of Guard.Release and the bound of Complete.
+// the guarantees of Guard.Release and the bound of Complete; Context ends
+// before the write is sent, as for Fail.
 func (h *Held) Release() error {
 	k := (*keepalive)(h)
 	defer k.stop()
-	wctx := k.detach()
+	wctx := k.detachFreeing()
 	return k.g.release(k.parent, wctx, k.lease, k.lossObserved())
 }
 

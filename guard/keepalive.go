@@ -567,6 +567,19 @@ func (k *keepalive) detach() context.Context {
 	return (*callCtx)(k)
 }
 
+// detachFreeing is detach for a write that frees the key (a failure or a
+// release): another claim can take the key as soon as the store has the
+// write, before its answer is back, so the effect's context ends first
+// (docs/design.md: the holder's context is done before any other claim of
+// the key can succeed). A completion frees nothing: the key then replays.
+func (k *keepalive) detachFreeing() context.Context {
+	ctx := k.detach()
+	k.mu.Lock()
+	k.endEffect(nil)
+	k.mu.Unlock()
+	return ctx
+}
+
 // endEffect ends the effect's context with cause (nil: context.Canceled),
 // unless it has ended already or is not made yet. k.mu is held.
 func (k *keepalive) endEffect(cause error) {
