@@ -49,7 +49,9 @@ type Options struct {
 	// MaxPollRecords bounds the records taken per poll. Default 100.
 	MaxPollRecords int
 	// RetryDelay is the wait before a Failed or InProgress record runs
-	// again. Kafka has no per-record nack: the record is retried in place,
+	// again (an InProgress one sooner when its holder's lease ends
+	// sooner: the time the guard says it has left). Kafka has no
+	// per-record nack: the record is retried in place,
 	// holding back its partition (and the poll's commit), until it
 	// succeeds or is dead-lettered after Process.MaxAttempts (with
 	// kgo.BlockRebalanceOnPoll, also a waiting rebalance: see
