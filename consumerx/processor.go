@@ -12,9 +12,11 @@
 // Shutdown is not failure: when the context a consumer passes to Process
 // ends (it is shutting down, or a rebalance took its partition) while the
 // handler runs, and the handler then returns an error, the claim is
-// released instead of failed. No attempt is counted, nothing is
-// dead-lettered, and the outcome is Interrupted (not acknowledged), so the
-// message runs again on its next delivery. A handler that returns nil
+// released instead of failed. No attempt is counted (unless it was the
+// first and it recorded a step: the release keeps the steps in a record
+// failed at attempt 1, as every release does), nothing is dead-lettered,
+// and the outcome is Interrupted (not acknowledged), so the message runs
+// again on its next delivery. A handler that returns nil
 // after the context ended still completes the message; a handler's error
 // while the consumer's context is live counts as an attempt, as does a
 // run cut short by the guard's lease or MaxRun.
