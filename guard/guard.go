@@ -487,7 +487,10 @@ func (g *Guard) run(ctx context.Context, k *keepalive, lease Lease, fn Func) (Re
 // called more than once; it tells an extension under way to give up but
 // does not wait for its answer (which changes nothing and is not
 // observed), so a store call that ignores its context cannot hold up the
-// write that follows. Such a call returns in its own time.
+// write that follows. Such a call returns in its own time. Call stop
+// before the Complete, Fail or Release that ends the claim: a failure or a
+// release frees the key as soon as the store has it, and the context
+// must be done by then (Hold's writes keep that order themselves).
 func (g *Guard) KeepAlive(ctx context.Context, lease Lease) (context.Context, func()) {
 	k := g.keep(ctx, lease)
 	return k.ctx, k.stop
