@@ -44,7 +44,9 @@ type Options struct {
 	Group string
 	// Process configures deduplication. Its Key defaults to ID: the
 	// message UUID (consumerx.Message.ID), or its digest when the guard
-	// cannot store it; Message.Raw is the *message.Message.
+	// cannot store it; a message without a UUID has none (see ID: set Key
+	// where messages may come without one). Message.Raw is the
+	// *message.Message.
 	Process consumerx.Options
 	// InProgressDelay is how long a message held by another consumer waits
 	// before it is tried again (at most until the holder's lease ends; it
@@ -207,10 +209,16 @@ func inProgressWait(err error, d time.Duration) time.Duration {
 }
 
 // ID returns the default id of msg: its UUID, or, when that is not a
-// usable guard id (empty, longer than guard.MaxIDLen, control characters,
+// usable guard id (longer than guard.MaxIDLen, control characters,
 // invalid UTF-8: a publisher sets the UUID), "sha256:<digest of the UUID>"
 // (the digest in unpadded base64url), so that every message with a UUID
-// has an id the guard can store.
+// has an id the guard can store. A message without a UUID (one a
+// producer other than Watermill wrote) has no id: digested, every such
+// message would share one key. consumerx dead-letters it (ErrNoKey) on
+// every delivery without running it, and only logs it when no DeadLetter
+// is set, so the message is acknowledged unrun: set Process.Key (from a
+// header, a metadata field or the payload) where messages may come
+// without a UUID.
 func ID(msg *message.Message) string {
 	if msg.UUID == "" || (guard.Key{Scope: "s", ID: msg.UUID}).Validate() == nil {
 		return msg.UUID
