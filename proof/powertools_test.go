@@ -71,12 +71,26 @@ func TestLateCompleteRacesRecovery(t *testing.T) {
 	}
 	outs := make([]outcome, keys)
 	start := make(chan struct{})
+	// Left to race, the late complete (one round trip) lands first nearly
+	// always; for every other key it waits until B has recovered the key
+	// and runs its effect, so that the recovery-first branch is exercised
+	// (a complete.lua that does not check the token passed otherwise).
+	recovering := make([]chan struct{}, keys)
+	for i := range recovering {
+		recovering[i] = make(chan struct{})
+	}
 	var wg sync.WaitGroup
 	for i := range hs {
 		wg.Add(2)
 		go func() { // A's late complete
 			defer wg.Done()
 			<-start
+			if i%2 == 1 {
+				select {
+				case <-recovering[i]:
+				case <-time.After(30 * time.Second): // B never ran: its checks below say so
+				}
+			}
 			outs[i].lateErr = g.Complete(WithClient(ctx, 1), hs[i].lease, hs[i].value)
 		}()
 		go func() { // B: the retry that finds the abandoned claim
@@ -85,6 +99,9 @@ func TestLateCompleteRacesRecovery(t *testing.T) {
 			eff := bk.effect(fp, 2)
 			for range 20 { // a store too busy to answer in time is asked again
 				outs[i].res, outs[i].err = g.Do(WithClient(ctx, 2), hs[i].lease.Key, fp, func(ctx context.Context, l guard.Lease) ([]byte, error) {
+					if !outs[i].ran {
+						close(recovering[i])
+					}
 					outs[i].ran = true
 					return eff(ctx, l)
 				})
@@ -135,6 +152,9 @@ func TestLateCompleteRacesRecovery(t *testing.T) {
 		}
 	}
 	t.Logf("late complete won %d races, recovery won %d, %d unknown (store busy)", lateWon, recoveryWon, unknown)
+	if recoveryWon+unknown < keys/2 {
+		t.Errorf("recovery won %d (and %d unknown) of the %d keys whose late complete waited for it", recoveryWon, unknown, keys/2)
+	}
 	checkHistory(t, rec)
 }
 
