@@ -13,7 +13,14 @@
 // unreachable → CodeUnavailable with RetryInfo, bad key →
 // CodeInvalidArgument. The same codes release the key (DefaultRelease).
 // It works for every protocol a Connect handler speaks (Connect, gRPC,
-// gRPC-Web) and codec (binary and JSON).
+// gRPC-Web) and codec (binary and JSON), with two limits of the JSON
+// codec: it drops fields a server does not know as it decodes, so a retry
+// that crosses a rolling deploy of a newer .proto is the same request
+// only with the binary codec (with JSON it is refused as a reused key);
+// and a stored response whose type neither the linked types, the
+// procedure's schema nor the request's file (and its imports) declare is
+// refused to a JSON client (CodeInternal), not answered without its
+// fields.
 //
 // A replayed response's message is a *dynamicpb.Message of the stored
 // type (Connect's unary interceptors cannot build a *connect.Response of
@@ -278,7 +285,7 @@ func (s *server) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 		case b.Gone:
 			return nil, connect.NewError(codeOf(ctx.Err()), ctx.Err())
 		case b.Replay != nil:
-			return replay(ctx, req.Spec(), b.Replay)
+			return replay(ctx, req, b.Replay)
 		case !b.Run:
 			return next(ctx, req)
 		}
@@ -396,7 +403,7 @@ func connectError(st *spb.Status, meta core.MD) *connect.Error {
 }
 
 // replay answers with a stored call.
-func replay(ctx context.Context, spec connect.Spec, r *core.Replay) (connect.AnyResponse, error) {
+func replay(ctx context.Context, req connect.AnyRequest, r *core.Replay) (connect.AnyResponse, error) {
 	if r.Status != nil {
 		// The header goes out through the call info (the handler's own
 		// path for it), the trailer as the error's metadata.
@@ -410,7 +417,7 @@ func replay(ctx context.Context, spec connect.Spec, r *core.Replay) (connect.Any
 		}
 		return nil, connectError(r.Status, core.MD(mergeMD(r.Header, r.Trailer)))
 	}
-	res, ok := newResponse(spec, r.TypeName, r.Message)
+	res, ok := newResponse(req, r.TypeName, r.Message)
 	if !ok {
 		return nil, connectError(core.NewStatus(core.Internal, core.ReasonResponseCorrupt,
 			"the call with this idempotency key ran, but its stored response cannot be read", 0), r.Header)
@@ -441,17 +448,26 @@ func mergeMD(a, b core.MD) map[string][]string {
 
 // newResponse makes the stored response: a dynamic message of the stored
 // type, whose descriptor comes from the linked types (generated code
-// registers its own) or the procedure's schema; an Empty carrying the
-// bytes as unknown fields when neither knows it (its binary encoding is
-// the stored bytes; the JSON codec drops them).
-func newResponse(spec connect.Spec, typeName string, b []byte) (connect.AnyResponse, bool) {
+// registers its own), the procedure's schema, or the request message's
+// file and its imports (a handler of dynamic messages, whose types no
+// registry knows); when none knows it, an Empty carrying the bytes as
+// unknown fields, whose binary encoding is the stored bytes. The JSON
+// codec would drop them: a request of another codec than the binary one
+// is refused then (ok false), not answered an empty success.
+func newResponse(req connect.AnyRequest, typeName string, b []byte) (connect.AnyResponse, bool) {
+	name := protoreflect.FullName(typeName)
 	var desc protoreflect.MessageDescriptor
-	if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typeName)); err == nil {
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(name); err == nil {
 		desc = mt.Descriptor()
-	} else if md, ok := spec.Schema.(protoreflect.MethodDescriptor); ok && string(md.Output().FullName()) == typeName {
+	} else if md, ok := req.Spec().Schema.(protoreflect.MethodDescriptor); ok && md.Output().FullName() == name {
 		desc = md.Output()
+	} else if pm, ok := req.Any().(proto.Message); ok {
+		desc = messageIn(pm.ProtoReflect().Descriptor().ParentFile(), name, 0)
 	}
 	if desc == nil {
+		if !binaryCodec(req) {
+			return nil, false
+		}
 		m := &emptypb.Empty{}
 		m.ProtoReflect().SetUnknown(protoreflect.RawFields(b))
 		return connect.NewResponse(m), true
@@ -461,6 +477,49 @@ func newResponse(spec connect.Spec, typeName string, b []byte) (connect.AnyRespo
 		return nil, false
 	}
 	return connect.NewResponse(m), true
+}
+
+// messageIn finds the message name in file or the files it imports
+// (depth levels down at most 8).
+func messageIn(file protoreflect.FileDescriptor, name protoreflect.FullName, depth int) protoreflect.MessageDescriptor {
+	if file == nil || depth > 8 {
+		return nil
+	}
+	if d := nestedMessage(file.Messages(), name); d != nil {
+		return d
+	}
+	imports := file.Imports()
+	for i := range imports.Len() {
+		if d := messageIn(imports.Get(i).FileDescriptor, name, depth+1); d != nil {
+			return d
+		}
+	}
+	return nil
+}
+
+// nestedMessage finds the message name among ms and the messages nested
+// in them.
+func nestedMessage(ms protoreflect.MessageDescriptors, name protoreflect.FullName) protoreflect.MessageDescriptor {
+	for i := range ms.Len() {
+		m := ms.Get(i)
+		if m.FullName() == name {
+			return m
+		}
+		if d := nestedMessage(m.Messages(), name); d != nil {
+			return d
+		}
+	}
+	return nil
+}
+
+// binaryCodec reports whether req came with the binary protobuf codec: a
+// Content-Type without "json" (application/proto, application/grpc,
+// application/grpc-web+proto...), or a GET whose encoding is proto.
+func binaryCodec(req connect.AnyRequest) bool {
+	if req.HTTPMethod() == http.MethodGet {
+		return req.Peer().Query.Get("encoding") == "proto"
+	}
+	return !strings.Contains(req.Header().Get("Content-Type"), "json")
 }
 
 // Reason returns the reason of the ErrorInfo of ErrorDomain in err's
