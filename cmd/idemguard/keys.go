@@ -118,7 +118,8 @@ func (f redisFlags) open(ctx context.Context) (redis.UniversalClient, *guard.Red
 // isCluster reports whether c's server is a node of a Redis Cluster: by
 // INFO, or, where INFO is not allowed (an operator's ACL user without
 // @dangerous, a renamed command), by CLUSTER INFO, which a standalone
-// server refuses with "cluster support disabled". Taken for a standalone
+// server refuses ("cluster support disabled", or an unknown command). A
+// user allowed neither (NOPERM) is refused: taken for a standalone
 // server, a Cluster's node would have list scan one master of many.
 func isCluster(ctx context.Context, c *redis.Client) (bool, error) {
 	info, err := c.Info(ctx, "cluster").Result()
@@ -133,10 +134,12 @@ func isCluster(ctx context.Context, c *redis.Client) (bool, error) {
 	switch {
 	case cerr == nil:
 		return true, nil
-	case errors.As(cerr, &refused) && strings.Contains(cerr.Error(), "cluster support disabled"):
-		return false, nil
+	case !errors.As(cerr, &refused):
+		return false, cerr
+	case strings.HasPrefix(cerr.Error(), "NOPERM"):
+		return false, fmt.Errorf("cannot tell a Cluster from a standalone server (INFO: %v; CLUSTER INFO: %w): allow one of them to this user", err, cerr)
 	}
-	return false, fmt.Errorf("cannot tell a Cluster from a standalone server (INFO: %v; CLUSTER INFO: %w): allow one of them to this user", err, cerr)
+	return false, nil
 }
 
 // redisErr says whether the server at addr refused (an error reply: a

@@ -55,18 +55,28 @@ func TestListClusterWithoutInfo(t *testing.T) {
 
 // TestListStandaloneWithoutInfo: a standalone server whose INFO is
 // renamed away is told from a Cluster's node by CLUSTER INFO ("cluster
-// support disabled") and listed; one that answers neither is refused with
-// an error saying which to allow, not guessed standalone.
+// support disabled", or no such command) and listed; a user allowed
+// neither (NOPERM) is refused with an error saying which to allow, not
+// guessed standalone.
 func TestListStandaloneWithoutInfo(t *testing.T) {
-	srv := testenv.StartRedis(t, "--rename-command", "INFO", "")
-	g := guard.New(guard.NewRedisStore(srv.Client(), guard.RedisOptions{}), guard.Options{})
-	completeKeys(t, g, 3)
-	code, out, stderr := cli(t, "list", "--redis", srv.Addr(), "--state", "completed")
-	if code != 0 || strings.Count(out, " completed ") != 3 {
-		t.Fatalf("list on a server without INFO: exit %d, %d rows, %s", code, strings.Count(out, " completed "), stderr)
+	for _, renamed := range [][]string{{"INFO"}, {"INFO", "CLUSTER"}} {
+		var args []string
+		for _, c := range renamed {
+			args = append(args, "--rename-command", c, "")
+		}
+		srv := testenv.StartRedis(t, args...)
+		g := guard.New(guard.NewRedisStore(srv.Client(), guard.RedisOptions{}), guard.Options{})
+		completeKeys(t, g, 3)
+		code, out, stderr := cli(t, "list", "--redis", srv.Addr(), "--state", "completed")
+		if code != 0 || strings.Count(out, " completed ") != 3 {
+			t.Fatalf("list on a server without %v: exit %d, %d rows, %s", renamed, code, strings.Count(out, " completed "), stderr)
+		}
 	}
 
-	bare := testenv.StartRedis(t, "--rename-command", "INFO", "", "--rename-command", "CLUSTER", "")
-	code, _, stderr = cli(t, "list", "--redis", bare.Addr())
+	srv := testenv.StartRedis(t)
+	if err := srv.Client().Do(context.Background(), "ACL", "SETUSER", "neither", "on", ">pw", "~*", "&*", "+@all", "-info", "-cluster").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "list", "--redis", fmt.Sprintf("redis://neither:pw@%s", srv.Addr()))
 	wantError(t, code, stderr, 1, "allow one of them")
 }
