@@ -121,8 +121,12 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptRecords", c.corruptRecords},
 		{"RaceOneKey", c.raceOneKey},
 		{"RaceManyKeys", c.raceManyKeys},
-		{"Steps", c.steps}, // steps.go
-		{"Batch", c.batch}, // batch.go
+		{"Steps", c.steps},                                 // steps.go
+		{"Batch", c.batch},                                 // batch.go
+		{"MismatchEveryState", c.mismatchEveryState},       // mismatch_states.go
+		{"FormerHolders", c.formerHolders},                 // former_holders.go
+		{"ExpiredLeaseStillHeld", c.expiredLeaseStillHeld}, // expired_lease.go
+		{"ReleaseRetention", c.releaseRetention},           // release_retention.go
 	} {
 		t.Run(tc.name, tc.fn)
 	}
