@@ -28,8 +28,11 @@
 //     tables, that record is its mark, so its Fail or Release ends the
 //     mark's lease (claims in the secondary are not told the key is in
 //     progress for a lease nobody holds) and its Complete is replayed.
-//     That write is a one-off: the holder's next write goes to the
-//     primary again (its lease there is extended, its steps kept there).
+//     While the breaker is open, the holder's later writes go to the
+//     secondary at once; a write it took while the breaker stayed closed
+//     (one call unanswered) is a one-off: the holder's next write goes to
+//     the primary again (its lease there is extended, its steps kept
+//     there).
 //  2. Every claim the primary answers with Acquired is checked against the
 //     secondary before it is returned: a record there may be this Store's,
 //     or another process's (a replica whose breaker opened when this one's

@@ -191,11 +191,10 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 		}
 		err := st.Extend(ctx, lease, d)
 		if to == toOwner && err == nil {
-			// Only a lease the secondary issued: a primary's lease whose
-			// write the secondary took while the primary was out
-			// (backstop.Wrap's mark) goes back to the primary, or its
-			// lease there would run out under its holder, and its steps
-			// land where the primary's recovery does not look.
+			// Not for a write the secondary took for a moment (see
+			// writeTo): the primary's lease would run out under its
+			// holder, and its steps land where the primary's recovery
+			// does not look.
 			s.owners.hold(lease.Key, lease.Token, d)
 		}
 		return err
@@ -238,7 +237,7 @@ type target uint8
 const (
 	toPrimary target = iota
 	toOwner          // the secondary, which issued the lease
-	toStandIn        // the secondary, for a primary out: its record bears the lease's token
+	toStandIn        // the secondary, for a moment: its record bears the lease's token
 )
 
 // write sends a holder's write to the store that issued its lease.
@@ -288,9 +287,16 @@ func (s *Store) writeTo(ctx context.Context, lease guard.Lease, counted bool, op
 		// not take, which the key then replays.
 		rec, gerr := s.getSecondary(ctx, key)
 		if gerr == nil && rec.Token == token {
+			// The secondary owns the lease from now on when the primary
+			// does not know it (a lease it issued, forgotten here), or
+			// when the primary is out (the breaker not closed: its
+			// holder's next writes go there at once, not after a bound
+			// spent on the primary each). A write it took for a moment
+			// (one call unanswered, the breaker closed) is a one-off: the
+			// primary keeps the lease, its extensions and its steps.
 			to := toStandIn
-			if errors.Is(err, guard.ErrLeaseLost) {
-				to = toOwner // the primary does not know the lease: the secondary's
+			if errors.Is(err, guard.ErrLeaseLost) || s.cb.state() != StateClosed {
+				to = toOwner
 			}
 			if serr := onSecondary(to); serr != nil {
 				return fmt.Errorf("fallback: secondary: %w", serr)
