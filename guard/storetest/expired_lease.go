@@ -7,14 +7,14 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// expiredLeaseStillHeld: a lease that ran out, unclaimed by anyone,
-// still belongs to its holder (ExtendKeepsLease says so for Extend): its
-// Complete is taken and replayed, its Fail recorded (the next claim a
-// retry, not a recovery). The guard sends its completion before its
-// deadline, and the write may reach the store after the lease's end; a
-// store refusing it there would lose the result of an effect that ran,
-// and the next delivery would run it again. (a mutation review: a memstore whose
-// Complete also required a live lease passed the contract.)
+// expiredLeaseStillHeld: a lease that ran out, unclaimed by anyone, still
+// belongs to its holder (ExtendKeepsLease says so for Extend): its Complete
+// is taken and replayed, its Fail recorded (the next claim a retry, not a
+// recovery). The guard sends its completion before its deadline, and the
+// write may reach the store after the lease's end; a store refusing it
+// there would lose the result of an effect that ran, and the next delivery
+// would run it again. (a mutation review: a memstore whose Complete also
+// required a live lease passed the contract.)
 func (c contract) expiredLeaseStillHeld(t *testing.T) {
 	s := c.h.New(t)
 	done, failed := newKey(t), newKey(t)

@@ -29,8 +29,9 @@ import (
 //   - its retried Fail answers OK and leaves the record as it is, the new
 //     holder's own failure reason included.
 //
-// (a mutation review: a memstore whose Extend checked only the token, or accepted
-// ptok, or whose claim took ptok for the same claim, passed the contract.)
+// (a mutation review: a memstore whose Extend checked only the token, or
+// accepted ptok, or whose claim took ptok for the same claim, passed the
+// contract.)
 func (c contract) formerHolders(t *testing.T) {
 	s := c.h.New(t)
 	// unchanged checks that the record is as before and its lease and

@@ -7,18 +7,18 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-// mismatchEveryState: a claim with another fingerprint is a mismatch
-// in every state the record can be in, and learns nothing else about it
+// mismatchEveryState: a claim with another fingerprint is a mismatch in
+// every state the record can be in, and learns nothing else about it
 // (docs/design.md, "The state machine", rule 3: "refused before anything
-// else about the record is revealed"): not that the holder died and the
-// key could be taken (a pending record whose lease ran out: taking it over
+// else about the record is revealed"): not that the holder died and the key
+// could be taken (a pending record whose lease ran out: taking it over
 // would run another payload's effect under this key, with the first
 // payload's steps), not that its attempts ran out (Exhausted with their
-// count and the last failure's reason). The answer carries nothing but
-// the status, and the record stays as it was: the next claim with the
-// record's own fingerprint finds it as the mismatch left it. (a mutation review:
-// a memstore answering Exhausted before comparing fingerprints, or
-// comparing them only while a lease is alive, passed the contract.)
+// count and the last failure's reason). The answer carries nothing but the
+// status, and the record stays as it was: the next claim with the record's
+// own fingerprint finds it as the mismatch left it. (a mutation review: a
+// memstore answering Exhausted before comparing fingerprints, or comparing
+// them only while a lease is alive, passed the contract.)
 func (c contract) mismatchEveryState(t *testing.T) {
 	s := c.h.New(t)
 	type keyed struct {

@@ -14,8 +14,8 @@ import (
 // (docs/design.md, "The state machine": "failed after TTL (failed by a
 // release: when its pending record would have) → absent"), no shorter:
 // forgotten sooner, the key's next claim would be a first attempt again,
-// with MaxAttempts counted from naught, steps lost, fence 1; and no
-// longer. (a mutation review: a memstore keeping such a record for the minute a
+// with MaxAttempts counted from naught, steps lost, fence 1; and no longer.
+// (a mutation review: a memstore keeping such a record for the minute a
 // released first attempt's marker is kept passed the contract.)
 func (c contract) releaseRetention(t *testing.T) {
 	s := c.h.New(t)
