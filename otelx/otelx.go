@@ -704,9 +704,10 @@ const spanShards = 16
 
 // Bounds of a shard's spans: swept (the ended ones let go) when it holds
 // twice as many as after the last sweep, at least minSweep, at most
-// maxSpans; while maxSpans are live (spans never ended), a new span is not
-// tracked and gets every event as a span of one key does, and the full
-// shard is swept again once a quarter of maxSpans were refused so.
+// maxSpans; while a sweep leaves maxSpans live (spans never ended), a new
+// span is not tracked and gets every event as a span of one key does, and
+// the full shard is swept again once a quarter of maxSpans were refused
+// so.
 const (
 	minSweep = 64
 	maxSpans = 1 << 14
@@ -721,7 +722,8 @@ type spanShard struct {
 	mu      sync.Mutex
 	spans   map[spanID]*spanKeys
 	sweepAt int
-	refused int // spans not tracked since the last sweep
+	full    bool // the last sweep left maxSpans live
+	refused int  // spans not tracked since the last sweep
 }
 
 // keysOf returns what the Observer heard of span's keys, nil when span is
@@ -741,14 +743,14 @@ func (t *Tracer) keysOf(span trace.Span) *spanKeys {
 	if sh.spans == nil {
 		sh.spans, sh.sweepAt = map[spanID]*spanKeys{}, minSweep
 	}
-	full := len(sh.spans) >= maxSpans
-	if len(sh.spans) >= sh.sweepAt && (!full || sh.refused >= maxSpans/4) {
+	if len(sh.spans) >= sh.sweepAt && (!sh.full || sh.refused >= maxSpans/4) {
 		for k, sk := range sh.spans {
 			if !sk.span.IsRecording() { // ended
 				delete(sh.spans, k)
 			}
 		}
 		sh.sweepAt, sh.refused = min(maxSpans, max(minSweep, 2*len(sh.spans))), 0
+		sh.full = len(sh.spans) >= maxSpans
 	}
 	if len(sh.spans) >= maxSpans {
 		sh.refused++

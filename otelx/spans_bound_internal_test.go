@@ -58,3 +58,21 @@ func TestLiveSpansBoundedByMaxSpans(t *testing.T) {
 		t.Errorf("shard 0 still refuses new spans after its %d spans ended", maxSpans)
 	}
 }
+
+// TestEndedSpansSweptBeforeRefusing: a shard of maxSpans/2 live spans and
+// as many ended ones is swept when it reaches maxSpans, and takes a new
+// span: a first version of the bound refused it (found by review).
+func TestEndedSpansSweptBeforeRefusing(t *testing.T) {
+	tr := New(Options{})
+	var live, ended atomic.Bool
+	for i := range maxSpans / 2 {
+		tr.keysOf(shard0Span(i, &live))
+	}
+	for i := maxSpans / 2; i < maxSpans; i++ {
+		tr.keysOf(shard0Span(i, &ended))
+	}
+	ended.Store(true) // half of the shard's spans ended
+	if tr.keysOf(shard0Span(maxSpans, &live)) == nil {
+		t.Fatalf("a new span refused with %d of shard 0's %d spans ended", maxSpans/2, len(tr.shards[0].spans))
+	}
+}

@@ -506,7 +506,7 @@ func (d *decoder) checkRoute(t *routeTemplate, path string, item *yaml.Node, met
 		case err != nil:
 			d.errorf(at("pattern"), path+".pattern", "%v", err)
 			r.Pattern = "" // reported; not checked again against the others
-		case strings.HasSuffix(host, ".") || strings.Contains(host, ":"):
+		case neverMatches(host):
 			// ServeMux matches a request's host without its port, and the
 			// gateway loosens it (no trailing dot): such a route would
 			// never match, and its requests would pass through unguarded.
@@ -655,6 +655,14 @@ func splitPattern(p string) (method, rest string, err error) {
 		return p[:i], strings.TrimLeft(p[i:], " \t"), nil
 	}
 	return "", p, nil
+}
+
+// neverMatches reports whether a pattern's host is one no request's host
+// is matched as: with a trailing dot, or with a port (host:port, or
+// [ipv6]:port; an IPv6 literal alone, ::1, has colons of its own).
+func neverMatches(host string) bool {
+	return strings.HasSuffix(host, ".") || strings.Contains(host, "]:") ||
+		!strings.HasPrefix(host, "[") && strings.Count(host, ":") == 1
 }
 
 func validMethod(m string) bool {

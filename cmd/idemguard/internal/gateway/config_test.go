@@ -171,8 +171,13 @@ routes:
     caller: {single: true}
   - pattern: api.example.com./carts
     caller: {single: true}
+  - pattern: POST [::1]:8443/refunds
+    caller: {single: true}
+  - pattern: POST ::1/payouts
+    caller: {single: true}
 `, []string{`6:14: routes[0].pattern: the host "api.example.com:8443" never matches: requests' hosts are matched without a port or a trailing dot`,
-			`8:14: routes[1].pattern: the host "api.example.com." never matches: requests' hosts are matched without a port or a trailing dot`}},
+			`8:14: routes[1].pattern: the host "api.example.com." never matches: requests' hosts are matched without a port or a trailing dot`,
+			`10:14: routes[2].pattern: the host "[::1]:8443" never matches: requests' hosts are matched without a port or a trailing dot`}},
 		{"a method in lower case in the pattern", validBase + `routes:
   - pattern: post /orders
     caller: {single: true}
