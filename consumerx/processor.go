@@ -579,25 +579,42 @@ const lastCompleteTry = 500 * time.Millisecond
 // with guard.ErrLeaseLost if another consumer took the message over
 // meanwhile.
 func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) error {
-	b := r.retry
-	if b == nil {
-		b = newCompleteBudget()
-		r.retry = b
+	if r.retry == nil {
+		r.retry = newCompleteBudget()
 	}
-	ttl := p.g.Options().TTL
+	err := completeAgain(ctx, p.g, r.retry, res, context.DeadlineExceeded)
+	if err == nil {
+		p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
+	}
+	return err
+}
+
+// Recomplete records the completion of res (its Lease and Value) that
+// the store refused with err a moment ago, trying again as a Processor
+// tries its own: for up to CompleteRetry, pausing after each refusal
+// (20ms, doubling up to 500ms), whether or not ctx ends meanwhile. It
+// returns nil once recorded, guard.ErrLeaseLost if another holder took
+// the key over, else the last refusal (err if no try was made). For an
+// adapter that completes a record of its own through the guard (a dead
+// letter sent once), so that the next delivery does not do it again.
+func Recomplete(ctx context.Context, g *guard.Guard, res guard.Result, err error) error {
+	return completeAgain(ctx, g, newCompleteBudget(), res, err)
+}
+
+// completeAgain tries again, within b, to record res's completion, whose
+// last refusal was err; see recomplete.
+func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res guard.Result, err error) error {
+	ttl := g.Options().TTL
 	for {
 		cctx, cancel, last, ok := b.try(ctx)
 		if !ok {
-			return context.DeadlineExceeded
+			return err
 		}
-		err := p.g.Store().Complete(cctx, res.Lease, res.Value, ttl)
+		err = g.Store().Complete(cctx, res.Lease, res.Value, ttl)
 		cancel()
 		b.took = err == nil || errors.Is(err, guard.ErrLeaseLost) // the store answered
 		if b.took {
 			b.wait = 0 // the next completion is tried at once
-			if err == nil {
-				p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
-			}
 			return err
 		}
 		b.wait = min(max(2*b.wait, firstCompletePause), maxCompletePause)

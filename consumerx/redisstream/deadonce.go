@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -74,39 +73,12 @@ func (c *Consumer) sendOnce(ctx context.Context, msg consumerx.Message, send fun
 		// Sent, but the record's completion was refused (a lost reply, a
 		// failover): tried again, as consumerx tries its own, so that the
 		// next delivery does not send it again.
-		err = c.recomplete(ctx, res.Lease, err)
+		err = consumerx.Recomplete(ctx, c.g, res, err)
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisstream: dead letter of %s: %w", msg.ID, err)
 	}
 	return !res.Replayed, nil
-}
-
-// recomplete records the completion of lease, a dead letter sent whose
-// completion the store refused with err, trying again for up to
-// consumerx.CompleteRetry (20ms after the refusal, doubling up to 500ms
-// between tries), and returns the last answer.
-func (c *Consumer) recomplete(ctx context.Context, lease guard.Lease, err error) error {
-	until := time.Now().Add(consumerx.CompleteRetry)
-	pause := 20 * time.Millisecond
-	ttl := c.g.Options().TTL
-	for time.Now().Add(pause).Before(until) {
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		cctx, cancel := context.WithDeadline(ctx, until)
-		err = c.g.Store().Complete(cctx, lease, nil, ttl)
-		cancel()
-		if err == nil || !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, guard.ErrLeaseLost) {
-			return err
-		}
-		pause = min(2*pause, 500*time.Millisecond)
-	}
-	return err
 }
 
 // sendOnceAfter is sendOnce for consumerx's dead letter (the consumer that
