@@ -80,6 +80,7 @@ type attempt struct {
 	forwardN    int           // this attempt recorded the forward step forwardName(forwardN); 0: it did not
 	tryN        int           // the forward step this attempt last asked the store for (unsent.go)
 	writing     int           // writes let through that have not returned
+	idleClosed  bool          // the gate refused this try's connection: the upstream had closed it (idleclosed.go)
 	stepErr     error         // why the gate refuses every write of this attempt
 	body        io.ReadSeeker // the request's body, to send again on another connection (idleclosed.go)
 	earlier     bool          // an earlier attempt of the key recorded the step
@@ -128,6 +129,7 @@ func (a *attempt) beforeWrite(c *gateConn) error {
 	if a.conn != c && peerClosed(c.Conn) {
 		// The upstream closed this connection before a byte of the
 		// request reached it: it never saw it (idleclosed.go).
+		a.idleClosed = true
 		return errIdleClosed
 	}
 	a.conn = c
@@ -268,6 +270,9 @@ func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}}
 	out := req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	for tries := 0; ; tries++ {
+		if a != nil {
+			a.newTry()
+		}
 		res, err := g.t.RoundTrip(out)
 		if err == nil || a == nil || tries == maxIdleClosedRetries || !a.sentNothing(err) {
 			return res, err
@@ -284,13 +289,26 @@ func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// sentNothing reports whether err is the gate's refusal of a connection
-// the upstream had closed, with no byte of the attempt written anywhere:
-// the request may go on another connection.
+// newTry starts one try of gatedTransport.RoundTrip.
+func (a *attempt) newTry() {
+	a.mu.Lock()
+	a.idleClosed = false
+	a.mu.Unlock()
+}
+
+// sentNothing reports whether a try that failed with err failed because
+// the gate refused a connection the upstream had closed, with no byte of
+// the attempt written anywhere: the request may go on another connection.
+// The gate's own word decides, not err alone: net/http answers such a try
+// with whichever of its goroutines reports first, the writer (the gate's
+// errIdleClosed) or the reader, which hears the end of the connection the
+// writer closed after the refusal (an EOF, or "use of closed network
+// connection").
 func (a *attempt) sentNothing(err error) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return errors.Is(err, errIdleClosed) && !a.wrote.Load() && a.writing == 0 && !a.sealed && a.stepErr == nil
+	refused := a.idleClosed || errors.Is(err, errIdleClosed)
+	return refused && !a.wrote.Load() && a.writing == 0 && !a.sealed && a.stepErr == nil
 }
 
 // exchange is one request on a guarded route, between the route's outer
