@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -17,8 +18,9 @@ import (
 // default middleware Rack::MethodOverride reads it, Laravel's and
 // Symfony's forms, urlencoded or multipart; Rack reads a POST without a
 // Content-Type as a form too) or its query (Laravel, Symfony). PHP
-// decodes the name first and turns '.', ' ' and '[' in it into '_', so
-// %5Fmethod, .method and +method are _method there. Such a request that
+// decodes the name first, drops its leading blanks and turns '.', ' '
+// and '[' in it into '_', so %5Fmethod, .method and +_method are _method
+// there. Such a request that
 // no route guards as it is would run a guarded method unguarded: its
 // names are read here, for methodVariants to refuse. A body is read only
 // when a route guards another method for the request, up to max_body
@@ -80,6 +82,12 @@ func formPairs(s string) []string {
 
 // formBody reports whether r's body may be a form a framework reads a
 // _method parameter from, and its multipart boundary if it is multipart.
+// The media type is read as Rack (Rack::MediaType) and PHP read it: the
+// text before the first ';', ',' or blank, in any case, whatever follows.
+// mime.ParseMediaType refuses parameters those frameworks skip ("; charset",
+// a second type after a comma, a parameter given twice): by its reading
+// such a form was no form, and passed through unguarded while the
+// upstream ran its _method.
 func formBody(r *http.Request) (form bool, boundary string) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return false, ""
@@ -88,17 +96,28 @@ func formBody(r *http.Request) (form bool, boundary string) {
 	if ct == "" {
 		return true, ""
 	}
-	mt, params, err := mime.ParseMediaType(ct)
+	mt := strings.TrimLeft(ct, " \t")
+	if i := strings.IndexAny(mt, ";, \t"); i >= 0 {
+		mt = mt[:i]
+	}
+	mt = strings.ToLower(mt)
 	switch {
-	case err != nil:
-		return false, ""
 	case mt == "application/x-www-form-urlencoded":
 		return true, ""
-	case mt == "multipart/form-data" && params["boundary"] != "":
-		return true, params["boundary"]
+	case strings.HasPrefix(mt, "multipart/"):
+		if _, params, err := mime.ParseMediaType(ct); err == nil && params["boundary"] != "" {
+			return true, params["boundary"]
+		}
+		if m := looseBoundary.FindStringSubmatch(ct); m != nil {
+			return true, m[1] // as Rack's multipart parser finds it
+		}
 	}
 	return false, ""
 }
+
+// looseBoundary finds a multipart boundary in a Content-Type whose
+// parameters mime.ParseMediaType refuses, as Rack's multipart parser does.
+var looseBoundary = regexp.MustCompile(`(?i)boundary="?([^";,]+)"?`)
 
 // bodyOverrides reads r's form body, up to limit bytes, puts it back for
 // the upstream, and returns the values of its _method fields.

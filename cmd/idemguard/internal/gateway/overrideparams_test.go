@@ -14,7 +14,7 @@ import (
 // overrideUpstream runs a POST as the method its _method parameter names,
 // as Rails (Rack::MethodOverride: the form body, urlencoded, multipart or
 // without a Content-Type) and Laravel (PHP, which reads %5Fmethod, .method
-// and +method in a query as _method) do; it counts the PATCHes it runs
+// and +_method in a query as _method) do; it counts the PATCHes it runs
 // and the bytes of the last body it got.
 func overrideUpstream(t *testing.T) (u *httptest.Server, patches *atomic.Int64, lastBody *atomic.Value) {
 	patches, lastBody = &atomic.Int64{}, &atomic.Value{}

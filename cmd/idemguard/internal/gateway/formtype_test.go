@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// rackUpstream runs a POST as the method its _method form field names, as
+// Rack::MethodOverride (Rails' default middleware) does. The body is a form
+// when the request has no Content-Type or when its media type as
+// Rack::MediaType.type reads it (the text before the first ';' or ',',
+// right-stripped, lower case) is application/x-www-form-urlencoded; a
+// multipart body's boundary is found as Rack's multipart parser finds it,
+// anywhere in the field. PHP's SAPI reads the type alike before it fills
+// $_POST, where Laravel reads _method. It counts the PATCHes it runs.
+func rackUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	boundary := regexp.MustCompile(`(?i)\Amultipart/.*boundary="?([^";,]+)"?`)
+	patches := &atomic.Int64{}
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		m := r.Method
+		if r.Method == http.MethodPost {
+			ct := r.Header.Get("Content-Type")
+			mt := ct
+			if i := strings.IndexAny(mt, ";,"); i >= 0 {
+				mt = mt[:i]
+			}
+			mt = strings.ToLower(strings.TrimRight(mt, " \t"))
+			switch b := boundary.FindStringSubmatch(ct); {
+			case ct == "" || mt == "application/x-www-form-urlencoded":
+				if q, err := url.ParseQuery(string(body)); err == nil && q.Get("_method") != "" {
+					m = strings.ToUpper(q.Get("_method"))
+				}
+			case b != nil:
+				mr := multipart.NewReader(bytes.NewReader(body), b[1])
+				for p, err := mr.NextPart(); err == nil; p, err = mr.NextPart() {
+					if p.FormName() == "_method" {
+						v, _ := io.ReadAll(p)
+						m = strings.ToUpper(string(v))
+					}
+				}
+			}
+		}
+		if m == http.MethodPatch {
+			patches.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(u.Close)
+	return u, patches
+}
+
+// TestOverrideInFormWithLooseContentType: a POST whose form body names
+// PATCH in _method, on a path where a route guards PATCH, was refused (501)
+// only when Go's mime.ParseMediaType accepted its Content-Type. One whose
+// parameters do not parse there ("application/x-www-form-urlencoded;
+// charset", a second type after a comma, a parameter given twice, the
+// same on multipart) was taken for no form and passed through unguarded,
+// while Rack and PHP read the type before the first ';' or ',' and ran the
+// PATCH: a second effect under a key already used.
+func TestOverrideInFormWithLooseContentType(t *testing.T) {
+	u, patches := rackUpstream(t)
+	e := startGateway(t, strings.Replace(basicConfig, "POST /orders", "PATCH /orders/{id}", 1), u.URL)
+	do := func(method, ct, body string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, e.srv.URL+"/orders/1", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k-ct")
+		req.Header.Set("X-Account-Id", "acme")
+		req.Header.Set("Content-Type", ct)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	const form = "application/x-www-form-urlencoded"
+	if s := do("PATCH", form, "qty=2"); s != http.StatusOK || patches.Load() != 1 {
+		t.Fatalf("PATCH: %d, %d PATCHes run", s, patches.Load())
+	}
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	_ = mw.WriteField("qty", "2")
+	_ = mw.WriteField("_method", "patch")
+	_ = mw.Close()
+	for _, c := range []struct{ ct, body string }{
+		{form + "; charset", "qty=2&_method=PATCH"},
+		{form + ", text/plain", "qty=2&_method=PATCH"},
+		{form + "; charset=utf-8; charset=latin1", "qty=2&_method=PATCH"},
+		{"Application/X-WWW-Form-Urlencoded;;", "qty=2&_method=PATCH"},
+		{mw.FormDataContentType() + "; charset", mp.String()},
+		{"multipart/form-data; boundary=" + mw.Boundary() + "; boundary=other", mp.String()},
+	} {
+		before := patches.Load()
+		if s := do("POST", c.ct, c.body); s != http.StatusNotImplemented || patches.Load() != before {
+			t.Errorf("POST /orders/1 (Content-Type %q) naming PATCH in _method, with the key of PATCH /orders/1: %d, the upstream ran %d more PATCH; want it refused (501)",
+				c.ct, s, patches.Load()-before)
+		}
+	}
+	if got := patches.Load(); got != 1 {
+		t.Errorf("the upstream ran the guarded PATCH %d times, want 1", got)
+	}
+	if s := do("POST", "text/plain; charset", "qty=2&_method=PATCH"); s != http.StatusOK {
+		t.Errorf("POST /orders/1 with a body no framework reads as a form: %d, want it passed through", s)
+	}
+}
