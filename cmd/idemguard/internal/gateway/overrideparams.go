@@ -15,17 +15,16 @@ import (
 
 // Method-override parameters. Besides header fields, frameworks take a
 // POST's method from a _method parameter: in its form body (Rails, whose
-// default middleware Rack::MethodOverride reads it, Laravel's and
-// Symfony's forms, urlencoded or multipart; Rack reads a POST without a
-// Content-Type as a form too) or its query (Laravel, Symfony). PHP
-// decodes the name first, drops its leading blanks and turns '.', ' '
-// and '[' in it into '_', so %5Fmethod, .method and +_method are _method
-// there. Such a request that
-// no route guards as it is would run a guarded method unguarded: its
+// default middleware Rack::MethodOverride reads it, Laravel's and Symfony's
+// forms, urlencoded or multipart; Rack reads a POST without a Content-Type
+// as a form too) or its query (Laravel, Symfony). PHP decodes the name
+// first, drops its leading blanks and turns '.', ' ' and '[' in it into
+// '_', so %5Fmethod, .method and +_method are _method there. Such a request
+// that no route guards as it is would run a guarded method unguarded: its
 // names are read here, for methodVariants to refuse. A body is read only
-// when a route guards another method for the request, up to max_body
-// (the largest of the routes'); one larger cannot be read whole and is
-// refused (413). Other bodies (JSON) are not looked into.
+// when a route guards another method for the request, up to max_body (the
+// largest of the routes'); one larger cannot be read whole and is refused
+// (413). Other bodies (JSON) are not looked into.
 
 // errFormTooLarge is a form body over the limit the gateway reads.
 var errFormTooLarge = errors.New("gateway: the form body is larger than max_body; its method-override parameter cannot be read")
