@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -583,7 +584,9 @@ const listBlock = 100
 // listedRecord is one line of list --format json: the record's exact
 // scope and id (absent for a completed record, which keeps neither),
 // state, fence, attempts, the holder's lease left in milliseconds (0 when
-// it ran out, and for a record that is not pending) and its Redis key.
+// it ran out, and for a record that is not pending) and its Redis key:
+// redis_key, and when the name is not UTF-8 (a prefix of other bytes),
+// which a JSON string cannot carry, redis_key_base64 with its exact bytes.
 type listedRecord struct {
 	Scope       *string `json:"scope,omitempty"`
 	ID          *string `json:"id,omitempty"`
@@ -592,10 +595,14 @@ type listedRecord struct {
 	Attempts    int     `json:"attempts"`
 	LeaseLeftMS int64   `json:"lease_left_ms"`
 	RedisKey    string  `json:"redis_key"`
+	RedisKey64  string  `json:"redis_key_base64,omitempty"`
 }
 
 func listedOf(name string, rec guard.Record) listedRecord {
 	l := listedRecord{State: rec.State.String(), Fence: rec.Fence, Attempts: rec.Attempt, RedisKey: name}
+	if !utf8.ValidString(name) {
+		l.RedisKey64 = base64.StdEncoding.EncodeToString([]byte(name))
+	}
 	if rec.Key != (guard.Key{}) {
 		l.Scope, l.ID = &rec.Key.Scope, &rec.Key.ID
 	}
