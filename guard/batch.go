@@ -383,6 +383,9 @@ func (r *batchRun) segment(start, end int) bool {
 	var b *beat
 	if len(runs) > 0 {
 		b = g.newBeat(r.ctx, r.bs, len(runs), func(j int) *Lease { return runs[j].lease })
+		for j := range logs { // logs[j] is runs[j]'s
+			logs[j].holder, logs[j].item = b, j
+		}
 		defer func() {
 			if r.exited {
 				r.abandon(k, b, runs, writes)

@@ -149,6 +149,21 @@ func (b *beat) lose(h *held, cause error) {
 	h.ctx.end(cause)
 }
 
+// stepLost: a step of lease i's effect found the lease lost (lossSink):
+// its context ends now, and the write that ends it observes no second
+// loss.
+func (b *beat) stepLost(i int, err error) (observed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := &b.held[i]
+	observed = h.lossSeen
+	if h.live {
+		b.lose(h, err)
+	}
+	h.lossSeen = true
+	return observed
+}
+
 // lossObserved reports whether the heartbeat observed lease i lost
 // (EventLeaseLost), as keepalive's does.
 func (b *beat) lossObserved(i int) bool {

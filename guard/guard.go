@@ -288,7 +288,7 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	var late bool
 	if err == nil && out.Status == Acquired {
 		out.Lease.Deadline = valid
-		k.steps = stepLog{g: g, known: out.Steps}
+		k.steps = stepLog{g: g, known: out.Steps, holder: k}
 		out.Lease.steps = &k.steps
 		late = !k.start(out.Lease)
 	}
@@ -504,6 +504,11 @@ func (g *Guard) keep(ctx context.Context, lease Lease) *keepalive {
 	}
 	k := g.newKeepalive(ctx, valid)
 	k.start(lease)
+	if s := lease.steps; s != nil {
+		s.mu.Lock()
+		s.holder, s.item = k, 0
+		s.mu.Unlock()
+	}
 	return k
 }
 

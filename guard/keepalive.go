@@ -380,6 +380,20 @@ func (k *keepalive) lossObserved() bool {
 	return k.lossSeen
 }
 
+// stepLost: a step of the run found the lease lost (lossSink). The
+// effect's context ends now, and the write that ends the run observes no
+// second loss.
+func (k *keepalive) stepLost(_ int, err error) (observed bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	observed = k.lossSeen
+	if k.phase == running {
+		k.end(err)
+	}
+	k.lossSeen = true
+	return observed
+}
+
 // fire is the timer's callback.
 func (k *keepalive) fire() {
 	k.mu.Lock()

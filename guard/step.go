@@ -235,6 +235,20 @@ type stepLog struct {
 	// stop is why no further step may run in this attempt: the lease was
 	// lost, or a step's outcome is unknown.
 	stop error
+	// holder, if set, keeps the lease alive (Do's, Hold's or Keep's
+	// keepalive, DoBatch's beat, as its item-th lease): a step that finds
+	// the lease lost tells it, so the effect's context ends at once, as it
+	// does when the heartbeat finds the loss, and that one loss is
+	// observed once.
+	holder lossSink
+	item   int
+}
+
+// lossSink is what keeps a lease alive, told by a step that found it lost.
+type lossSink interface {
+	// stepLost ends the item-th lease's effect context with err and
+	// reports whether the loss was observed already.
+	stepLost(item int, err error) (observed bool)
 }
 
 // run is Step on raw bytes.
@@ -308,7 +322,9 @@ func (s *stepLog) run(ctx context.Context, lease Lease, name string, fn func(con
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrUnavailable) {
 			s.stop = err
 		}
-		s.g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		if !errors.Is(err, ErrLeaseLost) || s.holder == nil || !s.holder.stepLost(s.item, err) {
+			s.g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		}
 		return nil, err
 	}
 	s.known = append(s.known[:i], StepResult{Name: name, Result: result})
