@@ -37,10 +37,11 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 			WHERE s.expires_at <= ` + clockNow + `
 			RETURNING 1`,
 		read: `SELECT result, fence FROM ` + t.Steps + ` WHERE scope = $1 AND id = $2 AND name = $3`,
-		// The key's row, when it is a holder's mark (Wrap) or a pgstore.Store
-		// record not yet completed.
+		// The key's live row: a holder's mark (Wrap), a pgstore.Store
+		// record, or the row a holder committed (a completed row refuses
+		// every step but its own holder's, as a later holder's mark does).
 		fence: `SELECT fence, token, status FROM ` + t.Keys + `
-			WHERE scope = $1 AND id = $2 AND status <> 'completed' AND expires_at > ` + clockNow,
+			WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
 	}
 }
 
@@ -53,10 +54,12 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // result the guard's store lost or never stored), CommitStep returns an
 // *AlreadyCommittedError (ErrAlreadyCommitted) with the stored result and
 // fence: roll tx back and use that result. If a later holder of the key is
-// known to the backstop (a mark written by the store Wrap returns, or the Postgres
-// Store's record, with a higher fence or the same fence and another
-// token), or the key was given up (answered Exhausted: the holder's own
-// row failed), it returns a *StaleFenceError: roll back. That check reads
+// known to the backstop (a mark written by the store Wrap returns, the
+// Postgres Store's record, or the row its Commit wrote, with a higher
+// fence or the same fence and another token; an unguarded lease's fence
+// is below every holder's), or the key was given up (answered Exhausted:
+// the holder's own row failed) or completed (call Commit last), it
+// returns a *StaleFenceError: roll back. That check reads
 // the key's row without locking it; the step's row is what makes its
 // effect happen once.
 //

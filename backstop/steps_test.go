@@ -48,6 +48,15 @@ func reserve(ran *atomic.Int64) backstop.TxFunc {
 // one transaction, as a holder that dies right after would have.
 func commitReserve(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, ran *atomic.Int64) {
 	t.Helper()
+	if err := tryReserve(t, db, b, l, ran); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryReserve is commitReserve that returns CommitStep's refusal, or the
+// commit's error, having rolled the transaction back.
+func tryReserve(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease, ran *atomic.Int64) error {
+	t.Helper()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +67,9 @@ func commitReserve(t testing.TB, db *sql.DB, b *backstop.Backstop, l guard.Lease
 		t.Fatal(err)
 	}
 	if err := b.CommitStep(ctx, tx, l, "reserve", r); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	return tx.Commit()
 }
 
 // TestCommitStep: a step's row is committed with its effect once; a
