@@ -55,13 +55,12 @@ func newStepSQL(t pgsql.Tables) stepSQL {
 // *AlreadyCommittedError (ErrAlreadyCommitted) with the stored result and
 // fence: roll tx back and use that result. If a later holder of the key is
 // known to the backstop (a mark written by the store Wrap returns, the
-// Postgres Store's record, or the row its Commit wrote, with a higher
-// fence or the same fence and another token; an unguarded lease's fence
-// is below every holder's), or the key was given up (answered Exhausted:
-// the holder's own row failed) or completed (call Commit last), it
-// returns a *StaleFenceError: roll back. That check reads
-// the key's row without locking it; the step's row is what makes its
-// effect happen once.
+// Postgres Store's record, or the row its Commit wrote, with a higher fence
+// or the same fence and another token; an unguarded lease's fence is below
+// every holder's), or the key was given up (answered Exhausted: the
+// holder's own row failed), it returns a *StaleFenceError: roll back. That
+// check reads the key's row without locking it; the step's row is what
+// makes its effect happen once.
 //
 // The step's row belongs to the key's current life only if tx commits
 // before that life's row expires (its retention passed, the lease long
@@ -119,10 +118,10 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 		return dbErr(ctx, "commit step", err)
 	case fence > lease.Fence || (fence == lease.Fence && token != lease.Token):
 		return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
-	case fence == lease.Fence && status != "pending":
+	case fence == lease.Fence && status == "failed":
 		// The holder's own row was failed over its head: the key was
 		// answered Exhausted (its lease ran out at its last attempt), as
-		// Commit refuses.
+		// Commit refuses. (Its own completed row is no later holder's.)
 		return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
 	}
 	return nil
