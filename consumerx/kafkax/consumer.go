@@ -148,37 +148,41 @@ func ID(r *kgo.Record) string {
 
 // Run polls and processes records until ctx is cancelled or the client is
 // closed (closing it is shutting down, as cancelling ctx is: a handler then
-// running sees its context cancelled), then returns nil. Each poll's partitions run at once, each in a
-// goroutine of its own that ends with the poll; inside a partition the
-// records run one at a time, in offset order. A partition's records are
-// claimed together, in one round trip, and completed together in another
+// running sees its context cancelled), then returns nil. On a client made
+// with kgo.BlockRebalanceOnPoll, close it while Run runs with
+// CloseAllowingRebalance: a plain Close first leaves the group, which waits
+// for the poll being processed (without OnPartitionsCallbackBlocked's
+// signal), and a record retried in place holds that poll until it is
+// acknowledged. Each poll's partitions run at once, each in a goroutine of
+// its own that ends with the poll; inside a partition the records run one
+// at a time, in offset order. A partition's records are claimed together,
+// in one round trip, and completed together in another
 // (consumerx.Processor.ProcessBatch, Ordered): a record that is not
 // acknowledged (failed, in progress elsewhere) stops its partition there,
 // its later records are released unrun, and it is retried in place after
-// RetryDelay, with the records after it, until it is acknowledged. Then
-// the poll's offsets are committed. Once ctx is cancelled nothing more is
+// RetryDelay, with the records after it, until it is acknowledged. Then the
+// poll's offsets are committed. Once ctx is cancelled nothing more is
 // committed: the records of the unfinished poll are fetched again by the
-// next member and found done (Duplicate) or not. A handler running when
-// ctx ends sees its context cancelled; if it then returns an error, the
-// record is Interrupted: its claim is released, no attempt is counted and
-// nothing is dead-lettered, and the next member runs it again. A handler
-// that calls runtime.Goexit leaves its record unacknowledged (released,
-// no attempt counted): its partition is taken up again from the poll's
-// first record after RetryDelay. When a rebalance revokes a partition
-// (or the member loses it) while its records run, on a client made with
+// next member and found done (Duplicate) or not. A handler running when ctx
+// ends sees its context cancelled; if it then returns an error, the record
+// is Interrupted: its claim is released, no attempt is counted and nothing
+// is dead-lettered, and the next member runs it again. A handler that calls
+// runtime.Goexit leaves its record unacknowledged (released, no attempt
+// counted): its partition is taken up again from the poll's first record
+// after RetryDelay. When a rebalance revokes a partition (or the member
+// loses it) while its records run, on a client made with
 // OnPartitionsRevoked and OnPartitionsLost, its handlers see their context
 // end with cause ErrRevoked (a record whose handler then returns an error
-// is Interrupted, as at shutdown), its records are retried in place no
-// more and are not committed, and the poll goes on for the other
-// partitions and is committed for them. When a rebalance waits for the
-// poll, on a client made with kgo.BlockRebalanceOnPoll and
-// OnPartitionsCallbackBlocked, every partition of the poll stops so (with
-// cause ErrRebalancing), its records acknowledged from the first are
-// committed, and the rest are fetched again after the rebalance, from the
-// first not acknowledged. Run allows rebalances again before it
-// returns, so the client can be closed with Close or
-// CloseAllowingRebalance. While another Run polls the same client (a
-// second Consumer of it, or this one's), Run returns ErrRunning at once.
+// is Interrupted, as at shutdown), its records are retried in place no more
+// and are not committed, and the poll goes on for the other partitions and
+// is committed for them. When a rebalance waits for the poll, on a client
+// made with kgo.BlockRebalanceOnPoll and OnPartitionsCallbackBlocked, every
+// partition of the poll stops so (with cause ErrRebalancing), its records
+// acknowledged from the first are committed, and the rest are fetched again
+// after the rebalance, from the first not acknowledged. Run allows
+// rebalances again before it returns, so the client can be closed with
+// Close or CloseAllowingRebalance. While another Run polls the same client
+// (a second Consumer of it, or this one's), Run returns ErrRunning at once.
 func (c *Consumer) Run(ctx context.Context) error {
 	return c.loop(ctx, c.guarded)
 }

@@ -50,6 +50,7 @@ var ErrRunning = errors.New("kafkax: another Run is polling the client")
 // every record's effect once.
 func OnPartitionsRevoked(fn func(context.Context, *kgo.Client, map[string][]int32)) kgo.GroupOpt {
 	return kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+		defer hold(cl, m)()
 		revoke(cl, m)
 		if fn != nil {
 			fn(ctx, cl, m)
@@ -64,6 +65,9 @@ func OnPartitionsRevoked(fn func(context.Context, *kgo.Client, map[string][]int3
 // OnPartitionsLost is not set: give both.
 func OnPartitionsLost(fn func(context.Context, *kgo.Client, map[string][]int32)) kgo.GroupOpt {
 	return kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+		// franz-go stops fetching lost partitions only once this returns:
+		// a poll begun meanwhile may hold their records.
+		defer hold(cl, m)()
 		revoke(cl, m)
 		if fn != nil {
 			fn(ctx, cl, m)
@@ -111,6 +115,49 @@ func OnPartitionsCallbackBlocked(fn func(context.Context, *kgo.Client)) kgo.Grou
 var tracking struct {
 	sync.Mutex
 	m map[*kgo.Client]map[*tracker]struct{}
+	// held: the partitions of cl whose revocation callback runs; a poll
+	// taking their records meanwhile takes them revoked.
+	held map[*kgo.Client]map[topicPartition]int
+}
+
+// hold marks the partitions m of cl as being revoked until the returned
+// func is called.
+func hold(cl *kgo.Client, m map[string][]int32) (release func()) {
+	tracking.Lock()
+	defer tracking.Unlock()
+	if tracking.held == nil {
+		tracking.held = map[*kgo.Client]map[topicPartition]int{}
+	}
+	if tracking.held[cl] == nil {
+		tracking.held[cl] = map[topicPartition]int{}
+	}
+	for topic, ps := range m {
+		for _, p := range ps {
+			tracking.held[cl][topicPartition{topic, p}]++
+		}
+	}
+	return func() {
+		tracking.Lock()
+		defer tracking.Unlock()
+		for topic, ps := range m {
+			for _, p := range ps {
+				tp := topicPartition{topic, p}
+				if tracking.held[cl][tp]--; tracking.held[cl][tp] <= 0 {
+					delete(tracking.held[cl], tp)
+				}
+			}
+		}
+		if len(tracking.held[cl]) == 0 {
+			delete(tracking.held, cl)
+		}
+	}
+}
+
+// held reports whether tp of cl is being revoked.
+func held(cl *kgo.Client, tp topicPartition) bool {
+	tracking.Lock()
+	defer tracking.Unlock()
+	return tracking.held[cl][tp] > 0
 }
 
 // revoke stops the partitions m of every poll running on cl.
@@ -241,7 +288,7 @@ func (tr *tracker) add(ctx context.Context, topic string, partition int32, recs 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	switch {
-	case tr.last[tp] > since:
+	case tr.last[tp] > since, held(tr.cl, tp):
 		pt.revoked = true
 		cancel(ErrRevoked)
 	case tr.wait > since:
