@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,8 +99,10 @@ type TransportOptions struct {
 //
 // Retries stop after MaxAttempts, when the request's context ends, or when
 // the next wait would pass the context's deadline (then the last response
-// or error is returned as it is). The body of a response that is retried
-// is drained and closed. A request with a body is retried only if it has
+// or error is returned as it is). An error that every attempt would meet
+// again (a certificate the client does not trust, a URL scheme the base
+// does not speak) is returned at once. The body of a response that is
+// retried is closed unread. A request with a body is retried only if it has
 // GetBody (http.NewRequest sets it for bytes, strings and bytes.Buffer
 // bodies); without it the request is sent once. Requests without a key
 // (other methods, when the caller set none) are sent once, untouched.
@@ -232,7 +235,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var wait time.Duration
 		switch {
 		case err != nil:
-			if ctx.Err() != nil || attempt >= t.opts.MaxAttempts {
+			if ctx.Err() != nil || attempt >= t.opts.MaxAttempts || permanent(err) {
 				return resp, err
 			}
 			wait = adapter.Backoff(t.opts.BaseDelay, t.opts.MaxDelay, attempt)
@@ -272,7 +275,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, err // no time to try again: the caller gets what there is
 		}
 		if resp != nil {
-			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			// Closed unread: a body that stalls (an error page that never
+			// ends) would hold the retry, and the caller, until ctx ends.
 			_ = resp.Body.Close()
 		}
 		timer := time.NewTimer(wait)
@@ -371,4 +375,11 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
+}
+
+// permanent reports whether a transport error would come again on every
+// attempt: nothing reached a handler, and asking again only repeats it.
+func permanent(err error) bool {
+	var cv *tls.CertificateVerificationError
+	return errors.As(err, &cv) || strings.Contains(err.Error(), "unsupported protocol scheme")
 }

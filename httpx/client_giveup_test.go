@@ -1,0 +1,95 @@
+package httpx_test
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/httpx"
+)
+
+// TestStalledRetriedBodyDoesNotHoldRetry: a 503 (Retry-After: 0) whose
+// body stalls after its first bytes (a gateway's error page that never
+// ends) is retried at once, and the retry's 201 is the answer. The
+// Transport drained the 503's body before retrying, which waited for the
+// body's end: the call ran out its deadline and ended in "context deadline
+// exceeded" (without a deadline it never returned).
+func TestStalledRetriedBodyDoesNotHoldRetry(t *testing.T) {
+	release := make(chan struct{})
+	var attempts atomic.Int64
+	srv, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if attempts.Add(1) > 1 {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "partial error page")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader("x"))
+	resp, err := retryClient(t, httpx.TransportOptions{}).Do(req)
+	if err != nil {
+		t.Fatalf("after %d attempts: %v; want the retry's 201", attempts.Load(), err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("%d after %d attempts; want the retry's 201", resp.StatusCode, attempts.Load())
+	}
+}
+
+// countingRT counts the attempts a Transport hands to its base.
+type countingRT struct {
+	n    atomic.Int64
+	base http.RoundTripper
+}
+
+func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+// TestPermanentErrorsNotRetried: an error the next attempt would meet again
+// (a certificate the client does not trust, a URL scheme the base cannot
+// speak) is no lost answer: nothing reached a handler, and asking again
+// can only fail again. It is returned at once, as Stripe's clients do,
+// not after MaxAttempts handshakes and their backoff.
+func TestPermanentErrorsNotRetried(t *testing.T) {
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes it refuses
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	for _, tc := range []struct{ name, url string }{
+		{"untrusted certificate", tlsSrv.URL + "/orders"},
+		{"unsupported scheme", "ftp://127.0.0.1/orders"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := &http.Transport{} // trusts no test CA
+			t.Cleanup(base.CloseIdleConnections)
+			c := &countingRT{base: base}
+			cl := httpx.NewClient(httpx.TransportOptions{Base: c, BaseDelay: 5 * time.Millisecond})
+			resp, err := cl.Post(tc.url, "text/plain", strings.NewReader("x"))
+			if err == nil {
+				_ = resp.Body.Close()
+				t.Fatal("no error")
+			}
+			if n := c.n.Load(); n != 1 {
+				t.Fatalf("%d attempts for %v; want 1: the same error comes again", n, err)
+			}
+		})
+	}
+}
