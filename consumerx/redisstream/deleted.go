@@ -209,9 +209,25 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 		c.watch = make(map[string]*watched)
 	}
 	ack := make([]string, 0, len(ids))
+	// later keeps id for the next pass, when this one's time is spent:
+	// Redis names a deleted entry once, so one given up for want of time
+	// would be lost (neither run nor dead-lettered). It reports false as
+	// Run returns (lastCheck), when there is no next pass.
+	later := func(id string, w *watched) bool {
+		if last || ctx.Err() == nil {
+			return false
+		}
+		if w == nil { // found now: as if found on the next pass
+			c.watch[id] = &watched{until: time.Now().Add(c.opts.MinIdle), unclaimed: true}
+		}
+		return true
+	}
 	for _, id := range ids {
 		msg := consumerx.Message{ID: ID(c.opts.Stream, id), Metadata: map[string]string{}, Raw: redis.XMessage{ID: id}}
 		w := c.watch[id]
+		if later(id, w) {
+			continue
+		}
 		// awaiting reports whether id, whose record shows no live holder
 		// (none, or failed after attempt attempts), waits (now, or still)
 		// for a claim by a consumer that may have just read it: for
@@ -266,7 +282,7 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 				}
 				record = "none"
 			case err != nil:
-				if w != nil && time.Now().Before(w.until) && !last {
+				if w != nil && time.Now().Before(w.until) && !last || later(id, w) {
 					continue // read again on the next pass
 				}
 				if w != nil && !w.unclaimed && time.Now().Before(w.until) {
@@ -323,6 +339,8 @@ func (c *Consumer) answer(ctx context.Context, ids []string, last bool) {
 			c.log.WarnContext(ctx, "redisstream: pending entry deleted from the stream, its dead letter being sent by another consumer: not sent here",
 				"id", id, "cause", cause)
 			continue
+		case later(id, w):
+			continue // cut short by the pass's time: sent on the next pass
 		case err != nil:
 			delete(c.watch, id)
 			c.log.ErrorContext(ctx, "redisstream: pending entry deleted from the stream and not dead-lettered: its effect may not have run",
@@ -379,8 +397,9 @@ func (c *Consumer) takeOver(ctx context.Context, msg consumerx.Message, rec guar
 }
 
 // deletedTimeout bounds the answers for one XAUTOCLAIM's deleted entries,
-// or one check of the watched ones.
-const deletedTimeout = 5 * time.Second
+// or one check of the watched ones; those it leaves unanswered are
+// answered on the next pass (but as Run returns). (A variable for tests.)
+var deletedTimeout = 5 * time.Second
 
 // record reads the guard record of msg's key.
 func (c *Consumer) record(ctx context.Context, msg consumerx.Message) (guard.Record, error) {
