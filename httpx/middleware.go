@@ -93,7 +93,9 @@ type Options struct {
 	// bytes. A larger response still reaches the client, streamed; the key
 	// is completed with a marker, and a replay answers the original status
 	// with a problem body saying the response was not kept (the handler
-	// does not run again). Default DefaultMaxStoredResponse (1 MiB).
+	// does not run again). So is a response whose body falls short of the
+	// Content-Length it declared, which net/http cuts off. Default
+	// DefaultMaxStoredResponse (1 MiB).
 	MaxStoredResponse int
 	// ReplayHeader reports whether a response header field (canonical
 	// name) that the handler set (or removed) is stored and replayed.

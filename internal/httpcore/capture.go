@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -35,6 +36,7 @@ type Capture struct {
 	committed   bool // the status line has gone to the real writer
 	hijacked    bool
 	writeErr    error // the first error writing to the client
+	written     int64 // body bytes the handler wrote
 
 	// Set by CommitResponse, which writes the whole response itself.
 	sealed  bool   // the response is complete: later writes are refused
@@ -100,6 +102,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
+	c.written += int64(len(p))
 	if !c.tooLarge {
 		if c.buf.Len()+len(p) > c.max {
 			held := c.buf.Bytes()
@@ -335,8 +338,24 @@ func (c *Capture) Result() Result {
 	// without one, the response went out with none.
 	untyped := !hasValues(c.header.fields, "Content-Type")
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
-		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release,
+		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release, CutShort: c.cutShort(),
 		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
+}
+
+// cutShort reports whether the status went out with a Content-Length
+// that the body the handler wrote falls short of: net/http then cuts the
+// response off (the client reads an unexpected EOF).
+func (c *Capture) cutShort() bool {
+	if c.hijacked || c.sealed || !bodyAllowed(c.status) {
+		return false
+	}
+	for _, f := range c.header.fields {
+		if f.name == "Content-Length" && len(f.vals) == 1 {
+			n, err := strconv.ParseInt(strings.TrimSpace(f.vals[0]), 10, 64)
+			return err == nil && c.written < n
+		}
+	}
+	return false
 }
 
 // Send implements Response: the held response goes out.

@@ -668,6 +668,8 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 			why = "the handler took over the connection"
 		} else if sr.notKept&notKeptStreamed != 0 {
 			why = "its body was streamed (a streamed body is sent, not kept)"
+		} else if sr.notKept&notKeptCutShort != 0 {
+			why = "its body fell short of its Content-Length, and it was cut off"
 		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
 			Title: "Response not kept", Key: id,
@@ -691,6 +693,7 @@ type Result struct {
 	Before, Header http.Header
 	Body           []byte
 	TooLarge       bool   // the body was over MaxStoredResponse: keep a marker
+	CutShort       bool   // the body fell short of its Content-Length, so net/http cut the response off: keep a marker
 	Streamed       bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
@@ -900,6 +903,10 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 		return
 	case res.TooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	case res.CutShort && r.Method() != http.MethodHead:
+		// The client got a response cut off, not an answer to replay;
+		// the handler ran all the same, and is not run again.
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptCutShort})
 	case res.Streamed:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptStreamed})
 	default:

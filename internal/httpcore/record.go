@@ -21,7 +21,8 @@ const (
 	notKeptTooLarge = 1 << iota // the body was over Options.MaxStoredResponse
 	notKeptHijacked             // the handler hijacked the connection
 	notKeptStreamed             // the body was a stream, sent after the answer was stored (Fiber)
-	knownFlags      = notKeptTooLarge | notKeptHijacked | notKeptStreamed
+	notKeptCutShort             // the body fell short of its Content-Length: the response was cut off
+	knownFlags      = notKeptTooLarge | notKeptHijacked | notKeptStreamed | notKeptCutShort
 )
 
 // storedResponse is what the middleware keeps of a completed request.
