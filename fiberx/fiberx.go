@@ -185,7 +185,7 @@ func CommitResponse(c fiber.Ctx, tx *sql.Tx, b *backstop.Backstop, status int, b
 		before = r.before
 	}
 	c.Response().ResetBody() // the response is the one committed
-	stored, release, err := httpcore.CommitBuffered(&answer{c: c}, c.Context(), before, c.Path(), tx, b, status, body)
+	stored, release, err := httpcore.CommitBuffered(&answer{c: c}, c.Context(), before, strings.Clone(c.Path()), tx, b, status, body)
 	if r != nil {
 		r.committed, r.stored, r.release = true, stored, release
 	}
@@ -230,7 +230,10 @@ func (r *request) RawQuery() string    { return string(r.c.Request().URI().Query
 // is so under the same scope, and replayed or refused, never run again.
 func (r *request) Route() string {
 	route := r.c.Route()
-	if route != nil && segments(route.Path) == segments(r.c.Path()) {
+	if route != nil && (segments(route.Path) == segments(r.c.Path()) || strings.ContainsAny(route.Path, "*+?")) {
+		// A wildcard, greedy or optional parameter spans another number
+		// of segments than the path: the route is still the whole path
+		// (a middleware's, app.Use's or a group's, is a plain prefix).
 		return route.Path
 	}
 	p := r.EscapedPath()
@@ -558,6 +561,16 @@ func (r *response) Result() httpcore.Result {
 		out.TooLarge = true
 	}
 	return out
+}
+
+// Committed implements httpcore.CommittedResponse: the bytes
+// CommitResponse committed, which stay the key's answer (and the
+// client's) if a handler panics after it.
+func (r *response) Committed() []byte {
+	if r.committed {
+		return r.stored
+	}
+	return nil
 }
 
 // Send implements httpcore.Response: Fiber sends the response when the

@@ -89,6 +89,12 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
+		if c.Writer != w && !w.Written() {
+			// Gin's HandleContext (an internal redirect) reset c.Writer to
+			// Gin's own: the response went out around the capture.
+			capture.SentAround(c.Writer.Status())
+			return
+		}
 		if !w.Written() && !w.chosen && len(c.Errors) > reported {
 			// The handlers reported an error (c.Error) and answered
 			// nothing, not even a status: a middleware outside the

@@ -35,6 +35,7 @@ type Capture struct {
 	sniff       bool // the body was written without a Content-Type: sniffType gives it one
 	committed   bool // the status line has gone to the real writer
 	hijacked    bool
+	bypassed    bool  // the response went out around the capture (SentAround)
 	writeErr    error // the first error writing to the client
 	written     int64 // body bytes the handler wrote
 
@@ -220,6 +221,16 @@ func (c *Capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
+// SentAround records that the handler's response went to the client
+// around the capture, with status (after Gin's HandleContext, an internal
+// redirect, the handlers write to Gin's own writer): its body was not
+// seen, so the key keeps a marker, and a replay says the response was not
+// kept.
+func (c *Capture) SentAround(status int) {
+	c.wroteHeader, c.committed, c.bypassed, c.status = true, true, true, status
+	c.buf = bytes.Buffer{}
+}
+
 // Unwrap gives http.ResponseController the writer underneath, for the
 // deadlines and full duplex.
 func (c *Capture) Unwrap() http.ResponseWriter { return c.w }
@@ -338,7 +349,7 @@ func (c *Capture) Result() Result {
 	// without one, the response went out with none.
 	untyped := !hasValues(c.header.fields, "Content-Type")
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
-		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release, CutShort: c.cutShort(),
+		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release, CutShort: c.cutShort(), Bypassed: c.bypassed,
 		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
 }
 
@@ -346,7 +357,7 @@ func (c *Capture) Result() Result {
 // that the body the handler wrote falls short of: net/http then cuts the
 // response off (the client reads an unexpected EOF).
 func (c *Capture) cutShort() bool {
-	if c.hijacked || c.sealed || !bodyAllowed(c.status) {
+	if c.hijacked || c.sealed || c.bypassed || !bodyAllowed(c.status) {
 		return false
 	}
 	for _, f := range c.header.fields {

@@ -670,6 +670,8 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 			why = "its body was streamed (a streamed body is sent, not kept)"
 		} else if sr.notKept&notKeptCutShort != 0 {
 			why = "its body fell short of its Content-Length, and it was cut off"
+		} else if sr.notKept&notKeptBypassed != 0 {
+			why = "it went out around the guard (an internal redirect)"
 		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
 			Title: "Response not kept", Key: id,
@@ -694,6 +696,7 @@ type Result struct {
 	Body           []byte
 	TooLarge       bool   // the body was over MaxStoredResponse: keep a marker
 	CutShort       bool   // the body fell short of its Content-Length, so net/http cut the response off: keep a marker
+	Bypassed       bool   // the response went out around the binding (Gin's HandleContext): keep a marker
 	Streamed       bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
@@ -790,7 +793,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			return
 		}
 		p := recover()
-		if c := rc.info.c; c != nil && c.stored != nil {
+		if stored := committedBytes(rc.info.c, resp); stored != nil {
 			// CommitResponse committed the effect with its response
 			// before the panic: that response is the key's answer, and
 			// the client's, not a 500 that reads as a failed request.
@@ -801,17 +804,17 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 				// one cut off); the retry gets the replay.
 				m.opts.Logger.Error(m.log+"handler exited (runtime.Goexit) after CommitResponse; its committed response is stored, not answered",
 					append(m.logKey(lease.Key), "path", r.Path())...)
-				m.end.Complete(held, c.stored, "path", r.Path())
+				m.end.Complete(held, stored, "path", r.Path())
 				return
 			case http.ErrAbortHandler:
 				m.opts.Logger.Error(m.log+"handler aborted (http.ErrAbortHandler) after CommitResponse; its committed response is stored and the connection cut",
 					append(m.logKey(lease.Key), "path", r.Path())...)
-				m.end.Complete(held, c.stored, "path", r.Path())
+				m.end.Complete(held, stored, "path", r.Path())
 				panic(p) // as the handler asked
 			}
 			m.opts.Logger.Error(m.log+"handler panicked after CommitResponse; its committed response is stored and sent",
 				append(m.logKey(lease.Key), "path", r.Path(), "panic", p)...)
-			m.end.Complete(held, c.stored, "path", r.Path())
+			m.end.Complete(held, stored, "path", r.Path())
 			resp.Send()
 			return
 		}
@@ -838,6 +841,22 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 	m.runs.Observe(b.Route, time.Since(start))
 	m.finish(r, held, resp, rc.info)
 	finished = true
+}
+
+// CommittedResponse is a Response that knows what CommitResponse
+// committed (Fiber's buffered response): the bytes, nil when nothing was.
+type CommittedResponse interface{ Committed() []byte }
+
+// committedBytes is what CommitResponse committed in a run, on the
+// capture c (net/http, Gin, Echo) or on resp (Fiber).
+func committedBytes(c *Capture, resp Response) []byte {
+	if c != nil {
+		return c.stored
+	}
+	if cr, ok := resp.(CommittedResponse); ok {
+		return cr.Committed()
+	}
+	return nil
 }
 
 // runContext is the guarded handler's context: the held lease's
@@ -903,6 +922,8 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 		return
 	case res.TooLarge:
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptTooLarge})
+	case res.Bypassed:
+		result = encodeResponse(storedResponse{status: status, notKept: notKeptBypassed})
 	case res.CutShort && r.Method() != http.MethodHead:
 		// The client got a response cut off, not an answer to replay;
 		// the handler ran all the same, and is not run again.

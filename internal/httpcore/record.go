@@ -22,7 +22,8 @@ const (
 	notKeptHijacked             // the handler hijacked the connection
 	notKeptStreamed             // the body was a stream, sent after the answer was stored (Fiber)
 	notKeptCutShort             // the body fell short of its Content-Length: the response was cut off
-	knownFlags      = notKeptTooLarge | notKeptHijacked | notKeptStreamed | notKeptCutShort
+	notKeptBypassed             // the response went out around the guard (Gin's HandleContext)
+	knownFlags      = notKeptTooLarge | notKeptHijacked | notKeptStreamed | notKeptCutShort | notKeptBypassed
 )
 
 // storedResponse is what the middleware keeps of a completed request.

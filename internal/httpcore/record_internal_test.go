@@ -19,6 +19,7 @@ func TestResponseEncoding(t *testing.T) {
 		{status: 200, notKept: notKeptHijacked},
 		{status: 201, notKept: notKeptStreamed},
 		{status: 200, notKept: notKeptCutShort},
+		{status: 201, notKept: notKeptBypassed},
 	}
 	for _, want := range cases {
 		b := encodeResponse(want)
@@ -40,7 +41,7 @@ func TestResponseEncoding(t *testing.T) {
 			}
 		}
 	}
-	for _, garbage := range [][]byte{nil, {2, 0, 200, 1, 0, 0}, {1, 16, 200, 1, 0, 0}, {1, 0, 99, 0}, {1, 0, 0xc8, 0x01, 5, 0}, {1, 0, 0xc8, 0x01, 0x00, 0x00, 0x01}} {
+	for _, garbage := range [][]byte{nil, {2, 0, 200, 1, 0, 0}, {1, 32, 200, 1, 0, 0}, {1, 0, 99, 0}, {1, 0, 0xc8, 0x01, 5, 0}, {1, 0, 0xc8, 0x01, 0x00, 0x00, 0x01}} {
 		if _, err := decodeResponse(garbage); !errors.Is(err, errCorruptResponse) {
 			t.Errorf("decode(%v): %v, want errCorruptResponse", garbage, err)
 		}
