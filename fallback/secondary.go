@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,7 +135,19 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 		// The record is this very claim's: a primary that writes the
 		// table the secondary reads (backstop.Wrap's mark, in the keys
 		// table it shares with pgstore's Store) holds it. The primary's
-		// lease stands.
+		// lease stands. Steps its holders recorded there while the
+		// primary was out (a write the secondary took for a primary
+		// lease: writeTo) are this key's too: copied into the primary
+		// under the lease just taken, and answered, or a step whose
+		// effect ran runs again.
+		if len(rec.Steps) > len(out.Steps) {
+			if err := s.copySteps(ctx, out, rec.Steps); err != nil {
+				s.undo(ctx, req)
+				return guard.Outcome{}, fmt.Errorf("%w: fallback: copying the secondary's steps of %s into the primary: %w",
+					guard.ErrUnavailable, req.Key, err)
+			}
+			out.Steps = rec.Steps
+		}
 		return out, nil
 	case !rec.SameFingerprint(req.Fingerprint): // a RedisStore keeps long fingerprints as digests
 		s.undo(ctx, req)
@@ -164,6 +177,28 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 		s.undo(ctx, req)
 		return s.claimSecondary(ctx, req)
 	}
+}
+
+// copySteps records in the primary, under out's lease, the steps of want
+// that out (the primary's answer) lacks; out's steps must be their start.
+func (s *Store) copySteps(ctx context.Context, out guard.Outcome, want []guard.StepResult) error {
+	ss, ok := s.primary.(guard.StepStore)
+	if !ok {
+		return fmt.Errorf("fallback: %w (%T)", guard.ErrStepsUnsupported, s.primary)
+	}
+	for i, st := range out.Steps {
+		if st.Name != want[i].Name || !bytes.Equal(st.Result, want[i].Result) {
+			return fmt.Errorf("%w: step %d is %q in the primary, %q in the secondary", guard.ErrStepOrder, i, st.Name, want[i].Name)
+		}
+	}
+	for i := len(out.Steps); i < len(want); i++ {
+		if err := s.holderWrite(context.WithoutCancel(ctx), true, func(ctx context.Context) error {
+			return ss.SaveStep(ctx, out.Lease, i, want[i])
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // undo releases a primary claim the switch-back check turned down, even if

@@ -202,7 +202,14 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 }
 
 // SaveStep implements guard.StepStore: it records the step in the store
-// that issued the lease, as the other writes of a holder go. An unguarded
+// that issued the lease, as the other writes of a holder go, and keeps a
+// holder's steps in one store: one the secondary took while the breaker
+// was open makes it the lease's store from then on (as an Extend there
+// does), and one the primary did not answer while the breaker stayed
+// closed is refused with an error matching guard.ErrUnavailable (it may
+// or may not be recorded in the primary), not written to the secondary
+// for a moment. A claim the primary grants after a switch-back is told
+// the steps its key's record in the secondary kept. An unguarded
 // (FailOpen) lease records nothing and succeeds, as its other writes do.
 // A step for a lease whose store keeps no steps (not a guard.StepStore)
 // gets an error matching guard.ErrStepsUnsupported; the RedisStore and
@@ -210,12 +217,26 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 // the wrapper is a guard.StepStore too. guard.Step asks KeepsSteps first,
 // so over such a store its step does not run.
 func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step guard.StepResult) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, _ target) error {
+	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
 		ss, ok := st.(guard.StepStore)
 		if !ok {
 			return fmt.Errorf("fallback: %w (%T)", guard.ErrStepsUnsupported, st)
 		}
-		return ss.SaveStep(ctx, lease, index, step)
+		if to == toStandIn {
+			// A one-off: the holder's next step goes to the primary,
+			// which would lack this one (ErrStepOrder), and so would a
+			// recovery there. Unanswered, the step may or may not be
+			// recorded in the primary: say so.
+			return fmt.Errorf("%w: fallback: the primary did not answer the step", guard.ErrUnavailable)
+		}
+		err := ss.SaveStep(ctx, lease, index, step)
+		if to == toOwner && err == nil {
+			// The step is the secondary's now: so are the holder's
+			// later steps and writes (its steps kept in one place), as
+			// after an Extend there.
+			s.owners.hold(lease.Key, lease.Token, 0)
+		}
+		return err
 	})
 }
 
