@@ -438,7 +438,7 @@ type Lock struct {
 
 	mu sync.Mutex // guards m and over: redsync's Mutex is not safe for concurrent use
 	m  *redsync.Mutex
-	// over: released, or found lost (ErrLost): Until is past for good.
+	// over: Release called, or found lost (ErrLost): Until is past for good.
 	over bool
 }
 
@@ -456,9 +456,10 @@ func (k *Lock) Key() string { return k.locker.opts.Prefix + k.name }
 
 // Until returns when the lock stops being valid unless extended: the
 // acquisition (or last extension) time plus Expiry, less the time the
-// round took and the drift allowance. Once the lock was released, or
-// found lost (Extend or Release answered ErrLost), it is the zero time:
-// a holder that checks it before a write writes nothing more.
+// round took and the drift allowance. Once Release was called (whatever
+// it answered: deletions whose answers were lost may have landed), or
+// Extend found the lock lost (ErrLost), it is the zero time: a holder
+// that checks it before a write writes nothing more.
 func (k *Lock) Until() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -505,14 +506,15 @@ func (k *Lock) Release(ctx context.Context) error {
 	defer cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// Whatever the answer, the holder gave the lock up: deletions that
+	// were sent may have landed though their answers did not come back
+	// (ErrUnavailable), and another holder may have the lock by now.
+	k.over = true
 	ok, err := k.m.UnlockContext(ctx)
 	if ok {
-		k.over = true
 		return nil
 	}
-	err = k.locker.releaseErr(k.name, err)
-	k.over = k.over || errors.Is(err, ErrLost)
-	return err
+	return k.locker.releaseErr(k.name, err)
 }
 
 // releaseNow releases k within one round, even if ctx has ended.
