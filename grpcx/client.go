@@ -94,8 +94,11 @@ type ClientOptions struct {
 // time of it being ready, for up to MaxInFlightWait, without counting
 // attempts.
 //
-// Retries stop after MaxAttempts, when the call's context ends, or when the
-// next wait would pass the context's deadline; the last status is
+// Retries stop after MaxAttempts, when the call's context ends, when the
+// next wait would pass the context's deadline (or the method's timeout in
+// the channel's service config, which bounds the whole call as a deadline
+// does), and at a replayed answer (ReplayedMetadata: the key's stored
+// answer, which asking again only repeats); the last status is
 // returned. SentKey reports the key sent. The interceptor is safe for
 // concurrent use; it composes with gRPC's own retries (a service config
 // retryPolicy), which resend the same metadata, so the same key.
@@ -172,16 +175,37 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		}
 	}
 
-	callOpts := make([]grpc.CallOption, len(opts), len(opts)+1)
+	callOpts := make([]grpc.CallOption, len(opts), len(opts)+2)
 	copy(callOpts, opts)
-	var trailer metadata.MD
-	callOpts = append(callOpts, grpc.Trailer(&trailer))
+	var header, trailer metadata.MD
+	callOpts = append(callOpts, grpc.Header(&header), grpc.Trailer(&trailer))
 	retries := c.policy.Start()
+	start, timed := time.Now(), false
 	for sent := 1; ; sent++ {
-		trailer = nil
+		header, trailer = nil, nil
 		err := invoker(ctx, method, req, reply, cc, callOpts...)
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if !timed && cc != nil {
+			// A method's timeout in the service config bounds the whole
+			// call, as the caller's deadline (gRFC A6). grpc-go sets it
+			// inside the invoker, out of this context's sight, and reads
+			// the config only once the channel left idle: without it here,
+			// its DeadlineExceeded would be retried as a server's, each
+			// attempt with a new timeout.
+			if mc := cc.GetMethodConfig(method); mc.Timeout != nil && *mc.Timeout >= 0 {
+				timed = true
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, start.Add(*mc.Timeout))
+				defer cancel()
+				if ctx.Err() != nil {
+					return err
+				}
+			}
+		}
+		if replayed(header) || replayed(trailer) { // a trailers-only answer carries it in the trailer
+			return err // the key's stored answer: asking again can only replay it
 		}
 		st := status.Convert(err)
 		if core.MessageTooLarge(core.Code(st.Code()), st.Message()) {
@@ -203,4 +227,10 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		case <-timer.C:
 		}
 	}
+}
+
+// replayed reports whether md says the answer is a key's stored one.
+func replayed(md metadata.MD) bool {
+	vs := md.Get(ReplayedMetadata)
+	return len(vs) == 1 && vs[0] == "true"
 }

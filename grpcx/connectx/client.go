@@ -60,7 +60,8 @@ type ClientOptions struct {
 // in flight is asked about again after its RetryInfo delay, without
 // counting attempts. Retries stop after MaxAttempts, when the context
 // ends (a wait it ends returns CodeCanceled or CodeDeadlineExceeded at
-// once), or when the next wait would pass its deadline. Streaming calls
+// once), when the next wait would pass its deadline, or at a replayed
+// answer (ReplayedHeader: asking again only repeats it). Streaming calls
 // pass through.
 //
 // The key sent is in the request's header after the call, and stays
@@ -130,6 +131,9 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			}
 			var pushback []string
 			if ce, ok := errors.AsType[*connect.Error](err); ok {
+				if ce.Meta().Get(ReplayedHeader) == "true" {
+					return res, err // the key's stored answer: asking again can only replay it
+				}
 				pushback = ce.Meta().Values(http.CanonicalHeaderKey("grpc-retry-pushback-ms"))
 			}
 			code := connect.CodeOf(err)
