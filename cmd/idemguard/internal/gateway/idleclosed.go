@@ -36,8 +36,10 @@ var errIdleClosed = errors.New("gateway: the upstream closed the connection befo
 const maxIdleClosedRetries = 4
 
 // peerClosed reports whether the upstream has closed c: its FIN or a reset
-// is in (a zero-length peek, or an error other than "would block"). Data
-// waiting to be read is not a close (a TLS session ticket, or bytes the
-// Transport's reader will judge). It never blocks and reads nothing; a
+// is in (a zero-length peek, or an error other than "would block"; on
+// Linux also a FIN behind data waiting to be read, as a TLS server sends
+// its close_notify alert before it: POLLRDHUP). Data waiting to be read is
+// not a close by itself (a TLS session ticket, or bytes the Transport's
+// reader will judge). It never blocks and reads nothing; a
 // connection that cannot be looked at (not a socket) is taken as open.
 func peerClosed(c net.Conn) bool { return peekClosed(c) }

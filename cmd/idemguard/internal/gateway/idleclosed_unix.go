@@ -29,7 +29,9 @@ func peekClosed(c net.Conn) bool {
 			case errors.Is(rerr, syscall.EINTR):
 				continue
 			case rerr == nil:
-				closed = n == 0
+				// Bytes waiting may hide the FIN behind them: a TLS
+				// server closes with a close_notify alert, then its FIN.
+				closed = n == 0 || peerHungUp(fd)
 			default:
 				closed = !errors.Is(rerr, syscall.EAGAIN) && !errors.Is(rerr, syscall.EWOULDBLOCK)
 			}

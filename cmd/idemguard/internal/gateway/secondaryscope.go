@@ -106,6 +106,7 @@ func (s *scopedSecondary) Claim(ctx context.Context, req guard.ClaimRequest) (gu
 	if err := req.Key.Validate(); err != nil {
 		return guard.Outcome{}, err // as the store would refuse it, with the key as given
 	}
+	var older []guard.StepResult // the steps of an older version's row claimed afresh
 	if s.legacy() {
 		rec, err := s.st.Get(ctx, req.Key)
 		switch {
@@ -124,15 +125,47 @@ func (s *scopedSecondary) Claim(ctx context.Context, req guard.ClaimRequest) (gu
 				reason = "lease expired"
 			}
 			return guard.Outcome{Status: guard.Exhausted, Attempts: rec.Attempt, LastError: reason}, nil
+		default:
+			older = rec.Steps
 		}
 	}
 	inner := req
 	inner.Key = s.key(req.Key)
 	out, err := s.st.Claim(ctx, inner)
+	if err == nil && out.Status == guard.Acquired && len(older) > len(out.Steps) {
+		// The older row's steps are this key's (a forward step among
+		// them: its request may have reached the upstream): the claim
+		// under the new scope holds them, or it runs their effects again.
+		if err := s.copySteps(ctx, out, older); err != nil {
+			_ = s.st.Release(context.WithoutCancel(ctx), out.Lease)
+			return guard.Outcome{}, fmt.Errorf("%w: copying the steps of the row an older version kept for %s: %w", guard.ErrUnavailable, req.Key, err)
+		}
+		out.Steps = older
+	}
 	if out.Status == guard.Acquired {
 		out.Lease.Key = req.Key
 	}
 	return out, err
+}
+
+// copySteps records under out's lease (in the inner store) the steps of
+// want that out lacks; out's steps must be their start.
+func (s *scopedSecondary) copySteps(ctx context.Context, out guard.Outcome, want []guard.StepResult) error {
+	ss, ok := s.st.(guard.StepStore)
+	if !ok {
+		return fmt.Errorf("gateway: %w (%T)", guard.ErrStepsUnsupported, s.st)
+	}
+	for i, st := range out.Steps {
+		if st.Name != want[i].Name {
+			return fmt.Errorf("%w: step %d is %q, %q in the older row", guard.ErrStepOrder, i, st.Name, want[i].Name)
+		}
+	}
+	for i := len(out.Steps); i < len(want); i++ {
+		if err := ss.SaveStep(ctx, out.Lease, i, want[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Complete implements guard.Store.

@@ -70,9 +70,12 @@ func unsentName(n int) string { return "unsent." + strconv.Itoa(n) }
 // recorded, or err why nothing could be recorded.
 func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err error) {
 	for n := 1; ; n++ {
-		ran, a.tryN = false, n
+		ran = false
 		mark, err := guard.Step(a.ctx, a.lease, forwardName(n), func(context.Context) (forwardMark, error) {
-			ran = true
+			// Only a step this attempt asks the store for may be one
+			// whose store call failed after the store took it: a known
+			// step (an earlier attempt's) is never marked unsent by it.
+			ran, a.tryN = true, n
 			return forwardMark{At: now.UnixMilli(), Fence: a.lease.Fence}, nil
 		})
 		switch {
@@ -120,8 +123,9 @@ func (a *attempt) markUnsent() error {
 // unsent.1, forward.2, unsent.2, ...), so forwardName(n) is step 2n-2 and
 // unsentName(n) step 2n-1. SaveStep is a compare-and-set on this claim's
 // token and on the number of steps: it takes the mark only from the holder
-// of a record holding exactly 2n-1 steps, whose last, added under this
-// token, is this attempt's forward step. A record without it (the step
+// of a record holding exactly 2n-1 steps, and only for a forward step this
+// attempt asked the store for (tryN; not one an earlier attempt recorded,
+// which the claim answered), so the last of them is this attempt's. A record without it (the step
 // was not stored, or not yet) refuses the mark; a step that lands after
 // that is left unmarked, and the next claim answers outcome-unknown, the
 // safe side. One write, no read: fallback lets a holder's writes through
