@@ -541,6 +541,12 @@ func newCompleteBudget() *completeBudget {
 // passed, lastCompleteTry long for the one try past it (last) when the
 // store took the try before. ok is false when no try is left.
 func (b *completeBudget) try(ctx context.Context) (cctx context.Context, cancel context.CancelFunc, last, ok bool) {
+	if b.until.IsZero() {
+		// A batch's budget starts at its first refusal, not when the
+		// batch's claims ended: a slow DeadLetter before it must not
+		// spend it.
+		b.until = time.Now().Add(CompleteRetry)
+	}
 	left := time.Until(b.until)
 	switch {
 	case left > 0:
