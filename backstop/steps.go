@@ -116,9 +116,10 @@ func (b *Backstop) CommitStep(ctx context.Context, tx *sql.Tx, lease guard.Lease
 		return nil
 	case err != nil:
 		return dbErr(ctx, "commit step", err)
-	case fence > lease.Fence || (fence == lease.Fence && token != lease.Token):
+	case fence > max(lease.Fence, 1) || (fence == max(lease.Fence, 1) && token != lease.Token):
+		// (An unguarded lease's own row, its Commit's, has fence 1.)
 		return &StaleFenceError{Key: lease.Key, Fence: lease.Fence, Seen: fence}
-	case fence == lease.Fence && status == "failed":
+	case fence == max(lease.Fence, 1) && status == "failed":
 		// The holder's own row was failed over its head: the key was
 		// answered Exhausted (its lease ran out at its last attempt), as
 		// Commit refuses. (Its own completed row is no later holder's.)

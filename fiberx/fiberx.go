@@ -67,6 +67,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -230,10 +231,11 @@ func (r *request) RawQuery() string    { return string(r.c.Request().URI().Query
 // is so under the same scope, and replayed or refused, never run again.
 func (r *request) Route() string {
 	route := r.c.Route()
-	if route != nil && (segments(route.Path) == segments(r.c.Path()) || strings.ContainsAny(route.Path, "*+?")) {
+	if route != nil && (segments(route.Path) == segments(r.c.Path()) || strings.ContainsAny(route.Path, "*+?") && !isUse(route)) {
 		// A wildcard, greedy or optional parameter spans another number
-		// of segments than the path: the route is still the whole path
-		// (a middleware's, app.Use's or a group's, is a plain prefix).
+		// of segments than the path: a route's pattern is still the
+		// whole path; a middleware's (app.Use's, a group's) is a prefix
+		// of it, whatever it holds.
 		return route.Path
 	}
 	p := r.EscapedPath()
@@ -245,6 +247,15 @@ func (r *request) Route() string {
 		p = strings.TrimSuffix(p, "/")
 	}
 	return p
+}
+
+// isUse reports whether route is a middleware's (app.Use, a group's Use):
+// a prefix of the paths it matches, whatever its pattern. Fiber keeps that
+// in Route's unexported use field, read here; a Fiber without it answers
+// false.
+func isUse(route *fiber.Route) bool {
+	f := reflect.ValueOf(route).Elem().FieldByName("use")
+	return f.IsValid() && f.Kind() == reflect.Bool && f.Bool()
 }
 
 func segments(p string) int { return strings.Count(strings.TrimSuffix(p, "/"), "/") }

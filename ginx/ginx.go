@@ -89,9 +89,11 @@ func serve(e *httpcore.Engine, c *gin.Context) {
 		c.Writer, c.Request = w, req.WithContext(ctx)
 		defer func() { c.Writer, c.Request = orig, req }()
 		c.Next()
-		if c.Writer != w && !w.Written() {
+		if c.Writer != w && !w.Written() && c.Writer.Written() {
 			// Gin's HandleContext (an internal redirect) reset c.Writer to
-			// Gin's own: the response went out around the capture.
+			// Gin's own, and the response went out around the capture
+			// (Gin writes its header when the redirect's handlers end). A
+			// middleware's wrapper of w (a body logger) writes through w.
 			capture.SentAround(c.Writer.Status())
 			return
 		}
