@@ -421,10 +421,10 @@ func (b batchesOf) ClaimBatch(ctx context.Context, reqs []guard.ClaimRequest) ([
 	for i := range reqs {
 		_, spans[i] = b.w.t.start(ctx, SpanClaim, reqs[i].Key, nil)
 	}
+	defer endSpans(spans)
 	out, errs := b.bs.ClaimBatch(ctx, reqs)
 	for i, span := range spans {
 		b.w.t.claimed(span, reqs[i].Key, out[i], errs[i])
-		span.End()
 	}
 	return out, errs
 }
@@ -449,12 +449,19 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		}
 		_, spans[i] = b.w.t.start(ctx, name, ws[i].Lease.Key, &ws[i].Lease, attrs...)
 	}
+	defer endSpans(spans)
 	errs := b.bs.WriteBatch(ctx, ws)
 	for i, span := range spans {
 		b.w.t.wrote(span, ws[i].Lease.Key, errs[i])
-		span.End()
 	}
 	return errs
+}
+
+// endSpans ends a batch's spans, also when the store panics.
+func endSpans(spans []trace.Span) {
+	for _, span := range spans {
+		span.End()
+	}
 }
 
 // Func returns fn with a span around each run (SpanEffect, an internal

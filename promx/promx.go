@@ -77,10 +77,16 @@ type Metrics struct {
 var _ guard.Observer = (*Metrics)(nil)
 
 // New creates the metrics and registers them on reg. It fails if reg
-// already holds metrics of the same names (use a prometheus.WrapRegistererWith
-// or another Namespace for a second guard), or if opts are refused (Buckets
+// already holds metrics of the same names, or if opts are refused (Buckets
 // not increasing, a constant label named kind, op, result or le). When it
 // fails it leaves nothing registered on reg.
+//
+// Several guards can share one Metrics (Observer: m, and m.Store for each
+// store). To tell them apart instead, give each its own Namespace, or
+// register every one of them, the first too, under a
+// prometheus.WrapRegistererWith with the same label names: a registry
+// refuses a metric name registered once with a label and once without
+// (ConstLabels likewise).
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: nil Registerer")
