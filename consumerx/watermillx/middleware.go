@@ -103,8 +103,10 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // (Processed, Duplicate, DeadLettered), an error to nack (Failed,
 // InProgress, Interrupted). A message in progress elsewhere is kept and
 // tried again every Options.InProgressDelay (or when the holder's lease
-// ends, if sooner) until it is not, and nacked only if its context ends
-// first; one the store refused is held InProgressDelay before the nack.
+// ends, if sooner) until it is not, and nacked only if the consumer stops
+// first (its context cancelled, not its deadline: a Timeout middleware's
+// is the handler's, counted from when the handler runs); one the store
+// refused is held InProgressDelay before the nack.
 // The message's context is the consumer's: when it is cancelled while
 // the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
@@ -145,11 +147,19 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		cmsg := consumerx.Message{ID: ID(msg), Payload: msg.Payload, Metadata: msg.Metadata, Raw: msg}
 		consumer, deadline, release := stopContext(ctx)
 		defer release()
+		timeout := time.Until(deadline) // the handler's (Watermill's Timeout middleware), if deadline is set
+		var ran []*message.Message      // the produced messages of this delivery's run
 		run := func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
 			if !deadline.IsZero() {
+				// The timeout is the handler's: a message held while it
+				// was in progress elsewhere has it from when it runs.
+				d := deadline
+				if late := time.Now().Add(timeout); late.After(d) {
+					d = late
+				}
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(ctx, deadline)
+				ctx, cancel = context.WithDeadline(ctx, d)
 				defer cancel()
 			}
 			msg.SetContext(ctx) // the handler sees the lease (consumerx.LeaseFrom) and its loss, and the deadline
@@ -164,6 +174,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			if err != nil {
 				return nil, err
 			}
+			ran = produced
 			return encode(produced)
 		}
 		o, result, err := p.ProcessResult(consumer, cmsg, run)
@@ -172,7 +183,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		// is taken over). Nacked, it would come back at once, and a
 		// holder that died would make it spend a broker's delivery limit
 		// for the rest of its lease.
-		for o == consumerx.InProgress && wait.For(ctx, inProgressWait(err, m.opts.InProgressDelay)) {
+		for o == consumerx.InProgress && wait.For(consumer, inProgressWait(err, m.opts.InProgressDelay)) {
 			o, result, err = p.ProcessResult(consumer, cmsg, run)
 		}
 		switch o {
@@ -180,6 +191,13 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			produced, derr := decode(result)
 			if derr != nil {
 				return nil, fmt.Errorf("watermillx: stored result of %s: %w", msg.UUID, derr)
+			}
+			if o == consumerx.Processed && len(ran) == len(produced) {
+				// The handler's own contexts (a trace span), without the
+				// lease's end.
+				for i, pm := range ran {
+					produced[i].SetContext(context.WithoutCancel(pm.Context()))
+				}
 			}
 			return produced, nil
 		case consumerx.DeadLettered:
@@ -189,7 +207,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				// The store refused: nacked at once, the message would
 				// come straight back and spend a broker's delivery limit
 				// in a tight loop for as long as the outage lasts.
-				wait.For(ctx, m.opts.InProgressDelay)
+				wait.For(consumer, m.opts.InProgressDelay)
 			}
 			return nil, err
 		default:
