@@ -2,9 +2,10 @@
 -- KEYS[1] the record; ARGV: token (encoded), reason, retention ms, and
 -- optionally who fails it: '' (or none) its holder; 'stale' or 'force' an
 -- operator (idemguard release) in the holder's name, who needs the record
--- to be that holder's pending one now (no retry's answers), and with
--- 'stale' its lease run out (a lease the holder extended since the
--- operator looked is left alone).
+-- to be that holder's pending one now (or, for a copy of its call sent
+-- again, failed with the operator's reason), and with 'stale' its lease
+-- run out (a lease the holder extended since the operator looked is left
+-- alone).
 -- Returns 1 (OK), 0 (LOST), or 2 (the lease is alive: nothing done).
 local v = redis.pcall('GET', KEYS[1])
 local bad, st, rcv, fence, att, fp, tp, tok, pp, ep, bp, ret, kp, rp = decode(v)
@@ -16,7 +17,12 @@ if tok ~= ARGV[1] then
   if not op and sub(v, pp, ep - 1) == ARGV[1] then return 1 end
   return 0
 end
-if st == 'f' and not op then return 1 end
+if st == 'f' then
+  -- A retry of this call (go-redis resends a script whose reply was lost):
+  -- the holder's own, or an operator's, whose reason the record keeps.
+  if not op or sub(v, ep, bp - 1) == uvenc(#ARGV[2]) .. ARGV[2] then return 1 end
+  return 0
+end
 if st ~= 'p' then return 0 end
 -- A pending record's key lives for its retention after the lease.
 if ARGV[4] == 'stale' and redis.call('PTTL', KEYS[1]) > ret then return 2 end
