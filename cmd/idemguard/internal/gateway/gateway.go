@@ -366,6 +366,10 @@ func (gw *Gateway) openStore() error {
 		// 2 idle connections unless told otherwise, and the rest of the
 		// statements would each open and close one (pgstore's doc).
 		db.SetMaxIdleConns(secondaryIdleConns)
+		// And no more than that open: a storm waits for a connection
+		// (within the secondary's timeout, then 503) rather than open a
+		// PostgreSQL backend per request and exhaust max_connections.
+		db.SetMaxOpenConns(secondaryIdleConns)
 		gw.db = db
 		pg, err := pgstore.New(db, pgstore.Options{Schema: fc.Schema})
 		if err != nil {

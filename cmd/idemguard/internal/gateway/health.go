@@ -61,10 +61,29 @@ func (gw *Gateway) checkReady(ctx context.Context) readiness {
 		return res
 	}
 	if err := gw.ping(ctx); err != nil {
+		if gw.secondary != nil && gw.db != nil {
+			// Policy secondary: claims go to PostgreSQL while Redis is out.
+			perr := gw.db.PingContext(ctx)
+			if perr == nil {
+				res.Checks["redis"] = "unreachable (keys kept in the fallback PostgreSQL): " + err.Error()
+				res.Checks["secondary"] = "ok"
+				return res
+			}
+			fail("secondary", "unreachable: "+perr.Error())
+		}
 		fail("redis", "unreachable: "+err.Error())
 		return res
 	}
 	res.Checks["redis"] = "ok"
+	if gw.fb != nil && gw.db != nil && time.Now().Before(gw.fb.ConsultUntil()) {
+		// Every claim Redis grants is refused while PostgreSQL cannot be
+		// read to check it.
+		if err := gw.db.PingContext(ctx); err != nil {
+			fail("secondary", "unreachable, and Redis's claims are checked against it: "+err.Error())
+		} else {
+			res.Checks["secondary"] = "ok"
+		}
+	}
 	switch loaded, err := gw.scriptsLoaded(ctx); {
 	case err != nil:
 		fail("scripts", err.Error())
