@@ -19,7 +19,11 @@
 // An error the handler returns is rendered by Echo's HTTPErrorHandler
 // inside the guarded run (c.Error), so it is part of the response: a 4xx
 // is stored and replayed, a 5xx (and a 408, 429 or 499, which ask for the
-// retry) releases the key; the middleware then returns nil. The handler
+// retry) releases the key; the middleware then returns nil, so middleware
+// outside the guard does not see the error (put ContextTimeout, or any
+// error-mapping middleware, after it; and not Echo's deprecated Timeout
+// before it, which hands the request's Context to the next request while
+// the handler still runs). The handler
 // writes to an echo.Response of its own: the fields a Before hook it
 // registers sets are its response's (stored and replayed); the hooks of
 // middleware outside the guard run when the response goes out, on a
