@@ -231,7 +231,7 @@ func (r *request) RawQuery() string    { return string(r.c.Request().URI().Query
 // is so under the same scope, and replayed or refused, never run again.
 func (r *request) Route() string {
 	route := r.c.Route()
-	if route != nil && (segments(route.Path) == segments(r.c.Path()) || strings.ContainsAny(route.Path, "*+?") && !isUse(route)) {
+	if route != nil && !isUse(route) && (segments(route.Path) == segments(r.c.Path()) || strings.ContainsAny(route.Path, "*+?")) {
 		// A wildcard, greedy or optional parameter spans another number
 		// of segments than the path: a route's pattern is still the
 		// whole path; a middleware's (app.Use's, a group's) is a prefix

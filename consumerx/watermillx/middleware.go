@@ -149,13 +149,14 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		defer release()
 		timeout := time.Until(deadline) // the handler's (Watermill's Timeout middleware), if deadline is set
 		var ran []*message.Message      // the produced messages of this delivery's run
+		held := false                   // the message waited for another holder
 		run := func(ctx context.Context, _ consumerx.Message) (_ []byte, err error) {
 			orig := msg.Context()
 			if !deadline.IsZero() {
 				// The timeout is the handler's: a message held while it
 				// was in progress elsewhere has it from when it runs.
 				d := deadline
-				if late := time.Now().Add(timeout); late.After(d) {
+				if late := time.Now().Add(timeout); held && late.After(d) {
 					d = late
 				}
 				var cancel context.CancelFunc
@@ -184,6 +185,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		// holder that died would make it spend a broker's delivery limit
 		// for the rest of its lease.
 		for o == consumerx.InProgress && wait.For(consumer, inProgressWait(err, m.opts.InProgressDelay)) {
+			held = true
 			o, result, err = p.ProcessResult(consumer, cmsg, run)
 		}
 		switch o {

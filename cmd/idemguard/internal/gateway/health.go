@@ -63,7 +63,11 @@ func (gw *Gateway) checkReady(ctx context.Context) readiness {
 	if err := gw.ping(ctx); err != nil {
 		if gw.secondary != nil && gw.db != nil {
 			// Policy secondary: claims go to PostgreSQL while Redis is out.
-			perr := gw.db.PingContext(ctx)
+			// Its own time: a Redis that hangs spent the probe's (go-redis
+			// reads until its ReadTimeout, whatever ctx says).
+			pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			perr := gw.db.PingContext(pctx)
+			pcancel()
 			if perr == nil {
 				res.Checks["redis"] = "unreachable (keys kept in the fallback PostgreSQL): " + err.Error()
 				res.Checks["secondary"] = "ok"
