@@ -113,7 +113,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		return runs[i].handle(ctx, lctx, lease, msgs[i], nil, h)
 	}, guard.BatchOptions{Concurrency: opts.Concurrency, Ordered: opts.Ordered, CallOptions: p.call})
 	retry := &completeBudget{wait: firstCompletePause} // the batch's completions tried again share it, from the first refusal
-	var refused []int            // the results whose completion the store refused
+	var refused []int                                  // the results whose completion the store refused
 	for j := range res {
 		i := j
 		if idx != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,47 +59,14 @@ func TestKindBytesParity(t *testing.T) {
 			completed(digest(2), packed(k), packed(0)),
 			completed(digest(2), packed(3), packed(k)))
 	}
-	for _, srv := range []struct {
-		name   string
-		client func(t *testing.T) redis.UniversalClient
-	}{
-		{"miniredis", func(t *testing.T) redis.UniversalClient {
-			mr := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		}},
-		{"redis", func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) }},
-	} {
-		t.Run(srv.name, func(t *testing.T) {
-			c := srv.client(t)
-			ctx := context.Background()
-			key := testenv.Prefix(t) + "{kinds}"
-			defer c.Del(ctx, key)
-			refused := 0
-			for _, v := range values {
-				if err := c.Set(ctx, key, v, 0).Err(); err != nil {
-					t.Fatal(err)
-				}
-				got, err := luaDecode.Run(ctx, c, []string{key}).Slice()
-				if err != nil {
-					t.Fatalf("record.lua on %q: %v", v, err)
-				}
-				want := goDecode(v)
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Errorf("value %q:\nlua %q\ngo  %q", v, got, want)
-				}
-				if want[0] != "" {
-					refused++
-				}
-			}
-			// 17..254 for the fingerprint, 0 and 240..254 for the token,
-			// 240..254 for the ptok.
-			if want := 238 + 16 + 15; refused != want {
-				t.Errorf("%d values refused, want %d", refused, want)
-			}
-		})
-	}
+	onLuaServers(t, func(t *testing.T, c redis.UniversalClient) {
+		refused := decodedAlike(t, c, testenv.Prefix(t)+"{kinds}", values, t.Errorf)
+		// 17..254 for the fingerprint, 0 and 240..254 for the token,
+		// 240..254 for the ptok.
+		if want := 238 + 16 + 15; refused != want {
+			t.Errorf("%d values refused, want %d", refused, want)
+		}
+	})
 }
 
 // TestFingerprintKind17Corrupt: a pending record whose fingerprint

@@ -80,6 +80,18 @@ func codecValues(n int) [][]byte {
 // same fields, on miniredis and on Redis.
 func TestRecordCodecParity(t *testing.T) {
 	values := codecValues(3000)
+	onLuaServers(t, func(t *testing.T, c redis.UniversalClient) {
+		refused := decodedAlike(t, c, testenv.Prefix(t)+"{parity}", values, t.Fatalf)
+		if refused == 0 || refused == len(values) {
+			t.Fatalf("%d of %d values refused: the mutations do not cover both sides", refused, len(values))
+		}
+		t.Logf("%d values, %d refused", len(values), refused)
+	})
+}
+
+// onLuaServers runs check on miniredis and on Redis, the two servers
+// whose Lua the scripts are held to.
+func onLuaServers(t *testing.T, check func(t *testing.T, c redis.UniversalClient)) {
 	for _, srv := range []struct {
 		name   string
 		client func(t *testing.T) redis.UniversalClient
@@ -92,34 +104,35 @@ func TestRecordCodecParity(t *testing.T) {
 		}},
 		{"redis", func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) }},
 	} {
-		t.Run(srv.name, func(t *testing.T) {
-			c := srv.client(t)
-			ctx := context.Background()
-			key := testenv.Prefix(t) + "{parity}"
-			refused := 0
-			for _, v := range values {
-				if err := c.Set(ctx, key, v, 0).Err(); err != nil {
-					t.Fatal(err)
-				}
-				got, err := luaDecode.Run(ctx, c, []string{key}).Slice()
-				if err != nil {
-					t.Fatalf("record.lua on %q: %v", v, err)
-				}
-				want := goDecode(v)
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Fatalf("value %q:\nlua %q\ngo  %q", v, got, want)
-				}
-				if want[0] != "" {
-					refused++
-				}
-			}
-			_ = c.Del(ctx, key)
-			if refused == 0 || refused == len(values) {
-				t.Fatalf("%d of %d values refused: the mutations do not cover both sides", refused, len(values))
-			}
-			t.Logf("%d values, %d refused", len(values), refused)
-		})
+		t.Run(srv.name, func(t *testing.T) { check(t, srv.client(t)) })
 	}
+}
+
+// decodedAlike stores each of values at key on c and reports, through
+// report, a value that record.lua and the Go decoder do not read alike
+// (the same fields, or the same refusal); it returns how many both
+// refused, and deletes key.
+func decodedAlike(t *testing.T, c redis.UniversalClient, key string, values [][]byte, report func(format string, args ...any)) (refused int) {
+	t.Helper()
+	ctx := context.Background()
+	defer c.Del(ctx, key)
+	for _, v := range values {
+		if err := c.Set(ctx, key, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := luaDecode.Run(ctx, c, []string{key}).Slice()
+		if err != nil {
+			t.Fatalf("record.lua on %q: %v", v, err)
+		}
+		want := goDecode(v)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			report("value %q:\nlua %q\ngo  %q", v, got, want)
+		}
+		if want[0] != "" {
+			refused++
+		}
+	}
+	return refused
 }
 
 // FuzzRecordCodecParity is TestRecordCodecParity over any bytes, on

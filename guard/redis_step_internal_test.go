@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -92,53 +91,39 @@ func TestStepCodecParity(t *testing.T) {
 		}
 		values = append(values, v)
 	}
-	for _, srv := range []struct {
-		name   string
-		client func(t *testing.T) redis.UniversalClient
-	}{
-		{"miniredis", func(t *testing.T) redis.UniversalClient {
-			mr := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		}},
-		{"redis", func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) }},
-	} {
-		t.Run(srv.name, func(t *testing.T) {
-			c := srv.client(t)
-			ctx := context.Background()
-			key := testenv.Prefix(t) + "{parity}"
-			withSteps, refused := 0, 0
-			for i, v := range values {
-				if err := c.Set(ctx, key, v, 0).Err(); err != nil {
-					t.Fatal(err)
-				}
-				got, err := luaDecodeSteps.Run(ctx, c, []string{key}).Slice()
-				if err != nil {
-					t.Fatalf("record.lua on %q: %v", v, err)
-				}
-				want := goDecodeSteps(v)
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Fatalf("value %d %q:\nlua %q\ngo  %q", i, v, got, want)
-				}
-				switch {
-				case want[0] != "":
-					refused++
-				case want[2] != int64(0):
-					withSteps++
-				}
-				if i < 4 && (want[0] != "" || want[2] == int64(0)) {
-					t.Fatalf("seed %d %q refused or without steps: %q", i, v, want)
-				}
-				if i >= 4 && i < len(seeds) && want[0] == "" {
-					t.Fatalf("bad seed %d %q accepted: %q", i, v, want)
-				}
+	onLuaServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		key := testenv.Prefix(t) + "{parity}"
+		withSteps, refused := 0, 0
+		for i, v := range values {
+			if err := c.Set(ctx, key, v, 0).Err(); err != nil {
+				t.Fatal(err)
 			}
-			_ = c.Del(ctx, key)
-			if refused < 100 || withSteps < 100 {
-				t.Fatalf("%d values refused, %d read with steps: the mutations do not cover both sides", refused, withSteps)
+			got, err := luaDecodeSteps.Run(ctx, c, []string{key}).Slice()
+			if err != nil {
+				t.Fatalf("record.lua on %q: %v", v, err)
 			}
-			t.Logf("%d values, %d refused, %d with steps", len(values), refused, withSteps)
-		})
-	}
+			want := goDecodeSteps(v)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("value %d %q:\nlua %q\ngo  %q", i, v, got, want)
+			}
+			switch {
+			case want[0] != "":
+				refused++
+			case want[2] != int64(0):
+				withSteps++
+			}
+			if i < 4 && (want[0] != "" || want[2] == int64(0)) {
+				t.Fatalf("seed %d %q refused or without steps: %q", i, v, want)
+			}
+			if i >= 4 && i < len(seeds) && want[0] == "" {
+				t.Fatalf("bad seed %d %q accepted: %q", i, v, want)
+			}
+		}
+		_ = c.Del(ctx, key)
+		if refused < 100 || withSteps < 100 {
+			t.Fatalf("%d values refused, %d read with steps: the mutations do not cover both sides", refused, withSteps)
+		}
+		t.Logf("%d values, %d refused, %d with steps", len(values), refused, withSteps)
+	})
 }

@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/internal/testenv/guardenv"
-	"github.com/idemguard/idemguard/memstore"
 )
 
 // TestClaimAfterReleasedFirstAttempt: a released first attempt is
@@ -23,38 +20,28 @@ import (
 // test; its fence would then depend on whether the marker's minute had
 // passed.)
 func TestClaimAfterReleasedFirstAttempt(t *testing.T) {
-	stores := map[string]func(t *testing.T) guard.Store{
-		"memstore":  func(t *testing.T) guard.Store { return memstore.New(memstore.Options{}) },
-		"miniredis": func(t *testing.T) guard.Store { s, _ := miniStore(t); return s },
-		"redis": func(t *testing.T) guard.Store {
-			return guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{})
-		},
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			s := newStore(t)
-			key := guard.Key{Scope: "mut", ID: "released-first/" + t.Name()}
-			req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
-			out, err := s.Claim(bg, req)
-			if err != nil || out.Status != guard.Acquired || out.Lease.Fence != 1 {
-				t.Fatalf("claim A = %+v, %v", out, err)
-			}
-			if err := s.Release(bg, out.Lease); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
-				t.Fatalf("Get after the release = %v, want ErrNotFound", err)
-			}
-			req.Token = "B"
-			out, err = s.Claim(bg, req)
-			if err != nil || out.Status != guard.Acquired || out.Lease.Fence != 1 || out.Lease.Attempt != 1 || out.Lease.Recovered {
-				t.Fatalf("claim B after A's released first attempt = %+v, %v; want fence 1, attempt 1, not recovered", out, err)
-			}
-			if rec, err := s.Get(bg, key); err != nil || rec.Token != "B" || rec.Fence != 1 || rec.Attempt != 1 {
-				t.Fatalf("record after B's claim = %+v, %v; want B's, fence 1, attempt 1", rec, err)
-			}
-		})
-	}
+	onThreeStores(t, func(t *testing.T, s guard.Store) {
+		key := guard.Key{Scope: "mut", ID: "released-first/" + t.Name()}
+		req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+		out, err := s.Claim(bg, req)
+		if err != nil || out.Status != guard.Acquired || out.Lease.Fence != 1 {
+			t.Fatalf("claim A = %+v, %v", out, err)
+		}
+		if err := s.Release(bg, out.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(bg, key); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("Get after the release = %v, want ErrNotFound", err)
+		}
+		req.Token = "B"
+		out, err = s.Claim(bg, req)
+		if err != nil || out.Status != guard.Acquired || out.Lease.Fence != 1 || out.Lease.Attempt != 1 || out.Lease.Recovered {
+			t.Fatalf("claim B after A's released first attempt = %+v, %v; want fence 1, attempt 1, not recovered", out, err)
+		}
+		if rec, err := s.Get(bg, key); err != nil || rec.Token != "B" || rec.Fence != 1 || rec.Attempt != 1 {
+			t.Fatalf("record after B's claim = %+v, %v; want B's, fence 1, attempt 1", rec, err)
+		}
+	})
 }
 
 // TestReleasedFirstAttemptAnyFingerprint: a released first attempt
@@ -66,31 +53,21 @@ func TestClaimAfterReleasedFirstAttempt(t *testing.T) {
 // claim.lua answering Mismatch for a released marker of another
 // fingerprint passed every test.)
 func TestReleasedFirstAttemptAnyFingerprint(t *testing.T) {
-	stores := map[string]func(t *testing.T) guard.Store{
-		"memstore":  func(t *testing.T) guard.Store { return memstore.New(memstore.Options{}) },
-		"miniredis": func(t *testing.T) guard.Store { s, _ := miniStore(t); return s },
-		"redis": func(t *testing.T) guard.Store {
-			return guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{})
-		},
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			s := newStore(t)
-			key := guard.Key{Scope: "mut", ID: "released-any-fp"}
-			out, err := s.Claim(bg, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "first payload", Lease: time.Minute, TTL: time.Hour})
-			if err != nil || out.Status != guard.Acquired {
-				t.Fatalf("claim A = %+v, %v", out, err)
-			}
-			if err := s.Release(bg, out.Lease); err != nil {
-				t.Fatal(err)
-			}
-			out, err = s.Claim(bg, guard.ClaimRequest{Key: key, Token: "B", Fingerprint: "another payload", Lease: time.Minute, TTL: time.Hour})
-			if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 1 {
-				t.Fatalf("claim B with another fingerprint after A's release = %+v, %v; want acquired, a first attempt", out, err)
-			}
-			if rec, err := s.Get(bg, key); err != nil || rec.Token != "B" || rec.Fingerprint != "another payload" {
-				t.Fatalf("record = %+v, %v; want B's, with B's fingerprint", rec, err)
-			}
-		})
-	}
+	onThreeStores(t, func(t *testing.T, s guard.Store) {
+		key := guard.Key{Scope: "mut", ID: "released-any-fp"}
+		out, err := s.Claim(bg, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "first payload", Lease: time.Minute, TTL: time.Hour})
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("claim A = %+v, %v", out, err)
+		}
+		if err := s.Release(bg, out.Lease); err != nil {
+			t.Fatal(err)
+		}
+		out, err = s.Claim(bg, guard.ClaimRequest{Key: key, Token: "B", Fingerprint: "another payload", Lease: time.Minute, TTL: time.Hour})
+		if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 1 {
+			t.Fatalf("claim B with another fingerprint after A's release = %+v, %v; want acquired, a first attempt", out, err)
+		}
+		if rec, err := s.Get(bg, key); err != nil || rec.Token != "B" || rec.Fingerprint != "another payload" {
+			t.Fatalf("record = %+v, %v; want B's, with B's fingerprint", rec, err)
+		}
+	})
 }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/guard"
-	"github.com/idemguard/idemguard/internal/testenv"
-	"github.com/idemguard/idemguard/internal/testenv/guardenv"
 	"github.com/idemguard/idemguard/memstore"
 )
 
@@ -20,42 +18,32 @@ import (
 // attempt, not the last error. (A mutation review: release.lua writing
 // the failed record with an empty last error passed every test.)
 func TestReleaseLaterAttemptKeepsLastError(t *testing.T) {
-	stores := map[string]func(t *testing.T) guard.Store{
-		"memstore":  func(t *testing.T) guard.Store { return memstore.New(memstore.Options{}) },
-		"miniredis": func(t *testing.T) guard.Store { s, _ := miniStore(t); return s },
-		"redis": func(t *testing.T) guard.Store {
-			return guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{})
-		},
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			s := newStore(t)
-			key := guard.Key{Scope: "mut", ID: "release-keeps-error"}
-			req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
-			out, err := s.Claim(bg, req)
-			if err != nil || out.Status != guard.Acquired {
-				t.Fatalf("claim A = %+v, %v", out, err)
-			}
-			if err := s.Fail(bg, out.Lease, "card declined", time.Hour); err != nil {
-				t.Fatal(err)
-			}
-			req.Token = "B"
-			out, err = s.Claim(bg, req)
-			if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 2 {
-				t.Fatalf("claim B = %+v, %v", out, err)
-			}
-			if err := s.Release(bg, out.Lease); err != nil {
-				t.Fatal(err)
-			}
-			if rec, err := s.Get(bg, key); err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 || rec.LastError != "card declined" {
-				t.Fatalf("record after B's release = %+v, %v; want failed, attempt 1, last error %q", rec, err, "card declined")
-			}
-			req.Token, req.MaxAttempts = "C", 1
-			if out, err := s.Claim(bg, req); err != nil || out.Status != guard.Exhausted || out.Attempts != 1 || out.LastError != "card declined" {
-				t.Fatalf("claim under MaxAttempts 1 = %+v, %v; want exhausted after 1, last error %q", out, err, "card declined")
-			}
-		})
-	}
+	onThreeStores(t, func(t *testing.T, s guard.Store) {
+		key := guard.Key{Scope: "mut", ID: "release-keeps-error"}
+		req := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+		out, err := s.Claim(bg, req)
+		if err != nil || out.Status != guard.Acquired {
+			t.Fatalf("claim A = %+v, %v", out, err)
+		}
+		if err := s.Fail(bg, out.Lease, "card declined", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		req.Token = "B"
+		out, err = s.Claim(bg, req)
+		if err != nil || out.Status != guard.Acquired || out.Lease.Attempt != 2 {
+			t.Fatalf("claim B = %+v, %v", out, err)
+		}
+		if err := s.Release(bg, out.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := s.Get(bg, key); err != nil || rec.State != guard.StateFailed || rec.Attempt != 1 || rec.LastError != "card declined" {
+			t.Fatalf("record after B's release = %+v, %v; want failed, attempt 1, last error %q", rec, err, "card declined")
+		}
+		req.Token, req.MaxAttempts = "C", 1
+		if out, err := s.Claim(bg, req); err != nil || out.Status != guard.Exhausted || out.Attempts != 1 || out.LastError != "card declined" {
+			t.Fatalf("claim under MaxAttempts 1 = %+v, %v; want exhausted after 1, last error %q", out, err, "card declined")
+		}
+	})
 }
 
 // TestReleaseKeepsRecovered: a holder that took an expired lease over
