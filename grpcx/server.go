@@ -217,6 +217,15 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 //     stored the client still gets it, and the key is released if it can
 //     be.
 //
+// A replay's response is a message of the stored type when the program
+// links that type (generated code registers its own); a stored response
+// whose type it no longer links (a method renamed or removed by a later
+// release) is replayed as an emptypb.Empty carrying the stored bytes as
+// unknown fields, which gRPC's proto codec sends as exactly those bytes.
+// A codec other than proto (one registered for another content subtype)
+// would encode it as an empty message: keep the response types of methods
+// served with such codecs linked for as long as their keys are retained.
+//
 // The handler's context carries a grpc.ServerTransportStream of the
 // interceptor's, which keeps the metadata the handler sets (for replays),
 // even after the client left, when grpc.SetHeader, SendHeader and
