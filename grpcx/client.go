@@ -102,6 +102,11 @@ type ClientOptions struct {
 // returned. SentKey reports the key sent. The interceptor is safe for
 // concurrent use; it composes with gRPC's own retries (a service config
 // retryPolicy), which resend the same metadata, so the same key.
+//
+// A call it refuses to send gets a status error that wraps the cause: a
+// malformed key from the context InvalidArgument with ReasonKeyMalformed
+// (errors.Is ErrMalformedKey), a NewKey failure Internal wrapping
+// NewKey's error.
 func UnaryClientInterceptor(opts ClientOptions) grpc.UnaryClientInterceptor {
 	if opts.Metadata == "" {
 		opts.Metadata = DefaultMetadata
@@ -141,6 +146,29 @@ type client struct {
 // log it. *key is left alone for calls the interceptor does not key.
 func SentKey(key *string) grpc.CallOption { return sentKey{p: key} }
 
+// refusal is the error of a call the client refused to send: a status
+// of code (with an ErrorInfo of reason, when given) that wraps err, so
+// the caller tells it by status.Code, by Reason and by errors.Is, as
+// httpx.Transport's and connectx's refusals are told.
+func refusal(code core.Code, reason, msg string, err error) error {
+	var st *status.Status
+	if reason != "" {
+		st = status.FromProto(core.NewStatus(code, reason, msg+": "+err.Error(), 0))
+	} else {
+		st = status.New(codes.Code(code), msg+": "+err.Error())
+	}
+	return &refusalError{st: st, err: err}
+}
+
+type refusalError struct {
+	st  *status.Status
+	err error
+}
+
+func (e *refusalError) Error() string              { return e.st.Err().Error() }
+func (e *refusalError) GRPCStatus() *status.Status { return e.st }
+func (e *refusalError) Unwrap() error              { return e.err }
+
 type sentKey struct {
 	grpc.EmptyCallOption
 	p *string
@@ -159,12 +187,12 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		key = core.KeyFrom(ctx)
 		if key != "" {
 			if err := CheckKey(key); err != nil {
-				return status.Errorf(codes.InvalidArgument, "grpcx: idempotency key from the context: %v", err)
+				return refusal(core.InvalidArgument, core.ReasonKeyMalformed, "grpcx: idempotency key from the context", err)
 			}
 		} else {
 			var err error
 			if key, err = c.opts.NewKey(); err != nil {
-				return status.Errorf(codes.Internal, "grpcx: new idempotency key: %v", err)
+				return refusal(core.Internal, "", "grpcx: new idempotency key", err)
 			}
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, c.opts.Metadata, key)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/idemguard/idemguard/grpcx/internal/core"
 	"github.com/idemguard/idemguard/internal/adapter"
@@ -113,7 +114,13 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			key := core.KeyFrom(ctx)
 			if key != "" {
 				if err := core.CheckKey(key); err != nil {
-					return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("connectx: idempotency key from the context: %w", err))
+					ce := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("connectx: idempotency key from the context: %w", err))
+					// The ErrorInfo the server's refusal carries, so that
+					// Reason tells the client's own refusal the same way.
+					if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: core.ReasonKeyMalformed, Domain: core.ErrorDomain}); err == nil {
+						ce.AddDetail(d)
+					}
+					return nil, ce
 				}
 			} else {
 				var err error

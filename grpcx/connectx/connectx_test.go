@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/idemguard/idemguard/grpcx"
 	"github.com/idemguard/idemguard/grpcx/connectx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
@@ -388,8 +389,13 @@ func TestClientRetries(t *testing.T) {
 	if _, err := c.CallUnary(connectx.WithIdempotencyKey(context.Background(), "step-key"), req); err != nil || req.Header().Get(connectx.DefaultHeader) != "step-key" {
 		t.Fatalf("context key: %v, sent %q", err, req.Header().Get(connectx.DefaultHeader))
 	}
-	if _, err := c.CallUnary(connectx.WithIdempotencyKey(context.Background(), "a key"), amountReq(1, "")); connect.CodeOf(err) != connect.CodeInvalidArgument || p.runs.Load() != 1 {
+	// It is told as the server's refusal is (Reason), and by errors.Is.
+	_, err := c.CallUnary(connectx.WithIdempotencyKey(context.Background(), "a key"), amountReq(1, ""))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || p.runs.Load() != 1 {
 		t.Fatalf("malformed context key: %v, runs %d", err, p.runs.Load())
+	}
+	if !errors.Is(err, grpcx.ErrMalformedKey) || connectx.Reason(err) != grpcx.ReasonKeyMalformed {
+		t.Fatalf("malformed context key: %v, reason %q; want ErrMalformedKey and %s", err, connectx.Reason(err), grpcx.ReasonKeyMalformed)
 	}
 }
 
