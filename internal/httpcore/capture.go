@@ -37,7 +37,9 @@ type Capture struct {
 	hijacked    bool
 	bypassed    bool  // the response went out around the capture (SentAround)
 	writeErr    error // the first error writing to the client
-	written     int64 // body bytes the handler wrote
+	written     int64 // body bytes the handler wrote (and the capture took)
+	declared    int64 // the Content-Length the status went with, -1 for none
+	h2          bool  // the request came over HTTP/2 or later
 
 	// Set by CommitResponse, which writes the whole response itself.
 	sealed  bool   // the response is complete: later writes are refused
@@ -82,9 +84,28 @@ func (c *Capture) WriteHeader(code int) {
 	// same when the body goes out (sniffType), so the stored response
 	// has the type the client got, whatever type outer middleware sets
 	// on a replay.
+	// A Transfer-Encoding stops it on HTTP/1.1 only: the HTTP/2 server
+	// drops the field and sniffs as usual.
 	_, typed := h["Content-Type"]
-	c.sniff = !typed && h.Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" && bodyAllowed(code)
+	c.sniff = !typed && (c.h2 || h.Get("Transfer-Encoding") == "") && h.Get("Content-Encoding") == "" && bodyAllowed(code)
+	c.declared = declaredLength(h)
 	c.header.take(h)
+}
+
+// declaredLength is the Content-Length of a response header as net/http
+// reads it from a handler's header: its first value, a decimal number
+// taken as it is (not trimmed), not negative; -1 for none, or for one
+// net/http drops as invalid (and sends the body without).
+func declaredLength(h http.Header) int64 {
+	vs := h["Content-Length"]
+	if len(vs) == 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // bodyAllowed reports whether a response with status may have a body
@@ -102,6 +123,12 @@ func (c *Capture) Write(p []byte) (int, error) {
 	}
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
+	}
+	if c.declared >= 0 && c.written+int64(len(p)) > c.declared && bodyAllowed(c.status) {
+		// net/http refuses, whole, a write that would pass the declared
+		// length, and sends what came before: so does the capture, which
+		// then holds (and stores) the body the client got.
+		return 0, http.ErrContentLength
 	}
 	c.written += int64(len(p))
 	if !c.tooLarge {
@@ -236,9 +263,9 @@ func (c *Capture) SentAround(status int) {
 func (c *Capture) Unwrap() http.ResponseWriter { return c.w }
 
 // init readies c to capture a response to w, holding up to max body
-// bytes.
-func (c *Capture) init(w http.ResponseWriter, max int) {
-	c.w, c.max = w, max
+// bytes; h2 tells a request that came over HTTP/2 or later.
+func (c *Capture) init(w http.ResponseWriter, max int, h2 bool) {
+	c.w, c.max, c.h2, c.declared = w, max, h2, -1
 	if h := w.Header(); len(h) > 0 {
 		c.before = h.Clone()
 	}
@@ -360,13 +387,7 @@ func (c *Capture) cutShort() bool {
 	if c.hijacked || c.sealed || c.bypassed || !bodyAllowed(c.status) {
 		return false
 	}
-	for _, f := range c.header.fields {
-		if f.name == "Content-Length" && len(f.vals) == 1 {
-			n, err := strconv.ParseInt(strings.TrimSpace(f.vals[0]), 10, 64)
-			return err == nil && c.written < n
-		}
-	}
-	return false
+	return c.declared >= 0 && c.written < c.declared
 }
 
 // Send implements Response: the held response goes out.

@@ -741,7 +741,7 @@ func (m *Engine) RunCaptured(w http.ResponseWriter, r Request, b Begin, call fun
 	// context: one allocation.
 	run := &capturedRun{}
 	c := &run.c
-	c.init(w, m.opts.MaxStoredResponse)
+	c.init(w, m.opts.MaxStoredResponse, r.HTTPRequest().ProtoMajor >= 2)
 	run.info = claimInfo{lease: b.Held.Lease(), fingerprint: b.Fingerprint, route: b.Route, c: c, m: m}
 	run.ctx.info = &run.info
 	m.execute(r, b, c, &run.ctx, func() { call(&run.ctx, c) })
