@@ -26,11 +26,9 @@ import (
 // Kept out, where the stores may differ and both keep the contract:
 //   - how long a record claimed but not yet completed or failed is kept.
 //     Claims ask for 24 hours, which no run reaches, and a TTL over an
-//     hour compares only as "over an hour". The memstore keeps such a
-//     record max(TTL, lease) from the claim (and at least to the end of an
-//     extended lease); the Redis scripts kept it the same way, and the
-//     single-string layout keeps it TTL + lease. TestPendingRetention
-//     covers the memstore's own rule.
+//     hour compares only as "over an hour". Both keep such a record to
+//     the end of its lease (an extended lease's end) and the TTL after
+//     it; TestPendingRetention covers the memstore's rule.
 //   - the same token claiming again after time passed or after an Extend:
 //     the memstore changes nothing then (nor does the single-string
 //     layout), while this branch's scripts renew the lease to a full one

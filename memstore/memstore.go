@@ -36,6 +36,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -113,6 +114,7 @@ type Store struct {
 	expiry  expiryQueue // every entry, soonest expiry first
 	tombs   list.List   // released first attempts, oldest first
 	bytes   int64       // sum of entry sizes
+	peak    int         // the most records held since records was made (shrink)
 }
 
 var (
@@ -311,6 +313,7 @@ func (s *Store) claimNew(req guard.ClaimRequest, tomb *entry, now, leaseUntil, e
 		s.records = make(map[guard.Key]*entry)
 	}
 	s.records[key] = e
+	s.peak = max(s.peak, len(s.records))
 	heap.Push(&s.expiry, e)
 	return acquired(e), nil
 }
@@ -595,6 +598,28 @@ func (s *Store) remove(e *entry) {
 		e.tomb = nil
 	}
 	s.bytes -= e.size
+	if s.peak > shrinkFloor && len(s.records) < s.peak/4 {
+		s.shrink()
+	}
+}
+
+// shrinkFloor is the number of records below which a store never
+// shrinks: a small map's storage is not worth copying.
+const shrinkFloor = 1024
+
+// shrink copies the records into storage sized for them. A Go map never
+// gives back the storage of deleted entries (nor a slice its capacity),
+// so after a burst of keys has expired the store would hold the burst's
+// peak for good; shrinking once the records fall below a quarter of it
+// keeps memory following the live records, at a cost of one copy per
+// record removed since (amortised: each copy follows three times as
+// many removals).
+func (s *Store) shrink() {
+	records := make(map[guard.Key]*entry, len(s.records))
+	for k, e := range s.records {
+		records[k] = e
+	}
+	s.records, s.expiry, s.peak = records, slices.Clone(s.expiry), len(records)
 }
 
 // resize counts e's size again after a change.
