@@ -179,13 +179,18 @@ func ratioRange(r Result) string {
 	return fmt.Sprintf(" (%.2f–%.2f)", r.RatioLow, r.RatioHigh)
 }
 
-// dur formats a latency with three significant digits.
+// dur formats a latency with three significant digits, never with an
+// exponent: a value that rounds to 1000 of a unit is given in the next
+// (999.6ms is 1s, not %.3g's 1e+03ms).
 func dur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
 	switch {
-	case d >= time.Second:
+	case d >= time.Second && d.Seconds() >= 999.5:
+		return fmt.Sprintf("%.0fs", d.Seconds())
+	case d >= time.Second || ms >= 999.5:
 		return fmt.Sprintf("%.3gs", d.Seconds())
 	case d >= time.Millisecond:
-		return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
+		return fmt.Sprintf("%.3gms", ms)
 	case d >= 10*time.Microsecond:
 		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
 	default:
