@@ -26,7 +26,8 @@
 // path. Fiber builds the whole
 // response before sending it, so the response is stored after the
 // handlers return and before Fiber sends it; a streamed body
-// (SetBodyStreamWriter, SendStreamWriter, SendStream) is sent but not kept
+// (SetBodyStreamWriter, SendStreamWriter, SendStream, and SendFile or
+// Download, whose file fasthttp sends as a stream) is sent but not kept
 // (replays say so), and is written after the claim ended: the handlers'
 // context (c.Context(), the lease's) has ended by then, so a stream writer
 // must not read with it (a query's rows, an upstream's body), or it stops
@@ -42,7 +43,9 @@
 // nothing, as under httpx.Guard, but fasthttp runs the session after the
 // handlers returned: the key is released as the session starts, so a
 // request with the key during the session runs the handlers again (under
-// httpx.Guard it gets a 409 until the session ends).
+// httpx.Guard it gets a 409 until the session ends). A handler that ends
+// with an informational status (c.SendStatus(102)), which fasthttp sends
+// as the response, is released too: no final answer to replay.
 //
 // Inside the guarded handlers, ClaimFrom gives the lease (for Step,
 // KeyFor, a SQL backstop commit with Backstop.Commit); so does
@@ -476,14 +479,19 @@ func own(hr *http.Request, fh *fasthttp.RequestHeader) {
 	}
 }
 
-// header returns the response's header fields as an http.Header, leaving
-// out Content-Length (fasthttp sets it from the body).
+// header returns the header fields a buffered response goes out with, as
+// an http.Header: not Content-Length (fasthttp sets it from the body),
+// nor a Content-Type fasthttp does not send (sendsType), nor the fields
+// declared as trailers, which fasthttp leaves out of the header and, with
+// a body of known length, sends nowhere.
 func header(c fiber.Ctx) http.Header {
 	h := http.Header{}
 	res := c.Response()
+	trailers := res.Header.PeekTrailerKeys()
 	for k, v := range res.Header.All() {
 		name := textproto.CanonicalMIMEHeaderKey(string(k))
-		if name == "Content-Length" || name == "Content-Type" && !sendsType(res) {
+		if name == "Content-Length" || name == "Content-Type" && !sendsType(res) ||
+			slices.ContainsFunc(trailers, func(t []byte) bool { return strings.EqualFold(string(t), name) }) {
 			continue
 		}
 		h[name] = append(h[name], string(v))
@@ -492,19 +500,24 @@ func header(c fiber.Ctx) http.Header {
 }
 
 // sendsType reports whether fasthttp sends the Content-Type that
-// res.Header.All gives: one the handler set, or its default type for a
-// response with a body (a response without one goes out without a
-// default type, so a replay must not set it).
+// res.Header.All gives: one the handler set, or its default type, which
+// fasthttp sends only with a Content-Length other than 0 (a body, or one
+// a HEAD request's answer declares), never for a status without a body
+// (1xx, 204, 304) unless the handler set one: a response that goes out
+// without one must be replayed without one.
 func sendsType(res *fasthttp.Response) bool {
-	if len(res.Body()) > 0 || res.IsBodyStream() {
-		return true
-	}
 	// ContentType gives the default type unless told not to: told so, on
 	// a copy, it gives only a type the handler set.
 	var rh fasthttp.ResponseHeader
 	res.Header.CopyTo(&rh)
 	rh.SetNoDefaultContentType(true)
-	return len(rh.ContentType()) > 0
+	if len(rh.ContentType()) > 0 {
+		return true
+	}
+	if st := res.StatusCode(); st >= 100 && st < 200 || st == http.StatusNoContent || st == http.StatusNotModified {
+		return res.Header.ContentLength() != 0
+	}
+	return len(res.Body()) > 0 || res.IsBodyStream()
 }
 
 // setHeader makes the response's header fields h, with Content-Length
@@ -567,6 +580,7 @@ func (r *response) Result() httpcore.Result {
 		return out
 	}
 	out.Header = header(r.c)
+	out.Untyped = len(out.Header["Content-Type"]) == 0
 	out.Body = res.Body()
 	if len(out.Body) > r.max {
 		out.TooLarge = true

@@ -377,7 +377,7 @@ func (c *Capture) Result() Result {
 	untyped := !hasValues(c.header.fields, "Content-Type")
 	return Result{Status: c.status, Before: c.before, fields: c.header.fields, Body: c.buf.Bytes(),
 		TooLarge: c.tooLarge, Hijacked: c.hijacked, Stored: c.stored, Release: c.release, CutShort: c.cutShort(), Bypassed: c.bypassed,
-		untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
+		Untyped: untyped, trailers: c.trailers(c.w.Header(), nil)}
 }
 
 // cutShort reports whether the status went out with a Content-Length

@@ -701,15 +701,16 @@ type Result struct {
 	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
 	Stored         []byte // CommitResponse committed these bytes: store them as they are
 	Release        bool   // CommitResponse answered without committing: release, store nothing
+	// Untyped: the response went out without a Content-Type (net/http
+	// sniffed none: the handler flushed before its body, set the field to
+	// nil, or removed outer middleware's from a response without a body;
+	// fasthttp sent no default type), so a replay sends none either.
+	Untyped bool
 
 	// fields is Header as a list, when the binding kept it so (a Capture
 	// snapshots the header at WriteHeader without a map); Header is then
 	// nil.
 	fields []snapField
-	// untyped: the response went out without a Content-Type, and net/http
-	// sniffed none (the handler flushed before its body, set the field to
-	// nil, or removed outer middleware's from a response without a body).
-	untyped bool
 	// trailers are the trailer fields the handler set (Capture.trailers:
 	// a declared name, or one with http.TrailerPrefix), stored for replays
 	// under http.TrailerPrefix.
@@ -916,7 +917,11 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 			status = http.StatusOK
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
-	case m.releases(status):
+	case m.releases(status), status < 200, status > 999:
+		// A status no client takes for a final answer (fasthttp sends a
+		// 1xx the handler set as its response; net/http panics on one
+		// below 100 or above 999) is not one a replay could repeat, nor
+		// one the record format keeps: like a 101, it is released.
 		m.end.Release(held)
 		resp.Send()
 		return
@@ -936,7 +941,7 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 			var scratch [16]snapField
 			fields = fieldsOf(res.Header, scratch[:])
 		}
-		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body, res.untyped)
+		result = m.encodeHandlerResponse(status, res.Before, fields, res.trailers, res.Body, res.Untyped)
 	}
 	m.end.Complete(held, result, "path", r.Path())
 	if !res.Hijacked {
