@@ -51,8 +51,9 @@ func TestStoreContractStrictIsolation(t *testing.T) {
 				// is kept for Lease + TTL) must claim again within TTL − 50ms
 				// of the wait; 400ms was missed on a loaded 2-core machine
 				// (KeptThroughRecoveryShortTTL: a fresh claim, attempt 1).
-				Lease: 2 * time.Second,
-				Keys:  200, // TestStoreContract runs the full race; here the races meet often enough
+				Lease:                2 * time.Second,
+				Keys:                 200, // TestStoreContract runs the full race; here the races meet often enough
+				FencesOutliveRecords: true,
 			})
 		})
 	}

@@ -23,7 +23,8 @@ func TestStoreContract(t *testing.T) {
 		New: func(t *testing.T) guard.Store {
 			return pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
 		},
-		Advance: storetest.Wait,
+		Advance:              storetest.Wait,
+		FencesOutliveRecords: true, // a released first attempt's row is kept until Purge
 	})
 }
 

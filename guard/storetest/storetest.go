@@ -42,6 +42,15 @@ type Harness struct {
 	Lease time.Duration
 	// TTL is the retention used where a record must expire. Default 1s.
 	TTL time.Duration
+	// FencesOutliveRecords: the store keeps a key's fence after its record
+	// reads as absent (pgstore keeps the row of an expired record or a
+	// released first attempt until Purge; backstop.Wrap's leases bear the
+	// backstop's fence, its row kept so), so a claim that finds the key
+	// absent takes a fence above the last holder's, and Get need not show
+	// the lease's fence (Wrap's shows the primary's record). Otherwise that
+	// claim starts again at fence 1 (docs/design.md, "The state machine",
+	// rule 4).
+	FencesOutliveRecords bool
 	// Keys and Duplicates size the many-keys race (default 1,000 × 8).
 	Keys, Duplicates int
 	// Corruptions are ways to store a record the store cannot read, one
@@ -127,6 +136,8 @@ func Run(t *testing.T, h Harness) {
 		{"FormerHolders", c.formerHolders},                 // former_holders.go
 		{"ExpiredLeaseStillHeld", c.expiredLeaseStillHeld}, // expired_lease.go
 		{"ReleaseRetention", c.releaseRetention},           // release_retention.go
+		{"Released", c.released},                           // released.go
+		{"UnchangedRecordsExpire", c.unchangedExpiry},      // expiry.go
 	} {
 		t.Run(tc.name, tc.fn)
 	}

@@ -22,9 +22,10 @@ func TestScopedSecondaryContract(t *testing.T) {
 			s.honourLegacy(time.Now().Add(time.Hour))
 			return s
 		},
-		Advance:    storetest.Wait,
-		Keys:       100,
-		Duplicates: 4,
+		Advance:              storetest.Wait,
+		Keys:                 100,
+		Duplicates:           4,
+		FencesOutliveRecords: true, // pgstore's
 	})
 }
 
