@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,8 +28,13 @@ var errStopScan = errors.New("guard: scan stopped")
 // given, one written or removed while it runs may or may not be (SCAN's
 // guarantee), and one may be given more than once: SCAN gives a name
 // again when the server's table of keys shrinks while it runs, as it does
-// when many records expire or are removed. Callers that list or count
-// records once keep the names given (idemguard list does). It
+// when many records expire or are removed. On a Cluster whose slots move
+// while the masters are scanned (a resharding), records of a slot that
+// moved to a master already scanned would be missed: the masters are
+// scanned again while any slot moved, or was moving, during the pass
+// before, giving names again; after scanClusterPasses passes that met a
+// resharding, ScanRecords returns ErrScanUnsettled. Callers that list or
+// count records once keep the names given (idemguard list does). It
 // returns the first error of a scan or of a read that is not the record's
 // own (the server unavailable, ctx ended), and nil if fn stopped it. A
 // nil fn panics before the scan starts.
@@ -68,7 +74,7 @@ func (s *RedisStore) ScanRecords(ctx context.Context, fn func(name string, rec R
 	var err error
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+		err = scanCluster(ctx, c, scan)
 	case *redis.Ring:
 		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
 	default:
@@ -78,6 +84,73 @@ func (s *RedisStore) ScanRecords(ctx context.Context, fn func(name string, rec R
 		return nil
 	}
 	return err
+}
+
+// ErrScanUnsettled is returned by ScanRecords on a Cluster whose slots
+// kept moving (a resharding) through every pass of its scan: records may
+// have been missed; scan again once the resharding is over.
+var ErrScanUnsettled = errors.New("guard: the Cluster's slots moved during every pass of the scan; records may be missing")
+
+// scanClusterPasses bounds the passes of a Cluster's scan.
+const scanClusterPasses = 3
+
+// scanCluster scans every master of c (go-redis reloads the Cluster's
+// layout for each pass), and all of them again while the masters' slots
+// changed, or a slot was migrating, during the pass.
+func scanCluster(ctx context.Context, c *redis.ClusterClient, scan func(context.Context, redis.Cmdable) error) error {
+	before, err := slotLayout(ctx, c)
+	if err != nil {
+		return err
+	}
+	for pass := 1; ; pass++ {
+		if scanPassHook != nil {
+			scanPassHook(pass)
+		}
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) }); err != nil {
+			return err
+		}
+		after, err := slotLayout(ctx, c)
+		if err != nil {
+			return err
+		}
+		if after == before && !strings.Contains(after, "[") {
+			return nil
+		}
+		if pass == scanClusterPasses {
+			return ErrScanUnsettled
+		}
+		before = after
+	}
+}
+
+// scanPassHook, when set (by tests), is called before each pass of a
+// Cluster's scan.
+var scanPassHook func(pass int)
+
+// slotLayout describes which slots each master of c serves, and which it
+// is migrating or importing ("[slot->-node]", "[slot-<-node]"), as each
+// master's CLUSTER NODES says of itself: the same string while no slot
+// moved.
+func slotLayout(ctx context.Context, c *redis.ClusterClient) (string, error) {
+	var mu sync.Mutex
+	var own []string
+	err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		nodes, err := n.ClusterNodes(ctx).Result()
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		for line := range strings.Lines(nodes) {
+			f := strings.Fields(line)
+			if len(f) >= 8 && slices.Contains(strings.Split(f[2], ","), "myself") {
+				mu.Lock()
+				own = append(own, f[0]+" "+strings.Join(f[8:], " "))
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	slices.Sort(own)
+	return strings.Join(own, "\n"), err
 }
 
 // scanPage is the COUNT of ScanRecords' SCAN calls, and scanReads how many
