@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -100,7 +101,9 @@ func (gw *Gateway) checkReady(ctx context.Context) readiness {
 			res.Checks["scripts"] = "ok (loaded again: the server had lost them)"
 		}
 	}
-	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.log})
+	// The warning an accepted policy gets went out at start; the answer
+	// below says it on every probe.
+	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: discard})
 	switch {
 	case errors.Is(err, guard.ErrEviction):
 		fail("eviction", err.Error())
@@ -193,3 +196,6 @@ func (m *gatewayMetrics) request(route, result string) {
 func (m *gatewayMetrics) upstream(route string, d time.Duration) {
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
 }
+
+// discard is a logger that writes nothing.
+var discard = slog.New(slog.DiscardHandler)
