@@ -262,6 +262,12 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	if v, ok := f["forward_key_header"]; ok {
 		if s, ok := d.scalar(v); ok {
 			c.ForwardKeyHeader = d.headerName(v, s, true)
+			if ownedFields[c.ForwardKeyHeader] {
+				// The gateway sets the derived key in this field of every
+				// request it forwards, over what the client sent.
+				d.errorf(v.val, "forward_key_header", "%s carries the request itself (its framing, its caller's credentials): "+
+					"name a field of its own for the derived key (the default, %s)", c.ForwardKeyHeader, DefaultForwardKeyHeader)
+			}
 		}
 	}
 	if v, ok := f["x_forwarded"]; ok {
@@ -325,6 +331,10 @@ func (d *decoder) config(root *yaml.Node) *Config {
 			rt.src["methods"] = mf.val
 		}
 		d.checkRoute(&rt, path, item, methodNodes, c.JWT != nil)
+		if h := rt.r.Caller.Header; h != "" && h == c.ForwardKeyHeader {
+			d.errorf(rt.src["caller"], path+".caller.header", "%s is also forward_key_header: the upstream would read the derived key "+
+				"where it reads the caller", h)
+		}
 		if rt.r.UnknownOutcome == Resend && c.ForwardKeyHeader == "" {
 			// A resend is safe only because the upstream deduplicates on
 			// the derived key; without it, it would run the effect again.
@@ -694,6 +704,15 @@ func (d *decoder) headerName(f field, s string, empty bool) string {
 		d.errorf(f.val, f.path, "empty")
 	}
 	return textproto.CanonicalMIMEHeaderKey(s)
+}
+
+// ownedFields are the request fields forward_key_header may not name:
+// the message's framing and the caller's credentials, which the upstream
+// must get as the client sent them.
+var ownedFields = map[string]bool{
+	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true, "Transfer-Encoding": true,
+	"Connection": true, "Te": true, "Trailer": true, "Upgrade": true, "Expect": true,
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true,
 }
 
 func isTokenChar(c byte) bool {

@@ -189,6 +189,17 @@ routes:
   - pattern: POST /orders
     caller: {single: true}
 `, []string{"7:20: routes[0].unknown_outcome: resend needs the derived key sent to the upstream"}},
+		{"the derived key in a field the request needs", validBase + `forward_key_header: authorization
+routes:
+  - pattern: POST /orders
+    caller: {single: true}
+`, []string{"5:21: forward_key_header: Authorization carries the request itself"}},
+		{"the derived key where the caller is read", validBase + `forward_key_header: X-Account-Id
+defaults:
+  caller: {header: x-account-id}
+routes:
+  - pattern: POST /orders
+`, []string{"7:11: routes[0].caller.header: X-Account-Id is also forward_key_header"}},
 		{"two hosts' routes to one upstream", validBase + `defaults:
   caller: {single: true}
 routes:
