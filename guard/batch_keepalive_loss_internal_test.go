@@ -148,6 +148,10 @@ func TestBeatObservesCorruptExtension(t *testing.T) {
 	key := Key{Scope: "beat-corrupt", ID: "a"}
 	g.DoBatch(context.Background(), []BatchItem{{Key: key, Fingerprint: "fp"}}, func(ctx context.Context, _ int, _ Lease) ([]byte, error) {
 		<-s.answered // an extension was answered
+		// The heartbeat reads the answer after the store returned it: the
+		// effect returns once it did (a batch that ended first halts the
+		// heartbeat, and an answer after that changes nothing, by design).
+		testenv.WaitFor(t, 10*time.Second, "EventCorrupt observed", func() bool { return obs.heard(EventCorrupt, key) })
 		return nil, nil
 	}, BatchOptions{})
 	if !obs.heard(EventCorrupt, key) {
