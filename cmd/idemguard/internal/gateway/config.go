@@ -262,7 +262,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	if v, ok := f["forward_key_header"]; ok {
 		if s, ok := d.scalar(v); ok {
 			c.ForwardKeyHeader = d.headerName(v, s, true)
-			if ownedFields[c.ForwardKeyHeader] {
+			if ownedFields[textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(c.ForwardKeyHeader, "_", "-"))] {
 				// The gateway sets the derived key in this field of every
 				// request it forwards, over what the client sent.
 				d.errorf(v.val, "forward_key_header", "%s carries the request itself (its framing, its caller's credentials): "+
@@ -331,7 +331,9 @@ func (d *decoder) config(root *yaml.Node) *Config {
 			rt.src["methods"] = mf.val
 		}
 		d.checkRoute(&rt, path, item, methodNodes, c.JWT != nil)
-		if h := rt.r.Caller.Header; h != "" && h == c.ForwardKeyHeader {
+		// Compared as the gateway clears the field before it sets the
+		// key: in any spelling, "_" for "-" (sameField).
+		if h := rt.r.Caller.Header; h != "" && c.ForwardKeyHeader != "" && (sameField(h, c.ForwardKeyHeader) || sameField(c.ForwardKeyHeader, h)) {
 			d.errorf(rt.src["caller"], path+".caller.header", "%s is also forward_key_header: the upstream would read the derived key "+
 				"where it reads the caller", h)
 		}

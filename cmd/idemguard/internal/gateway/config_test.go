@@ -200,6 +200,20 @@ defaults:
 routes:
   - pattern: POST /orders
 `, []string{"7:11: routes[0].caller.header: X-Account-Id is also forward_key_header"}},
+		{"the derived key where the caller is read, spelt apart", validBase + `forward_key_header: X-Account-Id
+defaults:
+  caller: {header: X_Account_Id}
+routes:
+  - pattern: POST /orders
+  - pattern: POST /refunds
+    caller: {header: x-account_id}
+`, []string{"7:11: routes[0].caller.header: X_account_id is also forward_key_header",
+			"11:13: routes[1].caller.header: X-Account_id is also forward_key_header"}},
+		{"the derived key in a field the request needs, spelt apart", validBase + `forward_key_header: content_type
+routes:
+  - pattern: POST /orders
+    caller: {single: true}
+`, []string{"5:21: forward_key_header: Content_type carries the request itself"}},
 		{"two hosts' routes to one upstream", validBase + `defaults:
   caller: {single: true}
 routes:
