@@ -98,6 +98,7 @@ type Options struct {
 type Gateway struct {
 	cfg       *Config
 	log       *slog.Logger
+	evictLog  *slog.Logger // the eviction warning's: once per change (warnOnChange)
 	errorLog  *log.Logger
 	store     guard.Store
 	redis     redis.UniversalClient // nil with Options.Store
@@ -137,6 +138,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		}
 	}
 	gw.errorLog = slog.NewLogLogger(gw.log.Handler(), slog.LevelWarn)
+	gw.evictLog = slog.New(&warnOnChange{next: gw.log.Handler(), last: new(lastRecord)})
 	gw.hardStop, gw.stopRequests = context.WithCancelCause(context.Background())
 	gw.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gm, err := promx.New(gw.reg, promx.Options{})
@@ -433,7 +435,7 @@ func (gw *Gateway) Prepare(ctx context.Context) error {
 	defer cancel()
 	err := gw.rstore.LoadScripts(rctx)
 	if err == nil {
-		err = gw.rstore.Check(rctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.log})
+		err = gw.rstore.Check(rctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.evictLog})
 	}
 	switch {
 	case errors.Is(err, guard.ErrEviction):

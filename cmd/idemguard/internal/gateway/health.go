@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,9 +103,10 @@ func (gw *Gateway) checkReady(ctx context.Context) readiness {
 			res.Checks["scripts"] = "ok (loaded again: the server had lost them)"
 		}
 	}
-	// The warning an accepted policy gets went out at start; the answer
-	// below says it on every probe.
-	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: discard})
+	// An accepted policy's warning goes out when it is first found (at
+	// start, or later: Redis unreachable at start, or reconfigured) and
+	// when the servers or their policies change, not on every probe.
+	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.evictLog})
 	switch {
 	case errors.Is(err, guard.ErrEviction):
 		fail("eviction", err.Error())
@@ -197,5 +200,43 @@ func (m *gatewayMetrics) upstream(route string, d time.Duration) {
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
 }
 
-// discard is a logger that writes nothing.
-var discard = slog.New(slog.DiscardHandler)
+// warnOnChange is a slog.Handler that passes a record on only when it
+// differs (message and attributes) from the last one it passed: the
+// eviction warning, checked on every /readyz, is logged once for each
+// state of the servers' policies.
+type warnOnChange struct {
+	next slog.Handler
+	last *lastRecord // shared by the handlers WithAttrs and WithGroup make
+}
+
+type lastRecord struct {
+	mu  sync.Mutex
+	key string
+}
+
+func (h *warnOnChange) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *warnOnChange) Handle(ctx context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString("\x00" + a.String())
+		return true
+	})
+	h.last.mu.Lock()
+	same := h.last.key == b.String()
+	h.last.key = b.String()
+	h.last.mu.Unlock()
+	if same {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *warnOnChange) WithAttrs(as []slog.Attr) slog.Handler {
+	return &warnOnChange{next: h.next.WithAttrs(as), last: h.last}
+}
+
+func (h *warnOnChange) WithGroup(name string) slog.Handler {
+	return &warnOnChange{next: h.next.WithGroup(name), last: h.last}
+}
