@@ -122,3 +122,35 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestContentLengthOverrunThenFits: after a write refused for passing the
+// declared length, net/http refuses every later write too, even one that
+// would fit (it counts the refused bytes): the client gets the body cut
+// off, and so it does behind the Guard, which keeps the "cut short"
+// marker, not a body net/http would never have sent.
+func TestContentLengthOverrunThenFits(t *testing.T) {
+	h := func(runs *atomic.Int64) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, "hello")
+			io.WriteString(w, "123456") // past 10: refused
+			io.WriteString(w, "world")  // would fit: refused too
+		})
+	}
+	var plainRuns atomic.Int64
+	plain, pc := serve(t, h(&plainRuns))
+	if got, err := send(t.Context(), pc, "POST", plain.URL+"/o", "a"); err == nil {
+		t.Fatalf("unguarded: %d %q, want the body cut off (an error)", got.status, got.body)
+	}
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	srv, c := serve(t, guarded(e, h(&runs), httpx.Options{}))
+	if got, err := send(t.Context(), c, "POST", srv.URL+"/o", "a", key("cl-over-fit")...); err == nil {
+		t.Fatalf("guarded: %d %q, want the body cut off, as unguarded", got.status, got.body)
+	}
+	replay := do(t, c, "POST", srv.URL+"/o", "a", key("cl-over-fit")...)
+	if !replay.replayed() || !strings.Contains(string(replay.body), httpx.ProblemResponseNotKept) || runs.Load() != 1 {
+		t.Errorf("replay: %d %q (replayed %v, %d runs); want the not-kept marker, one run", replay.status, replay.body, replay.replayed(), runs.Load())
+	}
+}

@@ -38,6 +38,7 @@ type Capture struct {
 	bypassed    bool  // the response went out around the capture (SentAround)
 	writeErr    error // the first error writing to the client
 	written     int64 // body bytes the handler wrote (and the capture took)
+	offered     int64 // body bytes the handler asked to write, refused ones too (as net/http counts them)
 	declared    int64 // the Content-Length the status went with, -1 for none
 	h2          bool  // the request came over HTTP/2 or later
 
@@ -124,10 +125,12 @@ func (c *Capture) Write(p []byte) (int, error) {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
-	if c.declared >= 0 && c.written+int64(len(p)) > c.declared && bodyAllowed(c.status) {
+	c.offered += int64(len(p))
+	if c.declared >= 0 && c.offered > c.declared && bodyAllowed(c.status) {
 		// net/http refuses, whole, a write that would pass the declared
-		// length, and sends what came before: so does the capture, which
-		// then holds (and stores) the body the client got.
+		// length, and every write after it (it counts the refused bytes),
+		// and sends what came before: so does the capture, which then
+		// holds (and stores) the body the client got.
 		return 0, http.ErrContentLength
 	}
 	c.written += int64(len(p))
