@@ -10,13 +10,12 @@ import (
 	"github.com/idemguard/idemguard/internal/testenv"
 )
 
-// TestAcceptedEvictionWarnsOnce: with redis.accept_eviction the gateway
-// warns once, at start, that Redis may evict records (CheckOptions'
-// "one warning"); /readyz, which checks the policy on every probe, says
-// so in its answer, not with the warning again at each probe (a probe
-// every few seconds buried the log in it).
-func TestAcceptedEvictionWarnsOnce(t *testing.T) {
-	srv := testenv.StartRedis(t, "--maxmemory-policy", "allkeys-lru")
+// acceptingGateway starts a gateway with redis.accept_eviction on a Redis
+// of the test's own with maxmemory-policy policy, and returns it, that
+// Redis and the gateway's log.
+func acceptingGateway(t *testing.T, policy string) (*Gateway, *testenv.Server, *testenv.Buffer) {
+	t.Helper()
+	srv := testenv.StartRedis(t, "--maxmemory-policy", policy)
 	cfg, err := Parse("gw.yaml", []byte(`upstream: http://127.0.0.1:1
 redis: {addrs: ["`+srv.Addr()+`"], accept_eviction: true}
 routes: [{pattern: POST /o, caller: {single: true}}]
@@ -24,8 +23,8 @@ routes: [{pattern: POST /o, caller: {single: true}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs testenv.Buffer
-	gw, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	logs := &testenv.Buffer{}
+	gw, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,12 +32,37 @@ routes: [{pattern: POST /o, caller: {single: true}}]
 	if err := gw.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		if code, r := checkReadyz(t, gw); code != http.StatusOK || !strings.Contains(r.Checks["eviction"], "accepted") {
+	return gw, srv, logs
+}
+
+// probeReady asks /readyz n times; each must answer ready, its eviction
+// check accepted.
+func probeReady(t *testing.T, gw *Gateway, n int) readiness {
+	t.Helper()
+	var r readiness
+	for range n {
+		var code int
+		if code, r = checkReadyz(t, gw); code != http.StatusOK || !strings.Contains(r.Checks["eviction"], "accepted") {
 			t.Fatalf("/readyz: %d %+v", code, r)
 		}
 	}
-	if n := strings.Count(logs.String(), "may evict idempotency records"); n != 1 {
+	return r
+}
+
+// evictionWarnings counts the eviction warnings in logs.
+func evictionWarnings(logs *testenv.Buffer) int {
+	return strings.Count(logs.String(), "may evict idempotency records")
+}
+
+// TestAcceptedEvictionWarnsOnce: with redis.accept_eviction the gateway
+// warns once, at start, that Redis may evict records (CheckOptions'
+// "one warning"); /readyz, which checks the policy on every probe, says
+// so in its answer, not with the warning again at each probe (a probe
+// every few seconds buried the log in it).
+func TestAcceptedEvictionWarnsOnce(t *testing.T) {
+	gw, _, logs := acceptingGateway(t, "allkeys-lru")
+	probeReady(t, gw, 3)
+	if n := evictionWarnings(logs); n != 1 {
 		t.Errorf("%d eviction warnings after start and three probes, want 1:\n%s", n, logs.String())
 	}
 }
@@ -48,37 +72,13 @@ routes: [{pattern: POST /o, caller: {single: true}}]
 // once, when a probe finds it (a probe that kept quiet because the start
 // had warned kept quiet for good: nothing said it).
 func TestEvictionFoundLaterWarnsOnce(t *testing.T) {
-	srv := testenv.StartRedis(t, "--maxmemory-policy", "noeviction")
-	cfg, err := Parse("gw.yaml", []byte(`upstream: http://127.0.0.1:1
-redis: {addrs: ["`+srv.Addr()+`"], accept_eviction: true}
-routes: [{pattern: POST /o, caller: {single: true}}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testenv.Buffer
-	gw, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	if err := gw.Prepare(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	_, before := checkReadyz(t, gw)
-	// The server (this test's own) is reconfigured to evict.
+	gw, srv, logs := acceptingGateway(t, "noeviction")
+	probeReady(t, gw, 1)
 	if err := srv.Client().ConfigSet(context.Background(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var after readiness
-	for range 3 {
-		var code int
-		if code, after = checkReadyz(t, gw); code != http.StatusOK {
-			t.Fatalf("/readyz: %d %+v", code, after)
-		}
-	}
-	if warned := strings.Count(logs.String(), "may evict idempotency records"); warned != 1 {
-		t.Errorf("Redis evicts since start (allkeys-lru): %d warnings after three probes, want 1 (/readyz says %q, as under noeviction: %q)\nlog:\n%s",
-			warned, after.Checks["eviction"], before.Checks["eviction"], logs.String())
+	probeReady(t, gw, 3)
+	if n := evictionWarnings(logs); n != 1 {
+		t.Errorf("Redis evicts since start (allkeys-lru): %d warnings after three probes, want 1:\n%s", n, logs.String())
 	}
 }
