@@ -61,12 +61,12 @@ func startOwnCluster(t testing.TB, masters, replicasPer int) *ownCluster {
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				return false
 			}
-			slots, err := c.ClusterSlots(ctx).Result()
-			if err != nil || len(slots) != masters {
+			shards, err := c.ClusterShards(ctx).Result()
+			if err != nil || len(shards) != masters {
 				return false
 			}
-			for _, sl := range slots {
-				if len(sl.Nodes) != 1+replicasPer {
+			for _, sh := range shards {
+				if len(sh.Nodes) != 1+replicasPer {
 					return false
 				}
 			}
@@ -111,15 +111,20 @@ func (rc *ownCluster) client(opts *redis.ClusterOptions) *redis.ClusterClient {
 func (rc *ownCluster) owner(slot int) *testenv.Server {
 	ctx := context.Background()
 	for _, s := range rc.nodes {
-		slots, err := rc.cl(s).ClusterSlots(ctx).Result()
+		shards, err := rc.cl(s).ClusterShards(ctx).Result()
 		if err != nil {
 			continue
 		}
-		for _, sl := range slots {
-			if int(sl.Start) <= slot && slot <= int(sl.End) {
-				for _, m := range rc.nodes {
-					if m.Addr() == sl.Nodes[0].Addr {
-						return m
+		for _, sh := range shards {
+			for _, sl := range sh.Slots {
+				if slot < int(sl.Start) || slot > int(sl.End) {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					for _, m := range rc.nodes {
+						if n.Role == "master" && m.Port() == int(n.Port) {
+							return m
+						}
 					}
 				}
 			}
