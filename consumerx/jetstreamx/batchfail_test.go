@@ -2,7 +2,6 @@ package jetstreamx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -43,16 +42,26 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 
 	var (
 		mu        sync.Mutex
-		attempts  = map[int][]int{}
 		delivered = map[int][]uint64{}
-		effects   [8]int
-		outcomes  = map[int][]consumerx.Outcome{}
-		errs      = map[int][]error{}
-		dead      = map[int][]error{}
 		started   int  // messages that began their first run
 		seconds   int  // runs after a message's first
 		oneBatch  bool // when MaxRun cut the stuck run, every message had begun and none run again
 	)
+	b := &consumertest.FailPanicLong{Lease: lease, Fails: fails, Panics: panics, Stuck: stuck, Long: long,
+		Began: func(_ int, first bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if first {
+				started++
+			} else {
+				seconds++
+			}
+		},
+		StuckCut: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			oneBatch = started == 8 && seconds == 0
+		}}
 	num := func(msg consumerx.Message) int {
 		var i int
 		if _, err := fmt.Sscanf(string(msg.Payload), "charge %d", &i); err != nil {
@@ -62,72 +71,20 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	}
 	h, err := New(g, func(ctx context.Context, msg consumerx.Message) error {
 		i := num(msg)
-		l, _ := consumerx.LeaseFrom(ctx)
 		md, _ := msg.Raw.(jetstream.Msg).Metadata()
 		mu.Lock()
-		attempts[i] = append(attempts[i], l.Attempt)
 		delivered[i] = append(delivered[i], md.NumDelivered)
-		first := len(attempts[i]) == 1
-		if first {
-			started++
-		} else {
-			seconds++
-		}
 		mu.Unlock()
-		switch {
-		case i == panics:
-			panic("nil map")
-		case i == fails && first:
-			return errors.New("gateway timeout")
-		case i == stuck && first:
-			<-ctx.Done() // it outlives its lease: MaxRun cuts it off
-			mu.Lock()
-			oneBatch = started == 8 && seconds == 0
-			mu.Unlock()
-			return context.Cause(ctx)
-		case i == long && first:
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(lease + lease/2):
-			}
-		}
-		mu.Lock()
-		effects[i]++
-		mu.Unlock()
-		return nil
+		return b.Run(ctx, i)
 	}, Options{Group: "billing", Batch: 8, Concurrency: 8, InProgressDelay: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond,
-		Process: consumerx.Options{Logger: testenv.Logger(t), MaxAttempts: 2,
-			DeadLetter: func(_ context.Context, msg consumerx.Message, cause error) error {
-				mu.Lock()
-				defer mu.Unlock()
-				dead[num(msg)] = append(dead[num(msg)], cause)
-				return nil
-			},
-			OnOutcome: func(_ context.Context, msg consumerx.Message, o consumerx.Outcome, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				outcomes[num(msg)] = append(outcomes[num(msg)], o)
-				errs[num(msg)] = append(errs[num(msg)], err)
-			}}})
+		Process: b.Process(consumerx.Options{Logger: testenv.Logger(t)}, num)})
 	if err != nil {
 		t.Fatal(err)
-	}
-	acked := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, outs := range outcomes {
-			if len(outs) > 0 && outs[len(outs)-1].Ack() {
-				n++
-			}
-		}
-		return n
 	}
 	stop := consumeAll(t, h, cons, 1)
 	testenv.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool {
 		info, err := cons.Info(ctx)
-		return err == nil && acked() == 8 && info.NumAckPending == 0 && info.NumPending == 0
+		return err == nil && b.Acked() == 8 && info.NumAckPending == 0 && info.NumPending == 0
 	})
 	stop()
 	stopNATS()
@@ -137,48 +94,12 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	if !oneBatch {
 		t.Error("the 8 messages did not run in one batch: when the stuck one was cut off, not every message had begun, or one ran again")
 	}
+	// Each run was a delivery of its own: nothing delivered again while
+	// it ran (the in-progress reports past AckWait).
 	for i := range 8 {
-		wantEffects, wantAttempts, wantDelivered, last := 1, "[1]", "[1]", consumerx.Processed
-		switch i {
-		case fails, stuck:
-			wantAttempts, wantDelivered = "[1 2]", "[1 2]"
-		case panics:
-			wantEffects, wantAttempts, wantDelivered, last = 0, "[1 2]", "[1 2]", consumerx.DeadLettered
-		}
-		if effects[i] != wantEffects {
-			t.Errorf("message %d: %d effects, want %d", i, effects[i], wantEffects)
-		}
-		if got := fmt.Sprint(attempts[i]); got != wantAttempts {
-			t.Errorf("message %d ran on attempts %s, want %s", i, got, wantAttempts)
-		}
-		if got := fmt.Sprint(delivered[i]); got != wantDelivered {
-			t.Errorf("message %d ran on deliveries %s, want %s", i, got, wantDelivered)
-		}
-		outs := outcomes[i]
-		for k, o := range outs {
-			if o.Ack() != (k == len(outs)-1) || o == consumerx.Interrupted {
-				t.Errorf("message %d: outcomes %v; want it acknowledged by its last only", i, outs)
-				break
-			}
-		}
-		if len(outs) == 0 || outs[len(outs)-1] != last {
-			t.Errorf("message %d: outcomes %v; want the last %s", i, outs, last)
+		if got, want := fmt.Sprint(delivered[i]), b.Runs(i); got != want {
+			t.Errorf("message %d ran on deliveries %s, want %s (one per attempt)", i, got, want)
 		}
 	}
-	if outs := outcomes[fails]; len(outs) == 0 || outs[0] != consumerx.Failed {
-		t.Errorf("the failed message: outcomes %v; want Failed first", outs)
-	}
-	if outs, e := outcomes[stuck], errs[stuck]; len(outs) == 0 || outs[0] != consumerx.Failed || !errors.Is(e[0], guard.ErrMaxRun) {
-		t.Errorf("the cut-off message: outcomes %v, errors %v; want Failed first, with guard.ErrMaxRun", outs, e)
-	}
-	var pe *guard.PanicError
-	if outs, e := outcomes[panics], errs[panics]; len(outs) == 0 || outs[0] != consumerx.Failed || !errors.As(e[0], &pe) || pe.Value != "nil map" {
-		t.Errorf("the panicking message: outcomes %v, errors %v; want Failed first, with the panic", outs, e)
-	}
-	if d := dead[panics]; len(d) != 1 || !errors.Is(d[0], guard.ErrExhausted) || !errors.Is(d[0], guard.ErrPanicked) {
-		t.Errorf("the panicking message's dead letters: %v; want one, exhausted by the panic", d)
-	}
-	if len(dead) != 1 {
-		t.Errorf("dead letters %v; want the panicking message's alone", dead)
-	}
+	b.Check(t, "message")
 }

@@ -1,7 +1,6 @@
 package watermillx
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -38,16 +37,27 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	const fails, panics, stuck, long = 1, 3, 5, 6
 
 	var (
-		mu       sync.Mutex
-		attempts = map[int][]int{}
-		effects  [8]int
-		outcomes = map[int][]consumerx.Outcome{}
-		errs     = map[int][]error{}
-		answers  = map[int][]error{} // what the handler chain told the router, per delivery
-		dead     = map[int][]error{}
-		started  int
-		all      = make(chan struct{}) // closed once every message began its first run
+		mu      sync.Mutex
+		answers = map[int][]error{} // what the handler chain told the router, per delivery
+		started int
+		all     = make(chan struct{}) // closed once every message began its first run
 	)
+	fpl := &consumertest.FailPanicLong{Lease: lease, Fails: fails, Panics: panics, Stuck: stuck, Long: long,
+		Began: func(i int, first bool) {
+			if !first {
+				return
+			}
+			mu.Lock()
+			if started++; started == 8 {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second):
+				t.Errorf("message %d: the 8 messages did not run at once", i)
+			}
+		}}
 	num := func(payload []byte) int {
 		var i int
 		if _, err := fmt.Sscanf(string(payload), "charge %d", &i); err != nil {
@@ -55,62 +65,12 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 		}
 		return i
 	}
-	mw, err := New(g, Options{Group: "billing", InProgressDelay: 50 * time.Millisecond, Process: consumerx.Options{Logger: testenv.Logger(t), MaxAttempts: 2,
-		DeadLetter: func(_ context.Context, msg consumerx.Message, cause error) error {
-			mu.Lock()
-			defer mu.Unlock()
-			dead[num(msg.Payload)] = append(dead[num(msg.Payload)], cause)
-			return nil
-		},
-		OnOutcome: func(_ context.Context, msg consumerx.Message, o consumerx.Outcome, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			outcomes[num(msg.Payload)] = append(outcomes[num(msg.Payload)], o)
-			errs[num(msg.Payload)] = append(errs[num(msg.Payload)], err)
-		}}})
+	mw, err := New(g, Options{Group: "billing", InProgressDelay: 50 * time.Millisecond,
+		Process: fpl.Process(consumerx.Options{Logger: testenv.Logger(t)}, func(msg consumerx.Message) int { return num(msg.Payload) })})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := func(msg *message.Message) error {
-		ctx := msg.Context()
-		i := num(msg.Payload)
-		l, _ := consumerx.LeaseFrom(ctx)
-		mu.Lock()
-		attempts[i] = append(attempts[i], l.Attempt)
-		first := len(attempts[i]) == 1
-		if first {
-			if started++; started == 8 {
-				close(all)
-			}
-		}
-		mu.Unlock()
-		if first {
-			select {
-			case <-all:
-			case <-time.After(10 * time.Second):
-				t.Errorf("message %d: the 8 messages did not run at once", i)
-			}
-		}
-		switch {
-		case i == panics:
-			panic("nil map")
-		case i == fails && first:
-			return errors.New("gateway timeout")
-		case i == stuck && first:
-			<-ctx.Done() // it outlives its lease: MaxRun cuts it off
-			return context.Cause(ctx)
-		case i == long && first:
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(lease + lease/2):
-			}
-		}
-		mu.Lock()
-		effects[i]++
-		mu.Unlock()
-		return nil
-	}
+	handle := func(msg *message.Message) error { return fpl.Run(msg.Context(), num(msg.Payload)) }
 	// answer records what the router is told (nil: ack), outside the
 	// middleware.
 	answer := func(h message.HandlerFunc) message.HandlerFunc {
@@ -143,50 +103,26 @@ func TestBatchFailPanicLongLease(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool { return acked() == 8 && len(q.in) == 0 })
 
+	fpl.Check(t, "message")
+	// The router was told to acknowledge a delivery exactly when its
+	// outcome acknowledged it, and to nack the panic with its value.
 	mu.Lock()
 	defer mu.Unlock()
 	for i := range 8 {
-		wantEffects, wantAttempts, last := 1, "[1]", consumerx.Processed
-		switch i {
-		case fails, stuck:
-			wantAttempts = "[1 2]"
-		case panics:
-			wantEffects, wantAttempts, last = 0, "[1 2]", consumerx.DeadLettered
-		}
-		if effects[i] != wantEffects {
-			t.Errorf("message %d: %d effects, want %d", i, effects[i], wantEffects)
-		}
-		if got := fmt.Sprint(attempts[i]); got != wantAttempts {
-			t.Errorf("message %d ran on attempts %s, want %s", i, got, wantAttempts)
-		}
-		outs, ans := outcomes[i], answers[i]
+		outs, ans := fpl.Outcomes(i), answers[i]
 		if len(outs) != len(ans) {
 			t.Errorf("message %d: outcomes %v, answers %v; want one of each a delivery", i, outs, ans)
+			continue
 		}
 		for k, o := range outs {
-			if o.Ack() != (k == len(outs)-1) || o == consumerx.Interrupted || k < len(ans) && (ans[k] == nil) != o.Ack() {
-				t.Errorf("message %d: outcomes %v, answers %v; want it acknowledged by its last delivery only", i, outs, ans)
+			if (ans[k] == nil) != o.Ack() {
+				t.Errorf("message %d: outcomes %v, answers %v; want the router told to acknowledge as the outcome says", i, outs, ans)
 				break
 			}
 		}
-		if len(outs) == 0 || outs[len(outs)-1] != last {
-			t.Errorf("message %d: outcomes %v; want the last %s", i, outs, last)
-		}
-	}
-	if outs := outcomes[fails]; len(outs) == 0 || outs[0] != consumerx.Failed {
-		t.Errorf("the failed message: outcomes %v; want Failed first", outs)
-	}
-	if outs, e := outcomes[stuck], errs[stuck]; len(outs) == 0 || outs[0] != consumerx.Failed || !errors.Is(e[0], guard.ErrMaxRun) {
-		t.Errorf("the cut-off message: outcomes %v, errors %v; want Failed first, with guard.ErrMaxRun", outs, e)
 	}
 	var pe *guard.PanicError
-	if outs, a := outcomes[panics], answers[panics]; len(outs) == 0 || outs[0] != consumerx.Failed || len(a) == 0 || !errors.As(a[0], &pe) || pe.Value != "nil map" {
-		t.Errorf("the panicking message: outcomes %v, answers %v; want Failed first, nacked with the panic", outs, a)
-	}
-	if d := dead[panics]; len(d) != 1 || !errors.Is(d[0], guard.ErrExhausted) || !errors.Is(d[0], guard.ErrPanicked) {
-		t.Errorf("the panicking message's dead letters: %v; want one, exhausted by the panic", d)
-	}
-	if len(dead) != 1 {
-		t.Errorf("dead letters %v; want the panicking message's alone", dead)
+	if a := answers[panics]; len(a) == 0 || !errors.As(a[0], &pe) || pe.Value != "nil map" {
+		t.Errorf("the panicking message's answers %v; want it nacked with the panic", a)
 	}
 }
