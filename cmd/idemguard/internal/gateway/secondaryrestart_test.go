@@ -74,7 +74,8 @@ func TestSecondaryKeysSurviveRestart(t *testing.T) {
 // TestSecondaryUnreadableAtStart: a gateway that cannot read its fallback
 // PostgreSQL at start cannot know whether it holds keys from an outage, so
 // it runs no fresh key Redis grants until PostgreSQL answers the check (503,
-// nothing forwarded), rather than risk running one a second time.
+// nothing forwarded), rather than risk running one a second time, and says
+// it is not ready.
 func TestSecondaryUnreadableAtStart(t *testing.T) {
 	t.Setenv("IDEMGUARD_TEST_SECONDARY_PG", "postgres://u@127.0.0.1:1/db?sslmode=disable")
 	up := newUpstream(t)
@@ -94,5 +95,10 @@ routes: [{pattern: POST /orders}]
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || up.count("o-1") != 0 {
 		t.Fatalf("got %d, upstream ran it %d times; want 503 and 0 while the secondary cannot say whether it holds the key", resp.StatusCode, up.count("o-1"))
+	}
+	// Not ready meanwhile: a load balancer would keep sending it traffic
+	// it answers 503 to.
+	if code, res := checkReadyz(t, env.gw); code == http.StatusOK {
+		t.Errorf("/readyz 200 (%+v) while every guarded request is answered 503 (the secondary cannot be read to check Redis's claims)", res)
 	}
 }
