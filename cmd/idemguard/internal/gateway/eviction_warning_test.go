@@ -82,3 +82,25 @@ func TestEvictionFoundLaterWarnsOnce(t *testing.T) {
 		t.Errorf("Redis evicts since start (allkeys-lru): %d warnings after three probes, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestEvictionBackWarnsAgain: a policy warned of, then changed to
+// noeviction, then back, is warned of again when a probe finds it back
+// (the warning is logged whenever the policies change; the last warning
+// was remembered past the noeviction that ended it, and the policy's
+// return went unsaid).
+func TestEvictionBackWarnsAgain(t *testing.T) {
+	gw, srv, logs := acceptingGateway(t, "allkeys-lru")
+	policy := func(p string) {
+		t.Helper()
+		if err := srv.Client().ConfigSet(context.Background(), "maxmemory-policy", p).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy("noeviction")
+	probeReady(t, gw, 2)
+	policy("allkeys-lru")
+	probeReady(t, gw, 2)
+	if n := evictionWarnings(logs); n != 2 {
+		t.Errorf("allkeys-lru, noeviction, allkeys-lru again: %d warnings, want 2:\n%s", n, logs.String())
+	}
+}

@@ -99,6 +99,7 @@ type Gateway struct {
 	cfg       *Config
 	log       *slog.Logger
 	evictLog  *slog.Logger // the eviction warning's: once per change (warnOnChange)
+	evictLast *lastRecord  // evictLog's last warning (checkEviction)
 	errorLog  *log.Logger
 	store     guard.Store
 	redis     redis.UniversalClient // nil with Options.Store
@@ -138,7 +139,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		}
 	}
 	gw.errorLog = slog.NewLogLogger(gw.log.Handler(), slog.LevelWarn)
-	gw.evictLog = slog.New(&warnOnChange{next: gw.log.Handler(), last: new(lastRecord)})
+	gw.evictLast = new(lastRecord)
+	gw.evictLog = slog.New(&warnOnChange{next: gw.log.Handler(), last: gw.evictLast})
 	gw.hardStop, gw.stopRequests = context.WithCancelCause(context.Background())
 	gw.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gm, err := promx.New(gw.reg, promx.Options{})
@@ -435,7 +437,7 @@ func (gw *Gateway) Prepare(ctx context.Context) error {
 	defer cancel()
 	err := gw.rstore.LoadScripts(rctx)
 	if err == nil {
-		err = gw.rstore.Check(rctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.evictLog})
+		err = gw.checkEviction(rctx)
 	}
 	switch {
 	case errors.Is(err, guard.ErrEviction):

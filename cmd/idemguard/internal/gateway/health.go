@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,7 +107,7 @@ func (gw *Gateway) checkReady(ctx context.Context) readiness {
 	// An accepted policy's warning goes out when it is first found (at
 	// start, or later: Redis unreachable at start, or reconfigured) and
 	// when the servers or their policies change, not on every probe.
-	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: gw.evictLog})
+	err := gw.checkEviction(ctx)
 	switch {
 	case errors.Is(err, guard.ErrEviction):
 		fail("eviction", err.Error())
@@ -200,6 +201,21 @@ func (m *gatewayMetrics) upstream(route string, d time.Duration) {
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
 }
 
+// checkEviction runs the store's Check of the servers' eviction policies
+// (at start and on every /readyz), its warning through evictLog. A check
+// that read every policy and warned of none (noeviction everywhere)
+// forgets the last warning, so that a policy warned of, changed and then
+// back is warned of again.
+func (gw *Gateway) checkEviction(ctx context.Context) error {
+	var warned atomic.Bool
+	log := slog.New(&noticing{next: gw.evictLog.Handler(), seen: &warned})
+	err := gw.rstore.Check(ctx, guard.CheckOptions{AcceptEviction: gw.cfg.Redis.AcceptEviction, Logger: log})
+	if err == nil && !warned.Load() {
+		gw.evictLast.forget()
+	}
+	return err
+}
+
 // warnOnChange is a slog.Handler that passes a record on only when it
 // differs (message and attributes) from the last one it passed: the
 // eviction warning, checked on every /readyz, is logged once for each
@@ -212,6 +228,13 @@ type warnOnChange struct {
 type lastRecord struct {
 	mu  sync.Mutex
 	key string
+}
+
+// forget makes the next record pass, whatever it is.
+func (l *lastRecord) forget() {
+	l.mu.Lock()
+	l.key = ""
+	l.mu.Unlock()
 }
 
 func (h *warnOnChange) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
@@ -239,4 +262,26 @@ func (h *warnOnChange) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *warnOnChange) WithGroup(name string) slog.Handler {
 	return &warnOnChange{next: h.next.WithGroup(name), last: h.last}
+}
+
+// noticing is a slog.Handler that notes in seen that a record came (passed
+// on or not), for one eviction check (checkEviction).
+type noticing struct {
+	next slog.Handler
+	seen *atomic.Bool
+}
+
+func (h *noticing) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *noticing) Handle(ctx context.Context, r slog.Record) error {
+	h.seen.Store(true)
+	return h.next.Handle(ctx, r)
+}
+
+func (h *noticing) WithAttrs(as []slog.Attr) slog.Handler {
+	return &noticing{next: h.next.WithAttrs(as), seen: h.seen}
+}
+
+func (h *noticing) WithGroup(name string) slog.Handler {
+	return &noticing{next: h.next.WithGroup(name), seen: h.seen}
 }
