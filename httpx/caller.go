@@ -3,6 +3,7 @@ package httpx
 import (
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 )
 
@@ -35,6 +36,10 @@ func TenantFromContext[T any](key any, name func(T) string) func(r *http.Request
 			return s
 		case fmt.Stringer:
 			return s.String()
+		}
+		// A string of a type of its own (type AccountID string).
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+			return rv.String()
 		}
 		return ""
 	}

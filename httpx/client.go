@@ -194,6 +194,14 @@ func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if name, ok := otherSpelling(req.Header, t.opts.Header); ok {
+		// The caller's own key, in a header map entry of another spelling
+		// (req.Header["idempotency-key"]): sent as one field of the
+		// canonical name, not beside a fresh key of its own.
+		req = req.Clone(req.Context())
+		req.Header[t.opts.Header] = req.Header[name]
+		delete(req.Header, name)
+	}
 	if len(req.Header.Values(t.opts.Header)) == 0 {
 		key, _ := req.Context().Value(idempotencyKey{}).(string)
 		if key != "" {
@@ -297,9 +305,33 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
+// otherSpelling reports the name of the one entry of h that holds field
+// name under another spelling (a map entry not in canonical form), when h
+// has no entry of name itself.
+func otherSpelling(h http.Header, name string) (string, bool) {
+	if _, ok := h[name]; ok {
+		return "", false
+	}
+	found := ""
+	for k := range h {
+		if k != name && strings.EqualFold(k, name) {
+			if found != "" {
+				return "", false // two spellings: two fields, the server's to refuse
+			}
+			found = k
+		}
+	}
+	return found, found != ""
+}
+
 // maxProblemPeek bounds the bytes of a response body inFlightAnswer reads
 // to learn its problem type; the Guard's problems are a few hundred.
 const maxProblemPeek = 4 << 10
+
+// maxProblemPeekWait bounds the time inFlightAnswer waits for those bytes:
+// a problem document comes with its header or right after it, and a body
+// that stalls must not hold the retry, or the caller, until ctx ends.
+const maxProblemPeekWait = 200 * time.Millisecond
 
 // inFlightAnswer reports whether resp says that the key's first request
 // is still running: a 409 with Retry-After (httpx.Guard's default, and
@@ -307,8 +339,10 @@ const maxProblemPeek = 4 << 10
 // to 429, say) with Retry-After whose body is a problem of type
 // ProblemInFlight. Only such a response's body is read to tell, at most
 // maxProblemPeek bytes of it, and what was read is put back in front of
-// the rest, so a response returned is whole. Any other 429 (a rate
-// limiter's) is not taken for one.
+// the rest, so a response returned is whole. A body whose bytes have not
+// come within maxProblemPeekWait is not taken for one (they are read on,
+// and put back all the same). Any other 429 (a rate limiter's) is not
+// taken for one.
 func inFlightAnswer(resp *http.Response) bool {
 	if resp.StatusCode < 400 || resp.Header.Get("Retry-After") == "" {
 		return false
@@ -320,23 +354,60 @@ func inFlightAnswer(resp *http.Response) bool {
 	if err != nil || mt != ProblemContentType || resp.ContentLength > maxProblemPeek {
 		return false
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxProblemPeek+1))
-	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(b), resp.Body), Closer: resp.Body}
-	if err != nil || len(b) > maxProblemPeek {
+	p := &peekedBody{body: resp.Body, done: make(chan struct{})}
+	go p.peek()
+	resp.Body = p
+	timer := time.NewTimer(maxProblemPeekWait)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+	case <-timer.C:
 		return false
 	}
-	var p struct {
+	if p.err != nil || len(p.head) > maxProblemPeek {
+		return false
+	}
+	var prob struct {
 		Type string `json:"type"`
 	}
-	return json.Unmarshal(b, &p) == nil && p.Type == ProblemInFlight
+	return json.Unmarshal(p.head, &prob) == nil && prob.Type == ProblemInFlight
 }
 
-// peekedBody is a response body whose first bytes were read and are read
-// again from a copy.
+// peekedBody is a response body whose first bytes (up to
+// maxProblemPeek+1) are read ahead, by peek, and read again from a copy,
+// before the rest. Close closes the body at once, which ends a peek that
+// stalls.
 type peekedBody struct {
-	io.Reader
-	io.Closer
+	body io.ReadCloser
+	done chan struct{} // closed when peek has ended; then head and err hold
+	head []byte
+	err  error     // peek's read error, io.EOF not counted
+	rest io.Reader // head, then err or the rest of body: set by the first Read
 }
+
+func (p *peekedBody) peek() {
+	defer close(p.done)
+	p.head, p.err = io.ReadAll(io.LimitReader(p.body, maxProblemPeek+1))
+}
+
+func (p *peekedBody) Read(b []byte) (int, error) {
+	if p.rest == nil {
+		<-p.done
+		var after io.Reader = p.body
+		if p.err != nil {
+			after = errReader{p.err}
+		}
+		p.rest = io.MultiReader(bytes.NewReader(p.head), after)
+	}
+	return p.rest.Read(b)
+}
+
+func (p *peekedBody) Close() error { return p.body.Close() }
+
+// errReader is a Reader that only fails, with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // retryStatus reports whether a response status is worth retrying with the
 // same key: the key is busy (409), the server sheds load (429, 503), or a
@@ -381,5 +452,23 @@ func closeBody(req *http.Request) {
 // attempt: nothing reached a handler, and asking again only repeats it.
 func permanent(err error) bool {
 	var cv *tls.CertificateVerificationError
-	return errors.As(err, &cv) || strings.Contains(err.Error(), "unsupported protocol scheme")
+	if errors.As(err, &cv) {
+		return true
+	}
+	// net/http refuses a request it cannot write with errors of no type of
+	// their own: these it gives before sending anything.
+	msg := err.Error()
+	for _, refusal := range []string{
+		"unsupported protocol scheme",
+		"no Host in request URL",
+		"invalid header field name",
+		"invalid header field value",
+		"invalid method",
+		"invalid trailer field",
+	} {
+		if strings.Contains(msg, refusal) {
+			return true
+		}
+	}
+	return false
 }
