@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,7 +185,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 	}
 	pools := make([]redsyncredis.Pool, len(nodes))
 	for i, c := range nodes {
-		if c == nil {
+		if c == nil || isNilPointer(c) {
 			return nil, fmt.Errorf("lock: node %d is nil", i)
 		}
 		for j, d := range nodes[:i] {
@@ -205,6 +206,14 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 		nodes:   len(nodes),
 		quorum:  len(nodes)/2 + 1,
 	}, nil
+}
+
+// isNilPointer reports whether c is a nil pointer of a client type, such
+// as (*redis.Client)(nil), which an interface holding it does not equal
+// nil.
+func isNilPointer(c redis.UniversalClient) bool {
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // sameNode reports whether a and b are one client, or clients of one
