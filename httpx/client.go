@@ -95,13 +95,19 @@ type TransportOptions struct {
 // second of it being ready, for up to MaxInFlightWait, without counting
 // attempts. Any other 429 (a rate limiter's) is retried as above and
 // counts. To tell, the transport reads the first bytes (at most 4 KiB)
-// of a problem body with Retry-After; a response it returns is whole.
+// of a problem body with Retry-After, waiting at most 200 ms for them (a
+// body that has not sent them by then is not taken for an in-flight
+// answer); a response it returns is whole.
 //
 // Retries stop after MaxAttempts, when the request's context ends, or when
 // the next wait would pass the context's deadline (then the last response
 // or error is returned as it is). An error that every attempt would meet
 // again (a certificate the client does not trust, a URL scheme the base
-// does not speak) is returned at once. The body of a response that is
+// does not speak, a request net/http refuses to write: a header value
+// with a newline, a URL without a host) is returned at once. A key the
+// caller set under a header map entry of another spelling
+// (req.Header["idempotency-key"]) is its key: it is sent as the one field
+// of the canonical name. The body of a response that is
 // retried is closed unread. A request with a body is retried only if it has
 // GetBody (http.NewRequest sets it for bytes, strings and bytes.Buffer
 // bodies); without it the request is sent once. Requests without a key
