@@ -690,6 +690,11 @@ func (s *RedisStore) decodeGet(key Key, name string, reply []any) (Record, error
 	if st.state == stReleased {
 		return Record{}, ErrNotFound
 	}
+	if st.state == stPending && pttl < 0 {
+		// Its lease never runs out: every claim but its holder's is refused
+		// (claim.lua), for good. Told as Claim tells it.
+		return Record{}, &CorruptError{Key: key, Name: name, Detail: "pending record without expiry"}
+	}
 	rec := st.record(key)
 	if pttl > 0 {
 		rec.TTL = time.Duration(pttl) * time.Millisecond

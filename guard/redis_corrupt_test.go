@@ -263,3 +263,51 @@ func FuzzStoredValue(f *testing.F) {
 		}
 	})
 }
+
+// TestPendingWithoutExpiry: a pending record that lost its expiry (an
+// operator's PERSIST, a keyspace copied or restored without its TTLs)
+// never frees its key: every claim but its holder's fails with ErrCorrupt
+// naming the key. Get says so too (it showed a pending record whose lease
+// had run out, which `idemguard inspect` and `list` took for a key the
+// next claim recovers), and its holder can still complete it.
+func TestPendingWithoutExpiry(t *testing.T) {
+	for _, srv := range []struct {
+		name  string
+		store func(t *testing.T) *guard.RedisStore
+	}{
+		{"miniredis", func(t *testing.T) *guard.RedisStore { s, _ := miniStore(t); return s }},
+		{"redis", func(t *testing.T) *guard.RedisStore { return guardenv.Store(t, guard.RedisOptions{}) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			s := srv.store(t)
+			ctx := context.Background()
+			key := guard.Key{Scope: "POST /pay", ID: "persisted"}
+			if _, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Client().Persist(ctx, s.Name(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			corrupt := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, guard.ErrCorrupt) || !strings.Contains(err.Error(), key.String()) {
+					t.Errorf("%s of a pending record without expiry = %v, want ErrCorrupt naming %s", what, err, key)
+				}
+			}
+			_, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "B", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			corrupt("another claim", err)
+			_, err = s.Get(ctx, key)
+			corrupt("Get", err)
+			_, err = s.GetByName(ctx, s.Name(key))
+			if !errors.Is(err, guard.ErrCorrupt) {
+				t.Errorf("GetByName = %v, want ErrCorrupt", err)
+			}
+			if err := s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("result"), time.Hour); err != nil {
+				t.Fatalf("its holder's Complete: %v", err)
+			}
+			if rec, err := s.Get(ctx, key); err != nil || rec.State != guard.StateCompleted || rec.TTL <= 0 {
+				t.Fatalf("after its holder's Complete: %+v, %v; want completed, with a retention", rec, err)
+			}
+		})
+	}
+}

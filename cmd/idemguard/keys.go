@@ -392,11 +392,14 @@ func inspectByName(ctx context.Context, rf redisFlags, name string, stdout io.Wr
 // store (a failure's reason, a key, a Redis key name) is anyone's, and a
 // control character, an escape sequence, a bidirectional override or a
 // byte of invalid UTF-8 in it is written as a Go escape (\x1b, \n,
-// \u202e), never sent raw for the terminal to obey.
+// \u202e), never sent raw for the terminal to obey. A backslash is
+// written \\, so that a key holding the text of an escape (`a\u00a0b`) is
+// not shown as the key holding the character (`a`, U+00A0, `b`): what is
+// shown reads back as the text in Go's quoting or bash's $'…'.
 func shown(s string) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
+		if r == utf8.RuneError || r == '\\' || !unicode.IsPrint(r) {
 			clean = false
 			break
 		}
@@ -410,6 +413,8 @@ func shown(s string) string {
 		switch {
 		case r == utf8.RuneError && w == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
 		case unicode.IsPrint(r):
 			b.WriteRune(r)
 		default:

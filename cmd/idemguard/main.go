@@ -157,6 +157,9 @@ func printUsage(w io.Writer) {
 // terminal could obey in it (an escape sequence in a key or a stored
 // reason), are shown escaped (\n, \x1b), and every other byte is kept, so
 // that a key in it is named exactly (folding its spaces named another key).
+// A backslash is doubled as shown doubles it, so the line reads back as
+// the message in Go's quoting or bash's $'…' (a quoted value's \" shows
+// as \\").
 func oneLine(s string) string {
 	return shown(s)
 }
