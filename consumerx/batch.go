@@ -96,7 +96,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 					idx[j] = j
 				}
 			}
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, err, nil)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, err)
 			continue
 		}
 		runs[i].key = key
@@ -177,7 +177,7 @@ func (p *Processor) ProcessBatch(ctx context.Context, msgs []Message, h Handler,
 		// The batch stops at the bad message, as at any dead letter.
 		i := bad
 		if allDone(out[:bad]) {
-			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, badErr, retry)
+			out[i].Outcome, _, out[i].Err = p.deadLetter(ctx, msgs[i], guard.Key{}, runs[i].fp, badErr)
 			i++
 		}
 		for ; i < len(msgs); i++ {

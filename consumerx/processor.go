@@ -360,7 +360,7 @@ func (p *Processor) process(ctx context.Context, msg Message, fn ResultFunc) (Ou
 		err = ferr
 	}
 	if err != nil {
-		return p.deadLetter(ctx, msg, guard.Key{}, fp, err, nil)
+		return p.deadLetter(ctx, msg, guard.Key{}, fp, err)
 	}
 	r := run{key: key, fp: fp}
 	res, err := p.g.DoWith(ctx, key, r.fp, func(lctx context.Context, lease guard.Lease) ([]byte, error) {
@@ -488,13 +488,13 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 				ExhaustedError: &guard.ExhaustedError{Key: key, Attempts: r.attempt, LastError: herr.Error()},
 				err:            herr.err,
 			}
-			return p.deadLetter(ctx, msg, key, r.fp, cause, r.retry)
+			return p.deadLetter(ctx, msg, key, r.fp, cause)
 		}
 		return Failed, nil, herr.err
 	case errors.Is(err, guard.ErrInProgress):
 		return InProgress, nil, err
 	case errors.Is(err, guard.ErrExhausted), errors.Is(err, guard.ErrMismatch), errors.Is(err, guard.ErrInvalidKey):
-		return p.deadLetter(ctx, msg, key, r.fp, err, r.retry)
+		return p.deadLetter(ctx, msg, key, r.fp, err)
 	default:
 		return Failed, nil, err
 	}
@@ -715,10 +715,12 @@ func (e *exhaustedCause) Unwrap() []error { return []error{e.ExhaustedError, e.e
 // consumer stopped, the acknowledgement was lost) is not dead-lettered
 // again; a message without a broker id either is not deduplicated. A dead
 // letter sent whose record the store refused is recorded again as a
-// handler's success is (recomplete, within b, a batch's budget, or
-// CompleteRetry if nil): left pending, it would be sent again once its
-// lease ran out.
-func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error, b *completeBudget) (Outcome, []byte, error) {
+// handler's success is (recomplete), for CompleteRetry from that refusal,
+// in a batch too: left pending, it would be sent again once its lease ran
+// out, and a batch's budget could be spent before (by a slow DeadLetter,
+// by the messages before it), where the record's lease, just taken, has
+// the time.
+func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, fp string, cause error) (Outcome, []byte, error) {
 	if p.opts.DeadLetter == nil {
 		p.log.ErrorContext(ctx, "consumerx: message dead-lettered (no DeadLetter set: dropped)", "id", msg.ID, "cause", cause)
 		return DeadLettered, nil, cause
@@ -746,7 +748,7 @@ func (p *Processor) deadLetter(ctx context.Context, msg Message, key guard.Key, 
 	}, deadCall)
 	if err != nil && sent && errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLeaseLost) {
 		// Sent, but its record refused for a moment: try it again.
-		r := run{key: dk, retry: b}
+		r := run{key: dk}
 		if p.recomplete(ctx, &r, res) == nil {
 			res, err = guard.Result{}, nil
 		}
