@@ -681,7 +681,12 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 	}
 	sr.setHeader(w.Header())
 	w.WriteHeader(sr.status)
-	_, _ = w.Write(sr.body)
+	if len(sr.body) > 0 {
+		// Not an empty write: Gin sends its header on any write, which a
+		// first run's bodyless answer left to after the guard (an outer
+		// middleware's field set after c.Next, Gin's default 404 text).
+		_, _ = w.Write(sr.body)
+	}
 }
 
 // Result is a guarded handler's response as its binding saw it, once the
