@@ -173,9 +173,15 @@ func (s *Store) switchBack(ctx context.Context, req guard.ClaimRequest, out guar
 		}
 		return guard.Outcome{Status: guard.Replay, Result: rec.Result}, nil
 	default:
-		// Pending or failed in the secondary: it keeps the key.
+		// Pending or failed in the secondary: it keeps the key. The
+		// primary's claim is given back once the secondary has answered,
+		// not before: in between, the key would be held in neither store
+		// (its holder there giving it back meanwhile), and another claim
+		// the primary granted would find nothing in the secondary and
+		// keep its lease while this one took the secondary's.
+		o, err := s.claimSecondary(ctx, req)
 		s.undo(ctx, req)
-		return s.claimSecondary(ctx, req)
+		return o, err
 	}
 }
 
@@ -253,6 +259,10 @@ type ownerKey struct {
 // renewal.
 const ownerGrace = time.Minute
 
+// hold remembers the lease of token on key for twice lease (at least
+// ownerGrace) from now, or longer if it was remembered for longer: a
+// write that does not know the lease's length (SaveStep gives 0) must not
+// cut down what its claim or last extension set.
 func (o *owners) hold(key guard.Key, token string, lease time.Duration) {
 	now := time.Now()
 	o.mu.Lock()
@@ -260,7 +270,10 @@ func (o *owners) hold(key guard.Key, token string, lease time.Duration) {
 	if o.m == nil {
 		o.m = make(map[ownerKey]time.Time)
 	}
-	o.m[ownerKey{key, token}] = now.Add(max(2*lease, ownerGrace))
+	k := ownerKey{key, token}
+	if until := now.Add(max(2*lease, ownerGrace)); until.After(o.m[k]) {
+		o.m[k] = until
+	}
 	if len(o.m) >= 2*o.swept+1024 {
 		for k, until := range o.m {
 			if now.After(until) {
