@@ -73,6 +73,7 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	looked := false // the last look was made
 	for {
 		d := delay + rand.N(delay/5+1)
 		if !deadline.IsZero() {
@@ -80,10 +81,24 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 			if left <= 0 {
 				return Outcome{}, inFlight
 			}
+			if looked {
+				// Nothing more to read: the rest of the wait goes by
+				// (without this, every look after the last one came at
+				// once, back to back until the deadline).
+				timer.Reset(left)
+				select {
+				case <-ctx.Done():
+					return Outcome{}, waitEnded(ctx, key)
+				case <-timer.C:
+				}
+				return Outcome{}, inFlight
+			}
 			// The last look comes readGrace before the deadline (at once
 			// under a Timeout shorter than that), so that its read can
 			// answer: made at the deadline, it was cut off unread.
-			d = min(d, max(left-readGrace, 0))
+			if last := max(left-readGrace, 0); last <= d {
+				d, looked = last, true
+			}
 		}
 		timer.Reset(d)
 		select {
