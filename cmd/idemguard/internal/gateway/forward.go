@@ -176,6 +176,14 @@ func (a *attempt) state() (earlier bool, at time.Time, stepErr error) {
 	return a.earlier, a.forwardedAt, a.stepErr
 }
 
+// looked reports whether the gate looked for the forward step (a write of
+// the attempt's request was tried).
+func (a *attempt) looked() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stepped
+}
+
 type attemptKey struct{}
 
 func attemptFrom(ctx context.Context) *attempt {
@@ -547,6 +555,26 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 					}
 				}
 			}
+			if rt != nil {
+				// The client's own key is not the upstream's: it is not
+				// scoped by caller, so an upstream deduplicating on it
+				// could answer one caller with another's result. It never
+				// goes, guarded or not (a soft route's request without a
+				// key passes through), whatever it is called: the route's
+				// key header, or on a body or computed route the default
+				// one (a computed key takes the client's from it); nor
+				// does a field of the derived key's name the client sent.
+				// Spelt with '_' for '-' too: CGI-style servers (wsgiref,
+				// PHP, Puma) read Idempotency_Key as Idempotency-Key.
+				clientKey := rt.cfg.Key.Header
+				if clientKey == "" {
+					clientKey = httpx.DefaultHeader
+				}
+				delAnySpelling(pr.Out.Header, clientKey)
+				if keyHeader != "" {
+					delAnySpelling(pr.Out.Header, keyHeader)
+				}
+			}
 			if a := attemptFrom(pr.In.Context()); a != nil {
 				pr.Out.Header.Del("Expect") // the body was read already
 				// The answer is stored for every retry, whatever coding
@@ -558,22 +586,9 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 				if a.askedGzip = asksGzip(pr.Out); a.askedGzip {
 					pr.Out.Header.Set("Accept-Encoding", "gzip")
 				}
-				// The client's own key is not the upstream's: it is not
-				// scoped by caller, so an upstream deduplicating on it
-				// could answer one caller with another's result. Only
-				// the derived key goes (when forward_key_header names a
-				// header), whatever the client's is called: the route's
-				// key header, or on a body or computed route the default
-				// one (a computed key takes the client's from it).
-				// Spelt with '_' for '-' too: CGI-style servers (wsgiref,
-				// PHP, Puma) read Idempotency_Key as Idempotency-Key.
-				clientKey := rt.cfg.Key.Header
-				if clientKey == "" {
-					clientKey = httpx.DefaultHeader
-				}
-				delAnySpelling(pr.Out.Header, clientKey)
+				// Only the derived key goes (when forward_key_header
+				// names a header).
 				if keyHeader != "" {
-					delAnySpelling(pr.Out.Header, keyHeader)
 					pr.Out.Header.Set(keyHeader, a.lease.KeyFor(forwardStep))
 				}
 			}
@@ -694,8 +709,26 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 			rt.gw.logOutcome(r, rt, lease, "not forwarded; the forward step was stored though its store call failed, and is marked unsent", stepErr)
 		}
 	}
+	earlier := errors.Is(stepErr, errEarlierForward)
+	if !delivered && !a.looked() {
+		// No write was tried (the dial failed; the route's timeout or the
+		// gateway's stop came first), so the gate never looked for the
+		// forward of an earlier attempt: a recovered key's may have been
+		// delivered, and "nothing was sent" would not be true of the key.
+		switch found, t, perr := a.earlierForward(); {
+		case perr != nil:
+			rt.gw.logOutcome(r, rt, lease, "not forwarded; whether an earlier attempt of the key forwarded it could not be read", perr)
+		case found && rt.cfg.UnknownOutcome == Resend:
+			rt.gw.metrics.request(rt.name, resultResend)
+			rt.gw.logOutcome(r, rt, lease, "not forwarded, but an earlier attempt of the key was; key released for a resend with the same upstream key", err)
+			ex.release = resendProblem(lease)
+			return
+		case found:
+			earlier, at = true, t
+		}
+	}
 	switch {
-	case !delivered && errors.Is(stepErr, errEarlierForward):
+	case !delivered && earlier:
 		// An earlier holder forwarded it; this one sent nothing.
 		rt.gw.metrics.request(rt.name, resultEarlierForward)
 		rt.gw.logOutcome(r, rt, lease, "a recovered key's earlier attempt forwarded the request; outcome unknown, stored", nil)

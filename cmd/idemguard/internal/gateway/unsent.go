@@ -95,6 +95,34 @@ func (a *attempt) recordForward(now time.Time) (ran bool, at time.Time, err erro
 	}
 }
 
+// earlierForward looks, recording nothing, for a forward of an earlier
+// attempt that may have been delivered (a forward step without its unsent
+// step), for an attempt that never came to record its own: its request
+// never reached a write (the dial failed; the route's timeout, or the
+// gateway's stop, came first), so recordForward never ran. found reports
+// one, and at when it was recorded.
+func (a *attempt) earlierForward() (found bool, at time.Time, err error) {
+	ctx := context.WithoutCancel(a.ctx)
+	for n := 1; ; n++ {
+		mark, err := guard.Step(ctx, a.lease, forwardName(n), func(context.Context) (forwardMark, error) {
+			return forwardMark{}, errPeek
+		})
+		switch {
+		case errors.Is(err, errPeek):
+			return false, time.Time{}, nil // every forward before sent nothing
+		case err != nil:
+			return false, time.Time{}, err
+		}
+		_, err = guard.Step(ctx, a.lease, unsentName(n), func(context.Context) (int64, error) { return 0, errPeek })
+		switch {
+		case errors.Is(err, errPeek):
+			return true, time.UnixMilli(mark.At), nil // that forward may have been delivered
+		case err != nil:
+			return false, time.Time{}, err
+		}
+	}
+}
+
 // markUnsent records that this attempt's forward sent nothing, so that
 // the next claim of the key may forward (see above). It reports whether
 // the mark is stored; if not, the key must not be released as
