@@ -502,8 +502,9 @@ func (p *Processor) settle(ctx context.Context, msg Message, r *run, res guard.R
 
 // CompleteRetry is how long a Processor keeps trying to record a handler's
 // success (or a dead letter sent) that the store refused (unreachable,
-// restarting, failing over), for one message or for a whole batch, before it leaves the
-// message Failed with its claim pending (a message of a batch whose time
+// restarting, failing over), for one message or for a whole batch's
+// handlers (each dead letter's record has it from its own refusal), before
+// it leaves the message Failed with its claim pending (a message of a batch whose time
 // went on the messages before it still gets one try if the store took the
 // last of theirs). The tries pause after each refusal (20ms, doubling up
 // to 500ms), not before each message: once the store is back, a batch's

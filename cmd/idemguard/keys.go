@@ -345,11 +345,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("read %s from postgres: %w", gwKey, gerr)
 		default:
 			found = true
-			fmt.Fprintf(stdout, "postgres (the fallback of the gateway with redis.prefix %s)\n", shown(strconv.Quote(*rf.prefix)))
+			fmt.Fprintf(stdout, "postgres (the fallback of the gateway with redis.prefix %s)\n", strconv.Quote(*rf.prefix))
 			printRecord(stdout, grec)
 		}
 		if errors.Is(err, guard.ErrNotFound) && errors.Is(gerr, guard.ErrNotFound) {
-			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", shown(key.String()), shown(strconv.Quote(*rf.prefix)))
+			fmt.Fprintf(stdout, "postgres: no row for %s (nor for it in the fallback of a gateway with redis.prefix %s)\n", shown(key.String()), strconv.Quote(*rf.prefix))
 		}
 	}
 	if pgFailed != nil {

@@ -689,7 +689,7 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 	a := attemptFrom(r.Context())
 	ex := exchangeFrom(r.Context())
 	delivered := a.seal()
-	_, at, stepErr := a.state()
+	gateFound, at, stepErr := a.state()
 	lease := a.lease
 	if !delivered && a.forwardN > 0 { // sealed: forwardN no longer changes
 		// This attempt recorded its forward step and sent nothing: say so
@@ -710,21 +710,30 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	earlier := errors.Is(stepErr, errEarlierForward)
-	if !delivered && !a.looked() {
-		// No write was tried (the dial failed; the route's timeout or the
-		// gateway's stop came first), so the gate never looked for the
-		// forward of an earlier attempt: a recovered key's may have been
-		// delivered, and "nothing was sent" would not be true of the key.
-		switch found, t, perr := a.earlierForward(); {
-		case perr != nil:
-			rt.gw.logOutcome(r, rt, lease, "not forwarded; whether an earlier attempt of the key forwarded it could not be read", perr)
+	if !delivered {
+		// Nothing of this attempt was sent, but a recovered key's earlier
+		// attempt may have been delivered, and "nothing was sent" would
+		// not be true of the key: the gate found such a forward at the
+		// first write (on a resend route it lets the request go again);
+		// when no write was tried (the dial failed; the route's timeout or
+		// the gateway's stop came first), it never looked.
+		found := gateFound
+		if !a.looked() {
+			switch f, t, perr := a.earlierForward(); {
+			case perr != nil:
+				rt.gw.logOutcome(r, rt, lease, "not forwarded; whether an earlier attempt of the key forwarded it could not be read", perr)
+			case f:
+				found, at = true, t
+			}
+		}
+		switch {
 		case found && rt.cfg.UnknownOutcome == Resend:
 			rt.gw.metrics.request(rt.name, resultResend)
 			rt.gw.logOutcome(r, rt, lease, "not forwarded, but an earlier attempt of the key was; key released for a resend with the same upstream key", err)
 			ex.release = resendProblem(lease)
 			return
 		case found:
-			earlier, at = true, t
+			earlier = true
 		}
 	}
 	switch {
