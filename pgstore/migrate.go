@@ -263,8 +263,38 @@ func (m *Migrator) inLockedTx(ctx context.Context, fn func(*sql.Tx) error) error
 		return dbErr(ctx, "migrate", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, m.t.LockKey); err != nil {
+	lockKey := m.t.LockKey
+	var found string // with no Schema: the schema the search_path gives the tables
+	if m.t.Schema == "" {
+		// Where the version table the search_path finds is, else where
+		// CREATE would make it (the first schema of the path that
+		// exists). A CREATE TABLE IF NOT EXISTS looks in that second
+		// schema only: with the tables in a later schema of the path
+		// (public, behind a "$user" schema made since), it would make an
+		// empty version table before them, and every migration again,
+		// and the Store would read the new, empty tables from then on.
+		var s sql.NullString
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT n.nspname FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), current_schema())`,
+			m.t.Versions).Scan(&s); err != nil {
+			return dbErr(ctx, "migrate schema", err)
+		}
+		if s.Valid {
+			// The lock of those tables, as a migrator naming the schema
+			// takes it: the two take turns.
+			found, lockKey = s.String, pgsql.LockKey(s.String, m.t.Prefix)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, lockKey); err != nil {
 		return dbErr(ctx, "migrate lock", err)
+	}
+	if found != "" {
+		// The tables are made, read and changed in that schema; the rest
+		// of the path stays as it was for what the migrations call.
+		if _, err := tx.ExecContext(ctx, `SELECT set_config('search_path', $1 || ', ' || current_setting('search_path'), true)`,
+			pgsql.QuoteIdent(found)); err != nil {
+			return dbErr(ctx, "migrate schema", err)
+		}
 	}
 	if m.t.Schema != "" {
 		// Migrators of other prefixes in this schema hold other locks:

@@ -19,7 +19,10 @@ const DefaultTablePrefix = pgsql.DefaultTablePrefix
 // tables. The zero value is ready to use.
 type Options struct {
 	// Schema holds the tables. Empty means the connection's search_path
-	// (names are left unqualified); otherwise Migrate creates it if needed.
+	// (names are left unqualified): Migrate then works on the tables in
+	// the first schema of the path that holds them, or, where none does,
+	// makes them in the first schema of the path that exists, where
+	// PostgreSQL creates. Otherwise Migrate creates the schema if needed.
 	Schema string
 	// TablePrefix starts every table and index name. Default
 	// DefaultTablePrefix ("idemguard_"): tables idemguard_keys,

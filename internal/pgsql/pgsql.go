@@ -60,8 +60,14 @@ type Tables struct {
 	ConsumedUnique, WebhooksPendingIndex   string
 	Steps, StepsExpiresIndex               string // qualified table, index
 	Schema                                 string // quoted schema, or "" for search_path
+	Prefix                                 string // the table prefix, unquoted
 	LockKey                                string // advisory-lock key for migrations
 }
+
+// LockKey is the advisory-lock key of the migrations of the tables of
+// prefix in schema (unquoted): one key per set of tables, however the
+// schema was named (Options.Schema, or found through the search_path).
+func LockKey(schema, prefix string) string { return "idemguard:" + schema + "." + prefix }
 
 // NewTables returns the names for schema ("" means the connection's
 // search_path) and prefix ("" means DefaultTablePrefix).
@@ -87,7 +93,8 @@ func NewTables(schema, prefix string) Tables {
 		WebhooksPendingIndex: QuoteIdent(p + longestSuffix),
 		Steps:                qual(p + "steps"),
 		StepsExpiresIndex:    QuoteIdent(p + "steps_expires_at_idx"),
-		LockKey:              "idemguard:" + schema + "." + p,
+		Prefix:               p,
+		LockKey:              LockKey(schema, p),
 	}
 	if schema != "" {
 		t.Schema = QuoteIdent(schema)
