@@ -8,7 +8,12 @@ import (
 	"github.com/idemguard/idemguard/occ"
 )
 
-// An id that is SQL NULL (nil, a nil pointer, an invalid sql.Null…) names
+// binaryKey is an application's id type for a binary key (a hash, a
+// UUID's 16 bytes), which database/sql passes as []byte.
+type binaryKey []byte
+
+// An id that is SQL NULL (nil, a nil pointer, an invalid sql.Null…, a nil
+// byte slice of any []byte type, which lib/pq and pgx send as NULL) names
 // no row: Write refuses it before any statement. On a table whose id is
 // UNIQUE rather than PRIMARY KEY, where PostgreSQL takes NULLs as
 // distinct, every such Write succeeded by inserting one more row no Read
@@ -25,7 +30,7 @@ func TestNullIDRefused(t *testing.T) {
 	}
 	mustExec(t, db, m.Up)
 	var unset *string
-	for _, id := range []any{nil, unset, sql.NullString{}} {
+	for _, id := range []any{nil, unset, sql.NullString{}, []byte(nil), binaryKey(nil)} {
 		if _, err := tbl.Write(ctx, db, id, occ.Vector{}, []byte("v")); err == nil {
 			t.Errorf("Write with id %#v (NULL) succeeded", id)
 		}

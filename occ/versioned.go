@@ -77,7 +77,14 @@ func (v VersionedTable) names() (table, idCol, verCol string, err error) {
 // An update whose reply was lost answers ErrUnavailable, not a conflict
 // (so UpdateRetry does not apply it again), and whether it was applied is
 // the caller's to find out. On a *sql.DB (a connection of its own), a
-// *sql.Tx or a *sql.Conn it is never sent again. Through another Querier
+// *sql.Tx or a *sql.Conn it is never sent again. The price, on a *sql.DB:
+// the first update on a pooled connection the server has closed while
+// it sat idle (a restart, a failover, idle_session_timeout) answers
+// ErrUnavailable too, though nothing was sent to a live server; lib/pq
+// reports the two alike. Keep the pool's connections younger than the
+// server's idle limit (sql.DB.SetConnMaxIdleTime), or, to have such an
+// update sent again where that is safe to tell, pass the *sql.DB through a
+// Querier of your own (above). Through another Querier
 // whose statements reach a pool (an application's type embedding
 // *sql.DB, as sqlx.DB does), database/sql may send it again on another
 // connection, where it matches no row, the version having moved on by
@@ -433,7 +440,8 @@ func orDefault(s, def string) string {
 // (not PRIMARY KEY) id column, whose NULLs PostgreSQL takes as distinct,
 // each vector write of it would insert one more row nobody can read.
 func checkID(what, table string, id any) error {
-	if v, err := driver.DefaultParameterConverter.ConvertValue(id); err == nil && v == nil {
+	v, err := driver.DefaultParameterConverter.ConvertValue(id)
+	if b, ok := v.([]byte); err == nil && (v == nil || ok && b == nil) { // a nil []byte goes as NULL too
 		return fmt.Errorf("occ: %s of %s: the id %#v is SQL NULL, which names no row", what, table, id)
 	}
 	return nil
