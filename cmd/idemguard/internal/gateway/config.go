@@ -284,6 +284,14 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	}
 	if v, ok := f["jwt"]; ok {
 		c.JWT = d.jwt(v)
+		if h, k := c.JWT.Header, c.ForwardKeyHeader; h != "" && k != "" && (sameField(h, k) || sameField(k, h)) {
+			node := v.val
+			if kv, ok := f["forward_key_header"]; ok {
+				node = kv.val
+			}
+			d.errorf(node, "forward_key_header", "%s is also jwt.header: the upstream would get the derived key "+
+				"where the caller's token was", k)
+		}
 	}
 	if v, ok := f["log"]; ok {
 		c.Log = d.logConfig(v)

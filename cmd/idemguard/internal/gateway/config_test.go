@@ -209,6 +209,15 @@ routes:
     caller: {header: x-account_id}
 `, []string{"7:11: routes[0].caller.header: X_account_id is also forward_key_header",
 			"11:13: routes[1].caller.header: X-Account_id is also forward_key_header"}},
+		{"the derived key where the token is read", validBase + `forward_key_header: x_auth_token
+jwt:
+  header: X-Auth-Token
+  keys:
+    - file: /nonexistent/key.pem
+routes:
+  - pattern: POST /orders
+    caller: {jwt: sub}
+`, []string{"5:21: forward_key_header: X_auth_token is also jwt.header", "9:13: jwt.keys[0].file: open /nonexistent/key.pem"}},
 		{"the derived key in a field the request needs, spelt apart", validBase + `forward_key_header: content_type
 routes:
   - pattern: POST /orders

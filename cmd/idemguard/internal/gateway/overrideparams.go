@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -132,16 +133,70 @@ func bodyOverrides(r *http.Request, boundary string, limit int64) ([]string, err
 	if boundary == "" {
 		return formPairs(string(body)), nil
 	}
-	var vs []string
+	// The parts as mime/multipart reads them (which decodes a
+	// quoted-printable part), and as Rack's parser does (raw).
+	vs := rawPartOverrides(body, boundary)
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
 	for {
 		p, err := mr.NextPart()
 		if err != nil {
 			return vs, nil // the end, or what does not parse
 		}
-		if isOverrideParam(p.FormName()) {
+		if slices.ContainsFunc(partNames(p.FormName(), p.Header.Values("Content-Disposition"), p.Header.Get("Content-Id")), isOverrideParam) {
 			v, _ := io.ReadAll(io.LimitReader(p, 64))
 			vs = append(vs, string(v))
 		}
 	}
+}
+
+// partNames returns every name a form parser may give a multipart part:
+// formName (mime/multipart's, which answers "" unless the disposition
+// type is form-data and its parameters parse), each name parameter of its
+// Content-Disposition fields whatever their type and however the rest
+// parses (Rack takes the name of an "attachment" part, and the last of a
+// name given twice), and its Content-ID (Rack's name for a part whose
+// disposition gives none).
+func partNames(formName string, dispositions []string, contentID string) []string {
+	names := []string{formName, strings.TrimSpace(contentID)}
+	for _, d := range dispositions {
+		for _, m := range dispositionName.FindAllStringSubmatch(d, -1) {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
+
+// dispositionName finds the name parameters of a Content-Disposition
+// field, quoted or not (not filename; an RFC 2231 name* is FormName's).
+var dispositionName = regexp.MustCompile(`(?i)(?:^|[\s;])name\s*=\s*"?([^";\r\n]*)"?`)
+
+// rawPartOverrides returns the values of the _method parts of a multipart
+// body read as Rack reads one: the parts between the boundary's lines,
+// each a head up to its first empty line and a value after it, named as
+// partNames says, whether or not mime/multipart parses the body.
+func rawPartOverrides(body []byte, boundary string) []string {
+	var vs []string
+	for _, part := range bytes.Split(body, []byte("--"+boundary)) {
+		head, value, ok := bytes.Cut(part, []byte("\r\n\r\n"))
+		if !ok {
+			continue
+		}
+		var dispositions []string
+		var contentID string
+		for _, line := range strings.Split(string(head), "\r\n") {
+			field, v, ok := strings.Cut(line, ":")
+			switch field = strings.TrimSpace(field); {
+			case !ok:
+			case strings.EqualFold(field, "Content-Disposition"):
+				dispositions = append(dispositions, v)
+			case strings.EqualFold(field, "Content-ID"):
+				contentID = v
+			}
+		}
+		if slices.ContainsFunc(partNames("", dispositions, contentID), isOverrideParam) {
+			value = bytes.TrimSuffix(value, []byte("\r\n"))
+			vs = append(vs, string(value[:min(len(value), 64)]))
+		}
+	}
+	return vs
 }
