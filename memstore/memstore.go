@@ -153,6 +153,7 @@ type entry struct {
 	lastErr    string
 	steps      []guard.StepResult // recorded steps (see SaveStep); dropped on completion
 	leaseUntil time.Time          // pending: when the holder's lease runs out
+	ret        time.Duration      // pending: the claim's TTL, which the record outlives its lease by
 	expires    time.Time          // when the record is removed
 
 	index int           // in Store.expiry
@@ -277,7 +278,7 @@ func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
 	e.fence++
 	e.attempt++
 	e.recovered = recovering
-	e.leaseUntil = leaseUntil
+	e.leaseUntil, e.ret = leaseUntil, req.TTL
 	s.resize(e)
 	s.expireAt(e, expires)
 	return acquired(e), nil
@@ -302,6 +303,7 @@ func (s *Store) claimNew(req guard.ClaimRequest, tomb *entry, now, leaseUntil, e
 		fence:      1,
 		attempt:    1,
 		leaseUntil: leaseUntil,
+		ret:        req.TTL,
 		expires:    expires,
 	}
 	if err := s.admit(e, now); err != nil {
@@ -472,8 +474,8 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	return nil
 }
 
-// Extend implements guard.Store: the holder's lease runs for d from now
-// (and the record is kept at least that long). A lease that ran out still
+// Extend implements guard.Store: the holder's lease runs for d from now,
+// and the record is kept for the claim's TTL after it. A lease that ran out still
 // belongs to its holder until another claim takes the key over. A caller
 // that does not hold a pending key gets guard.ErrLeaseLost. A d that is not
 // positive is refused with an error.
@@ -492,10 +494,10 @@ func (s *Store) Extend(ctx context.Context, lease guard.Lease, d time.Duration) 
 	if e == nil || e.state != guard.StatePending || e.token != lease.Token {
 		return guard.ErrLeaseLost
 	}
-	// The record outlives the lease by the claim's TTL, as it did before.
-	keep := e.expires.Sub(e.leaseUntil)
+	// The record outlives the new lease by the claim's TTL, as extend.lua
+	// keeps it: a shorter lease shortens it too.
 	e.leaseUntil = now.Add(d)
-	s.expireAt(e, later(e.expires, e.leaseUntil.Add(keep)))
+	s.expireAt(e, e.leaseUntil.Add(e.ret))
 	return nil
 }
 
@@ -632,13 +634,6 @@ func (s *Store) resize(e *entry) {
 func (s *Store) expireAt(e *entry, t time.Time) {
 	e.expires = t
 	heap.Fix(&s.expiry, e.index)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return b
-	}
-	return a
 }
 
 // expiryQueue is a min-heap of entries by expiry (container/heap).
