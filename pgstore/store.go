@@ -151,9 +151,11 @@ func newStoreSQL(t pgsql.Tables) storeSQL {
 		releaseLater: `UPDATE ` + k + ` SET status = 'failed', attempt = GREATEST(attempt - 1, 1), leased_until = NULL
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND (attempt > 1 OR step_count > 0 OR ` + stepRows + `) AND ` + live,
 		releaseCheck: `SELECT status, token, ptok FROM ` + k + ` WHERE scope = $1 AND id = $2 AND ` + live,
-		// $1 scope, $2 id, $3 token, $4 lease µs
+		// $1 scope, $2 id, $3 token, $4 lease µs. The row is kept for the
+		// claim's TTL after the new lease's end, which may come before
+		// the old one's, as Redis's extend.lua keeps it.
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
-				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + pgsql.Span("leased_until", "expires_at") + `)
+				expires_at = ` + clockNow + ` + ` + dur("$4") + ` + ` + pgsql.Span("leased_until", "expires_at") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND ` + live,
 		get: `SELECT fingerprint, status, token, fence, attempt, recovered, result, last_error,
 				COALESCE(` + untilUS("leased_until") + `, 0), ` + untilUS("expires_at") + `, steps
