@@ -285,8 +285,14 @@ func (inv *Inventory) AddRoute(rt Route) {
 		return
 	}
 	if guarded {
-		methods := slices.Clone(p.Methods)
+		// As Entry.Method: the method upper-cased (the guard's Methods
+		// match in any case), each once.
+		methods := make([]string, len(p.Methods))
+		for i, m := range p.Methods {
+			methods[i] = strings.ToUpper(m)
+		}
 		slices.Sort(methods)
+		methods = slices.Compact(methods)
 		for _, m := range methods {
 			e := base
 			e.Method = m

@@ -3,6 +3,7 @@ package chiwalk
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -26,19 +27,41 @@ import (
 // mounted router never sees it. Walk it after
 // every route is registered; routes added later are not listed. The
 // router's NotFound and MethodNotAllowed handlers are not listed: they
-// must not have effects a repeat would double.
+// must not have effects a repeat would double. Routers mounted in each
+// other are an error (inv may then hold some of their routes).
 func Add(inv *inventory.Inventory, r chi.Routes) error {
 	if inv == nil || r == nil {
 		return errors.New("chiwalk: nil inventory or router")
 	}
-	walk(inv, r, "", nil)
-	return nil
+	return walk(inv, r, "", nil, nil)
+}
+
+// ownMiddlewares is what r's ServeHTTP runs its routes behind: its
+// Middlewares, unless r is an inline router (r.With, r.Group), whose
+// middleware chi puts into the handlers registered through it (each a
+// *chi.ChainHandler, whose middleware the walk reads) and not around the
+// tree it shares with the router it came from: mounted, it serves that
+// router's own routes without them.
+func ownMiddlewares(r chi.Routes) []middleware {
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct {
+		if f := v.Elem().FieldByName("inline"); f.IsValid() && f.Kind() == reflect.Bool && f.Bool() {
+			return nil
+		}
+	}
+	return r.Middlewares()
 }
 
 type middleware = func(http.Handler) http.Handler
 
 // walk follows chi.Walk (chi v5 tree.go), keeping a catch-all route whole.
-func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []middleware) {
+// inside holds the routers mounted above r: routers mounted in each other
+// (which chi serves) would be walked for ever.
+func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []middleware, inside []chi.Routes) error {
+	if slices.ContainsFunc(inside, func(o chi.Routes) bool { return sameRouter(o, r) }) {
+		at := strings.TrimSuffix(strings.ReplaceAll(parent, "/*/", "/"), "/*")
+		return fmt.Errorf("chiwalk: the router mounted at %s is mounted inside itself: its routes have no end to list", at)
+	}
+	inside = append(inside, r)
 	// The node of r's routes: chi serves a path from the first router whose
 	// tree holds it, so a catch-all on a router above a mounted one keeps
 	// every method of its pattern whatever the mounted router registers.
@@ -47,7 +70,7 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 		node = new(byte) // not known to be comparable: a node of its own, settling nothing else
 	}
 	for _, route := range r.Routes() {
-		mws := slices.Concat(parentMw, r.Middlewares())
+		mws := slices.Concat(parentMw, ownMiddlewares(r))
 		pattern := strings.ReplaceAll(parent+route.Pattern, "/*/", "/")
 		add := func(method string, h http.Handler) {
 			rt := inventory.Route{Router: "chi", Method: method, Pattern: pattern, Handler: h, Middleware: mws, Node: node}
@@ -72,7 +95,9 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 			if chain, ok := mount.(*chi.ChainHandler); ok {
 				mws = append(mws, chain.Middlewares...)
 			}
-			walk(inv, route.SubRoutes, parent+route.Pattern, mws)
+			if err := walk(inv, route.SubRoutes, parent+route.Pattern, mws, inside); err != nil {
+				return err
+			}
 			continue
 		}
 		all, hasAll := route.Handlers["*"]
@@ -86,6 +111,24 @@ func walk(inv *inventory.Inventory, r chi.Routes, parent string, parentMw []midd
 			add(method, h)
 		}
 	}
+	return nil
+}
+
+// sameRouter reports whether a and b serve one tree of routes: the same
+// router, or routers made from one by With or Group, which share its tree.
+func sameRouter(a, b chi.Routes) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Kind() != reflect.Pointer || vb.Kind() != reflect.Pointer || va.IsNil() || vb.IsNil() {
+		return false // not known to be comparable
+	}
+	if va.Pointer() == vb.Pointer() {
+		return true
+	}
+	if va.Type() != vb.Type() || va.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	ta, tb := va.Elem().FieldByName("tree"), vb.Elem().FieldByName("tree")
+	return ta.IsValid() && ta.Kind() == reflect.Pointer && !ta.IsNil() && ta.Pointer() == tb.Pointer()
 }
 
 // mounted reports whether h is the handler chi's Mount registers (with
