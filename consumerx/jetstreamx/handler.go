@@ -396,8 +396,11 @@ func (h *Handler) HandleBatch(ctx context.Context, msgs []jetstream.Msg) ([]cons
 // handleBatch is HandleBatch with the messages run by batch, reported in
 // progress every every (as pace says, if not nil: see keepInProgress).
 // maxDeliver gives the consumer's MaxDeliver (see Options.MaxDeliver),
-// asked for only when a message is not acknowledged.
-func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, pace *ackPace, batch batchFunc, untilLease bool, maxDeliver func() int) ([]consumerx.Outcome, error) {
+// asked for only when a message is not acknowledged. consume: for
+// Consume, whose messages in progress elsewhere are Nak'ed until the
+// holder's lease ends on a consumer with a MaxDeliver (as maxDeliver says
+// at the time: it may be set while Consume runs).
+func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every time.Duration, pace *ackPace, batch batchFunc, consume bool, maxDeliver func() int) ([]consumerx.Outcome, error) {
 	cmsgs := make([]consumerx.Message, len(msgs))
 	for i, m := range msgs {
 		cmsgs[i] = message(m)
@@ -418,6 +421,9 @@ func (h *Handler) handleBatch(ctx context.Context, msgs []jetstream.Msg, every t
 	var first error
 	for i, r := range res {
 		outs[i] = r.Outcome
+		// Until the holder's lease ends on a consumer with a MaxDeliver,
+		// as the server has it now: it may be set while Consume runs.
+		untilLease := consume && r.Outcome == consumerx.InProgress && maxDeliver() > 0
 		if err := h.acknowledge(msgs[i], cmsgs[i].ID, r.Outcome, r.Err, untilLease); err != nil && first == nil {
 			first = err
 		}
@@ -490,11 +496,11 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 				name, maxDeliver, attempts)
 		}
 	}
-	untilLease := maxDeliver > 0
 	// The durable's MaxDeliver may be edited while it runs: lowered, a
 	// message Nak'ed on what was not its last delivery by the info cached
-	// would be dropped by the server. Asked again before a batch's first
-	// Nak.
+	// would be dropped by the server; set, a message whose holder died
+	// must be Nak'ed until the holder's lease ends. Asked again before a
+	// batch's first Nak.
 	live := &liveMaxDeliver{last: maxDeliver}
 	if info != nil {
 		live.cons = cons
@@ -538,7 +544,7 @@ func (h *Handler) consume(ctx context.Context, cons jetstream.Consumer, run batc
 			if pace != nil {
 				every = pace.last()
 			}
-			if _, err := h.handleBatch(ctx, msgs, every, pace, run, untilLease, live.batch(ctx)); err != nil {
+			if _, err := h.handleBatch(ctx, msgs, every, pace, run, true, live.batch(ctx)); err != nil {
 				// Nothing else hears of it: the message comes back after
 				// AckWait (a Duplicate if it completed), and an operator
 				// sees why.

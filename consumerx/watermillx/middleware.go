@@ -106,7 +106,14 @@ func (m *Middleware) processor(group string) (*consumerx.Processor, error) {
 // ends, if sooner) until it is not, and nacked only if the consumer stops
 // first (its context cancelled, not its deadline: a Timeout middleware's
 // is the handler's, counted from when the handler runs); one the store
-// refused is held InProgressDelay before the nack.
+// refused is held InProgressDelay before the nack. Behind a Timeout
+// middleware added before this one (outside it), a router that closes
+// while a message is held past that deadline goes unseen (a context that
+// reached its deadline tells no later cancellation): the hold ends only
+// when the holder completes or its lease ends, after the router's
+// CloseTimeout. Add Timeout after this middleware
+// (r.AddMiddleware(m.Middleware, middleware.Timeout(d))), where it bounds
+// the handler alone and a hold sees the router close.
 // The message's context is the consumer's: when it is cancelled while
 // the handler runs (the router or subscriber is closing)
 // and the handler returns an error, the message is Interrupted: its claim
