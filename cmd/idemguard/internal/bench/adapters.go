@@ -189,6 +189,8 @@ func serveHTTP(guarded, replays bool, f *floor) func(context.Context, *env) (op,
 		if err != nil {
 			return nil, err
 		}
+		// The measured ops dial their connections, as their baseline's do.
+		tr.CloseIdleConnections()
 		return func(ctx context.Context, i int64) error { return post(ctx, i%keys, true) }, nil
 	}
 }
@@ -214,8 +216,17 @@ func prepareConsumer(guarded bool) func(context.Context, *env) (op, error) {
 		if err := c.XGroupCreateMkStream(ctx, stream, "bench", "$").Err(); err != nil {
 			return nil, err
 		}
+		// As every key a row writes, the stream is kept for Options.TTL.
+		if err := c.PExpire(ctx, stream, e.opts.TTL).Err(); err != nil {
+			return nil, err
+		}
 		payload := string(e.result())
-		h := func(context.Context, consumerx.Message) error { return nil }
+		h := func(context.Context, consumerx.Message) error {
+			if e.opts.Work > 0 {
+				time.Sleep(e.opts.Work) // the business effect
+			}
+			return nil
+		}
 		var proc *consumerx.Processor
 		if guarded {
 			var err error

@@ -286,7 +286,8 @@ func WriteChart(path string, results []Result) error {
 
 // Median merges the rows of several rounds of the same matrix: for each
 // row, the round of median throughput (the lower middle one for an even
-// count), with Ratio the median of the rounds' ratios, each taken between
+// count), with Ratio the median of the rounds' ratios (for an even count,
+// the mean of the two middle ones), each taken between
 // a guard row and the baseline run right before it in the same round.
 // Ratios between rows run back to back are steadier than throughput on a
 // busy machine.
@@ -320,8 +321,11 @@ func Median(rounds [][]Result) []Result {
 		})
 		m := rows[(len(rows)-1)/2]
 		m.Ratio, m.RatioLow, m.RatioHigh = 0, 0, 0
-		if len(ratios) > 0 {
-			m.Ratio = ratios[(len(ratios)-1)/2]
+		if n := len(ratios); n > 0 {
+			m.Ratio = ratios[(n-1)/2]
+			if n%2 == 0 { // the mean of the two middle ones
+				m.Ratio = (ratios[n/2-1] + ratios[n/2]) / 2
+			}
 		}
 		if len(ratios) > 1 {
 			m.RatioLow, m.RatioHigh = ratios[0], ratios[len(ratios)-1]
