@@ -110,16 +110,13 @@ func TestOverrideInFormWithLooseContentType(t *testing.T) {
 	_ = mw.WriteField("qty", "2")
 	_ = mw.WriteField("_method", "patch")
 	_ = mw.Close()
-	var cases []struct{ ct, body string }
-	for _, c := range []struct{ ct, body string }{
+	cases := []struct{ ct, body string }{
 		{form + "; charset", "qty=2&_method=PATCH"},
 		{form + ", text/plain", "qty=2&_method=PATCH"},
 		{form + "; charset=utf-8; charset=latin1", "qty=2&_method=PATCH"},
 		{"Application/X-WWW-Form-Urlencoded;;", "qty=2&_method=PATCH"},
 		{mw.FormDataContentType() + "; charset", mp.String()},
 		{"multipart/form-data; boundary=" + mw.Boundary() + "; boundary=other", mp.String()},
-	} {
-		cases = append(cases, c)
 	}
 	// Parts Rack names _method and mime/multipart's FormName does not:
 	// another disposition type, the name given twice, a Content-ID.
