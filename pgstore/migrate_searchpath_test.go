@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"database/sql"
-	"net/url"
 	"testing"
 	"time"
 
@@ -14,14 +13,7 @@ import (
 // searchPathDB opens dsn's database with the search_path path.
 func searchPathDB(t *testing.T, dsn, path string) *sql.DB {
 	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", path)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("postgres", u.String())
+	db, err := sql.Open("postgres", testenv.DSNWith(t, dsn, "search_path", path))
 	if err != nil {
 		t.Fatal(err)
 	}

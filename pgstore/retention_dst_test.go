@@ -3,7 +3,6 @@ package pgstore_test
 import (
 	"database/sql"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -23,14 +22,7 @@ func dstDB(t *testing.T, dsn string) *sql.DB {
 	other := (day + 180) % 365
 	// Daylight time (UTC+1) now, ending at change (given in daylight time).
 	zone := fmt.Sprintf("XST0XDT,%d/%d,%d/%d", other, 2, day, change.Hour()+1)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("timezone", zone)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("postgres", u.String())
+	db, err := sql.Open("postgres", testenv.DSNWith(t, dsn, "timezone", zone))
 	if err != nil {
 		t.Fatal(err)
 	}

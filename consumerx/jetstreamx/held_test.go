@@ -2,8 +2,6 @@ package jetstreamx
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -29,7 +27,6 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 	g, _, _ := consumertest.Guard(t, guard.Options{})
 	dead := guard.New(g.Store(), guard.Options{Lease: lease})
 	js, _ := startNATS(t)
-	ctx := context.Background()
 	cons := ordersConsumer(t, js, jetstream.ConsumerConfig{MaxDeliver: maxDeliver})
 	var (
 		effects, held atomic.Int32
@@ -47,18 +44,7 @@ func TestMessageHeldByDeadConsumerOutlivesItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := []byte("charge 1")
-	key, err := h.Processor().Key(consumerx.Message{ID: "order-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(payload) // the default fingerprint
-	if c, err := dead.Claim(ctx, key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil || c.Status != guard.Acquired {
-		t.Fatalf("the dead consumer's claim: %+v, %v", c, err)
-	}
-	if _, err := js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
-		t.Fatal(err)
-	}
+	publishHeldByDead(t, js, h, dead)
 	stop := consumeAll(t, h, cons, 1)
 	defer stop()
 	deadline := time.Now().Add(3 * lease)

@@ -2,8 +2,6 @@ package jetstreamx
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -83,18 +81,7 @@ func untilLeaseStory(t *testing.T, edit bool) {
 			t.Fatal(err)
 		}
 	}
-	payload := []byte("charge 1")
-	key, err := h.Processor().Key(consumerx.Message{ID: "order-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(payload) // the default fingerprint
-	if c, err := dead.Claim(ctx, key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil || c.Status != guard.Acquired {
-		t.Fatalf("the dead consumer's claim: %+v, %v", c, err)
-	}
-	if _, err := js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
-		t.Fatal(err)
-	}
+	publishHeldByDead(t, js, h, dead)
 	testenv.WaitFor(t, 20*time.Second, "the effect or a dead letter", func() bool {
 		return effects.Load() > 0 || deadLetters.Load() > 0
 	})

@@ -332,18 +332,7 @@ func TestDeadHolderAtMaxDeliverTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := []byte("charge 1")
-	key, err := h.Processor().Key(consumerx.Message{ID: "order-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(payload) // the default fingerprint
-	if c, err := dead.Claim(ctx, key, base64.RawURLEncoding.EncodeToString(sum[:])); err != nil || c.Status != guard.Acquired {
-		t.Fatalf("the dead consumer's claim: %+v, %v", c, err)
-	}
-	if _, err := m.js.Publish(ctx, "orders.1", payload, jetstream.WithMsgID("order-1")); err != nil {
-		t.Fatal(err)
-	}
+	publishHeldByDead(t, m.js, h, dead)
 	var outs []consumerx.Outcome
 	for effects.Load() == 0 && len(m.deadLetters()) == 0 && m.drops.Load() == 0 {
 		batch, err := m.cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))

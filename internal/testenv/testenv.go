@@ -107,12 +107,19 @@ func PostgresDSN(t testing.TB) string {
 // server's or role's default may make it.
 func DSNWithIsolation(t testing.TB, dsn, level string) string {
 	t.Helper()
+	return DSNWith(t, dsn, "default_transaction_isolation", level)
+}
+
+// DSNWith is dsn with its connections' run-time parameter param (a
+// session setting: search_path, timezone) set to value.
+func DSNWith(t testing.TB, dsn, param, value string) string {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("default_transaction_isolation", level)
+	q.Set(param, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
