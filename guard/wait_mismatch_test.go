@@ -1,0 +1,61 @@
+package guard_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/memstore"
+)
+
+// TestWaitAnswersMismatchOfAnotherPayload: design.md, rule 3 ("Mismatch first. A
+// different fingerprint under the same key is refused before anything else
+// about the record is revealed to the caller"), and Wait's doc ("returns
+// ... ErrMismatch ... as Claim would"). A duplicate B (fingerprint fp) whose
+// claim was answered in progress waits; meanwhile the holder releases its
+// first attempt (a 5xx) and another request C, same key, another payload,
+// takes the key. A claim by B now answers ErrMismatch at once; Wait instead
+// waits out its whole Timeout on C's live lease and answers
+// *InProgressError (httpx: 409 + Retry-After of C's lease, not 422).
+func TestWaitAnswersMismatchOfAnotherPayload(t *testing.T) {
+	for name, s := range map[string]guard.Store{
+		"redis":    realStore(t),
+		"memstore": memstore.New(memstore.Options{}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := guard.New(s, guard.Options{})
+			key := guard.Key{Scope: "wait-mismatch", ID: "mismatch-" + name + time.Now().Format("150405.000000")}
+			a, err := g.Claim(bg, key, "fp")
+			if err != nil || a.Status != guard.Acquired {
+				t.Fatalf("A's claim: %v %+v", err, a)
+			}
+			if _, err := g.Claim(bg, key, "fp"); !errors.As(err, new(*guard.InProgressError)) {
+				t.Fatalf("B's claim: %v, want in progress", err)
+			}
+			if err := g.Release(bg, a.Lease); err != nil { // A answered 5xx
+				t.Fatal(err)
+			}
+			c, err := g.Claim(bg, key, "other")
+			if err != nil || c.Status != guard.Acquired {
+				t.Fatalf("C's claim: %v %+v", err, c)
+			}
+			defer g.Release(bg, c.Lease)
+			// What B's claim would answer now:
+			if _, err := g.Claim(bg, key, "fp"); !errors.Is(err, guard.ErrMismatch) {
+				t.Fatalf("B's claim now: %v, want ErrMismatch", err)
+			}
+			start := time.Now()
+			_, err = g.Wait(bg, key, "fp", guard.WaitOptions{Timeout: 2 * time.Second})
+			took := time.Since(start)
+			if !errors.Is(err, guard.ErrMismatch) {
+				var ip *guard.InProgressError
+				if errors.As(err, &ip) {
+					t.Errorf("Wait after %v: in progress (RetryAfter %v, the other payload's lease); want ErrMismatch, as Claim answers", took.Round(time.Millisecond), ip.RetryAfter)
+				} else {
+					t.Errorf("Wait after %v: %v; want ErrMismatch", took.Round(time.Millisecond), err)
+				}
+			}
+		})
+	}
+}
