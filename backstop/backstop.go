@@ -115,12 +115,15 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		done: `SELECT result FROM ` + k + ` WHERE scope = $1 AND id = $2 AND fingerprint = $3
 				AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 token, $4 lease µs, $5 ttl µs. The holder's
-		// mark lives as long as its lease, and the TTL after it. A lease
+		// mark lives as long as its lease, and the TTL after it, also when
+		// the new lease ends before the old one did (as the stores keep
+		// a record: a dead holder's mark kept longer refused the key's
+		// next payload after its store had forgotten the key). A lease
 		// its holder's Fail or Release ended (unmark: leased_until NULL)
 		// stays ended: an extension that reaches the row after it (given
 		// up, but its statement queued behind a lock) does not revive it.
 		extend: `UPDATE ` + k + ` SET leased_until = ` + clockNow + ` + ` + dur("$4") + `,
-				expires_at = GREATEST(expires_at, ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `)
+				expires_at = ` + clockNow + ` + ` + dur("$4") + ` + ` + dur("$5") + `
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND leased_until IS NOT NULL`,
 		// $1 scope, $2 id: the token of the key's live row.
 		holder: `SELECT token FROM ` + k + ` WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow,
