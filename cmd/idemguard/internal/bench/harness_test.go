@@ -145,3 +145,19 @@ func TestMedianOfEvenRounds(t *testing.T) {
 		t.Errorf("median of the ratios 0.5 and 0.9 reported as %v (bracket %v–%v), want 0.7", got, m[1].RatioLow, m[1].RatioHigh)
 	}
 }
+
+// A row's keys outlive it: a TTL not longer than the row's Duration is
+// refused (the replay rows' stored results and the consumer rows' stream
+// expired during the run, which failed with NOGROUP or misses), and the
+// default TTL grows with a long Duration.
+func TestTTLOutlivesRow(t *testing.T) {
+	if err := (Options{Duration: 1500 * time.Millisecond, TTL: 500 * time.Millisecond}).Validate(); err == nil {
+		t.Error("Validate of a 500ms TTL for 1.5s rows: nil, want an error")
+	}
+	if err := (Options{Ops: 100, TTL: 500 * time.Millisecond}).Validate(); err != nil {
+		t.Errorf("Validate of a 500ms TTL for rows of 100 ops: %v", err)
+	}
+	if o := (Options{Duration: 3 * time.Minute}).withDefaults(); o.TTL <= o.Duration {
+		t.Errorf("default TTL %s for 3m rows, want it longer", o.TTL)
+	}
+}

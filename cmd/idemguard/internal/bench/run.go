@@ -32,8 +32,10 @@ type Options struct {
 	// Work is how long each business effect takes in the storm, HTTP and
 	// consumer scenarios (a sleep standing in for a payment call). Default 0.
 	Work time.Duration
-	// TTL is the retention of every key written. Default 2 minutes: a
-	// benchmark leaves nothing behind for long even if its clean-up is cut.
+	// TTL is the retention of every key written. Default 2 minutes, or
+	// a minute more than Duration when that is longer: a benchmark leaves
+	// nothing behind for long even if its clean-up is cut. A row's keys
+	// must outlive it: a TTL not longer than Duration is refused.
 	TTL time.Duration
 }
 
@@ -54,7 +56,7 @@ func (o Options) withDefaults() Options {
 		o.ResultSize = 64
 	}
 	if o.TTL <= 0 {
-		o.TTL = 2 * time.Minute
+		o.TTL = max(2*time.Minute, o.Duration+time.Minute)
 	}
 	return o
 }
@@ -72,6 +74,10 @@ func (o Options) Validate() error {
 		return errors.New("keys, duplicates and result size must not be negative")
 	case o.Work < 0:
 		return fmt.Errorf("work %s is negative", o.Work)
+	case o.TTL > 0 && o.Ops == 0 && o.withDefaults().Duration >= o.TTL:
+		// The keys a row prepares (the stored results of a replay, a
+		// consumer's stream) would expire while it runs.
+		return fmt.Errorf("ttl %s is not longer than the duration %s of a row", o.TTL, o.withDefaults().Duration)
 	}
 	return nil
 }

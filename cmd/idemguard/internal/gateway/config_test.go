@@ -209,15 +209,20 @@ routes:
     caller: {header: x-account_id}
 `, []string{"7:11: routes[0].caller.header: X_account_id is also forward_key_header",
 			"11:13: routes[1].caller.header: X-Account_id is also forward_key_header"}},
-		{"the derived key where the token is read", validBase + `forward_key_header: x_auth_token
+		{"the derived key where the token is read", validBase + `forward_key_header: X-Auth_Token
 jwt:
-  header: X-Auth-Token
+  header: X_Auth-Token
   keys:
     - file: /nonexistent/key.pem
 routes:
   - pattern: POST /orders
     caller: {jwt: sub}
-`, []string{"5:21: forward_key_header: X_auth_token is also jwt.header", "9:13: jwt.keys[0].file: open /nonexistent/key.pem"}},
+`, []string{"5:21: forward_key_header: X-Auth_token is also jwt.header", "9:13: jwt.keys[0].file: open /nonexistent/key.pem"}},
+		{"the derived key where the caller is read, spelt apart both ways", validBase + `forward_key_header: X-Account_Id
+routes:
+  - pattern: POST /orders
+    caller: {header: X_Account-Id}
+`, []string{"8:13: routes[0].caller.header: X_account-Id is also forward_key_header"}},
 		{"the derived key in a field the request needs, spelt apart", validBase + `forward_key_header: content_type
 routes:
   - pattern: POST /orders

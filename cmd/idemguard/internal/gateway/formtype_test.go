@@ -48,11 +48,7 @@ func rackUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
 					if !ok {
 						continue
 					}
-					n := rackPartName.FindStringSubmatch(head)
-					if n == nil {
-						n = rackPartID.FindStringSubmatch(head)
-					}
-					if n != nil && n[1] == "_method" {
+					if rackPartName(head+"\r\n") == "_method" {
 						m = strings.ToUpper(strings.TrimSuffix(v, "\r\n"))
 					}
 				}
@@ -67,11 +63,35 @@ func rackUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	return u, patches
 }
 
-// Rack's MULTIPART_CONTENT_DISPOSITION and MULTIPART_CONTENT_ID.
+// How Rack 2.2 names a multipart part (lib/rack/multipart.rb; 3.0 the
+// same, 3.1's disposition pattern as unanchored):
+//
+//	VALUE = /"(?:\\"|[^"])*"|#{TOKEN}/
+//	MULTIPART_CONTENT_DISPOSITION = /Content-Disposition:.*;\s*name=(#{VALUE})/ni
+//	MULTIPART_CONTENT_ID = /Content-ID:\s*([^#{EOL}]*)/ni
+//
+// and parser.rb: name = dequote(head[MULTIPART_CONTENT_DISPOSITION, 1]),
+// else head[MULTIPART_CONTENT_ID, 1]; dequote strips the quotes and every
+// backslash escape. Neither pattern is anchored at a field's start.
 var (
-	rackPartName = regexp.MustCompile(`(?i)Content-Disposition:.*\s+name="?([^";\r\n]*)"?`)
-	rackPartID   = regexp.MustCompile(`(?i)Content-ID:\s*([^\r\n]*)`)
+	rackDisposition = regexp.MustCompile(`(?i)Content-Disposition:.*;\s*name=("(?:\\"|[^"])*"|[^\s()<>,;:\\"/\[\]?=]+)`)
+	rackContentID   = regexp.MustCompile(`(?i)Content-ID:\s*([^\r\n]*)`)
+	rackEscape      = regexp.MustCompile(`\\(.)`)
 )
+
+func rackPartName(head string) string {
+	if m := rackDisposition.FindStringSubmatch(head); m != nil {
+		n := m[1]
+		if len(n) >= 2 && n[0] == '"' && n[len(n)-1] == '"' {
+			n = n[1 : len(n)-1]
+		}
+		return rackEscape.ReplaceAllString(n, "$1")
+	}
+	if m := rackContentID.FindStringSubmatch(head); m != nil {
+		return m[1]
+	}
+	return ""
+}
 
 // TestOverrideInFormWithLooseContentType: a POST whose form body names
 // PATCH in _method, on a path where a route guards PATCH, was refused (501)
@@ -119,9 +139,12 @@ func TestOverrideInFormWithLooseContentType(t *testing.T) {
 		{"multipart/form-data; boundary=" + mw.Boundary() + "; boundary=other", mp.String()},
 	}
 	// Parts Rack names _method and mime/multipart's FormName does not:
-	// another disposition type, the name given twice, a Content-ID.
-	for _, h := range []string{`Content-Disposition: attachment; name="_method"`, "Content-ID: _method", "Content-Disposition: attachment; name=_method",
-		`Content-Disposition: form-data; name="x"; name="_method"`} {
+	// another disposition type, the name given twice, a Content-ID, a
+	// backslash escape, a field whose name ends so.
+	for _, h := range []string{`Content-Disposition: attachment; name="_method"`, "Content-ID: _method",
+		`Content-Disposition: form-data; name="x"; name="_method"`, `Content-Disposition: attachment; name="\_method"`,
+		`Content-Disposition: form-data; name="x"; name="_met\hod"`, `X-Content-Disposition: form-data; name="_method"`,
+		`X-Content-ID: _method`} {
 		cases = append(cases, struct{ ct, body string }{"multipart/form-data; boundary=XyZzY",
 			"--XyZzY\r\nContent-Disposition: form-data; name=\"qty\"\r\n\r\n2\r\n--XyZzY\r\n" + h + "\r\n\r\nPATCH\r\n--XyZzY--\r\n"})
 	}

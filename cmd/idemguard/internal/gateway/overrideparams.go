@@ -142,33 +142,51 @@ func bodyOverrides(r *http.Request, boundary string, limit int64) ([]string, err
 		if err != nil {
 			return vs, nil // the end, or what does not parse
 		}
-		if slices.ContainsFunc(partNames(p.FormName(), p.Header.Values("Content-Disposition"), p.Header.Get("Content-Id")), isOverrideParam) {
+		var head strings.Builder
+		for k, fvs := range p.Header {
+			for _, v := range fvs {
+				head.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+		if slices.ContainsFunc(partNames(p.FormName(), head.String()), isOverrideParam) {
 			v, _ := io.ReadAll(io.LimitReader(p, 64))
 			vs = append(vs, string(v))
 		}
 	}
 }
 
-// partNames returns every name a form parser may give a multipart part:
-// formName (mime/multipart's, which answers "" unless the disposition
-// type is form-data and its parameters parse), each name parameter of its
-// Content-Disposition fields whatever their type and however the rest
-// parses (Rack takes the name of an "attachment" part, and the last of a
-// name given twice), and its Content-ID (Rack's name for a part whose
-// disposition gives none).
-func partNames(formName string, dispositions []string, contentID string) []string {
-	names := []string{formName, strings.TrimSpace(contentID)}
-	for _, d := range dispositions {
-		for _, m := range dispositionName.FindAllStringSubmatch(d, -1) {
-			names = append(names, m[1])
-		}
+// partNames returns every name a form parser may give a multipart part
+// whose header fields are head: formName (mime/multipart's, which answers
+// "" unless the disposition type is form-data and its parameters parse),
+// and, with head's backslash escapes undone (Rack dequotes a name so),
+// each name parameter in head, in any field and whatever the disposition
+// type (Rack's pattern for Content-Disposition is not anchored to a
+// field's start, and takes an "attachment" part's name, and the last of
+// a name given twice), and each Content-ID (Rack's name for a part whose
+// disposition gives none). More names than a framework reads only refuse
+// more requests.
+func partNames(formName, head string) []string {
+	head = backslashEscape.ReplaceAllString(head, "$1")
+	names := []string{formName}
+	for _, m := range nameParam.FindAllStringSubmatch(head, -1) {
+		names = append(names, m[1])
+	}
+	for _, m := range contentID.FindAllStringSubmatch(head, -1) {
+		names = append(names, strings.TrimSpace(m[1]))
 	}
 	return names
 }
 
-// dispositionName finds the name parameters of a Content-Disposition
-// field, quoted or not (not filename; an RFC 2231 name* is FormName's).
-var dispositionName = regexp.MustCompile(`(?i)(?:^|[\s;])name\s*=\s*"?([^";\r\n]*)"?`)
+var (
+	// nameParam finds a name parameter, quoted or not (not filename; an
+	// RFC 2231 name* is FormName's).
+	nameParam = regexp.MustCompile(`(?i)(?:^|[\s;])name\s*=\s*"?([^";\r\n]*)"?`)
+	// contentID finds a Content-ID field's value, in a field of any name
+	// that ends so, as Rack's pattern does.
+	contentID = regexp.MustCompile(`(?i)Content-ID:\s*([^\r\n]*)`)
+	// backslashEscape is a quoted-pair: \x stands for x.
+	backslashEscape = regexp.MustCompile(`\\(.)`)
+)
 
 // rawPartOverrides returns the values of the _method parts of a multipart
 // body read as Rack reads one: the parts between the boundary's lines,
@@ -178,22 +196,7 @@ func rawPartOverrides(body []byte, boundary string) []string {
 	var vs []string
 	for _, part := range bytes.Split(body, []byte("--"+boundary)) {
 		head, value, ok := bytes.Cut(part, []byte("\r\n\r\n"))
-		if !ok {
-			continue
-		}
-		var dispositions []string
-		var contentID string
-		for _, line := range strings.Split(string(head), "\r\n") {
-			field, v, ok := strings.Cut(line, ":")
-			switch field = strings.TrimSpace(field); {
-			case !ok:
-			case strings.EqualFold(field, "Content-Disposition"):
-				dispositions = append(dispositions, v)
-			case strings.EqualFold(field, "Content-ID"):
-				contentID = v
-			}
-		}
-		if slices.ContainsFunc(partNames("", dispositions, contentID), isOverrideParam) {
+		if ok && slices.ContainsFunc(partNames("", string(head)), isOverrideParam) {
 			value = bytes.TrimSuffix(value, []byte("\r\n"))
 			vs = append(vs, string(value[:min(len(value), 64)]))
 		}

@@ -134,7 +134,7 @@ var overrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Meth
 // X_HTTP_METHOD_OVERRIDE and X-Http-Method-Override alike, as
 // HTTP_X_HTTP_METHOD_OVERRIDE.
 func sameField(k, name string) bool {
-	return strings.EqualFold(strings.ReplaceAll(k, "_", "-"), name)
+	return strings.EqualFold(strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(name, "_", "-"))
 }
 
 // delAnySpelling deletes from h every field named name in any spelling
