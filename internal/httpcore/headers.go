@@ -90,6 +90,9 @@ func (m *Engine) keepField(k string, vs []string, before http.Header, conn map[s
 // handler that writes w.Header()["set-cookie"] sends a Set-Cookie all the
 // same, and it is no more replayed than one written canonically.
 func (m *Engine) replayable(k string, conn map[string]bool) bool {
+	if !validFieldName(k) {
+		return false // net/http sends no such field (an empty name, a space): nor does the replay
+	}
 	k = textproto.CanonicalMIMEHeaderKey(k)
 	if hopByHop[k] || conn[k] || k == ReplayedHeader {
 		return false
@@ -206,4 +209,22 @@ func fieldsOf(h http.Header, scratch []snapField) []snapField {
 		out = append(out, snapField{name: k, vals: vs})
 	}
 	return out
+}
+
+// validFieldName reports whether k is a field name net/http writes: an
+// RFC 9110 token (httpguts.ValidHeaderFieldName); it drops the others.
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
