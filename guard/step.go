@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 )
 
@@ -160,7 +161,8 @@ func CheckStep(index int, name string) error {
 // most once per attempt; steps run one after another, not nested.
 //
 // T is stored as its bytes when it is []byte, else as JSON
-// (encoding/json). Step returns the stored bytes decoded, the first time
+// (encoding/json; so is a []byte held by an interface T, which comes back
+// as JSON decodes it into T). Step returns the stored bytes decoded, the first time
 // too, so a first run and a resumed one see the same value. An encoding
 // error is returned like fn's: nothing is stored.
 //
@@ -190,12 +192,16 @@ func Step[T any](ctx context.Context, lease Lease, name string, fn func(ctx cont
 		panic("guard.Step: nil func")
 	}
 	var zero T
+	// Decided by T, not by the value fn returns: a []byte in an
+	// interface T goes as JSON, which decodes back into T.
+	bytesT := reflect.TypeFor[T]() == reflect.TypeFor[[]byte]()
 	raw, err := lease.steps.run(ctx, lease, name, func(ctx context.Context) ([]byte, error) {
 		v, err := fn(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if b, ok := any(v).([]byte); ok {
+		if bytesT {
+			b := any(v).([]byte)
 			if b == nil {
 				b = []byte{}
 			}
@@ -210,7 +216,7 @@ func Step[T any](ctx context.Context, lease Lease, name string, fn func(ctx cont
 	if err != nil {
 		return zero, err
 	}
-	if _, ok := any(zero).([]byte); ok {
+	if bytesT {
 		return any(raw).(T), nil
 	}
 	var v T
