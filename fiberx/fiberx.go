@@ -565,12 +565,23 @@ type response struct {
 // marker for other requests. (A 101, or another status the handler set,
 // goes out before the session: it is what the client gets.)
 func (r *response) Result() httpcore.Result {
-	res := r.c.Response()
-	out := httpcore.Result{Status: res.StatusCode(), Before: r.before}
 	if r.committed {
-		out.Stored, out.Release = r.stored, r.release
+		out := httpcore.Result{Before: r.before, Stored: r.stored, Release: r.release}
+		if !r.c.IsAbandoned() {
+			out.Status = r.c.Response().StatusCode()
+		}
 		return out
 	}
+	if r.c.IsAbandoned() {
+		// Fiber's timeout middleware, outside the guard, answered the
+		// client (its 408) while the handler ran on, in the response the
+		// handler writes: neither its status nor its body is the
+		// handler's, and the effect may have happened. Not read (the
+		// middleware writes it from its own goroutine).
+		return httpcore.Result{Abandoned: true, Before: r.before}
+	}
+	res := r.c.Response()
+	out := httpcore.Result{Status: res.StatusCode(), Before: r.before}
 	if out.Status == http.StatusOK && r.c.RequestCtx().Hijacked() {
 		out.Status, out.Hijacked = 0, true
 		return out

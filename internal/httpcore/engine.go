@@ -671,7 +671,7 @@ func writeStored(w http.ResponseWriter, id string, sr responseView) {
 		} else if sr.notKept&notKeptCutShort != 0 {
 			why = "its body fell short of its Content-Length, and it was cut off"
 		} else if sr.notKept&notKeptBypassed != 0 {
-			why = "it went out around the guard (an internal redirect)"
+			why = "it went out around the guard (an internal redirect, or a timeout middleware outside it answered while the handler ran on)"
 		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Status: sr.status,
 			Title: "Response not kept", Key: id,
@@ -699,13 +699,18 @@ type Result struct {
 	// are not stored.
 	Before, Header http.Header
 	Body           []byte
-	TooLarge       bool   // the body was over MaxStoredResponse: keep a marker
-	CutShort       bool   // the body fell short of its Content-Length, so net/http cut the response off: keep a marker
-	Bypassed       bool   // the response went out around the binding (Gin's HandleContext): keep a marker
-	Streamed       bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
-	Hijacked       bool   // the handler took the connection: keep a marker, send nothing
-	Stored         []byte // CommitResponse committed these bytes: store them as they are
-	Release        bool   // CommitResponse answered without committing: release, store nothing
+	TooLarge       bool // the body was over MaxStoredResponse: keep a marker
+	CutShort       bool // the body fell short of its Content-Length, so net/http cut the response off: keep a marker
+	Bypassed       bool // the response went out around the binding (Gin's HandleContext): keep a marker
+	// Abandoned: the framework answered the client around the handler
+	// while it ran on (Fiber's timeout middleware outside the guard):
+	// the effect may have happened, whatever the status. Keep a marker
+	// with the timeout's 408, never release.
+	Abandoned bool
+	Streamed  bool   // the body goes out as a stream after the answer is stored (Fiber's SendStream): keep a marker
+	Hijacked  bool   // the handler took the connection: keep a marker, send nothing
+	Stored    []byte // CommitResponse committed these bytes: store them as they are
+	Release   bool   // CommitResponse answered without committing: release, store nothing
 	// Untyped: the response went out without a Content-Type (net/http
 	// sniffed none: the handler flushed before its body, set the field to
 	// nil, or removed outer middleware's from a response without a body;
@@ -922,6 +927,8 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 			status = http.StatusOK
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
+	case res.Abandoned:
+		result = encodeResponse(storedResponse{status: http.StatusRequestTimeout, notKept: notKeptBypassed})
 	case m.releases(status), status < 200, status > 999:
 		// A status no client takes for a final answer (fasthttp sends a
 		// 1xx the handler set as its response; net/http panics on one
