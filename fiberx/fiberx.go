@@ -67,12 +67,14 @@ import (
 	"maps"
 	"math"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
@@ -586,6 +588,14 @@ func (r *response) Result() httpcore.Result {
 		out.Status, out.Hijacked = 0, true
 		return out
 	}
+	if connClosed(r.c) {
+		// The connection was closed under the response (c.Drop, which
+		// sends nothing; c.End, which sent it first): what fasthttp
+		// holds is not known to be what the client got. Kept as a
+		// handler that took the connection: a marker, not run again.
+		out.Hijacked = true
+		return out
+	}
 	if res.IsBodyStream() {
 		out.Streamed = true // sent after the answer is stored, not kept
 		return out
@@ -646,4 +656,16 @@ func (a *answer) WriteHeader(code int) {
 func (a *answer) Write(p []byte) (int, error) {
 	a.c.Response().AppendBody(p)
 	return len(p), nil
+}
+
+// connClosed reports whether c's connection was closed while the handlers
+// ran (c.Drop, c.End). Setting a read deadline on it is how to ask: it
+// fails on a closed connection, and fasthttp sets its own before it reads
+// the next request.
+func connClosed(c fiber.Ctx) bool {
+	conn := c.RequestCtx().Conn()
+	if conn == nil {
+		return false
+	}
+	return errors.Is(conn.SetReadDeadline(time.Time{}), net.ErrClosed)
 }

@@ -1,0 +1,68 @@
+package fiberx_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/idemguard/idemguard/fiberx"
+	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+)
+
+// A middleware after the guard that sheds load with c.Drop() closes the
+// connection: the client gets no answer, the handler never ran. The guard
+// stored fasthttp's untouched 200 with an empty body, and every retry of
+// the key was told it had succeeded, the charge never made. A closed
+// connection keeps the marker of a handler that took the connection now.
+func TestDroppedConnectionNotStoredAsSuccess(t *testing.T) {
+	g := guardenv.Guard(t, guard.Options{})
+	var runs, seen atomic.Int64
+	app := newApp()
+	shed := func(c fiber.Ctx) error {
+		if seen.Add(1) == 1 { // overloaded on the first attempt
+			return c.Drop()
+		}
+		return c.Next()
+	}
+	app.Post("/pay", fiberx.Guard(g, fiberx.Options{Options: httpx.Options{SingleCaller: true}}), shed, func(c fiber.Ctx) error {
+		runs.Add(1)
+		return c.Status(http.StatusCreated).SendString("charged")
+	})
+	url := listen(t, app) + "/pay"
+	send := func() (*http.Response, string, error) {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(httpx.DefaultHeader, "dropped")
+		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+		res, err := cl.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b), nil
+	}
+	if res, body, err := send(); err == nil {
+		t.Fatalf("first: %d %q; want the connection dropped", res.StatusCode, body)
+	}
+	res, body, err := send()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode == http.StatusOK && body == "" {
+		t.Fatalf("retry: 200 with an empty body (replayed %q): a success the dropped request never answered; the charge ran %d times",
+			res.Header.Get(httpx.ReplayedHeader), runs.Load())
+	}
+	if !strings.Contains(body, "not kept") || runs.Load() != 0 {
+		t.Errorf("retry: %d %q, the charge ran %d times; want the key's not-kept marker, the charge not run", res.StatusCode, body, runs.Load())
+	}
+}
