@@ -20,11 +20,17 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 log() { echo "services: $*" >&2; }
 
 install_redis() {
-  command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return
-  log "installing redis-server with apt-get"
+  # redis-server, and the interpreters of the gateway tests' upstreams
+  # (node, python3), each installed when missing.
+  local pkgs=()
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || pkgs+=(redis-server)
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v python3 >/dev/null || pkgs+=(python3)
+  [ ${#pkgs[@]} -gt 0 ] || return 0
+  log "installing ${pkgs[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  apt-get install -y -qq redis-server >&2
+  apt-get install -y -qq "${pkgs[@]}" >&2
 }
 
 # free_port prints a loopback port nothing listens on, not handed out before.
@@ -86,10 +92,16 @@ start_all() {
   done
   redis-cli --cluster create "${cluster[@]}" --cluster-yes >"$dir/cluster-create.log" 2>&1 \
     || { cat "$dir/cluster-create.log" >&2; return 1; }
+  local node ok=0
   for i in $(seq 1 200); do
-    redis-cli -p "${cluster[0]##*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+    ok=1
+    for node in "${cluster[@]}"; do
+      redis-cli -p "${node##*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || { ok=0; break; }
+    done
+    [ "$ok" = 1 ] && break
     sleep 0.05
   done
+  [ "$ok" = 1 ] || { log "the cluster ${cluster[*]} did not reach cluster_state:ok"; return 1; }
   echo "export IDEMGUARD_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${cluster[*]}")" >>"$env"
 
   addrs=()

@@ -18,8 +18,10 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TEST_FLAGS=${TEST_FLAGS:--race -count=1 -timeout 20m}
 # The modules: every directory go.work uses, the root first.
-mapfile -t modules < <($GO work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
-[ ${#modules[@]} -gt 0 ] || modules=(.)
+# (go work edit on a line of its own: set -e stops the run if it fails.)
+work=$($GO work edit -json)
+mapfile -t modules < <(printf '%s\n' "$work" | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
+[ ${#modules[@]} -gt 0 ] || { echo "test.sh: go.work lists no module" >&2; exit 1; }
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

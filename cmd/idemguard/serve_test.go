@@ -51,13 +51,13 @@ type proc struct {
 func startProc(t *testing.T, name string, env []string, ready func(p *proc) error, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, args: args, env: env, log: &testenv.Buffer{}}
-	p.start(ready)
-	t.Cleanup(func() {
+	t.Cleanup(func() { // also when it does not get ready: it is not left running
 		p.kill()
 		if t.Failed() {
 			t.Logf("%s's output:\n%s", name, tail(p.log.String(), 40))
 		}
 	})
+	p.start(ready)
 	return p
 }
 

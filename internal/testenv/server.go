@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +26,9 @@ type Server struct {
 	port int
 	args []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd's process has exited (and was waited for)
 }
 
 // StartRedis starts a redis-server on a free loopback port, with no
@@ -35,10 +37,10 @@ type Server struct {
 func StartRedis(t testing.TB, args ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, bin: Require(t, EnvRedisServer), dir: t.TempDir(), port: FreePort(t), args: args}
+	t.Cleanup(s.Kill) // also when it does not get ready: it is not left running
 	if err := s.start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
-	t.Cleanup(s.Kill)
 	return s
 }
 
@@ -71,8 +73,10 @@ func (s *Server) start() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	s.cmd = cmd
-	return waitReady(s.Addr(), 10*time.Second)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	return waitReady(s.Addr(), cmd.Process.Pid, exited, 10*time.Second)
 }
 
 // Kill stops the server with SIGKILL, as a crash would. It does nothing if
@@ -84,7 +88,7 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -96,21 +100,32 @@ func (s *Server) Restart() {
 	}
 }
 
-// waitReady polls addr with PING until it answers or the limit passes.
-func waitReady(addr string, limit time.Duration) error {
+// waitReady polls addr until the redis-server of process pid answers
+// there, or the limit passes, or the process exits. Another server on the
+// port (another package's, which drew the same free port: a server that
+// could not bind it exits) is not taken for it.
+func waitReady(addr string, pid int, exited <-chan struct{}, limit time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(limit)
 	backoff := 5 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
-			return nil
+			if strings.Contains(info, "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
+				return nil
+			}
+			err = fmt.Errorf("another server answers there, not process %d", pid)
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server (process %d) exited before it served on %s: %w", pid, addr, err)
+		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer PING within %s: %w", addr, limit, err)
+			return fmt.Errorf("%s did not answer within %s: %w", addr, limit, err)
 		}
 		time.Sleep(backoff) // polling a process we started: there is no event to wait on
 		backoff = min(backoff*2, 200*time.Millisecond)

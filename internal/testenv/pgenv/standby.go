@@ -74,16 +74,16 @@ func StartStandby(t testing.TB) *Pair {
 	pport, sport := testenv.FreePort(t), testenv.FreePort(t)
 	start := func(data string, port int) {
 		t.Helper()
-		run("pg_ctl", "-D", data, "-l", data+".log", "-w", "-t", "60", "-o",
-			fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c wal_level=replica -c max_wal_senders=4 -c hot_standby=on", port, dir),
-			"start")
-		t.Cleanup(func() {
+		t.Cleanup(func() { // also when pg_ctl gave up waiting: the postmaster is not left running
 			cmd := exec.Command(filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop")
 			if cred != nil {
 				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 			}
 			_ = cmd.Run()
 		})
+		run("pg_ctl", "-D", data, "-l", data+".log", "-w", "-t", "60", "-o",
+			fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c wal_level=replica -c max_wal_senders=4 -c hot_standby=on", port, dir),
+			"start")
 	}
 	run("initdb", "-D", primary, "-A", "trust", "-U", "postgres", "--no-sync")
 	start(primary, pport)
