@@ -53,7 +53,7 @@ func (gw *Gateway) consultSecondary(ctx context.Context) {
 		return
 	}
 	if legacyUS.Valid {
-		left := time.Duration(legacyUS.Int64) * time.Microsecond
+		left := pgsql.Micros(legacyUS.Int64) // saturated: a row kept for centuries would wrap
 		gw.log.Warn("gateway: the fallback PostgreSQL holds keys an older idemguard kept by caller, method and route alone (any service's): they are honoured, read only, until the last expires", "for", left.String())
 		gw.secondary.honourLegacy(time.Now().Add(left))
 		ownUS.Int64, ownUS.Valid = max(ownUS.Int64, legacyUS.Int64), true
@@ -61,7 +61,7 @@ func (gw *Gateway) consultSecondary(ctx context.Context) {
 	if !ownUS.Valid {
 		return // no live record: nothing to switch back from
 	}
-	left := time.Duration(ownUS.Int64) * time.Microsecond
+	left := pgsql.Micros(ownUS.Int64)
 	gw.log.Info("gateway: the fallback PostgreSQL holds keys from an outage; claims are checked against it until the last expires", "for", left.String())
 	gw.fb.ConsultSecondary(time.Now().Add(left))
 }

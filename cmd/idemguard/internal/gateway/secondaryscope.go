@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,10 @@ func newScopedSecondary(st guard.Store, prefix string) *scopedSecondary {
 
 // honourLegacy makes the rows an older version wrote be read until t.
 func (s *scopedSecondary) honourLegacy(t time.Time) {
-	ns := t.UnixNano()
+	ns := int64(math.MaxInt64) // UnixNano would wrap past 2262: as good as for ever
+	if t.Before(time.Unix(0, math.MaxInt64)) {
+		ns = t.UnixNano()
+	}
 	for {
 		cur := s.legacyUntil.Load()
 		if cur >= ns || s.legacyUntil.CompareAndSwap(cur, ns) {
