@@ -20,20 +20,23 @@ import (
 // payload committed answers Mismatch. (Any committed row was replayed: a
 // request of payload B was handed the result committed for payload A.)
 //
-// How the two disagree with the backstop's TTL equal to the guard's (as
-// pgstore.Options.TTL asks): B's last holder, paused past its lease, fails
-// late, so Redis keeps its failed record for the TTL from then, while its
-// mark expires the TTL after the lease. Meanwhile an unguarded (fail-open,
-// fence 0) effect of payload A commits on the expired mark, as Commit
-// allows. The real durations are the pause, not synchronisation; a round
-// a loaded machine made too slow runs again with a longer TTL.
+// How the two disagree: the backstop's TTL shorter than the guard's
+// (pgstore.Options.TTL asks them equal; with them equal, a failed mark is
+// kept as long as the store's failed record, and A's commit below is
+// refused). B's last holder, paused past its lease, fails late, so Redis
+// keeps its failed record for the guard's TTL from then, while its mark
+// expires the backstop's shorter TTL from then. Meanwhile an unguarded
+// (fail-open, fence 0) effect of payload A commits on the expired mark,
+// as Commit allows. The real durations are the pause, not
+// synchronisation; a round a loaded machine made too slow runs again
+// with a longer TTL.
 func TestExhaustedNotReplayedAnotherPayload(t *testing.T) {
 	t.Parallel()
 	testenv.OnTime(t, "a TTL", 2*time.Second, 3, func(ttl time.Duration) (late bool) {
 		const lease = 100 * time.Millisecond
 		pause := ttl * 3 / 4
 		db := pgenv.Migrated(t, pgstore.Options{})
-		b := mustBackstop(t, db, pgstore.Options{TTL: ttl})
+		b := mustBackstop(t, db, pgstore.Options{TTL: ttl / 2})
 		s := backstop.Wrap(guardenv.StoreOn(t, testenv.Redis(t), guard.RedisOptions{}), b)
 		key := newKey(t)
 		req := func(tok, fp string) guard.ClaimRequest {
@@ -46,12 +49,12 @@ func TestExhaustedNotReplayedAnotherPayload(t *testing.T) {
 		}
 		// The holder, paused past its lease, fails late: Redis keeps the
 		// failed record until start+pause+ttl; the mark expires at
-		// start+lease+ttl.
+		// start+pause+ttl/2.
 		time.Sleep(time.Until(start.Add(pause)))
 		if err := s.Fail(ctx, out.Lease, "boom", ttl); err != nil {
 			t.Fatalf("fail B1: %v", err)
 		}
-		time.Sleep(time.Until(start.Add(lease + ttl + 300*time.Millisecond)))
+		time.Sleep(time.Until(start.Add(pause + ttl/2 + 300*time.Millisecond)))
 		// A fail-open effect of payload A (fence 0) commits its row.
 		fo := guard.Lease{Key: key, Token: "failopen", Fence: 0, Attempt: 1}
 		res, err := b.Func("fp-a", func(context.Context, *sql.Tx, guard.Lease) ([]byte, error) {
