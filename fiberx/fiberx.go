@@ -591,9 +591,11 @@ func (r *response) Result() httpcore.Result {
 	if connClosed(r.c) {
 		// The connection was closed under the response (c.Drop, which
 		// sends nothing; c.End, which sent it first): what fasthttp
-		// holds is not known to be what the client got. Kept as a
-		// handler that took the connection: a marker, not run again.
-		out.Hijacked = true
+		// holds (its untouched 200, after a Drop) is not known to be
+		// what the client got. Kept as a handler that took the
+		// connection, with a 500: a marker, not run again, and no
+		// success the client may never have had.
+		out.Status, out.Hijacked = http.StatusInternalServerError, true
 		return out
 	}
 	if res.IsBodyStream() {
