@@ -114,7 +114,7 @@ func (g *Guard) Wait(ctx context.Context, key Key, fingerprint string, opts Wait
 		if err != nil && !deadline.IsZero() && !time.Now().Before(deadline) {
 			return Outcome{}, inFlight // the read did not answer within the timeout
 		}
-		if err == nil && rec.State == StatePending && rec.LeaseLeft > 0 && (rec.Fingerprint == "" || rec.SameFingerprint(fingerprint)) {
+		if err == nil && rec.State == StatePending && rec.LeaseLeft > 0 && rec.SameFingerprint(fingerprint) {
 			// Still running. A holder of another payload (the first
 			// released, another request of the key claimed it) is a
 			// mismatch, which the claim answers, as Claim would at once.

@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,13 +20,12 @@ import (
 // waits out its whole Timeout on C's live lease and answers
 // *InProgressError (httpx: 409 + Retry-After of C's lease, not 422).
 func TestWaitAnswersMismatchOfAnotherPayload(t *testing.T) {
-	for name, s := range map[string]guard.Store{
-		"redis":    realStore(t),
-		"memstore": memstore.New(memstore.Options{}),
-	} {
-		t.Run(name, func(t *testing.T) {
-			g := guard.New(s, guard.Options{})
-			key := guard.Key{Scope: "wait-mismatch", ID: "mismatch-" + name + time.Now().Format("150405.000000")}
+	stores := map[string]guard.Store{"redis": realStore(t), "memstore": memstore.New(memstore.Options{})}
+	for _, c := range []struct{ store, other string }{{"redis", "other"}, {"memstore", "other"}, {"redis", ""}, {"memstore", ""}} {
+		name, other := c.store, c.other
+		t.Run(fmt.Sprintf("%s/other=%q", name, other), func(t *testing.T) {
+			g := guard.New(stores[name], guard.Options{})
+			key := guard.Key{Scope: "wait-mismatch", ID: "mismatch-" + name + other + time.Now().Format("150405.000000")}
 			a, err := g.Claim(bg, key, "fp")
 			if err != nil || a.Status != guard.Acquired {
 				t.Fatalf("A's claim: %v %+v", err, a)
@@ -36,7 +36,7 @@ func TestWaitAnswersMismatchOfAnotherPayload(t *testing.T) {
 			if err := g.Release(bg, a.Lease); err != nil { // A answered 5xx
 				t.Fatal(err)
 			}
-			c, err := g.Claim(bg, key, "other")
+			c, err := g.Claim(bg, key, other) // "": a fingerprint like any other
 			if err != nil || c.Status != guard.Acquired {
 				t.Fatalf("C's claim: %v %+v", err, c)
 			}
