@@ -27,6 +27,13 @@ func unheard(err error) bool {
 	if errors.As(err, &rerr) {
 		return false
 	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// A context that ended (its type is a net.Error with Timeout
+		// true, as a socket's read timeout is: asked below, a caller's
+		// deadline read as a lost answer, and cost a release and up to
+		// unheardBound more of the caller's time).
+		return false
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return false
