@@ -3,6 +3,7 @@ package consumerx
 import (
 	"context"
 
+	"github.com/idemguard/idemguard/consumerx/internal/leasectx"
 	"github.com/idemguard/idemguard/guard"
 )
 
@@ -35,8 +36,6 @@ type Handler func(ctx context.Context, msg Message) error
 // duplicate (Watermill's produced messages, for example).
 type ResultFunc func(ctx context.Context, msg Message) ([]byte, error)
 
-type leaseKey struct{}
-
 // leaseCtx is a handler's context: the lease's context, which carries
 // the lease for LeaseFrom. It lives in the message's run, so it costs no
 // allocation of its own (context.WithValue would).
@@ -49,7 +48,7 @@ type leaseCtx struct {
 // values otherwise (context.Cause and derived contexts find its
 // cancellation through it).
 func (c *leaseCtx) Value(key any) any {
-	if key == (leaseKey{}) {
+	if key == (leasectx.Key{}) {
 		return c.lease
 	}
 	return c.Context.Value(key)
@@ -59,7 +58,7 @@ func (c *leaseCtx) Value(key any) any {
 // carried by downstream writes that must not happen twice, and its Attempt
 // (1 for the first run). ok is false outside a wrapped handler.
 func LeaseFrom(ctx context.Context) (lease guard.Lease, ok bool) {
-	l, ok := ctx.Value(leaseKey{}).(*guard.Lease)
+	l, ok := ctx.Value(leasectx.Key{}).(*guard.Lease)
 	if !ok {
 		return guard.Lease{}, false
 	}

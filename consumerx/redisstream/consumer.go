@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemguard/idemguard/consumerx"
+	"github.com/idemguard/idemguard/consumerx/internal/leasectx"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/wait"
 )
@@ -222,6 +223,12 @@ func New(client redis.UniversalClient, g *guard.Guard, h consumerx.Handler, opts
 		}
 		if err := c.deadLetterOnce(ctx, msg, cause); err != nil {
 			return err
+		}
+		if l, ok := ctx.Value(entryLease{}).(guard.Lease); ok {
+			// The entry's dead-letter record, which both paths claim:
+			// the steps the user's DeadLetter records under it
+			// (LeaseFrom) are found whichever path tries it again.
+			ctx = leasectx.With(ctx, l)
 		}
 		return user(ctx, msg, cause)
 	}

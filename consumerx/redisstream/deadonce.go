@@ -31,13 +31,14 @@ var entryDeadCall = guard.CallOptions{MaxAttempts: -1}
 // entryDeadKey returns the record an entry's dead letter is sent under
 // (see above): scope consumerx.DeadLetterScopePrefix + group, id "entry:"
 // and the hex SHA-256 of the entry's Message.ID (consumerx's own records
-// there are named by bare hex digests). ok is false with
-// Options.Process.Key set (the deleted path cannot find the entry's key:
-// it dead-letters at once, and says so) or for a message that is not an
-// entry.
+// there are named by bare hex digests). The entry id names it whatever
+// Options.Process.Key says (with Key set the deleted path cannot find the
+// message's own record and dead-letters at once, but under this one: its
+// dead letter still goes out once). ok is false for a message that is
+// not an entry.
 func (c *Consumer) entryDeadKey(msg consumerx.Message) (key guard.Key, ok bool) {
 	xm, isEntry := msg.Raw.(redis.XMessage)
-	if c.opts.Process.Key != nil || !isEntry || xm.ID == "" {
+	if !isEntry || xm.ID == "" {
 		return guard.Key{}, false
 	}
 	sum := sha256.Sum256([]byte(ID(c.opts.Stream, xm.ID)))
