@@ -191,7 +191,7 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		unmark: `UPDATE ` + k + ` SET leased_until = NULL,
 				expires_at = CASE WHEN $4 AND attempt <= 1 AND NOT EXISTS (SELECT 1 FROM ` + t.Steps + ` AS s
 					WHERE s.scope = $1 AND s.id = $2 AND s.expires_at > ` + clockNow + `)
-					THEN ` + clockNow + ` ELSE ` + clockNow + ` + ` + dur("$5") + ` END
+					THEN ` + clockNow + ` WHEN $5 THEN ` + clockNow + ` + ` + dur("$6") + ` ELSE expires_at END
 			WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND expires_at > ` + clockNow,
 	}
 }
@@ -521,15 +521,16 @@ func lostRace(err error) bool {
 }
 
 // unmark ends the lease of lease's holder on its mark, so the next holder
-// need not wait for it; the mark is kept for the TTL from then, as a store
-// keeps a failed record (kept to the old lease's end and the TTL after
-// it, a failed mark refused another payload after the store had forgotten
-// the key). With forget (a release), it also undoes the mark
+// need not wait for it (failed: by a Fail). A failure's mark is kept for the TTL from then, as
+// the stores keep a failed record (kept to the old lease's end and the
+// TTL after it, it refused another payload after the store had forgotten
+// the key); a release's kept mark stays to the lease's end and the TTL
+// after it, as the stores keep a released later attempt (KEEPTTL). With forget (a release), it also undoes the mark
 // of a first attempt before any step of the key committed: the key is
 // then as if it had never been claimed (a request with another payload
 // may take it), as it is in the primary store.
-func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget bool) error {
-	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget, b.opts.TTL.Microseconds())
+func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget, failed bool) error {
+	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget, failed, b.opts.TTL.Microseconds())
 	return dbErr(ctx, "unmark", err)
 }
 

@@ -25,7 +25,8 @@ import (
 // kept as long as the store's failed record, and A's commit below is
 // refused). B's last holder, paused past its lease, fails late, so Redis
 // keeps its failed record for the guard's TTL from then, while its mark
-// expires the backstop's shorter TTL from then. Meanwhile an unguarded
+// expired the backstop's shorter TTL after its lease, before the Fail
+// reached it. Meanwhile an unguarded
 // (fail-open, fence 0) effect of payload A commits on the expired mark,
 // as Commit allows. The real durations are the pause, not
 // synchronisation; a round a loaded machine made too slow runs again
@@ -48,8 +49,8 @@ func TestExhaustedNotReplayedAnotherPayload(t *testing.T) {
 			t.Fatalf("claim B1 = %s, %v", out.Status, err)
 		}
 		// The holder, paused past its lease, fails late: Redis keeps the
-		// failed record until start+pause+ttl; the mark expires at
-		// start+pause+ttl/2.
+		// failed record until start+pause+ttl; the mark expired at
+		// start+lease+ttl/2, before the Fail.
 		time.Sleep(time.Until(start.Add(pause)))
 		if err := s.Fail(ctx, out.Lease, "boom", ttl); err != nil {
 			t.Fatalf("fail B1: %v", err)

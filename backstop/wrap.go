@@ -215,7 +215,7 @@ func (g *wrappedStore) undo(ctx context.Context, l guard.Lease, unmark bool) {
 	cancel()
 	if err == nil && unmark {
 		uctx, cancel := context.WithTimeout(bg, unmarkTimeout)
-		_ = g.b.unmark(uctx, l, true)
+		_ = g.b.unmark(uctx, l, true, false)
 		cancel()
 	}
 }
@@ -245,7 +245,7 @@ func (g *wrappedStore) Complete(ctx context.Context, lease guard.Lease, result [
 func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason string, ttl time.Duration) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Fail(ctx, lease, reason, ttl) })
 	if holderDone(err) {
-		g.unmark(ctx, lease, false)
+		g.unmark(ctx, lease, false, true)
 	}
 	return err
 }
@@ -263,7 +263,7 @@ func (g *wrappedStore) Fail(ctx context.Context, lease guard.Lease, reason strin
 func (g *wrappedStore) Release(ctx context.Context, lease guard.Lease) error {
 	err := adapter.Settle(ctx, adapter.SettleBudget, func(ctx context.Context) error { return g.primary.Release(ctx, lease) })
 	if holderDone(err) {
-		g.unmark(ctx, lease, err == nil && g.forgot(ctx, lease.Key))
+		g.unmark(ctx, lease, err == nil && g.forgot(ctx, lease.Key), false)
 	}
 	return err
 }
@@ -305,13 +305,13 @@ func holderDone(err error) bool {
 // completion is retried (adapter.Settle): a mark left leased answers
 // every claim of the key InProgress for the rest of a lease nobody holds
 // (docs/design.md, the backstop).
-func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget bool) {
+func (g *wrappedStore) unmark(ctx context.Context, lease guard.Lease, forget, failed bool) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkBudget)
 	defer cancel()
 	_ = adapter.Settle(uctx, unmarkBudget, func(uctx context.Context) error {
 		tctx, cancel := context.WithTimeout(uctx, unmarkTimeout)
 		defer cancel()
-		return g.b.unmark(tctx, lease, forget)
+		return g.b.unmark(tctx, lease, forget, failed)
 	})
 }
 

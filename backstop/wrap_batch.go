@@ -78,9 +78,9 @@ func (b batchesOf) WriteBatch(ctx context.Context, ws []guard.Write) []error {
 		}
 		switch {
 		case w.Kind == guard.WriteFail && holderDone(errs[i]):
-			b.g.unmark(ctx, w.Lease, false)
+			b.g.unmark(ctx, w.Lease, false, true)
 		case w.Kind == guard.WriteRelease && holderDone(errs[i]):
-			b.g.unmark(ctx, w.Lease, errs[i] == nil && b.g.forgot(ctx, w.Lease.Key))
+			b.g.unmark(ctx, w.Lease, errs[i] == nil && b.g.forgot(ctx, w.Lease.Key), false)
 		case w.Kind == guard.WriteExtend && errs[i] == nil:
 			errs[i] = b.g.extendMark(ctx, w.Lease, w.TTL) // as Extend does
 		}
