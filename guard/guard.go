@@ -282,7 +282,10 @@ func (g *Guard) keptClaim(ctx context.Context, key Key, fingerprint string, opts
 	if err != nil && k.timedOut() && !errors.Is(err, ErrUnavailable) {
 		err = g.claimTimedOut(err)
 	}
-	if err != nil && !k.timedOut() && unheard(err) {
+	// A claim its caller gave up on (a detached one's caller is not
+	// waited on) is not one whose answer was lost, whatever the error
+	// says: go-redis puts the caller's deadline on the socket.
+	if err != nil && !k.timedOut() && (detachedClaim || !callerEnded(ctx)) && unheard(err) {
 		g.releaseUnheard(ctx, req)
 	}
 	var late bool
@@ -352,7 +355,7 @@ func (g *Guard) claim(ctx context.Context, key Key, fingerprint string, opts Cal
 		// caller: the outcome is unknown, as keptClaim reports it.
 		err = g.claimTimedOut(err)
 	}
-	if err != nil && time.Now().Before(valid) && unheard(err) {
+	if err != nil && time.Now().Before(valid) && !callerEnded(ctx) && unheard(err) { // as in keptClaim
 		g.releaseUnheard(ctx, req)
 	}
 	late := err == nil && out.Status == Acquired && !time.Now().Before(valid)

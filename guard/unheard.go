@@ -44,6 +44,17 @@ func unheard(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// callerEnded reports whether ctx has ended or reached its deadline: a
+// socket timeout set from that deadline (go-redis) can come back a moment
+// before the context's own timer ends it.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // releaseUnheard releases the claim req made, whose answer was lost
 // (unheard), by its owner token: a claim the store took frees the key,
 // attempt uncounted, instead of holding it for a whole lease (and, at
