@@ -87,10 +87,9 @@ type TransportOptions struct {
 // asking again would only replay.
 //
 // A 409 that carries Retry-After means the key's first request is still
-// running, and so does a response of any other 4xx or 5xx status with
-// Retry-After whose body is a problem (ProblemContentType) of type
-// ProblemInFlight: a Guard whose Options.InFlightStatus is 429 answers
-// so. The transport then asks again after min(Retry-After,
+// running, and so does a response of any other status with Retry-After
+// whose body is a problem (ProblemContentType) of type ProblemInFlight: a
+// Guard whose Options.InFlightStatus is 429 (or 202) answers so. The transport then asks again after min(Retry-After,
 // InFlightDelay), so a duplicate gets the stored response within about a
 // second of it being ready, for up to MaxInFlightWait, without counting
 // attempts. Any other 429 (a rate limiter's) is retried as above and
@@ -227,6 +226,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("httpx: new idempotency key: %w", err)
 		}
 		req = req.Clone(req.Context()) // a RoundTripper must not change the caller's request
+		if req.Header == nil {         // a request made by hand, given to RoundTrip itself
+			req.Header = http.Header{}
+		}
 		req.Header.Set(t.opts.Header, key)
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
@@ -350,8 +352,8 @@ const maxProblemPeekWait = 200 * time.Millisecond
 // and put back all the same). Any other 429 (a rate limiter's) is not
 // taken for one.
 func inFlightAnswer(resp *http.Response) bool {
-	if resp.StatusCode < 400 || resp.Header.Get("Retry-After") == "" {
-		return false
+	if resp.Header.Get("Retry-After") == "" {
+		return false // a Guard's in-flight answer, of whatever status, has one
 	}
 	if resp.StatusCode == http.StatusConflict {
 		return true
@@ -458,7 +460,8 @@ func closeBody(req *http.Request) {
 // attempt: nothing reached a handler, and asking again only repeats it.
 func permanent(err error) bool {
 	var cv *tls.CertificateVerificationError
-	if errors.As(err, &cv) {
+	var rh tls.RecordHeaderError // the server does not speak TLS (an https URL to a plain-HTTP port)
+	if errors.As(err, &cv) || errors.As(err, &rh) {
 		return true
 	}
 	// net/http refuses a request it cannot write with errors of no type of
@@ -471,6 +474,10 @@ func permanent(err error) bool {
 		"invalid header field value",
 		"invalid method",
 		"invalid trailer field",
+		"can't write control character",
+		"with nil Body",
+		"with Body length",
+		"invalid port",
 	} {
 		if strings.Contains(msg, refusal) {
 			return true

@@ -6,6 +6,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,14 +89,21 @@ func TestPermanentErrorsNotRetried(t *testing.T) {
 	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes it refuses
 	tlsSrv.StartTLS()
 	t.Cleanup(tlsSrv.Close)
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(plain.Close)
 	for _, tc := range []struct {
 		name, url string
-		header    []string // a field net/http refuses to send
+		mod       func(*http.Request) // what net/http refuses to send
 	}{
 		{"untrusted certificate", tlsSrv.URL + "/orders", nil},
 		{"unsupported scheme", "ftp://127.0.0.1/orders", nil},
-		{"header value with a newline", tlsSrv.URL + "/orders", []string{"X-Note", "a\nb"}},
+		{"header value with a newline", tlsSrv.URL + "/orders", func(r *http.Request) { r.Header["X-Note"] = []string{"a\nb"} }},
 		{"no host", "http:///orders", nil},
+		{"https to a plain-HTTP port", strings.Replace(plain.URL, "http:", "https:", 1), nil},
+		{"control character in the URL", plain.URL, func(r *http.Request) { r.URL.Opaque = "/a\x01b" }},
+		{"ContentLength with a nil body", plain.URL, func(r *http.Request) { r.Body, r.GetBody, r.ContentLength = nil, nil, 5 }},
+		{"body shorter than ContentLength", plain.URL, func(r *http.Request) { r.ContentLength = 10 }},
+		{"port out of range", plain.URL, func(r *http.Request) { r.URL = &url.URL{Scheme: "http", Host: "127.0.0.1:99999", Path: "/"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := &http.Transport{} // trusts no test CA
@@ -106,8 +114,8 @@ func TestPermanentErrorsNotRetried(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.header != nil {
-				req.Header[tc.header[0]] = []string{tc.header[1]}
+			if tc.mod != nil {
+				tc.mod(req)
 			}
 			resp, err := cl.Do(req)
 			if err == nil {
