@@ -163,13 +163,32 @@ func (s *Store) Fail(ctx context.Context, lease guard.Lease, reason string, ttl 
 // Release implements guard.Store; it writes to the store that issued the
 // lease.
 func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
-	return s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
+	primary := false // the release went to the primary (and only there)
+	err := s.write(ctx, lease, func(ctx context.Context, st guard.Store, to target) error {
+		primary = to == toPrimary
 		err := st.Release(ctx, lease)
 		if to != toPrimary && err == nil {
 			s.owners.drop(lease.Key, lease.Token)
 		}
 		return err
 	})
+	if err == nil && primary && s.consulting() && ctx.Err() == nil && !strings.HasPrefix(lease.Token, openPrefix) {
+		// The primary answers a release of a key it does not hold with
+		// nil, so a lease the secondary issued that this Store does not
+		// remember (another process's before a restart, or a claim whose
+		// answer was lost, released by its token) was never looked for
+		// there: its record stayed pending for the whole lease. The
+		// token is unique: releasing where it holds the key is safe.
+		if rec, gerr := s.getSecondary(ctx, lease.Key); gerr == nil && rec.Token == lease.Token && rec.State == guard.StatePending {
+			_, rerr := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, s.secondary.Release(ctx, lease)
+			}, nil)
+			if rerr != nil {
+				return fmt.Errorf("fallback: secondary: %w", rerr)
+			}
+		}
+	}
+	return err
 }
 
 // Extend implements guard.Store; it writes to the store that issued the
