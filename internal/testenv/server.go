@@ -112,12 +112,31 @@ func waitReady(addr string, pid int, exited <-chan struct{}, limit time.Duration
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		info, err := c.Info(ctx, "server").Result()
+		if err != nil && strings.Contains(err.Error(), "unknown command") {
+			// A server started with INFO renamed away: PING, and its
+			// process still running, is all there is to go by.
+			err = c.Ping(ctx).Err()
+			info = "\nprocess_id:" + strconv.Itoa(pid) + "\r"
+		}
 		cancel()
 		if err == nil {
 			if strings.Contains(info, "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
-				return nil
+				// INFO answers while the server still loads its data; PING
+				// only once it serves.
+				pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err = c.Ping(pctx).Err()
+				cancel()
+				select {
+				case <-exited:
+					err = fmt.Errorf("process %d exited", pid)
+				default:
+					if err == nil {
+						return nil
+					}
+				}
+			} else {
+				err = fmt.Errorf("another server answers there, not process %d", pid)
 			}
-			err = fmt.Errorf("another server answers there, not process %d", pid)
 		}
 		select {
 		case <-exited:
