@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
-
-	"github.com/idemguard/idemguard/internal/testenv"
 )
 
 // TestSecondaryOlderVersionRowsKeptForCenturies: the fallback PostgreSQL
@@ -24,23 +22,8 @@ import (
 func TestSecondaryOlderVersionRowsKeptForCenturies(t *testing.T) {
 	for _, years := range []int{250, 300} {
 		t.Run(strconv.Itoa(years)+"y", func(t *testing.T) {
-			rs := testenv.StartRedis(t)
-			db := secondaryPostgres(t)
-			cfg, up := secondaryConfig(t, rs, "svc-a:")
-			pay := func(e *gwEnv) reply {
-				return post(t, e.srv.URL+"/orders", "pay-1", `{"order":"pay-1"}`, "X-Account-Id", "acct9")
-			}
-			old := startConfigured(t, cfg)
-			outage(t, rs, old)
-			if r := pay(old); r.status != http.StatusCreated || up.count("pay-1") != 1 {
-				t.Fatalf("during the outage: %d, upstream ran it %d times; want 201 once", r.status, up.count("pay-1"))
-			}
-			_ = old.gw.Close()
-			// What the older version wrote: the same rows, under the bare scope.
-			tag := SecondaryScopeTag("svc-a:")
-			if _, err := db.Exec(`UPDATE idemguard_keys SET scope = substr(scope, char_length($1) + 1) WHERE starts_with(scope, $1)`, tag); err != nil {
-				t.Fatal(err)
-			}
+			o := olderVersionOutage(t)
+			db, cfg, up, pay, rs := o.db, o.cfg, o.up, o.pay, o.rs
 			// An application's own row in the same table (a bare scope of its
 			// own), kept for centuries: the probes' rows, renamed.
 			res, err := db.Exec(`UPDATE idemguard_keys SET scope = 'billing-app', expires_at = statement_timestamp() + make_interval(years => $1) WHERE id LIKE 'probe-%'`, years)

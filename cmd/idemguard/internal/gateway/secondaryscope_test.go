@@ -147,29 +147,47 @@ routes: [{pattern: POST /orders}]
 	}
 }
 
+// olderOutage is what olderVersionOutage leaves: key pay-1 run once
+// (201) by a gateway of prefix svc-a: during a Redis outage, the gateway
+// stopped, its rows in the fallback PostgreSQL put under the bare scope
+// an older version wrote them with, Redis still down.
+type olderOutage struct {
+	rs  *testenv.Server
+	db  *sql.DB
+	cfg *Config
+	up  *upstream
+	tag string // svc-a:'s scope tag
+	pay func(e *gwEnv) reply
+}
+
+func olderVersionOutage(t *testing.T) olderOutage {
+	t.Helper()
+	o := olderOutage{rs: testenv.StartRedis(t), db: secondaryPostgres(t), tag: SecondaryScopeTag("svc-a:")}
+	o.cfg, o.up = secondaryConfig(t, o.rs, "svc-a:")
+	o.pay = func(e *gwEnv) reply {
+		return post(t, e.srv.URL+"/orders", "pay-1", `{"order":"pay-1"}`, "X-Account-Id", "acct9")
+	}
+	old := startConfigured(t, o.cfg)
+	outage(t, o.rs, old)
+	if r := o.pay(old); r.status != http.StatusCreated || o.up.count("pay-1") != 1 {
+		t.Fatalf("during the outage: %d, upstream ran it %d times; want 201 once", r.status, o.up.count("pay-1"))
+	}
+	_ = old.gw.Close()
+	// What the older version wrote: the same rows, under the bare scope.
+	if _, err := o.db.Exec(`UPDATE idemguard_keys SET scope = substr(scope, char_length($1) + 1) WHERE starts_with(scope, $1)`, o.tag); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 // TestSecondaryOlderVersionRows: rows an older version kept in the
 // fallback PostgreSQL (under the bare scope, before the Redis prefix
 // reached it) are honoured after an upgrade until they expire: a key it
 // ran during an outage is replayed, not run again, both by a claim in
 // PostgreSQL during a new outage and by the check of a claim Redis grants.
 func TestSecondaryOlderVersionRows(t *testing.T) {
-	rs := testenv.StartRedis(t)
-	db := secondaryPostgres(t)
-	cfg, up := secondaryConfig(t, rs, "svc-a:")
-	pay := func(e *gwEnv) reply {
-		return post(t, e.srv.URL+"/orders", "pay-1", `{"order":"pay-1"}`, "X-Account-Id", "acct9")
-	}
-	old := startConfigured(t, cfg)
-	outage(t, rs, old)
-	if r := pay(old); r.status != http.StatusCreated || up.count("pay-1") != 1 {
-		t.Fatalf("during the outage: %d, upstream ran it %d times; want 201 once", r.status, up.count("pay-1"))
-	}
-	_ = old.gw.Close()
-	// What the older version wrote: the same rows, under the bare scope.
-	tag := SecondaryScopeTag("svc-a:")
-	if _, err := db.Exec(`UPDATE idemguard_keys SET scope = substr(scope, char_length($1) + 1) WHERE starts_with(scope, $1)`, tag); err != nil {
-		t.Fatal(err)
-	}
+	o := olderVersionOutage(t)
+	db, cfg, up, pay, tag, rs := o.db, o.cfg, o.up, o.pay, o.tag, o.rs
 
 	// Upgraded during the outage: the claim goes to PostgreSQL.
 	during := startConfigured(t, cfg)
