@@ -1,12 +1,10 @@
 package fiberx_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v3"
 
@@ -36,21 +34,7 @@ func TestDroppedConnectionNotStoredAsSuccess(t *testing.T) {
 		return c.Status(http.StatusCreated).SendString("charged")
 	})
 	url := listen(t, app) + "/pay"
-	send := func() (*http.Response, string, error) {
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(httpx.DefaultHeader, "dropped")
-		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
-		res, err := cl.Do(req)
-		if err != nil {
-			return nil, "", err
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res, string(b), nil
-	}
+	send := func() (*http.Response, string, error) { return postConn(url, "dropped") }
 	if res, body, err := send(); err == nil {
 		t.Fatalf("first: %d %q; want the connection dropped", res.StatusCode, body)
 	}

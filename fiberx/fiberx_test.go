@@ -143,6 +143,25 @@ func post(t *testing.T, app *fiber.App, path, key string, header ...string) (int
 	return res.StatusCode, res.Header, string(b)
 }
 
+// postConn posts a body with key to url on a connection of its own (a
+// dropped one fails only this request): its response and body, or the
+// error of a request that got none.
+func postConn(url, key string) (*http.Response, string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set(httpx.DefaultHeader, key)
+	cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	res, err := cl.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b), nil
+}
+
 // TestTenantFromLocals: the caller named by a value an auth middleware
 // stored in c.Locals keeps keys apart; no caller gets 401.
 func TestTenantFromLocals(t *testing.T) {

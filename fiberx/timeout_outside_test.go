@@ -1,7 +1,6 @@
 package fiberx_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -41,19 +40,11 @@ func TestTimeoutOutsideGuardKeepsKey(t *testing.T) {
 	url := listen(t, app) + "/charge"
 	send := func() (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
+		res, body, err := postConn(url, "timeout-outside")
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set(httpx.DefaultHeader, "timeout-outside")
-		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
-		res, err := cl.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, res.Header.Get(httpx.ReplayedHeader), string(b)
+		return res.StatusCode, res.Header.Get(httpx.ReplayedHeader), body
 	}
 	if code, _, body := send(); code != http.StatusRequestTimeout {
 		t.Fatalf("first: %d %q; want the 408", code, body)
