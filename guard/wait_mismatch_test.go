@@ -16,9 +16,10 @@ import (
 // ... ErrMismatch ... as Claim would"). A duplicate B (fingerprint fp) whose
 // claim was answered in progress waits; meanwhile the holder releases its
 // first attempt (a 5xx) and another request C, same key, another payload,
-// takes the key. A claim by B now answers ErrMismatch at once; Wait instead
-// waits out its whole Timeout on C's live lease and answers
-// *InProgressError (httpx: 409 + Retry-After of C's lease, not 422).
+// takes the key. A claim by B now answers ErrMismatch at once, and so must
+// Wait: it waited out its whole Timeout on C's live lease and answered
+// *InProgressError (httpx: 409 + Retry-After of C's lease, not 422). C's
+// payload may be the empty fingerprint, which is compared like any other.
 func TestWaitAnswersMismatchOfAnotherPayload(t *testing.T) {
 	stores := map[string]guard.Store{"redis": realStore(t), "memstore": memstore.New(memstore.Options{})}
 	for _, c := range []struct{ store, other string }{{"redis", "other"}, {"memstore", "other"}, {"redis", ""}, {"memstore", ""}} {

@@ -23,10 +23,10 @@ import (
 // Here the user's DeadLetter pages someone (a step), then fails on its
 // second step. The entry is trimmed before its redelivery, so the retry
 // of dead-lettering comes from the deleted path. That retry must not page
-// again: the step done must be found. Before, the first call's
-// steps are recorded under consumerx's fingerprint record, and the
-// deleted path hands the DeadLetter no lease at all (LeaseFrom is false),
-// though the call is deduplicated.
+// again: the step done must be found. Before, the first call's steps
+// were recorded under consumerx's fingerprint record, and the deleted
+// path handed the DeadLetter no lease at all (LeaseFrom false), though the
+// call was deduplicated.
 func TestDeadLetterStepsSurviveDeletedPathRetry(t *testing.T) {
 	e := newEnv(t, guard.Options{MaxAttempts: 1})
 	ctx := context.Background()
@@ -96,11 +96,11 @@ func TestDeadLetterStepsSurviveDeletedPathRetry(t *testing.T) {
 
 // The deleted path alone: a pending entry trimmed with its record failed
 // and its attempts spent is dead-lettered with ErrDeleted under the
-// entry's record (deduplicated), yet a DeadLetter written as
-// consumerx.Options.DeadLetter says (its steps under LeaseFrom(ctx)) finds
-// no lease there: guard.Step refuses the zero lease, so the DeadLetter
-// fails every time and the entry, already dropped from the pending list
-// by Redis, is never dead-lettered to the user.
+// entry's record (deduplicated), and a DeadLetter written as
+// consumerx.Options.DeadLetter says (its steps under LeaseFrom(ctx)) gets
+// that record's lease. It got none: guard.Step refused the zero lease, the
+// DeadLetter failed every time, and the entry, already dropped from the
+// pending list by Redis, was never dead-lettered to the user.
 func TestDeletedPathDeadLetterHasLease(t *testing.T) {
 	e := newEnv(t, guard.Options{MaxAttempts: 1})
 	ctx := context.Background()
@@ -135,9 +135,9 @@ func TestDeletedPathDeadLetterHasLease(t *testing.T) {
 // Options.Process.Key set the deleted path cannot read the entry's record
 // and dead-letters it at once (documented), but the entry's own
 // dead-letter record, named by the entry id alone, is known on both paths
-// all the same; entryDeadKey gives it up with Key set, so the entry
-// whose last attempt fails while it is trimmed is added to the
-// dead-letter stream twice and DeadLetter is called twice.
+// all the same. entryDeadKey gave it up with Key set, so the entry whose
+// last attempt failed while it was trimmed was added to the dead-letter
+// stream twice and DeadLetter called twice.
 func TestKeyedEntryDeletedWhileLastAttemptFailsAddedOnce(t *testing.T) {
 	e := newEnv(t, guard.Options{MaxAttempts: 1})
 	ctx := context.Background()

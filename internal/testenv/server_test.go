@@ -34,13 +34,12 @@ func serverPID(t *testing.T, addr, pass string) (int, error) {
 	return strconv.Atoi(m[1])
 }
 
-// Restart "starts the server again on the same port". If the port was
+// Restart "starts the server again on the same port". When the port was
 // taken in the meantime (another test's FreePort picked it once Kill freed
 // it: every package's tests draw from the same 10000-32767), the server's
-// own redis-server cannot bind and exits, yet waitReady is answered by the
-// other process and Restart reports success: the test then kills, pauses
-// or flushes a server that is not its own (another test's), and its own
-// Kill kills nothing.
+// own redis-server cannot bind and exits, and Restart must refuse: it took
+// the other process's answer for its own, and the test then killed,
+// paused or flushed another test's server.
 func TestRestartRefusesAnotherServerOnItsPort(t *testing.T) {
 	t.Parallel()
 	s := StartRedis(t)
@@ -94,13 +93,12 @@ func (f *fakeStartTB) Fatalf(format string, args ...any) {
 }
 func (f *fakeStartTB) Fatal(args ...any) { f.Fatalf("%v", args...) }
 
-// StartRedis fails the test when the server does not answer PING within
-// 10 s (a starved machine, or a server that answers with an error), but
-// it registers the Kill only after that check: the redis-server it
-// started is never killed and outlives the test binary. The same order
-// is in cmd/idemguard/serve_test.go startProc (t.Cleanup after p.start's
-// Fatalf) and internal/testenv/pgenv/standby.go start (Cleanup after a
-// pg_ctl start -w that timed out, leaving the postmaster running).
+// StartRedis fails the test when the server does not get ready within
+// 10 s (a starved machine, or a server that answers with an error), and
+// the server it started is killed all the same: it registered the Kill
+// only after that check, and the redis-server outlived the test binary.
+// (cmd/idemguard/serve_test.go's startProc and pgenv's standby start had
+// the same order.)
 func TestFailedStartLeavesNoServer(t *testing.T) {
 	t.Parallel()
 	Require(t, EnvRedisServer)
