@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"io"
 	"net"
@@ -14,7 +15,9 @@ import (
 // unheard reports whether a claim that failed with err may have been
 // taken by the store all the same: the connection failed after the claim
 // was sent, so its answer was lost (a read timeout shorter than the
-// server's answer, a connection reset or closed under it). A refusal the
+// server's answer, a connection reset or closed under it; a database/sql
+// driver's driver.ErrBadConn, which lib/pq returns for a connection that
+// broke after the statement went out, a COMMIT among them). A refusal the
 // server answered (OOM, READONLY, a corrupt record), a connection that
 // never opened, and an error without a transport failure in it (a
 // context that ended, a wrapper's own bound or circuit breaker, which
@@ -41,7 +44,8 @@ func unheard(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, driver.ErrBadConn)
 }
 
 // callerEnded reports whether ctx has ended or reached its deadline: a

@@ -32,9 +32,11 @@ const MigrateHint = "no such table: create the tables with pgstore.Migrate or th
 // A statement the driver cancelled because ctx ended (lib/pq sends
 // PostgreSQL a cancel request and returns its answer, SQLSTATE 57014
 // query_canceled, or, when the cancellation races with the connection,
-// driver.ErrBadConn, which a driver returns only for a statement not run)
-// is reported as ctx's end, as a call that never began:
-// a deadline as guard.ErrUnavailable, a cancellation as context.Canceled.
+// driver.ErrBadConn) is reported as ctx's end: a deadline as
+// guard.ErrUnavailable, a cancellation as context.Canceled. The statement
+// may have applied all the same (lib/pq returns driver.ErrBadConn for a
+// connection that broke after the statement went out, and keeps it in
+// the chain: the guard releases such a claim by its token).
 // A 57014 with ctx alive (the server's statement_timeout, or an operator's
 // pg_cancel_backend) and a 55P03 (lock_timeout, NOWAIT: a lock another
 // transaction holds) wrap guard.ErrUnavailable: the statement did not
