@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,16 +22,22 @@ import (
 // min-replicas-to-write asks for, until an operator lowers it): the completion is tried again with the lease the run
 // holds, so the message is Processed and a redelivery is a Duplicate. (The
 // message used to be Failed with its claim left pending; once the lease ran
-// out the next delivery ran the effect a second time.)
+// out the next delivery ran the effect a second time.) The Observer hears
+// the completion the retry recorded.
 func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
 	admin := srv.Client()
 	var (
-		ran  atomic.Bool  // the handler has made its effect
-		blip atomic.Int32 // completions refused
+		ran       atomic.Bool  // the handler has made its effect
+		blip      atomic.Int32 // completions refused
+		completed sync.Map     // message id → *atomic.Int32: EventCompleted heard
 	)
 	obs := guard.ObserverFunc(func(ctx context.Context, e guard.Event) {
+		if e.Kind == guard.EventCompleted {
+			n, _ := completed.LoadOrStore(e.Key.ID, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+		}
 		if e.Kind == guard.EventUnavailable && ran.Load() && blip.Add(1) == 1 {
 			// The operator's fix, heard as the refusal is reported.
 			if err := admin.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err(); err != nil {
@@ -71,6 +78,16 @@ func TestCompletionRetriedAfterStoreBlip(t *testing.T) {
 		}
 		if o != consumerx.Processed || err != nil {
 			t.Errorf("batch %v: %s, %v; want processed", batch, o, err)
+		}
+		// The Observer hears the completion the retry recorded (it heard
+		// only the refusal: metrics showed the effect acquired and never
+		// completed, otelx's span an unavailable outcome).
+		heard := int32(0)
+		if n, ok := completed.Load(msg.ID); ok {
+			heard = n.(*atomic.Int32).Load()
+		}
+		if heard != 1 {
+			t.Errorf("batch %v: the Observer heard %d completions, want 1", batch, heard)
 		}
 		// A redelivery once the lease would have run out: the effect
 		// does not run again.

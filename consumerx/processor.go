@@ -600,8 +600,9 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 // the store refused with err a moment ago, trying again as a Processor
 // tries its own: for up to CompleteRetry, pausing after each refusal
 // (20ms, doubling up to 500ms), whether or not ctx ends meanwhile. It
-// returns nil once recorded, guard.ErrLeaseLost if another holder took
-// the key over, else the last refusal (err if no try was made). For an
+// returns nil once recorded (and g's Observer hears EventCompleted),
+// guard.ErrLeaseLost if another holder took the key over, else the last
+// refusal (err if no try was made). For an
 // adapter that completes a record of its own through the guard (a dead
 // letter sent once), so that the next delivery does not do it again.
 func Recomplete(ctx context.Context, g *guard.Guard, res guard.Result, err error) error {
@@ -620,6 +621,9 @@ func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res g
 		err = g.Store().Complete(cctx, res.Lease, res.Value, ttl)
 		cancel()
 		b.took = err == nil || errors.Is(err, guard.ErrLeaseLost) // the store answered
+		if err == nil {
+			observeCompleted(ctx, g, res.Lease)
+		}
 		if b.took {
 			b.wait = 0 // the next completion is tried at once
 			return err
@@ -628,6 +632,16 @@ func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res g
 		if last {
 			return err // the one try past the budget
 		}
+	}
+}
+
+// observeCompleted tells g's Observer that lease's result was stored by a
+// completion tried again (the store had refused the guard's own, which the
+// Observer heard as EventUnavailable): the guard hears of a write made on
+// its store only when it makes it.
+func observeCompleted(ctx context.Context, g *guard.Guard, lease guard.Lease) {
+	if o := g.Options().Observer; o != nil {
+		o.Observe(ctx, guard.Event{Kind: guard.EventCompleted, Key: lease.Key, Attempt: lease.Attempt})
 	}
 }
 
@@ -679,6 +693,7 @@ func (p *Processor) recompleteAll(ctx context.Context, b *completeBudget, rs []*
 			if err == nil || errors.Is(err, guard.ErrLeaseLost) {
 				took = true
 				if err == nil {
+					observeCompleted(ctx, p.g, res[k].Lease)
 					p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", rs[k].key.ID)
 				}
 				continue
