@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
 	"github.com/idemguard/idemguard/metrics"
 	"github.com/idemguard/idemguard/pgstore"
 	"github.com/idemguard/idemguard/promx"
@@ -188,7 +189,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		}
 		effects.table = "idemguard_demo_effects"
 		if c.schema != "" {
-			effects.table = `"` + c.schema + `".` + effects.table
+			effects.table = pgsql.QuoteIdent(c.schema) + "." + effects.table
 		}
 		for _, q := range []string{
 			`CREATE TABLE IF NOT EXISTS ` + effects.table + ` (run text NOT NULL, kind text NOT NULL, key text NOT NULL, at timestamptz NOT NULL DEFAULT now())`,
