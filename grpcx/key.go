@@ -36,7 +36,10 @@ type KeyFunc func(ctx context.Context, req any) (string, error)
 // KeyFromField returns a KeyFunc that reads the key from a string field of
 // the request message, named by its protobuf field name; a dotted path
 // ("order.request_id") reaches into nested messages. A request without the
-// field set, or with an unset message on the path, has no key. This is the
+// field set, or with an unset message on the path, has no key; a field
+// with presence (proto2 optional, proto3 optional, editions) set to ""
+// is an empty key, refused as malformed (ErrMalformedKey), as an empty
+// metadata value is. This is the
 // AIP-155 request_id pattern: the key travels in the message, so it
 // survives any proxy that drops metadata.
 //

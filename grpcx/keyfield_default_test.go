@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -75,5 +76,35 @@ func TestKeyFromFieldUnsetDefault(t *testing.T) {
 	}
 	if n := p.runs.Load(); n != 2 {
 		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
+// TestKeyFromFieldSetEmpty: a key field with presence set to "" is an
+// empty key: InvalidArgument (ReasonKeyMalformed), as an empty
+// idempotency-key value gets, and nothing runs. It was read as no key:
+// with Optional, every copy ran unguarded (found by review).
+func TestKeyFromFieldSetEmpty(t *testing.T) {
+	md := defaultKeyRequest(t)
+	e := newEnv(t, guard.Options{})
+	p := &payments{}
+	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		method("Charge", func() *dynamicpb.Message { return dynamicpb.NewMessage(md) },
+			func(ctx context.Context, _ *dynamicpb.Message) (*structpb.ListValue, error) {
+				return p.charge(ctx, amountReq(1))
+			}),
+	}}
+	conn := serveWith(t, p, guarded(e, grpcx.Options{Key: grpcx.KeyFromField("request_id"), Optional: true}), desc)
+	ctx := context.Background()
+	for i := range 2 {
+		req := dynamicpb.NewMessage(md)
+		req.Set(md.Fields().ByName("request_id"), protoreflect.ValueOfString(""))
+		req.Set(md.Fields().ByName("item"), protoreflect.ValueOfString("book"))
+		c := invoke(ctx, conn, chargeName, "", req)
+		if code, reason, _, _ := statusOf(t, c.err); code != codes.InvalidArgument || reason != grpcx.ReasonKeyMalformed {
+			t.Errorf("call %d with request_id set to \"\": %v (reason %q); want InvalidArgument %s", i+1, c.err, reason, grpcx.ReasonKeyMalformed)
+		}
+	}
+	if n := p.runs.Load(); n != 0 {
+		t.Errorf("handler ran %d times for a request with an empty key; want 0", n)
 	}
 }

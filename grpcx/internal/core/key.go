@@ -69,6 +69,9 @@ func KeyFromField(pkg, path string) func(ctx context.Context, req any) (string, 
 				return "", fmt.Errorf("%s: key field %q: %s is a %s, not a string", pkg, path, fd.FullName(), fd.Kind())
 			case last && fd.HasPresence() && !msg.Has(fd):
 				return "", nil // not set: its default (proto2, editions) is no key
+			case last && fd.HasPresence() && msg.Get(fd).String() == "":
+				// Set, to "": an empty key, as an empty metadata value is.
+				return "", fmt.Errorf("%w: key field %q is set and empty", ErrMalformedKey, path)
 			case last:
 				return msg.Get(fd).String(), nil
 			case fd.Message() == nil:
