@@ -100,8 +100,10 @@ type Options struct {
 	MaxStoredResponse int
 	// ReplayMetadata reports whether a header or trailer metadata name
 	// (lower case) that the handler set is stored and replayed. Default
-	// DefaultReplayMetadata. Names starting with "grpc-" (the protocol's),
-	// and ReplayedMetadata, are never stored.
+	// DefaultReplayMetadata. Names starting with "grpc-" or ":" (the
+	// protocol's), the fields gRPC sets itself (content-type, user-agent,
+	// te), those HTTP/2 forbids (connection, keep-alive, proxy-connection,
+	// transfer-encoding, upgrade) and ReplayedMetadata are never stored.
 	ReplayMetadata func(name string) bool
 	// Release reports whether a call that ended with the status code c
 	// releases its key, so that a retry runs the handler again, instead of
@@ -162,7 +164,8 @@ func DefaultRelease(c codes.Code) bool { return core.DefaultRelease(uint32(c)) }
 // DefaultReplayMetadata is the default Options.ReplayMetadata. It keeps
 // every header and trailer the handler set except set-cookie,
 // authentication-info and proxy-authentication-info. Whatever
-// ReplayMetadata says, names starting with "grpc-" or ":" and
+// ReplayMetadata says, names starting with "grpc-" or ":", the fields
+// gRPC sets itself or HTTP/2 forbids (see Options.ReplayMetadata) and
 // ReplayedMetadata are never stored, and neither is metadata an
 // interceptor outside this one set.
 func DefaultReplayMetadata(name string) bool { return core.DefaultReplayMetadata(name) }

@@ -85,6 +85,47 @@ func TestReplayByteForByte(t *testing.T) {
 	}
 }
 
+// TestReplayKeepsHTTPNamedMetadata: metadata whose names are HTTP or
+// Connect protocol fields elsewhere (date, connect-*, content-encoding,
+// trailer…) are ordinary metadata to gRPC, which delivers them: a replay
+// has them too. (They were dropped by the filter grpcx shares with
+// connectx, where they are the protocol's own fields; found by review.)
+func TestReplayKeepsHTTPNamedMetadata(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	names := []string{"date", "content-language", "connect-region", "accept-encoding", "content-encoding", "trailer"}
+	p := &payments{fn: func(ctx context.Context, req *structpb.Struct, n int64) (*structpb.ListValue, error) {
+		md := metadata.MD{}
+		for _, k := range names {
+			md.Set(k, "v")
+		}
+		if err := grpc.SetHeader(ctx, md); err != nil {
+			return nil, err
+		}
+		if err := grpc.SetTrailer(ctx, md); err != nil {
+			return nil, err
+		}
+		return structpb.NewList([]any{float64(n)})
+	}}
+	conn := serve(t, p, guarded(e, grpcx.Options{}))
+	ctx := context.Background()
+	a := charge(ctx, conn, "hdr-1", 1)
+	b := charge(ctx, conn, "hdr-1", 1)
+	if a.err != nil || b.err != nil || !b.replayed() {
+		t.Fatalf("%v %v replayed %v", a.err, b.err, b.replayed())
+	}
+	for _, k := range names {
+		if len(a.header.Get(k)) == 0 || len(a.trailer.Get(k)) == 0 {
+			t.Errorf("%q: the first call's header %q, trailer %q: gRPC did not deliver it", k, a.header.Get(k), a.trailer.Get(k))
+		}
+		if len(a.header.Get(k)) > 0 && len(b.header.Get(k)) == 0 {
+			t.Errorf("header %q: first %q, replay none", k, a.header.Get(k))
+		}
+		if len(a.trailer.Get(k)) > 0 && len(b.trailer.Get(k)) == 0 {
+			t.Errorf("trailer %q: first %q, replay none", k, a.trailer.Get(k))
+		}
+	}
+}
+
 // statusOf returns err's code, ErrorInfo reason and RetryInfo delay.
 func statusOf(t *testing.T, err error) (codes.Code, string, time.Duration, bool) {
 	t.Helper()

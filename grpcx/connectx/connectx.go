@@ -115,7 +115,10 @@ type Options struct {
 	// ReplayHeader reports whether a header or trailer field (lower case)
 	// that the handler set is stored and replayed. Default: every field
 	// but set-cookie, authentication-info and proxy-authentication-info;
-	// the protocols' own fields are never stored.
+	// the protocols' own fields are never stored: names starting with
+	// "grpc-", "connect-" or ":", content-type, content-length,
+	// content-encoding, accept-encoding, te, trailer, date and the
+	// hop-by-hop fields.
 	ReplayHeader func(name string) bool
 	// Release reports whether a call that ended with code c releases its
 	// key instead of storing the error. Default DefaultRelease.
@@ -206,7 +209,7 @@ func NewInterceptor(g *guard.Guard, opts Options) connect.Interceptor {
 	cfg := core.Config{
 		Pkg: "connectx", Methods: opts.Procedures, Caller: opts.Caller, SingleCaller: opts.SingleCaller,
 		Metadata: header, Key: opts.Key, Optional: opts.Optional, Fingerprint: core.UnlessDefault(opts.Fingerprint, DefaultFingerprint),
-		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayHeader, Wait: opts.Wait,
+		MaxStoredResponse: opts.MaxStoredResponse, ReplayMetadata: opts.ReplayHeader, HTTPFields: true, Wait: opts.Wait,
 		UnavailableRetryDelay: opts.UnavailableRetryDelay, Logger: opts.Logger, LogKeys: opts.LogKeys,
 	}
 	if opts.Release != nil {

@@ -47,6 +47,7 @@ type Config struct {
 	Fingerprint           func(method string, req any) (string, error)
 	MaxStoredResponse     int
 	ReplayMetadata        func(name string) bool
+	HTTPFields            bool // metadata are HTTP fields (Connect): see FilterMD
 	Release               func(Code) bool
 	Wait                  time.Duration
 	UnavailableRetryDelay time.Duration
@@ -627,7 +628,7 @@ func (s *Server) Finish(method string, held *guard.Held, took time.Duration, r R
 	// kept for a claim nobody holds. After the write, Stop does nothing.
 	defer held.Stop()
 	s.runs.Observe(method, took)
-	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata)}
+	rec := storedCall{header: FilterMD(r.Header, s.cfg.ReplayMetadata, s.cfg.HTTPFields), trailer: FilterMD(r.Trailer, s.cfg.ReplayMetadata, s.cfg.HTTPFields)}
 	if r.Status != nil && r.Status.GetCode() != int32(OK) {
 		if s.cfg.Release(Code(r.Status.GetCode())) {
 			s.end.Release(held)
@@ -678,23 +679,39 @@ func (s *Server) Abandon(method string, held *guard.Held) {
 		append(s.logKey(held.Lease().Key), "method", method)...)
 }
 
-// protocol are the HTTP fields gRPC and Connect set themselves, and the
-// hop-by-hop ones: never stored.
-var protocol = map[string]bool{
+// grpcReserved are the fields gRPC over HTTP/2 sets itself (grpc-go
+// overrides content-type, user-agent and te) and the connection-specific
+// ones HTTP/2 forbids: never stored.
+var grpcReserved = map[string]bool{
+	"content-type": true, "user-agent": true, "te": true,
+	"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true, "upgrade": true,
+}
+
+// httpProtocol are the HTTP fields Connect and its HTTP server set
+// themselves, and the hop-by-hop ones: never stored by an adapter whose
+// metadata are HTTP fields (Config.HTTPFields).
+var httpProtocol = map[string]bool{
 	"content-type": true, "content-length": true, "content-encoding": true, "accept-encoding": true,
 	"te": true, "trailer": true, "transfer-encoding": true, "connection": true, "keep-alive": true,
 	"upgrade": true, "proxy-connection": true, "date": true,
 }
 
 // FilterMD returns the metadata to store of md: names lower-cased, those
-// keep allows, never the protocols' own ("grpc-", "connect-", ":",
-// content-type and the hop-by-hop fields), nor ReplayedMetadata.
-func FilterMD(md MD, keep func(string) bool) MD {
+// keep allows, never the protocol's own nor ReplayedMetadata. The
+// protocol's own are "grpc-" and ":" names and grpcReserved; with
+// httpFields (Connect), "connect-" names and httpProtocol's instead of
+// grpcReserved, which are ordinary metadata to gRPC.
+func FilterMD(md MD, keep func(string) bool, httpFields bool) MD {
 	var out MD
 	for k, vs := range md {
 		k = strings.ToLower(k)
-		if len(vs) == 0 || strings.HasPrefix(k, "grpc-") || strings.HasPrefix(k, "connect-") || strings.HasPrefix(k, ":") ||
-			protocol[k] || k == ReplayedMetadata || !keep(k) {
+		own := strings.HasPrefix(k, "grpc-") || strings.HasPrefix(k, ":")
+		if httpFields {
+			own = own || strings.HasPrefix(k, "connect-") || httpProtocol[k]
+		} else {
+			own = own || grpcReserved[k]
+		}
+		if len(vs) == 0 || own || k == ReplayedMetadata || !keep(k) {
 			continue
 		}
 		if out == nil {
