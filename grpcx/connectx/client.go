@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,7 +35,8 @@ type ClientOptions struct {
 	// RetryCodes are the codes retried with the same key. Default
 	// CodeUnavailable, CodeResourceExhausted (not connect-go's own for a
 	// message over a size limit, which no retry gets under), CodeAborted and
-	// CodeDeadlineExceeded (the server's, not the caller's). A
+	// CodeDeadlineExceeded (the server's, not the caller's: neither its
+	// context's nor its HTTP client's, http.Client.Timeout). A
 	// CodeCanceled while the caller's context is alive (connect-go's
 	// report of a connection reset mid-answer) counts as CodeUnavailable.
 	// An empty, non-nil list retries no code (a key in flight is still
@@ -144,6 +146,9 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 				pushback = ce.Meta().Values(http.CanonicalHeaderKey("grpc-retry-pushback-ms"))
 			}
 			code := connect.CodeOf(err)
+			if code == connect.CodeDeadlineExceeded && clientTimeout(err) {
+				return res, err // the caller's own bound on the attempt, not the server's
+			}
 			if code == connect.CodeCanceled {
 				// Not the caller's cancel (its context is alive): connect-go
 				// reports a connection reset mid-answer so. The attempt's
@@ -170,4 +175,13 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			}
 		}
 	}
+}
+
+// clientTimeout reports whether err is a timeout of the caller's own HTTP
+// client (http.Client.Timeout, an http.Transport's ResponseHeaderTimeout),
+// which connect-go reports as CodeDeadlineExceeded: a bound the caller set
+// on the call, which retries would each get afresh.
+func clientTimeout(err error) bool {
+	ue, ok := errors.AsType[*url.Error](err)
+	return ok && ue.Timeout()
 }
