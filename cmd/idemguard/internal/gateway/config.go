@@ -77,8 +77,11 @@ type Config struct {
 	// (Lease.KeyFor) on every guarded request; "" sends none.
 	ForwardKeyHeader string
 	// XForwarded is "set" (X-Forwarded-For/-Host/-Proto name this hop's
-	// client, the default), "append" (keep the chain of a trusted proxy in
-	// front) or "off" (pass the client's fields untouched).
+	// client, the default; a client's Forwarded is not passed on),
+	// "append" (keep the chain of a trusted proxy in front: its
+	// X-Forwarded-For, to which this hop's client is added, and its
+	// Forwarded) or "off" (pass the client's fields, Forwarded too,
+	// untouched).
 	XForwarded string
 
 	Redis    RedisConfig

@@ -540,6 +540,14 @@ func (gw *Gateway) newProxy(rt *route, target *url.URL) transparent {
 		Transport: gw.transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			// Rewrite's request has lost the X-Forwarded-* fields and
+			// Forwarded (RFC 7239): "set" names this hop's client alone,
+			// "append" and "off" keep the chain in front.
+			if xf != "set" {
+				if v := pr.In.Header.Values("Forwarded"); len(v) > 0 {
+					pr.Out.Header["Forwarded"] = v
+				}
+			}
 			switch xf {
 			case "set":
 				pr.SetXForwarded()
