@@ -18,7 +18,8 @@ import (
 // sent to /Orders, /orders/ or /orders;v=1 would reach the same handler
 // of the upstream through the pass-through, unguarded. The gateway serves
 // such a request by the route its path loosens to (case folded, no
-// ;parameters, no trailing slash), under that route's scope, for the
+// ;parameters, no trailing slash, no format suffix: /orders.json, as
+// Rails and older Spring take it), under that route's scope, for the
 // methods the route guards: the guarded set is at least as wide as what a
 // loose upstream takes for the route. The path goes to the upstream as
 // the client sent it; the same key on another variant is another request
@@ -114,6 +115,18 @@ func loosePath(p string) string {
 	// once decoded (/orders%2F%2F, /x%2F..%2Forders) it passes on, to
 	// upstreams that decode before they route.
 	return path.Clean(fold(p))
+}
+
+// formatless returns p without the format suffix of its last segment
+// ("/orders.json" is "/orders"), or "" if it has none: Rails routes every
+// path with an optional one ("/orders(.:format)", the format without
+// '.' or '/'), as Spring MVC did by default before 5.3 ("/orders.*").
+func formatless(p string) string {
+	seg := p[strings.LastIndexByte(p, '/')+1:]
+	if i := strings.LastIndexByte(seg, '.'); i > 0 && i < len(seg)-1 && strings.IndexByte(seg[:i], '.') < 0 {
+		return p[:len(p)-len(seg)+i]
+	}
+	return ""
 }
 
 // looseHost lowers h and drops its port and a trailing dot.
@@ -333,10 +346,14 @@ func (v *variantMux) looseMatch(r *http.Request) (variantRoute, bool) {
 }
 
 // lookupLoose returns the route m takes r to with its path replaced by lp
-// or, for a subtree pattern ("/orders/"), by lp with its slash, and its
-// Host by host: the first of the two that reaches a route.
+// or, for a subtree pattern ("/orders/"), by lp with its slash, or by lp
+// without a format suffix (formatless), and its Host by host: the first
+// of these that reaches a route.
 func lookupLoose(m *http.ServeMux, r *http.Request, lp, host string) (variantRoute, bool) {
-	for _, p := range []string{lp, lp + "/"} {
+	for _, p := range []string{lp, lp + "/", formatless(lp)} {
+		if p == "" {
+			continue
+		}
 		u := *r.URL
 		u.Path, u.RawPath = p, ""
 		lr := r.WithContext(r.Context())
