@@ -1,6 +1,6 @@
 package echox_test
 
-// The README's Echo snippet, verbatim (internal/readmecheck checks that it
+// The README's Echo snippet, verbatim (TestSnippetsInTests in internal/testenv checks that it
 // still is), run.
 
 import (

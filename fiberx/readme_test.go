@@ -1,6 +1,6 @@
 package fiberx_test
 
-// The README's Fiber snippet, verbatim (internal/readmecheck checks that
+// The README's Fiber snippet, verbatim (TestSnippetsInTests in internal/testenv checks that
 // it still is), run.
 
 import (

@@ -1,6 +1,6 @@
 package ginx_test
 
-// The README's Gin snippet, verbatim (internal/readmecheck checks that it
+// The README's Gin snippet, verbatim (TestSnippetsInTests in internal/testenv checks that it
 // still is), run.
 
 import (

@@ -1,6 +1,6 @@
 package grpcx_test
 
-// The README's gRPC snippet, verbatim (internal/readmecheck checks that it
+// The README's gRPC snippet, verbatim (TestSnippetsInTests in internal/testenv checks that it
 // still is).
 
 import (

@@ -1,6 +1,6 @@
 package guard_test
 
-// The README's guard snippets, verbatim (internal/readmecheck checks that
+// The README's guard snippets, verbatim (TestSnippetsInTests in internal/testenv checks that
 // they still are): compiled with the package, so a renamed or removed name
 // breaks the build here before it breaks a reader's service.
 

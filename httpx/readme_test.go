@@ -1,6 +1,6 @@
 package httpx_test
 
-// The README's httpx snippets, verbatim (internal/readmecheck checks that
+// The README's httpx snippets, verbatim (TestSnippetsInTests in internal/testenv checks that
 // they still are).
 
 import (

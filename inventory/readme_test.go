@@ -1,6 +1,6 @@
 package inventory_test
 
-// The README's inventory snippet, verbatim (internal/readmecheck checks
+// The README's inventory snippet, verbatim (TestSnippetsInTests in internal/testenv checks
 // that it still is).
 
 import (

@@ -1,6 +1,6 @@
 package otelx_test
 
-// The README's tracing snippet, verbatim (internal/readmecheck checks that
+// The README's tracing snippet, verbatim (TestSnippetsInTests in internal/testenv checks that
 // it still is), run.
 
 import (

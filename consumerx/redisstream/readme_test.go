@@ -1,6 +1,6 @@
 package redisstream_test
 
-// The README's Redis Streams snippet, verbatim (internal/readmecheck checks
+// The README's Redis Streams snippet, verbatim (TestSnippetsInTests in internal/testenv checks
 // that it still is), run.
 
 import (

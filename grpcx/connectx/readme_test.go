@@ -1,6 +1,6 @@
 package connectx_test
 
-// The README's Connect snippet, verbatim (internal/readmecheck checks that
+// The README's Connect snippet, verbatim (TestSnippetsInTests in internal/testenv checks that
 // it still is), run.
 
 import (
