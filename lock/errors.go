@@ -104,9 +104,18 @@ func (l *Locker) extendErr(name string, err error) error {
 }
 
 // releaseErr turns a failed release into ErrLost (the lock had already
-// expired or been taken over on too many nodes) or ErrUnavailable.
-func (l *Locker) releaseErr(name string, err error) error {
+// expired or been taken over on too many nodes) or ErrUnavailable. held:
+// the release was sent within the lock's validity, so a node whose key
+// was gone had deleted it already (a deletion sent twice), and counts as
+// released: nil if that makes a quorum.
+func (l *Locker) releaseErr(name string, err error, held bool) error {
 	t := count(err)
+	if held {
+		if l.nodes-t.unreachable-t.taken-t.other >= l.quorum {
+			return nil
+		}
+		t.expired = 0
+	}
 	if t.taken+t.expired > l.nodes-l.quorum {
 		return fmt.Errorf("%w: lock %q: not held at release: %w", ErrLost, name, err)
 	}

@@ -40,7 +40,6 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -193,7 +192,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Locker, error) {
 				return nil, fmt.Errorf("lock: node %d is node %d again: it would count twice towards the quorum", i, j)
 			}
 		}
-		pools[i] = goredis.NewPool(c)
+		pools[i] = newPool(c)
 	}
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -515,6 +514,10 @@ func (k *Lock) Release(ctx context.Context) error {
 	defer cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// Sent within the validity, no node's key can have expired: one found
+	// gone is the holder's own deletion sent again (go-redis re-sends a
+	// command whose answer it lost), not a lock lost.
+	held := !k.over && time.Now().Before(k.m.Until())
 	// Whatever the answer, the holder gave the lock up: deletions that
 	// were sent may have landed though their answers did not come back
 	// (ErrUnavailable), and another holder may have the lock by now.
@@ -523,7 +526,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if ok {
 		return nil
 	}
-	return k.locker.releaseErr(k.name, err)
+	return k.locker.releaseErr(k.name, err, held)
 }
 
 // releaseNow releases k within one round, even if ctx has ended.
