@@ -120,6 +120,7 @@ func TestWrapContract(t *testing.T) {
 			return backstop.Wrap(rs, mustBackstop(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{}))
 		},
 		Advance:    storetest.Wait,
+		Parallel:   true,
 		Keys:       100,
 		Duplicates: 4,
 		// The lease bears the backstop's fence, which its row keeps after

@@ -435,9 +435,10 @@ func TestContractPrimaryUpCheckingSecondary(t *testing.T) {
 			s.ConsultSecondary(time.Now().Add(time.Hour))
 			return s
 		},
-		Advance: storetest.Wait,
-		Lease:   2 * time.Second,
-		Keys:    100,
+		Advance:  storetest.Wait,
+		Parallel: true,
+		Lease:    2 * time.Second,
+		Keys:     100,
 	})
 }
 

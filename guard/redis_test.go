@@ -68,6 +68,7 @@ func runContract(t *testing.T, c redis.UniversalClient, o guard.RedisOptions) {
 			return guardenv.StoreOn(t, c, o)
 		},
 		Advance:     storetest.Wait,
+		Parallel:    true,
 		Corruptions: redisCorruptions,
 	})
 }

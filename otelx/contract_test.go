@@ -26,7 +26,8 @@ func TestContract(t *testing.T) {
 		New: func(t *testing.T) guard.Store {
 			return forwarding(t, tr.Store(guardenv.StoreOn(t, c, guard.RedisOptions{})))
 		},
-		Advance: storetest.Wait,
+		Advance:  storetest.Wait,
+		Parallel: true,
 	})
 }
 

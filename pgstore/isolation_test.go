@@ -45,7 +45,8 @@ func TestStoreContractStrictIsolation(t *testing.T) {
 					}
 					return s
 				},
-				Advance: storetest.Wait,
+				Advance:  storetest.Wait,
+				Parallel: true,
 				// A lease of 2s, not the default 500ms: the steps that let a
 				// lease run out with a retention of 0.9 × Lease (the record
 				// is kept for Lease + TTL) must claim again within TTL − 50ms

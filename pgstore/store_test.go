@@ -24,6 +24,7 @@ func TestStoreContract(t *testing.T) {
 			return pgenv.Store(t, pgenv.Migrated(t, pgstore.Options{}), pgstore.Options{})
 		},
 		Advance:              storetest.Wait,
+		Parallel:             true,
 		FencesOutliveRecords: true, // a released first attempt's row is kept until Purge
 	})
 }

@@ -18,10 +18,7 @@ import (
 // them) against the answers of the per-key calls, and Guard.DoBatch on
 // every store (through its per-key calls when it has no batches).
 func (c contract) batch(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	c.run(t, []testCase{
 		{"ClaimBatchAnswersAsClaim", c.claimBatch},
 		{"WriteBatchAnswersAsWrites", c.writeBatch},
 		{"WriteBatchAfterTakeover", c.writeBatchAfterTakeover},
@@ -29,10 +26,8 @@ func (c contract) batch(t *testing.T) {
 		{"DoBatchRunsOnceThenReplays", c.doBatchOnce},
 		{"DoBatchMixedStates", c.doBatchMixed},
 		{"DoBatchEachKeyOnItsOwn", c.doBatchEach},
-		{"DoBatchRace", c.doBatchRace},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
+	t.Run("DoBatchRace", c.doBatchRace)
 }
 
 // batchStore returns s as a BatchStore, or skips the test.

@@ -121,15 +121,10 @@ func (c contract) stepAfterOwnFailure(t *testing.T) {
 
 // endings: how a holder's attempt ends, and what the record then says.
 func (c contract) endings(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	c.run(t, []testCase{
 		{"RecoveredKept", c.recoveredKept},
 		{"ExhaustedByExpiry", c.exhaustedByExpiry},
 		{"StepAfterOwnFailure", c.stepAfterOwnFailure},
 		{"BatchRetention", c.batchRetention},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 }

@@ -16,18 +16,13 @@ import (
 // (A mutation review of scripts/*.lua: each of these rules was pinned only
 // by tests in package guard, on the Redis store and the memstore.)
 func (c contract) released(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	c.run(t, []testCase{
 		{"NoRecordToEnd", c.noRecordToEnd},
 		{"FirstAttemptAgain", c.firstAttemptAgain},
 		{"FirstAttemptAnyFingerprint", c.releasedAnyFingerprint},
 		{"LaterAttemptKeepsLastError", c.releaseKeepsLastError},
 		{"LaterAttemptKeepsRecovered", c.releaseKeepsRecovered},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 }
 
 // noRecordToEnd: Fail, Complete and Extend are "for the owner only"

@@ -25,10 +25,7 @@ func (c contract) steps(t *testing.T) {
 		t.Run("Unsupported", c.stepsUnsupported)
 		return
 	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	c.run(t, []testCase{
 		{"RecordedInOrder", c.stepsInOrder},
 		{"BadInput", c.stepsBadInput},
 		{"SameClaimAgain", c.stepsSameClaim},
@@ -44,10 +41,8 @@ func (c contract) steps(t *testing.T) {
 		{"LargeResult", c.stepsLarge},
 		{"GuardResumes", c.stepsGuardResumes},
 		{"GuardOrder", c.stepsGuardOrder},
-		{"RaceManyKeys", c.stepsRace},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
+	t.Run("RaceManyKeys", c.stepsRace)
 }
 
 func stepStore(t *testing.T, c contract) guard.StepStore {

@@ -53,6 +53,15 @@ type Harness struct {
 	FencesOutliveRecords bool
 	// Keys and Duplicates size the many-keys race (default 1,000 × 8).
 	Keys, Duplicates int
+	// Parallel runs the contract's cases, and those of its cases (Steps',
+	// Batch'…), up to parallelCases at a time, each on a store of its own
+	// (New): most of them wait for a lease or a retention to run out. The
+	// races, which count effects under load, run after the other cases of
+	// their list. For a harness whose Advance waits in real time (Wait),
+	// not one that moves a clock its stores share. A case that needs its
+	// calls answered within a span of real time runs again with a longer
+	// lease when the load made it late (Lease).
+	Parallel bool
 	// Corruptions are ways to store a record the store cannot read, one
 	// subtest each: every call on such a key must fail with an error
 	// wrapping guard.ErrCorrupt that names the key, run nothing and change
@@ -97,10 +106,10 @@ func Run(t *testing.T, h Harness) {
 	}
 	h = h.withDefaults()
 	c := contract{h: h}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	if h.Parallel {
+		c.slots = make(chan struct{}, parallelCases)
+	}
+	c.inSlots(t, []testCase{
 		{"ClaimNew", c.claimNew},
 		{"ClaimRepeatedSameToken", c.claimRepeated},
 		{"ClaimWhileHeld", c.claimWhileHeld},
@@ -128,8 +137,6 @@ func Run(t *testing.T, h Harness) {
 		{"LargeValues", c.largeValues},
 		{"BinaryValues", c.binaryValues}, // bytes.go
 		{"CorruptRecords", c.corruptRecords},
-		{"RaceOneKey", c.raceOneKey},
-		{"RaceManyKeys", c.raceManyKeys},
 		{"Steps", c.steps},                                 // steps.go
 		{"Batch", c.batch},                                 // batch.go
 		{"MismatchEveryState", c.mismatchEveryState},       // mismatch_states.go
@@ -138,12 +145,62 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseRetention", c.releaseRetention},           // release_retention.go
 		{"Released", c.released},                           // released.go
 		{"UnchangedRecordsExpire", c.unchangedExpiry},      // expiry.go
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
+	t.Run("RaceOneKey", c.raceOneKey)
+	t.Run("RaceManyKeys", c.raceManyKeys)
 }
 
-type contract struct{ h Harness }
+type contract struct {
+	h Harness
+	// slots bound the cases running at once under Harness.Parallel: a
+	// case takes one to run, and gives it up while its own cases run.
+	// nil: one case at a time.
+	slots chan struct{}
+}
+
+// parallelCases is how many cases run at once under Harness.Parallel.
+const parallelCases = 4
+
+// testCase is a case of the contract, a subtest.
+type testCase struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// run runs cases as subtests of t, the cases of a case (Steps'): one
+// after another; or, with Harness.Parallel, in the contract's slots,
+// the one the calling case holds given up meanwhile.
+func (c contract) run(t *testing.T, cases []testCase) {
+	if c.slots == nil {
+		c.inSlots(t, cases)
+		return
+	}
+	<-c.slots
+	c.inSlots(t, cases)
+	c.slots <- struct{}{}
+}
+
+// inSlots runs each of cases as a subtest of t in a slot of the
+// contract's (t.Run from goroutines of its own, which -parallel, bounding
+// the tests that compute, does not count: they mostly sleep), or without
+// Harness.Parallel one after another.
+func (c contract) inSlots(t *testing.T, cases []testCase) {
+	if c.slots == nil {
+		for _, tc := range cases {
+			t.Run(tc.name, tc.fn)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, tc := range cases {
+		c.slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-c.slots }()
+			t.Run(tc.name, tc.fn)
+		})
+	}
+	wg.Wait()
+}
 
 var ctx = context.Background()
 

@@ -23,6 +23,7 @@ func TestScopedSecondaryContract(t *testing.T) {
 			return s
 		},
 		Advance:              storetest.Wait,
+		Parallel:             true,
 		Keys:                 100,
 		Duplicates:           4,
 		FencesOutliveRecords: true, // pgstore's
