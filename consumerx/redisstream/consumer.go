@@ -318,7 +318,9 @@ func (c *Consumer) loop(ctx context.Context, batch batchFunc) error {
 		res, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: c.opts.Group, Consumer: c.opts.Consumer,
 			Streams: []string{c.opts.Stream, ">"},
-			Count:   c.opts.Count, Block: min(c.opts.Block, max(time.Until(nextClaim), time.Millisecond)),
+			// At least 1ms: go-redis sends whole milliseconds, and BLOCK 0
+			// waits for ever.
+			Count: c.opts.Count, Block: max(min(c.opts.Block, time.Until(nextClaim)), time.Millisecond),
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			pause = 0
