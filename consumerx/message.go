@@ -2,6 +2,7 @@ package consumerx
 
 import (
 	"context"
+	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/consumerx/internal/leasectx"
 	"github.com/idemguard/idemguard/guard"
@@ -63,4 +64,31 @@ func LeaseFrom(ctx context.Context) (lease guard.Lease, ok bool) {
 		return guard.Lease{}, false
 	}
 	return *l, true
+}
+
+// MaxDeadLetterReason is the most bytes of a cause's text that
+// DeadLetterReason keeps.
+const MaxDeadLetterReason = 1024
+
+// DeadLetterReason is the text of cause that the adapters' dead letters
+// carry (a Kafka header, a Watermill metadata field, a stream field): at
+// most MaxDeadLetterReason bytes of it, cut on a UTF-8 boundary and
+// marked "…(truncated)" when cut. A handler's error can be as long as an
+// upstream's error page, and a dead letter that cannot be written (a
+// record over the broker's size limit) would be tried again on every
+// delivery, holding up the messages behind it.
+func DeadLetterReason(cause error) string {
+	if cause == nil {
+		return ""
+	}
+	s := cause.Error()
+	if len(s) <= MaxDeadLetterReason {
+		return s
+	}
+	const mark = "…(truncated)"
+	cut := MaxDeadLetterReason - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

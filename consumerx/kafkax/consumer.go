@@ -361,7 +361,7 @@ func message(r *kgo.Record) consumerx.Message {
 
 // Header keys of a dead-letter record made by ProduceDeadLetter.
 const (
-	HeaderDeadReason = "consumerx-dead-reason" // the cause, as text
+	HeaderDeadReason = "consumerx-dead-reason" // the cause, as text (consumerx.DeadLetterReason)
 	HeaderDeadSource = "consumerx-dead-source" // the original record's id
 )
 
@@ -376,7 +376,7 @@ func ProduceDeadLetter(client *kgo.Client, topic string) func(context.Context, c
 			dead.Headers = append(dead.Headers, r.Headers...)
 		}
 		dead.Headers = append(dead.Headers,
-			kgo.RecordHeader{Key: HeaderDeadReason, Value: []byte(cause.Error())},
+			kgo.RecordHeader{Key: HeaderDeadReason, Value: []byte(consumerx.DeadLetterReason(cause))},
 			kgo.RecordHeader{Key: HeaderDeadSource, Value: []byte(msg.ID)})
 		if err := client.ProduceSync(ctx, dead).FirstErr(); err != nil {
 			return fmt.Errorf("kafkax: produce dead letter to %s: %w", topic, err)

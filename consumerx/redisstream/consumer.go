@@ -38,7 +38,7 @@ const (
 	FieldDeadID     = "dead_id"     // the original entry id
 	FieldDeadStream = "dead_stream" // the stream it was read from
 	FieldDeadGroup  = "dead_group"  // the consumer group that gave up on it
-	FieldDeadError  = "dead_error"  // why: the last error
+	FieldDeadError  = "dead_error"  // why: the last error (consumerx.DeadLetterReason)
 )
 
 // Options configure a Consumer. Stream, Group and Consumer are required;
@@ -457,7 +457,7 @@ func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause 
 	}
 	values = append(values,
 		FieldDeadID, xm.ID, FieldDeadStream, c.opts.Stream,
-		FieldDeadGroup, c.opts.Group, FieldDeadError, cause.Error())
+		FieldDeadGroup, c.opts.Group, FieldDeadError, consumerx.DeadLetterReason(cause))
 	if err := c.client.XAdd(ctx, &redis.XAddArgs{Stream: c.opts.DeadLetterStream, Values: values}).Err(); err != nil {
 		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)
 	}

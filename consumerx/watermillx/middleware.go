@@ -355,7 +355,7 @@ func validUTF8(md message.Metadata) bool {
 
 // Metadata keys of a dead-lettered message published by PublishDeadLetter.
 const (
-	MetadataDeadReason = "consumerx_dead_reason" // the cause, as text
+	MetadataDeadReason = "consumerx_dead_reason" // the cause, as text (consumerx.DeadLetterReason)
 	MetadataDeadGroup  = "consumerx_dead_group"  // the router handler that gave up on it
 )
 
@@ -372,7 +372,7 @@ func PublishDeadLetter(pub message.Publisher, topic string) func(context.Context
 		for k, v := range msg.Metadata {
 			dead.Metadata.Set(k, v)
 		}
-		dead.Metadata.Set(MetadataDeadReason, cause.Error())
+		dead.Metadata.Set(MetadataDeadReason, consumerx.DeadLetterReason(cause))
 		dead.Metadata.Set(MetadataDeadGroup, message.HandlerNameFromCtx(ctx))
 		dead.SetContext(ctx)
 		if err := pub.Publish(topic, dead); err != nil {
