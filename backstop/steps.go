@@ -152,7 +152,10 @@ func (b *Backstop) Step(ctx context.Context, lease guard.Lease, name string, fn 
 		result, err := b.inTx(ctx, lease, fn, func(tx *sql.Tx, result []byte) error {
 			return b.CommitStep(ctx, tx, lease, name, result)
 		}, func(err error) error {
-			return fmt.Errorf("%w: commit of step %q: %w", guard.ErrUnavailable, name, err)
+			// A connection lost at COMMIT (outcome unknown) is
+			// ErrUnavailable; a COMMIT refused (a deferred constraint)
+			// rolled back for good, a plain error.
+			return dbErr(ctx, fmt.Sprintf("commit of step %q", name), err)
 		}, func() ([]byte, bool) {
 			stored, _, found, err := b.LookupStep(ctx, lease.Key, name)
 			return stored, found && err == nil

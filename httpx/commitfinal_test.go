@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -159,5 +160,33 @@ func TestCommitResponseThenGoexit(t *testing.T) {
 	}
 	if len(msgs) != 1 || !strings.Contains(msgs[0], "runtime.Goexit") || strings.Contains(msgs[0], "sent") {
 		t.Fatalf("log messages %q; want one saying the handler exited with runtime.Goexit, not that the response was sent", msgs)
+	}
+}
+
+// A business transaction whose COMMIT PostgreSQL refuses for good (a
+// deferred unique constraint, checked at COMMIT) rolled back: nothing was
+// charged, the key is released, and the client is told 500, not 503
+// "retry later" (which it was, as for a connection lost at COMMIT: every
+// retry ran the handler again into the same refusal).
+func TestCommitRefusedAtCommitIs500(t *testing.T) {
+	s := newCharges(t, testenv.Redis(t), testenv.Prefix(t), chargesOptions{})
+	if _, err := s.db.Exec(`CREATE TABLE refs (ref text, CONSTRAINT refs_u UNIQUE (ref) DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO refs VALUES ('taken')`); err != nil {
+		t.Fatal(err)
+	}
+	s.hook = func(r *http.Request, tx *sql.Tx, _ guard.Lease) {
+		if _, err := tx.ExecContext(r.Context(), `INSERT INTO refs VALUES ('taken')`); err != nil { // refused at COMMIT
+			t.Error(err)
+		}
+	}
+	srv, c := serve(t, s.handler)
+	for i := range 2 {
+		r := chargeReq(t, c, srv.URL, "ch-refused")
+		if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemStoreError {
+			t.Fatalf("try %d: %d %q; want 500 %s", i+1, r.status, r.body, httpx.ProblemStoreError)
+		}
+	}
+	if rows, _ := s.rows(t); rows != 0 {
+		t.Fatalf("%d charges, want 0 (rolled back)", rows)
 	}
 }

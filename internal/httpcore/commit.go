@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemguard/idemguard/backstop"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // CommitResponse is httpx.CommitResponse (its doc says what it does) for
@@ -150,8 +151,11 @@ func (m *Engine) encodeCommitted(status int, h, before http.Header, body []byte,
 func commitRow(ctx context.Context, tx *sql.Tx, b *backstop.Backstop, ci *claimInfo, result []byte) error {
 	err := b.Commit(ctx, tx, ci.lease, ci.fingerprint, result)
 	if err == nil {
-		if cerr := tx.Commit(); cerr != nil {
+		if cerr := tx.Commit(); cerr != nil && pgsql.Unavailable(cerr) {
 			err = fmt.Errorf("%w: commit of the business transaction (outcome unknown): %w", guard.ErrUnavailable, cerr)
+		} else if cerr != nil {
+			// Refused (a deferred constraint): rolled back for good.
+			err = fmt.Errorf("commit of the business transaction: %w", cerr)
 		}
 	} else {
 		_ = tx.Rollback()
