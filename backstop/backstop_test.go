@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -579,34 +580,70 @@ func TestCommitExpiredRow(t *testing.T) {
 }
 
 // TestWrapFailsClosed: when PostgreSQL cannot be reached, a claim on
-// Redis is released and the caller gets ErrUnavailable; fn never runs.
+// Redis is released and the caller gets ErrUnavailable at once; fn never
+// runs. Behind a proxy that accepts connections and closes them (a pooler
+// whose database is down), the mark's error is a connection cut after
+// the statement went out, which the guard took for a lost answer: it
+// released the claim again, and that release retried the mark's undo for
+// seconds (found by review).
 func TestWrapFailsClosed(t *testing.T) {
 	t.Parallel()
-	dsn := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/none?sslmode=disable&connect_timeout=2", testenv.FreePort(t))
-	db, err := sql.Open("postgres", dsn)
+	for name, addr := range map[string]string{
+		"refused": fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"closed":  closingListener(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			db, err := sql.Open("postgres", "postgres://nobody@"+addr+"/none?sslmode=disable&connect_timeout=2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			rs := guardenv.Store(t, guard.RedisOptions{})
+			g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{})
+			key := newKey(t)
+			start := time.Now()
+			_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+				t.Error("fn ran without the backstop")
+				return nil, nil
+			})
+			if !errors.Is(err, guard.ErrUnavailable) {
+				t.Fatalf("Do without PostgreSQL = %v, want ErrUnavailable", err)
+			}
+			// Each claim fails so while PostgreSQL is down: undoing its mark
+			// is one try, not the seconds of retries a holder's Fail or
+			// Release gets.
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("Do without PostgreSQL failed after %s; want at once", took)
+			}
+			if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
+				t.Fatalf("the Redis claim was not released: %v", err)
+			}
+		})
+	}
+}
+
+// closingListener accepts every connection and closes it at once, as a
+// connection pooler or proxy (pgbouncer, HAProxy, a cloud SQL proxy) does
+// while the PostgreSQL behind it is down.
+func closingListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	rs := guardenv.Store(t, guard.RedisOptions{})
-	g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{})
-	key := newKey(t)
-	start := time.Now()
-	_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
-		t.Error("fn ran without the backstop")
-		return nil, nil
-	})
-	if !errors.Is(err, guard.ErrUnavailable) {
-		t.Fatalf("Do without PostgreSQL = %v, want ErrUnavailable", err)
-	}
-	// Each claim fails so while PostgreSQL is down: undoing its mark is
-	// one try, not the seconds of retries a holder's Fail or Release gets.
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("Do without PostgreSQL failed after %s; want at once", took)
-	}
-	if _, err := rs.Get(ctx, key); !errors.Is(err, guard.ErrNotFound) {
-		t.Fatalf("the Redis claim was not released: %v", err)
-	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return ln.Addr().String()
 }
 
 // TestCommitFenceRule: on a row not yet committed, Commit succeeds only

@@ -171,7 +171,7 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 		// too, or the orphaned mark would refuse other payloads as a
 		// mismatch for its whole retention.
 		g.undo(ctx, out.Lease, true)
-		return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
+		return guard.Outcome{}, undoneErr{fmt.Errorf("backstop: %w", err)}
 	}
 	switch {
 	case m.mismatch:
@@ -381,4 +381,23 @@ func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, er
 		return guard.Record{}, err
 	}
 	return brec, nil
+}
+
+// undoneErr is the error of a claim whose mark failed and which Wrap has
+// undone: the guard must not take it for a claim whose answer was lost
+// and release it once more (that release would retry the mark's undo for
+// seconds, on a database that does not answer). It matches what the
+// mark's error matches among the guard's sentinels, and hides the rest
+// (a connection reset, an EOF) from errors.Is and errors.As.
+type undoneErr struct{ err error }
+
+func (e undoneErr) Error() string { return e.err.Error() }
+
+func (e undoneErr) Is(target error) bool {
+	for _, s := range []error{guard.ErrUnavailable, guard.ErrCorrupt, context.Canceled, context.DeadlineExceeded} {
+		if target == s {
+			return errors.Is(e.err, s)
+		}
+	}
+	return false
 }
