@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,127 +14,15 @@ import (
 	"github.com/idemguard/idemguard/lock"
 )
 
-// replyDropper is a TCP proxy in front of one Redis node. Once armed with
-// a match, the next request chunk the client sends that matches is
-// delivered to the node, which runs it, and then the connection is closed
-// before the node's reply reaches the client: a connection dropped after
-// the command landed (a network blip, an LB idle cut). go-redis reads EOF
-// and, with NewNodes' MaxRetries 1, sends the command again on a new
-// connection. It drops one reply per arming.
-type replyDropper struct {
-	ln      net.Listener
-	target  string
-	match   atomic.Pointer[func([]byte) bool]
-	dropped atomic.Int32
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
-}
-
-func newReplyDropper(t *testing.T, target string) *replyDropper {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyDropper{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *replyDropper) Addr() string { return p.ln.Addr().String() }
-
-func (p *replyDropper) arm(match func([]byte) bool) { p.match.Store(&match) }
-
-func (p *replyDropper) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		var mute atomic.Bool
-		replied := make(chan struct{}) // closed when the node answered a muted command
-		p.wg.Add(2)
-		go func() { // node → client, unless muted
-			defer p.wg.Done()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 && mute.Load() {
-					close(replied) // the node ran it; its answer goes nowhere
-					return
-				}
-				if n > 0 {
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					_ = c.Close()
-					return
-				}
-			}
-		}()
-		go func() { // client → node
-			defer p.wg.Done()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					chunk := buf[:n]
-					if m := p.match.Load(); m != nil && (*m)(chunk) && p.match.CompareAndSwap(m, nil) {
-						mute.Store(true)
-						_, _ = s.Write(chunk)
-						select {
-						case <-replied:
-						case <-time.After(5 * time.Second):
-						}
-						p.dropped.Add(1)
-						_ = c.Close()
-						_ = s.Close()
-						return
-					}
-					if _, werr := s.Write(chunk); werr != nil {
-						return
-					}
-				}
-				if err != nil { // io.EOF or a closed conn: end the node's side too
-					_ = s.Close()
-					return
-				}
-			}
-		}()
-	}
-}
-
 // proxiedRedlock returns a proxy in front of each shared Redlock node and
 // NewNodes clients of the proxies.
-func proxiedRedlock(t *testing.T) ([]*replyDropper, []redis.UniversalClient) {
+func proxiedRedlock(t *testing.T) ([]*testenv.ReplyDropper, []redis.UniversalClient) {
 	t.Helper()
 	addrs := testenv.List(t, testenv.EnvRedlock)
-	proxies := make([]*replyDropper, len(addrs))
+	proxies := make([]*testenv.ReplyDropper, len(addrs))
 	paddrs := make([]string, len(addrs))
 	for i, a := range addrs {
-		proxies[i] = newReplyDropper(t, a)
+		proxies[i] = testenv.NewReplyDropper(t, a)
 		paddrs[i] = proxies[i].Addr()
 	}
 	return proxies, closing(t, lock.NewNodes(paddrs...))
@@ -177,15 +63,15 @@ func TestReleaseSentTwiceNotLost(t *testing.T) {
 			key := prefix + "pay"
 			err := l.Do(bg, "pay", func(ctx context.Context) error {
 				for _, p := range proxies[:drop] {
-					p.arm(isReleaseOf(key))
+					p.Arm(isReleaseOf(key))
 				}
 				return nil
 			})
-			var dropped int32
+			var dropped int
 			for _, p := range proxies {
-				dropped += p.dropped.Load()
+				dropped += p.Dropped()
 			}
-			if dropped != int32(drop) {
+			if dropped != drop {
 				t.Fatalf("the proxies dropped %d release replies, want %d (Do: %v)", dropped, drop, err)
 			}
 			for i, c := range nodes {
@@ -218,15 +104,15 @@ func TestSingletonRunsWhenItsAcquisitionIsSentTwice(t *testing.T) {
 	}
 	key := prefix + "payout"
 	for _, p := range proxies {
-		p.arm(isAcquireOf(key))
+		p.Arm(isAcquireOf(key))
 	}
 	var runs atomic.Int32
 	err := lock.Singleton(l, "payout", func(context.Context) error { runs.Add(1); return nil })(bg)
-	var dropped int32
+	var dropped int
 	for _, p := range proxies {
-		dropped += p.dropped.Load()
+		dropped += p.Dropped()
 	}
-	if dropped != int32(len(proxies)) {
+	if dropped != len(proxies) {
 		t.Fatalf("the proxies dropped %d SET replies, want %d (Singleton: %v)", dropped, len(proxies), err)
 	}
 	for i, c := range nodes {

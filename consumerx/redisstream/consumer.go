@@ -458,11 +458,32 @@ func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause 
 	values = append(values,
 		FieldDeadID, xm.ID, FieldDeadStream, c.opts.Stream,
 		FieldDeadGroup, c.opts.Group, FieldDeadError, consumerx.DeadLetterReason(cause))
-	if err := c.client.XAdd(ctx, &redis.XAddArgs{Stream: c.opts.DeadLetterStream, Values: values}).Err(); err != nil {
+	args := append([]any{xm.ID, c.opts.Stream, c.opts.Group}, values...)
+	if err := deadLetterScript.Run(ctx, c.client, []string{c.opts.DeadLetterStream}, args...).Err(); err != nil {
 		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)
 	}
 	return nil
 }
+
+// deadLetterScript adds the dead letter ARGV[4:] (field, value, ...) to
+// the stream KEYS[1], unless one of its last 64 entries is already the
+// dead letter of entry ARGV[1] of stream ARGV[2] for group ARGV[3] (its
+// dead_* fields, the last of each name: they follow the entry's own): a
+// client re-sends a command whose answer it lost, and an XADD sent twice
+// adds the entry twice (an operator re-driving both would make the effect
+// twice, under two entry ids). It returns the entry's id.
+var deadLetterScript = redis.NewScript(`
+for _, e in ipairs(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 64)) do
+  local f, id, stream, group = e[2], nil, nil, nil
+  for i = 1, #f, 2 do
+    if f[i] == '` + FieldDeadID + `' then id = f[i + 1]
+    elseif f[i] == '` + FieldDeadStream + `' then stream = f[i + 1]
+    elseif f[i] == '` + FieldDeadGroup + `' then group = f[i + 1] end
+  end
+  if id == ARGV[1] and stream == ARGV[2] and group == ARGV[3] then return e[1] end
+end
+return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
+`)
 
 // deadLetterOnce adds msg's entry to the dead-letter stream as a recorded
 // step of its dead-letter record (guard.Step): the entry's own (sendOnce),

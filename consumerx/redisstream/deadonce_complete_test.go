@@ -26,7 +26,6 @@ type failScriptAfterXAdd struct {
 func (h failScriptAfterXAdd) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failScriptAfterXAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
 		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && h.armed.Load() && h.failed.Load() == 0 {
 			h.failed.Add(1)
 			err := errors.New("connection reset by peer")
@@ -34,7 +33,7 @@ func (h failScriptAfterXAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHo
 			return err
 		}
 		err := next(ctx, cmd)
-		if cmd.Name() == "xadd" && len(args) > 1 && args[1] == h.stream && err == nil {
+		if addsTo(cmd, h.stream) && err == nil {
 			h.armed.Store(true)
 		}
 		return err

@@ -27,7 +27,7 @@ type failFirstXAdd struct {
 func (h failFirstXAdd) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failFirstXAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); cmd.Name() == "xadd" && len(args) > 1 && args[1] == h.stream && h.n.Add(1) == 1 {
+		if addsTo(cmd, h.stream) && h.n.Add(1) == 1 {
 			close(h.sending)
 			select {
 			case <-h.inProgress:
@@ -111,4 +111,18 @@ func TestDeadLetterOwnInProgressErrorNotWaitedFor(t *testing.T) {
 	if n := calls.Load(); n != 1 || o != consumerx.InProgress || !strings.Contains(fmt.Sprint(err), "pager") {
 		t.Errorf("DeadLetter called %d times, Process = %s, %v; want once, %s with its error", n, o, err, consumerx.InProgress)
 	}
+}
+
+// addsTo reports whether cmd adds an entry to stream: an XADD, or the
+// script that adds a dead letter (deadLetterScript), whose one key is
+// the dead-letter stream.
+func addsTo(cmd redis.Cmder, stream string) bool {
+	args := cmd.Args()
+	switch cmd.Name() {
+	case "xadd":
+		return len(args) > 1 && args[1] == stream
+	case "evalsha", "eval":
+		return len(args) > 3 && args[3] == stream
+	}
+	return false
 }
