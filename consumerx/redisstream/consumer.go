@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -361,9 +362,22 @@ func (c *Consumer) reclaim(ctx context.Context, cursor string, batch batchFunc) 
 	if cursor == "0-0" {
 		c.recheck(ctx)
 	}
+	// Read first, the pending entries gone from the stream that
+	// XAUTOCLAIM is about to name: Redis 7 names them once, in a reply a
+	// dropped connection can lose (go-redis then sends XAUTOCLAIM again,
+	// whose reply no longer names them, and they would be lost).
+	before, err := c.gonePending(ctx, cursor)
+	if err != nil {
+		return cursor, err
+	}
 	next, msgs, gone, err := c.autoClaim(ctx, cursor)
 	if err != nil {
 		return cursor, err
+	}
+	for _, id := range before {
+		if !slices.Contains(gone, id) {
+			gone = append(gone, id)
+		}
 	}
 	c.deleted(ctx, gone)
 	c.handle(ctx, msgs, batch)

@@ -40,18 +40,38 @@ import (
 // once, by whichever comes first.
 var ErrDeleted = errors.New("redisstream: entry deleted from the stream while pending")
 
+// gonePendingScript returns the ids of the group ARGV[1]'s pending
+// entries of stream KEYS[1], idle ARGV[2] ms at least, from ARGV[3] on,
+// ARGV[4] at most, that are no longer in the stream: those the next
+// XAUTOCLAIM from ARGV[3] with that count and idle time names deleted.
+// It only reads, so a copy sent again answers the same.
+var gonePendingScript = redis.NewScript(`
+local gone = {}
+for _, e in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[2], ARGV[3], '+', ARGV[4])) do
+  if #redis.call('XRANGE', KEYS[1], e[1], e[1]) == 0 then gone[#gone + 1] = e[1] end
+end
+return gone
+`)
+
+// gonePending runs gonePendingScript for the XAUTOCLAIM autoClaim is to
+// send from cursor.
+func (c *Consumer) gonePending(ctx context.Context, cursor string) ([]string, error) {
+	return gonePendingScript.Run(ctx, c.client, []string{c.opts.Stream},
+		c.opts.Group, c.minIdleMillis(), cursor, c.opts.Count).StringSlice()
+}
+
+// minIdleMillis is MinIdle in whole milliseconds, at least 1 (as go-redis
+// sends a positive duration under 1ms).
+func (c *Consumer) minIdleMillis() int64 { return max(c.opts.MinIdle.Milliseconds(), 1) }
+
 // autoClaim sends XAUTOCLAIM and returns where the pass goes on, the
 // entries it handed over, and the ids of pending entries no longer in the
 // stream: Redis 7 drops those from the pending list itself and names them
 // apart (go-redis's XAutoClaim discards them), Redis 6.2 hands them over
 // without fields.
 func (c *Consumer) autoClaim(ctx context.Context, cursor string) (next string, msgs []redis.XMessage, deleted []string, err error) {
-	minIdle := c.opts.MinIdle.Milliseconds()
-	if minIdle == 0 {
-		minIdle = 1 // as go-redis sends a positive duration under 1ms
-	}
 	cmd := redis.NewSliceCmd(ctx, "xautoclaim", c.opts.Stream, c.opts.Group, c.opts.Consumer,
-		minIdle, cursor, "count", c.opts.Count)
+		c.minIdleMillis(), cursor, "count", c.opts.Count)
 	if err := c.client.Process(ctx, cmd); err != nil {
 		return "", nil, nil, err
 	}
