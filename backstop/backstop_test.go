@@ -622,6 +622,46 @@ func TestWrapFailsClosed(t *testing.T) {
 	}
 }
 
+// TestWrapFailsClosedOnExhaustedKey: a claim of a key Redis answers
+// Exhausted asks PostgreSQL too; without it the claim fails closed at
+// once, as one whose mark failed (TestWrapFailsClosed). Its error read as
+// a lost answer, and the guard's release of the claim (which held nothing)
+// retried the mark's undo for 4 s (found by review).
+func TestWrapFailsClosedOnExhaustedKey(t *testing.T) {
+	rs := guardenv.Store(t, guard.RedisOptions{})
+	key := newKey(t)
+	// Exhaust the key in Redis: one attempt, failed.
+	g1 := guard.New(rs, guard.Options{MaxAttempts: 1})
+	_, _ = g1.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		return nil, errors.New("boom")
+	})
+	if _, err := g1.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Fatal("ran on an exhausted key")
+		return nil, nil
+	}); !errors.As(err, new(*guard.ExhaustedError)) {
+		t.Fatalf("setup: second Do = %v, want ExhaustedError", err)
+	}
+
+	db, err := sql.Open("postgres", "postgres://nobody@"+closingListener(t)+"/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := guard.New(backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{})), guard.Options{MaxAttempts: 1})
+	start := time.Now()
+	_, err = g.Do(ctx, key, "fp", func(context.Context, guard.Lease) ([]byte, error) {
+		t.Error("fn ran on an exhausted key")
+		return nil, nil
+	})
+	took := time.Since(start)
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Errorf("Do without PostgreSQL on an exhausted key = %v, want ErrUnavailable", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("Do without PostgreSQL on an exhausted key failed after %s; want at once (as a claim whose mark failed, TestWrapFailsClosed)", took)
+	}
+}
+
 // closingListener accepts every connection and closes it at once, as a
 // connection pooler or proxy (pgbouncer, HAProxy, a cloud SQL proxy) does
 // while the PostgreSQL behind it is down.

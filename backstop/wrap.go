@@ -146,15 +146,17 @@ func (g *wrappedStore) claimed(ctx context.Context, req guard.ClaimRequest, out 
 		// that holder's mark is failed, so that it cannot commit after
 		// this answer (paused past its lease, it may yet wake); a commit
 		// before it is found by the lookup.
+		// Its errors hold no claim to release (an Exhausted answer
+		// grants none): undoneErr, as a failed mark's.
 		if err := g.b.exhaust(ctx, req.Key); err != nil {
-			return guard.Outcome{}, fmt.Errorf("backstop: %w", err)
+			return guard.Outcome{}, undoneErr{fmt.Errorf("backstop: %w", err)}
 		}
 		// A row another payload committed (an unguarded effect's, on an
 		// expired mark) is that payload's result, not this one's.
 		result, same, found, lerr := g.b.lookupAs(ctx, req.Key, req.Fingerprint)
 		switch {
 		case lerr != nil:
-			return guard.Outcome{}, fmt.Errorf("backstop: %w", lerr)
+			return guard.Outcome{}, undoneErr{fmt.Errorf("backstop: %w", lerr)}
 		case found && same:
 			return guard.Outcome{Status: guard.Replay, Result: result}, nil
 		case found:
@@ -383,10 +385,11 @@ func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, er
 	return brec, nil
 }
 
-// undoneErr is the error of a claim whose mark failed and which Wrap has
-// undone: the guard must not take it for a claim whose answer was lost
-// and release it once more (that release would retry the mark's undo for
-// seconds, on a database that does not answer). It matches what the
+// undoneErr is the error of a claim that holds nothing to release: one
+// whose mark failed and which Wrap has undone, or an Exhausted key's. The
+// guard must not take it for a claim whose answer was lost and release
+// it (that release would retry the mark's undo for seconds, on a database
+// that does not answer). It matches what the
 // mark's error matches among the guard's sentinels, and hides the rest
 // (a connection reset, an EOF) from errors.Is and errors.As.
 type undoneErr struct{ err error }
