@@ -14,9 +14,8 @@ var (
 	// ErrNotObtained: another holder has the lock (or competing attempts
 	// split the nodes between them and nobody got a quorum; or, with
 	// Options.Fencing, the fence round found its number on a node already,
-	// as after another holder's round, or a raise that go-redis sent again
-	// after a dropped connection; or the lock's validity ran out while the
-	// fence was taken). TryObtain and TryDo return it after one attempt;
+	// as after another holder's round; or the lock's validity ran out
+	// while the fence was taken). TryObtain and TryDo return it after one attempt;
 	// Obtain and Do after Options.Tries attempts, or together with ctx's
 	// error when ctx ended while waiting.
 	ErrNotObtained = errors.New("lock: not obtained")
@@ -31,7 +30,7 @@ var (
 	// cancels fn's context with this cause.
 	ErrLost = errors.New("lock: lost")
 	// ErrInvalidName: the lock name is empty, longer than MaxNameLen, or
-	// ends in ":fence".
+	// ends in ":fence" or ":fence:round".
 	ErrInvalidName = errors.New("lock: invalid name")
 )
 

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,15 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// raiseScript sets a fence counter to ARGV[1] if it is below it, and
-// returns 1; it returns 0, and leaves the counter, if it is already at
-// ARGV[1] or above: another round raised it to that number meanwhile. It
-// returns -1 if the counter is below ARGV[1] but the node refuses the
-// write (full under noeviction, a replica): the node answered, and holds
-// no number as high, but the round's number is not on it.
+// raiseScript sets the fence counter KEYS[1] to ARGV[1] if it is below
+// it, records the round ARGV[2] that did so in KEYS[2] (for ARGV[3] ms),
+// and returns 1; it returns 1 too, changing nothing, for the counter at
+// ARGV[1] by this very round (its raise sent again: go-redis re-sends a
+// command whose answer it lost). It returns 0, and leaves the counter, if
+// it is already at ARGV[1] or above by another round's doing: another
+// round raised it to that number meanwhile. It returns -1 if the counter
+// is below ARGV[1] but the node refuses the write (full under noeviction,
+// a replica): the node answered, and holds no number as high, but the
+// round's number is not on it.
 var raiseScript = redis.NewScript(`
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local v = tonumber(ARGV[1])
+if cur == v and redis.call('GET', KEYS[2]) == ARGV[2] then
+  return 1
+end
 if cur >= v then
   return 0
 end
@@ -25,14 +33,23 @@ local r = redis.pcall('SET', KEYS[1], ARGV[1])
 if type(r) == 'table' and r.err then
   return -1
 end
+redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 `)
 
-// fenceSuffix ends the key of a fence counter; no lock name may end so.
-const fenceSuffix = ":fence"
+// fenceSuffix ends the key of a fence counter, roundSuffix the key of the
+// round that last raised it; no lock name may end so.
+const (
+	fenceSuffix = ":fence"
+	roundSuffix = ":fence:round"
+)
 
 // fenceKey is the Redis key of the fence counter of lock name.
 func (l *Locker) fenceKey(name string) string { return l.opts.Prefix + name + fenceSuffix }
+
+// roundKey is the Redis key of the round that last raised lock name's
+// fence counter.
+func (l *Locker) roundKey(name string) string { return l.opts.Prefix + name + roundSuffix }
 
 // fence takes the next fencing number of lock name, which the caller
 // holds: it reads the counter on every node, and needs a quorum of
@@ -76,9 +93,10 @@ func (l *Locker) fence(ctx context.Context, name string) (int64, error) {
 	next++
 	ctx2, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), l.opTimeout())
 	defer cancel2()
-	arg := strconv.FormatInt(next, 10)
+	arg, round := strconv.FormatInt(next, 10), rand.Text()
+	keys := []string{key, l.roundKey(name)}
 	raises, err := l.onNodes(ctx2, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		return raiseScript.Run(ctx, c, []string{key}, arg).Int64()
+		return raiseScript.Run(ctx, c, keys, arg, round, max(l.opts.Expiry.Milliseconds(), 1)).Int64()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("%w: lock %q: write fence: %w", ErrUnavailable, name, err)

@@ -53,7 +53,8 @@ const (
 )
 
 // MaxNameLen is the longest lock name accepted (in bytes). Names may hold
-// any bytes but must not end in ":fence" (the fence counters' keys).
+// any bytes but must not end in ":fence" or ":fence:round" (the fence
+// counters' keys).
 const MaxNameLen = 512
 
 // Options configure a Locker. The zero value is ready to use.
@@ -324,8 +325,8 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 	if name == "" || len(name) > MaxNameLen {
 		return nil, fmt.Errorf("%w: %d bytes (1 to %d)", ErrInvalidName, len(name), MaxNameLen)
 	}
-	if strings.HasSuffix(name, fenceSuffix) {
-		return nil, fmt.Errorf("%w: %q: names ending in %q are kept for fence counters", ErrInvalidName, name, fenceSuffix)
+	if strings.HasSuffix(name, fenceSuffix) || strings.HasSuffix(name, roundSuffix) {
+		return nil, fmt.Errorf("%w: %q: names ending in %q or %q are kept for fence counters", ErrInvalidName, name, fenceSuffix, roundSuffix)
 	}
 	m := l.rs.NewMutex(l.opts.Prefix+name,
 		redsync.WithExpiry(l.opts.Expiry),

@@ -125,3 +125,58 @@ func TestSingletonRunsWhenItsAcquisitionIsSentTwice(t *testing.T) {
 			"want the job run once", err, runs.Load())
 	}
 }
+
+// isFenceRaiseOf matches the fence round's raise (EVALSHA of raiseScript)
+// on the fence counter of key.
+func isFenceRaiseOf(key string) func([]byte) bool {
+	return func(b []byte) bool {
+		return bytes.Contains(bytes.ToLower(b), []byte("evalsha")) && bytes.Contains(b, []byte(key+":fence"))
+	}
+}
+
+// TestFenceRaiseSentTwiceNotTaken: with Options.Fencing, a fence raise
+// sent twice (its answer lost, go-redis re-sending it) is the round's own:
+// it found the counter at the round's number and answered "held", and
+// TryObtain and TryDo said the lock was taken though nobody held it
+// (found by review).
+func TestFenceRaiseSentTwiceNotTaken(t *testing.T) {
+	for _, name := range []string{"TryObtain", "TryDo"} {
+		t.Run(name, func(t *testing.T) {
+			prefix := testenv.Prefix(t)
+			proxies, nodes := proxiedRedlock(t)
+			l := newLocker(t, nodes, lock.Options{Prefix: prefix, Fencing: true, RetryDelay: 20 * time.Millisecond})
+			// Warm up: the scripts are cached on every node, EVALSHA answers.
+			if err := l.Do(bg, "warm", func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			key := prefix + "payout"
+			for _, p := range proxies {
+				p.Arm(isFenceRaiseOf(key))
+			}
+			var err error
+			var runs atomic.Int32
+			if name == "TryObtain" {
+				var k *lock.Lock
+				k, err = l.TryObtain(bg, "payout")
+				if err == nil {
+					runs.Add(1)
+					_ = k.Release(bg)
+				}
+			} else {
+				err = l.TryDo(bg, "payout", func(context.Context) error { runs.Add(1); return nil })
+			}
+			var dropped int
+			for _, p := range proxies {
+				dropped += p.Dropped()
+			}
+			if dropped == 0 {
+				t.Fatalf("no fence raise reply dropped (%v)", err)
+			}
+			if err != nil || runs.Load() != 1 {
+				t.Fatalf("%s with no other holder (%d fence raise replies lost, go-redis re-sent the raises) = %v "+
+					"(ErrNotObtained: %v), ran %d times; want the lock obtained once", name, dropped, err,
+					errors.Is(err, lock.ErrNotObtained), runs.Load())
+			}
+		})
+	}
+}
