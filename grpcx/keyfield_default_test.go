@@ -57,15 +57,7 @@ func TestKeyFromFieldUnsetDefault(t *testing.T) {
 		t.Errorf("KeyFromField on a request without request_id: %q, %v; want no key", key, err)
 	}
 
-	e := newEnv(t, guard.Options{})
-	p := &payments{}
-	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
-		method("Charge", func() *dynamicpb.Message { return dynamicpb.NewMessage(md) },
-			func(ctx context.Context, _ *dynamicpb.Message) (*structpb.ListValue, error) {
-				return p.charge(ctx, amountReq(1))
-			}),
-	}}
-	conn := serveWith(t, p, guarded(e, grpcx.Options{Key: grpcx.KeyFromField("request_id"), Optional: true}), desc)
+	p, conn := keyFieldCharges(t, md)
 	ctx := context.Background()
 	for i, item := range []string{"book", "pen"} {
 		req := dynamicpb.NewMessage(md)
@@ -85,15 +77,7 @@ func TestKeyFromFieldUnsetDefault(t *testing.T) {
 // with Optional, every copy ran unguarded (found by review).
 func TestKeyFromFieldSetEmpty(t *testing.T) {
 	md := defaultKeyRequest(t)
-	e := newEnv(t, guard.Options{})
-	p := &payments{}
-	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
-		method("Charge", func() *dynamicpb.Message { return dynamicpb.NewMessage(md) },
-			func(ctx context.Context, _ *dynamicpb.Message) (*structpb.ListValue, error) {
-				return p.charge(ctx, amountReq(1))
-			}),
-	}}
-	conn := serveWith(t, p, guarded(e, grpcx.Options{Key: grpcx.KeyFromField("request_id"), Optional: true}), desc)
+	p, conn := keyFieldCharges(t, md)
 	ctx := context.Background()
 	for i := range 2 {
 		req := dynamicpb.NewMessage(md)
@@ -107,4 +91,19 @@ func TestKeyFromFieldSetEmpty(t *testing.T) {
 	if n := p.runs.Load(); n != 0 {
 		t.Errorf("handler ran %d times for a request with an empty key; want 0", n)
 	}
+}
+
+// keyFieldCharges serves Charge, taking md requests, guarded with the key
+// from their request_id field (Optional: a request without one runs
+// unguarded).
+func keyFieldCharges(t *testing.T, md protoreflect.MessageDescriptor) (*payments, *grpc.ClientConn) {
+	e := newEnv(t, guard.Options{})
+	p := &payments{}
+	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		method("Charge", func() *dynamicpb.Message { return dynamicpb.NewMessage(md) },
+			func(ctx context.Context, _ *dynamicpb.Message) (*structpb.ListValue, error) {
+				return p.charge(ctx, amountReq(1))
+			}),
+	}}
+	return p, serveWith(t, p, guarded(e, grpcx.Options{Key: grpcx.KeyFromField("request_id"), Optional: true}), desc)
 }

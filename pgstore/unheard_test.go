@@ -20,15 +20,7 @@ import (
 // lost answer: the key stayed in progress for the lease and, under
 // MaxAttempts 1, was then exhausted by an attempt that never ran.
 func TestGuardReleasesClaimWhoseReplyWasLost(t *testing.T) {
-	direct, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	p, db := pgproxy.New(t, dsn)
-	s, err := pgstore.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, s := proxiedStore(t)
 	lease := time.Second
 	g := guard.New(s, guard.Options{Lease: lease, MaxAttempts: 1})
 	key := guard.Key{Scope: "s", ID: "claim-reply-lost"}
@@ -36,7 +28,7 @@ func TestGuardReleasesClaimWhoseReplyWasLost(t *testing.T) {
 	fn := func(context.Context, guard.Lease) ([]byte, error) { ran++; return []byte("ok"), nil }
 
 	p.LoseReplies("ON CONFLICT (scope, id) DO NOTHING") // the claim's INSERT, every copy
-	_, err = g.Do(ctx, key, "fp", fn)
+	_, err := g.Do(ctx, key, "fp", fn)
 	p.KeepReplies()
 	if p.Cuts() == 0 {
 		t.Fatal("no reply lost: the test proves nothing")
@@ -55,15 +47,7 @@ func TestGuardReleasesClaimWhoseReplyWasLost(t *testing.T) {
 // that takes a failed key over in a transaction whose COMMIT's reply was
 // lost once (database/sql does not send a COMMIT again).
 func TestGuardReleasesTakeoverWhoseCommitReplyWasLost(t *testing.T) {
-	direct, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	p, db := pgproxy.New(t, dsn)
-	s, err := pgstore.New(db, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, s := proxiedStore(t)
 	g := guard.New(s, guard.Options{Lease: 5 * time.Second, MaxAttempts: 3})
 	key := guard.Key{Scope: "s", ID: "retake-commit-lost"}
 	ran := 0
@@ -73,7 +57,7 @@ func TestGuardReleasesTakeoverWhoseCommitReplyWasLost(t *testing.T) {
 	}
 	fn := func(context.Context, guard.Lease) ([]byte, error) { ran++; return []byte("ok"), nil }
 	p.LoseReply("COMMIT\x00")
-	_, err = g.Do(ctx, key, "fp", fn)
+	_, err := g.Do(ctx, key, "fp", fn)
 	p.KeepReplies()
 	if p.Cuts() != 1 || !errors.Is(err, guard.ErrUnavailable) || ran != 1 {
 		t.Fatalf("Do with the COMMIT's reply lost = %v (cuts %d, ran %d); want ErrUnavailable, one cut, not run", err, p.Cuts(), ran)
@@ -82,4 +66,19 @@ func TestGuardReleasesTakeoverWhoseCommitReplyWasLost(t *testing.T) {
 	if res, err := g.Do(ctx, key, "fp", fn); err != nil || ran != 2 {
 		t.Fatalf("the next Do = %+v, %v (effect ran %d times in all); want the effect run at once (the unheard claim released by its token)", res.Value, err, ran)
 	}
+}
+
+// proxiedStore is a Store on migrated tables whose connections go
+// through a pgproxy, to lose replies.
+func proxiedStore(t *testing.T) (*pgproxy.Proxy, *pgstore.Store) {
+	direct, dsn := testenv.Postgres(t)
+	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	p, db := pgproxy.New(t, dsn)
+	s, err := pgstore.New(db, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, s
 }
