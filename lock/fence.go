@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // raiseScript sets the fence counter KEYS[1] to ARGV[1] if it is below
-// it, records the round ARGV[2] that did so in KEYS[2] (for ARGV[3] ms),
+// it, records the round ARGV[2] that did so in KEYS[2], if given (for
+// ARGV[3] ms),
 // and returns 1; it returns 1 too, changing nothing, for the counter at
 // ARGV[1] by this very round (its raise sent again: go-redis re-sends a
 // command whose answer it lost). It returns 0, and leaves the counter, if
@@ -23,7 +25,7 @@ import (
 var raiseScript = redis.NewScript(`
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local v = tonumber(ARGV[1])
-if cur == v and redis.call('GET', KEYS[2]) == ARGV[2] then
+if cur == v and KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[2] then
   return 1
 end
 if cur >= v then
@@ -33,7 +35,9 @@ local r = redis.pcall('SET', KEYS[1], ARGV[1])
 if type(r) == 'table' and r.err then
   return -1
 end
-redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+if KEYS[2] then
+  redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+end
 return 1
 `)
 
@@ -48,8 +52,22 @@ const (
 func (l *Locker) fenceKey(name string) string { return l.opts.Prefix + name + fenceSuffix }
 
 // roundKey is the Redis key of the round that last raised lock name's
-// fence counter.
-func (l *Locker) roundKey(name string) string { return l.opts.Prefix + name + roundSuffix }
+// fence counter, in the counter's hash slot (a node may be a Cluster
+// client): the counter's key and roundSuffix when the counter's key has a
+// hash tag, else the counter's key as the tag. "" when neither is in its
+// slot (a key with a '}' but no tag): the raise then goes without it.
+func (l *Locker) roundKey(name string) string {
+	key := l.fenceKey(name)
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return l.opts.Prefix + name + roundSuffix // the same tag
+		}
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return ""
+	}
+	return "{" + key + "}:round"
+}
 
 // fence takes the next fencing number of lock name, which the caller
 // holds: it reads the counter on every node, and needs a quorum of
@@ -93,8 +111,10 @@ func (l *Locker) fence(ctx context.Context, name string) (int64, error) {
 	next++
 	ctx2, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), l.opTimeout())
 	defer cancel2()
-	arg, round := strconv.FormatInt(next, 10), rand.Text()
-	keys := []string{key, l.roundKey(name)}
+	arg, round, keys := strconv.FormatInt(next, 10), rand.Text(), []string{key}
+	if rk := l.roundKey(name); rk != "" {
+		keys = append(keys, rk)
+	}
 	raises, err := l.onNodes(ctx2, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
 		return raiseScript.Run(ctx, c, keys, arg, round, max(l.opts.Expiry.Milliseconds(), 1)).Int64()
 	})

@@ -585,3 +585,27 @@ func TestFenceRaiseRunTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceOnClusterNode: a fence round on a node that is a Cluster
+// client: its raise's keys (the counter and its round) share a hash slot
+// whatever the prefix and name. (The round key was Prefix+name+
+// ":fence:round", in another slot than the counter unless a hash tag
+// joined them: the Cluster answered CROSSSLOT and every fenced
+// acquisition failed; found by review.)
+func TestFenceOnClusterNode(t *testing.T) {
+	cl := testenv.Cluster(t)
+	base := testenv.Prefix(t)
+	for _, prefix := range []string{base + ":", "{" + base + "}:", base + "}x:"} {
+		l := newLocker(t, []redis.UniversalClient{cl}, lock.Options{Prefix: prefix, Fencing: true})
+		for _, name := range []string{"order-1", "payment-42", "a{b}c"} {
+			k, err := l.TryObtain(bg, name)
+			if err != nil {
+				t.Fatalf("prefix %q: TryObtain(%q) with Fencing on a Cluster node = %v; want the lock", prefix, name, err)
+			}
+			if k.Fence() != 1 {
+				t.Errorf("prefix %q, %q: fence %d, want 1", prefix, name, k.Fence())
+			}
+			_ = k.Release(bg)
+		}
+	}
+}

@@ -96,8 +96,10 @@ type Options struct {
 	// (Lock.Fence, or FromContext(ctx).Fence() inside Do): it grows with
 	// every acquisition of the name, so a store that remembers the highest
 	// number it has seen can reject writes of a holder that lost the lock.
-	// It costs two more rounds to the nodes per acquisition, and a counter
-	// key per lock name (Prefix+name+":fence") that never expires. The
+	// It costs two more rounds to the nodes per acquisition, a counter key
+	// per lock name (Prefix+name+":fence") that never expires, and a key
+	// naming the round that last raised it, kept for Expiry (so that a
+	// raise go-redis sends again is the round's own). The
 	// numbers only grow while a quorum of nodes keeps its counters: each
 	// fence is written to a quorum at least, read from every node that
 	// answers, and refused if a node answers the write holding it already
