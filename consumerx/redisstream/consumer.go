@@ -472,12 +472,24 @@ func (c *Consumer) deadLetter(ctx context.Context, msg consumerx.Message, cause 
 	values = append(values,
 		FieldDeadID, xm.ID, FieldDeadStream, c.opts.Stream,
 		FieldDeadGroup, c.opts.Group, FieldDeadError, consumerx.DeadLetterReason(cause))
-	args := append([]any{xm.ID, c.opts.Stream, c.opts.Group}, values...)
-	if err := deadLetterScript.Run(ctx, c.client, []string{c.opts.DeadLetterStream}, args...).Err(); err != nil {
+	var err error
+	if len(values) <= maxScriptFields {
+		args := append([]any{xm.ID, c.opts.Stream, c.opts.Group}, values...)
+		err = deadLetterScript.Run(ctx, c.client, []string{c.opts.DeadLetterStream}, args...).Err()
+	} else {
+		err = c.client.XAdd(ctx, &redis.XAddArgs{Stream: c.opts.DeadLetterStream, Values: values}).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("redisstream: xadd %s: %w", c.opts.DeadLetterStream, err)
 	}
 	return nil
 }
+
+// maxScriptFields is the most field names and values deadLetterScript
+// passes on to XADD: Lua's unpack takes about 8,000 values. A dead
+// letter with more (an entry of over 3,500 fields) is added with a plain
+// XADD, which a lost answer can make twice.
+const maxScriptFields = 7000
 
 // deadLetterScript adds the dead letter ARGV[4:] (field, value, ...) to
 // the stream KEYS[1], unless one of its last 64 entries is already the

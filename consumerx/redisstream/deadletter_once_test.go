@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,5 +74,45 @@ func TestDeadLetterAddedOnceWhenItsAnswerIsLost(t *testing.T) {
 					"after one lost XADD reply; want 1 (\"An entry is added once\")", n, outcomes.Load(), hooked.Load())
 			}
 		})
+	}
+}
+
+// TestWideEntryDeadLettered: an entry of 4,000 fields whose only attempt
+// failed is dead-lettered once. (Its dead letter went through the script
+// that adds it once, whose unpack takes about 8,000 values: it failed on
+// every pass, and the entry stayed pending; found by review.)
+func TestWideEntryDeadLettered(t *testing.T) {
+	e := newEnv(t, guard.Options{MaxAttempts: 1})
+	ctx := context.Background()
+	stream := e.prefix + "orders"
+	values := make([]any, 0, 8000)
+	for i := range 4000 {
+		values = append(values, fmt.Sprintf("line%d", i), "x")
+	}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes atomic.Int32
+	c, err := New(e.rdb, e.g, func(context.Context, consumerx.Message) error { return errors.New("card declined") },
+		Options{Stream: stream, Group: "billing", Consumer: "c", Block: 50 * time.Millisecond,
+			MinIdle: 50 * time.Millisecond, ClaimEvery: 50 * time.Millisecond,
+			Process: consumerx.Options{Logger: testenv.Logger(t), OnOutcome: func(_ context.Context, _ consumerx.Message, o consumerx.Outcome, _ error) {
+				if o == consumerx.DeadLettered {
+					outcomes.Add(1)
+				}
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := e.run(c)
+	testenv.WaitFor(t, 10*time.Second, "the entry dead-lettered", func() bool { return outcomes.Load() > 0 })
+	stop()
+	n, err := e.rdb.XLen(ctx, stream+DeadLetterSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || pending(t, e.rdb, stream, "billing") != 0 {
+		t.Errorf("a 4000-field entry whose only attempt failed: dead-letter stream %d entries, %d pending, %d DeadLettered outcomes; want 1, 0 pending",
+			n, pending(t, e.rdb, stream, "billing"), outcomes.Load())
 	}
 }

@@ -41,13 +41,13 @@ import (
 var ErrDeleted = errors.New("redisstream: entry deleted from the stream while pending")
 
 // gonePendingScript returns the ids of the group ARGV[1]'s pending
-// entries of stream KEYS[1], idle ARGV[2] ms at least, from ARGV[3] on,
-// ARGV[4] at most, that are no longer in the stream: those the next
-// XAUTOCLAIM from ARGV[3] with that count and idle time names deleted.
-// It only reads, so a copy sent again answers the same.
+// entries of stream KEYS[1], from ARGV[2] on, ARGV[3] at most, that are
+// no longer in the stream: those the next XAUTOCLAIM from ARGV[2] names
+// deleted (it names them whatever their idle time, and looks at up to ten
+// times its COUNT). It only reads, so a copy sent again answers the same.
 var gonePendingScript = redis.NewScript(`
 local gone = {}
-for _, e in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[2], ARGV[3], '+', ARGV[4])) do
+for _, e in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], '+', ARGV[3])) do
   if #redis.call('XRANGE', KEYS[1], e[1], e[1]) == 0 then gone[#gone + 1] = e[1] end
 end
 return gone
@@ -57,7 +57,7 @@ return gone
 // send from cursor.
 func (c *Consumer) gonePending(ctx context.Context, cursor string) ([]string, error) {
 	return gonePendingScript.Run(ctx, c.client, []string{c.opts.Stream},
-		c.opts.Group, c.minIdleMillis(), cursor, c.opts.Count).StringSlice()
+		c.opts.Group, cursor, 10*c.opts.Count).StringSlice()
 }
 
 // minIdleMillis is MinIdle in whole milliseconds, at least 1 (as go-redis
