@@ -389,9 +389,9 @@ func (g *wrappedStore) Get(ctx context.Context, key guard.Key) (guard.Record, er
 // whose mark failed and which Wrap has undone, or an Exhausted key's. The
 // guard must not take it for a claim whose answer was lost and release
 // it (that release would retry the mark's undo for seconds, on a database
-// that does not answer). It matches what the
-// mark's error matches among the guard's sentinels, and hides the rest
-// (a connection reset, an EOF) from errors.Is and errors.As.
+// that does not answer). It matches what the error it wraps matches among
+// the guard's sentinels and the context's errors, and hides the rest (a
+// connection reset, an EOF) from errors.Is and errors.As.
 type undoneErr struct{ err error }
 
 func (e undoneErr) Error() string { return e.err.Error() }

@@ -95,17 +95,19 @@ func persistConns() int {
 	return strings.Count(string(buf), "net/http.(*persistConn).readLoop(")
 }
 
-// The rows of a pair start their measured window alike: http-replay
-// (its preload POSTs through the row's own client) starts it with every
-// worker's keep-alive connection already dialled and served, while its
-// baseline http-plain (and http, http-get-auto, http-setnx+set-auto)
-// dials and accepts them inside the window, where ops/s, client CPU/op,
-// allocs/op and the first ops' latency count them.
+// The rows of a pair start their measured window alike, with no HTTP
+// connection open: http-replay (its preload POSTs through the row's own
+// client) started it with every worker's keep-alive connection already
+// dialled and served, while its baseline http-plain (and http,
+// http-get-auto, http-setnx+set-auto) dials and accepts them inside the
+// window, where ops/s, client CPU/op, allocs/op and the first ops'
+// latency count them. (The preload's last connection goes back to the
+// transport, which closes it, a moment after its response was read: the
+// count is waited for, not read once; it was, and failed in make test.)
 func TestHTTPPairsStartAlike(t *testing.T) {
 	tg := openRedis(t)
 	ctx := context.Background()
 	opts := Options{Concurrency: 8, Keys: 16}.withDefaults()
-	open := map[string]int{}
 	for _, name := range []string{HTTPPlain, HTTPReplay, HTTP, HTTPGetAuto} {
 		sc, _ := lookup(name)
 		e := &env{t: tg, opts: opts, prefix: tg.rowPrefix()}
@@ -113,16 +115,11 @@ func TestHTTPPairsStartAlike(t *testing.T) {
 		if _, err := sc.prepare(ctx, e); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		open[name] = persistConns() - before // what Run has when its clock starts
+		// What Run has when its clock starts.
+		testenv.WaitFor(t, 5*time.Second, name+" to start with no HTTP connection open", func() bool { return persistConns() <= before })
 		_ = tg.cleanup(ctx, e.prefix)
 		if e.close != nil {
 			e.close()
-		}
-		testenv.WaitFor(t, 5*time.Second, "the row's connections to close", func() bool { return persistConns() <= before })
-	}
-	for _, name := range []string{HTTPReplay, HTTP, HTTPGetAuto} {
-		if open[name] != open[HTTPPlain] {
-			t.Errorf("%s starts its window with %d HTTP connections open, its baseline %s with %d", name, open[name], HTTPPlain, open[HTTPPlain])
 		}
 	}
 }
