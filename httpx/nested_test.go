@@ -342,3 +342,65 @@ func TestNestedGuardUnavailableNotStored(t *testing.T) {
 		t.Fatalf("the inner Guard's 503 was stored as the outer key's answer")
 	}
 }
+
+// TestNestedGuardPanicNotStored: a handler that panicked inside an inner
+// Guard under an outer one that keeps 5xx answers (Store5xx). The inner
+// Guard released its key and answered 500, "retry with the same key"; the
+// outer Guard stored that 500 as its key's final answer, so every retry
+// got it replayed and the handler never ran again.
+func TestNestedGuardPanicNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			panic("boom")
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("placed"))
+	})
+	outer := httpx.Options{SingleCaller: true, Store5xx: true, Logger: testenv.Logger(t)}
+	inner := httpx.Options{SingleCaller: true, Key: httpx.KeyFromBody("/order"), Logger: testenv.Logger(t)}
+	srv, c := serve(t, httpx.Guard(e.g, outer)(httpx.Guard(e.g, inner)(h)))
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-p"}`, key("client-p")...)
+	if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemHandlerPanic {
+		t.Fatalf("first request: %d %q, want 500 handler-panic", r.status, r.body)
+	}
+	r = do(t, c, "POST", srv.URL+"/orders", `{"order":"o-p"}`, key("client-p")...)
+	if r.status != http.StatusCreated || r.replayed() {
+		t.Fatalf("retry with the same key after the inner handler's panic: %d replayed %v %q, handler ran %d time(s); want it run again, 201",
+			r.status, r.replayed(), r.body, runs.Load())
+	}
+}
+
+// TestNestedGuardStoreErrorNotStored: an inner Guard whose claim met a
+// store error answers 500, "the request was not run"; an outer Guard that
+// keeps 5xx answers stored it as its key's final answer, so the request
+// never ran, even once the inner key was readable again.
+func TestNestedGuardStoreErrorNotStored(t *testing.T) {
+	e := newEnv(t, guard.Options{})
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	outer := httpx.Options{SingleCaller: true, Store5xx: true, Logger: testenv.Logger(t)}
+	inner := httpx.Options{SingleCaller: true, Key: httpx.KeyFromBody("/order"), Logger: testenv.Logger(t)}
+	srv, c := serve(t, httpx.Guard(e.g, outer)(httpx.Guard(e.g, inner)(h)))
+	// The inner key's record is not one: its claim fails (ErrCorrupt).
+	name := e.store.Name(guard.Key{Scope: "POST /orders", ID: "o-s"})
+	if err := e.rdb.HSet(context.Background(), name, "not", "a record").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, c, "POST", srv.URL+"/orders", `{"order":"o-s"}`, key("client-s")...)
+	if r.status != http.StatusInternalServerError || r.problem(t).Type != httpx.ProblemStoreError {
+		t.Fatalf("inner key unreadable: %d %q, want 500 store-error", r.status, r.body)
+	}
+	if err := e.rdb.Del(context.Background(), name).Err(); err != nil { // an operator repaired it
+		t.Fatal(err)
+	}
+	r = do(t, c, "POST", srv.URL+"/orders", `{"order":"o-s"}`, key("client-s")...)
+	if r.status != http.StatusCreated || r.replayed() || runs.Load() != 1 {
+		t.Fatalf("retry with the same key once the inner key was readable: %d replayed %v %q, handler ran %d time(s); want it run once, 201",
+			r.status, r.replayed(), r.body, runs.Load())
+	}
+}

@@ -337,8 +337,8 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	}
 	if err != nil {
 		m.rejectClaim(w, key, route, err)
-		if _, busy := errors.AsType[*guard.InProgressError](err); busy || errors.Is(err, guard.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-			unfinished(r) // 409 or 503: retry later
+		if !finalRefusal(err) {
+			unfinished(r) // 409, 503, or a store error: the request was not run
 		}
 		return Begin{}
 	}
@@ -360,11 +360,19 @@ func (m *Engine) Begin(w http.ResponseWriter, r Request) Begin {
 	return Begin{Run: true, Held: held, Fingerprint: fingerprint, Route: route}
 }
 
+// finalRefusal reports whether a claim refused with err is refused for
+// good, every copy of the request answered alike (a key reused, malformed
+// or exhausted), rather than not run this time.
+func finalRefusal(err error) bool {
+	return errors.Is(err, guard.ErrMismatch) || errors.Is(err, guard.ErrExhausted) || errors.Is(err, guard.ErrInvalidKey)
+}
+
 // unfinished tells the guarded run of an outer Guard, if r is inside one
 // (a router-wide Guard around a route's that keys requests otherwise),
 // that this Guard answered r with a "retry later" (in flight, store
-// unavailable) or not at all (the client left): no final answer, so the
-// outer Guard releases its key rather than store it for the TTL.
+// unavailable), a store error or a handler's panic (the key released), or
+// not at all (the client left): no final answer, so the outer Guard
+// releases its key rather than store it for the TTL.
 func unfinished(r Request) {
 	if outer, ok := r.Context().Value(claimKey{}).(*claimInfo); ok {
 		outer.unfinished = true
@@ -830,6 +838,7 @@ func (m *Engine) execute(r Request, b Begin, resp Response, rc *runContext, invo
 			return
 		}
 		m.end.Release(held)
+		unfinished(r) // released: the handler's run is no final answer
 		if p == nil {
 			return // runtime.Goexit: let it go on
 		}
