@@ -38,7 +38,7 @@ var (
 // returns: nodes that could not be reached, nodes where the key held
 // another value (or none, for an extension), nodes where it had expired.
 type tally struct {
-	unreachable int // *redsync.RedisError
+	unreachable int // *redsync.RedisError: no answer, or an error reply
 	taken       int // *redsync.ErrNodeTaken, or the nodes of *redsync.ErrTaken
 	expired     int // redsync.ErrLockAlreadyExpired
 	other       int // anything else (redsync.ErrFailed, redsync.ErrExtendFailed)
@@ -86,7 +86,7 @@ func count(err error) tally {
 func (l *Locker) acquireErr(name string, err error) error {
 	t := count(err)
 	if l.nodes-t.unreachable < l.quorum {
-		return fmt.Errorf("%w: lock %q: %d of %d nodes unreachable: %w", ErrUnavailable, name, t.unreachable, l.nodes, err)
+		return fmt.Errorf("%w: lock %q: %d of %d nodes unreachable or answering an error: %w", ErrUnavailable, name, t.unreachable, l.nodes, err)
 	}
 	return fmt.Errorf("%w: lock %q: %w", ErrNotObtained, name, err)
 }
