@@ -139,14 +139,16 @@ func (gw *Gateway) scriptsLoaded(ctx context.Context) (bool, error) {
 	for _, s := range gw.rstore.Scripts() {
 		hashes = append(hashes, s.Hash())
 	}
-	all := true
+	var missing atomic.Bool // ForEachMaster checks the masters at once
 	check := func(ctx context.Context, c redis.Scripter) error {
 		found, err := c.ScriptExists(ctx, hashes...).Result()
 		if err != nil {
 			return err
 		}
 		for _, f := range found {
-			all = all && f
+			if !f {
+				missing.Store(true)
+			}
 		}
 		return nil
 	}
@@ -156,7 +158,7 @@ func (gw *Gateway) scriptsLoaded(ctx context.Context) (bool, error) {
 	} else {
 		err = check(ctx, gw.redis)
 	}
-	return all, err
+	return !missing.Load(), err
 }
 
 // Results of a guarded request, the "result" label of

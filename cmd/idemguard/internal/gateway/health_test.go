@@ -119,3 +119,31 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("/healthz with Redis down: %d %q; liveness does not depend on Redis", rec.Code, b)
 	}
 }
+
+// TestReadyzOnCluster: /readyz on a Cluster asks every master at once
+// whether it has the scripts. The answers were folded into one bool
+// without a lock (a data race: a master's "missing" could be lost, and
+// its scripts were then not loaded again).
+func TestReadyzOnCluster(t *testing.T) {
+	addrs := testenv.List(t, testenv.EnvCluster)
+	cfg, err := Parse("gw.yaml", []byte(`upstream: http://127.0.0.1:1
+redis: {mode: cluster, addrs: ["`+strings.Join(addrs, `", "`)+`"], prefix: "`+testenv.Prefix(t)+`"}
+routes: [{pattern: POST /o, caller: {single: true}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(cfg, Options{Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	if err := gw.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if code, r := checkReadyz(t, gw); code != http.StatusOK || r.Checks["scripts"] != "ok" {
+			t.Fatalf("readyz on a Cluster: %d %+v", code, r)
+		}
+	}
+}
