@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -92,7 +93,10 @@ type keepalive struct {
 	bound   time.Time     // its deadline
 	done    chan struct{} // made when first asked for; closed when it ends
 	callErr error         // why it ended; nil while it lasts
-	late    bool          // the claim's bound passed before its answer
+	// ownEnd: it ended for a reason of its own (its bound, the run's
+	// end), not parent's cancellation (see callCtx.Value).
+	ownEnd atomic.Bool
+	late   bool // the claim's bound passed before its answer
 	// afters run when the call's context ends (contexts derived from it).
 	afters []*func()
 	// writeCancel ends the context of a write made after the call's
@@ -161,7 +165,7 @@ func (k *keepalive) claimBound() {
 		k.unwatch()
 	}
 	k.phase = ended
-	k.endCall(context.DeadlineExceeded)
+	k.endCall(context.DeadlineExceeded, true)
 }
 
 // watchParent makes the claim's context end with parent's cancellation,
@@ -194,7 +198,7 @@ func (k *keepalive) parentEnded() bool {
 		return false
 	}
 	if err := k.parent.Err(); err != nil {
-		k.endCall(err)
+		k.endCall(err, false)
 		return true
 	}
 	return false
@@ -233,12 +237,14 @@ func (k *keepalive) token() string {
 	return unsafe.String(&k.tok[0], len(k.tok))
 }
 
-// endCall ends the store call's context with err. k.mu is held.
-func (k *keepalive) endCall(err error) {
+// endCall ends the store call's context with err, for a reason of its own
+// (own) or parent's cancellation. k.mu is held.
+func (k *keepalive) endCall(err error, own bool) {
 	if k.callErr != nil {
 		return
 	}
 	k.callErr = err
+	k.ownEnd.Store(own)
 	if k.done == nil {
 		k.done = closed
 	} else {
@@ -431,7 +437,7 @@ func (k *keepalive) fire() {
 			return
 		}
 		k.phase = ended
-		k.endCall(context.DeadlineExceeded)
+		k.endCall(context.DeadlineExceeded, true)
 		return
 	}
 	switch {
@@ -516,7 +522,7 @@ func (k *keepalive) fire() {
 func (k *keepalive) stop() {
 	k.halt()
 	k.mu.Lock()
-	k.endCall(context.Canceled)
+	k.endCall(context.Canceled, true)
 	writeCancel := k.writeCancel
 	k.writeCancel = nil
 	k.endEffect(nil)
@@ -636,7 +642,17 @@ func (c *callCtx) Err() error {
 	return c.callErr
 }
 
-func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
+// Value gives parent's values. Once the call's context ended for a reason
+// of its own (its bound, the run's end), parent's cancellation is hidden
+// from it, so that context.Cause of the call gives that reason, not a
+// cause the caller cancelled with meanwhile (which would read as the
+// caller's refusal, not as a write whose outcome is unknown).
+func (c *callCtx) Value(key any) any {
+	if c.ownEnd.Load() {
+		return context.WithoutCancel(c.parent).Value(key)
+	}
+	return c.parent.Value(key)
+}
 
 // AfterFunc arranges for f to run, in a goroutine of its own, when the
 // context ends. The context package uses it for contexts derived from
