@@ -42,13 +42,19 @@ func FuzzKeyValidate(f *testing.F) {
 	})
 }
 
-// encodeStored writes s back in the record format: parseValue's inverse.
+// encodeStored writes s back in the record format: parseValue's inverse
+// (it wrote version 1 and dropped the steps, so FuzzDecodeRecord failed on
+// every valid record with steps).
 func encodeStored(s stored) []byte {
 	st := s.state
 	if s.recovered {
 		st -= 'a' - 'A'
 	}
-	b := []byte{recordVersion, st}
+	version := byte(recordVersion)
+	if s.steps != "" {
+		version = recordVersionSteps // a record with steps keeps them last
+	}
+	b := []byte{version, st}
 	b = appendUvarint(appendUvarint(b, s.fence), s.attempt)
 	b = append(append(append(b, s.fp...), s.tok...), s.ptok...)
 	b = append(appendUvarint(b, int64(len(s.lastErr))), s.lastErr...)
@@ -61,7 +67,7 @@ func encodeStored(s stored) []byte {
 	case stCompleted:
 		b = append(appendUvarint(b, int64(len(s.result))), s.result...)
 	}
-	return b
+	return append(b, s.steps...)
 }
 
 // recordSeeds are values of every shape: valid records of each state, and
@@ -79,11 +85,12 @@ func recordSeeds() [][]byte {
 		p.buf, completed, failed, released, big,
 		nil, {}, {1}, {2, 'c'}, {1, 'x'}, {1, 'R'},
 		completed[:len(completed)-1], append(bytes.Clone(completed), 0),
-		{1, 'c', 0, 1, 0, 1, 'A', 0, 0, 0},                          // fence 0
-		{1, 'c', 0x80, 0, 1, 0, 1, 'A', 0, 0, 0},                    // fence not minimal
-		{1, 'c', 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10, 1}, // fence 2^53
-		{1, 'c', 1, 1, 0, 1, 'A', 0, 0},                             // completed without its result
-		{1, 'c', 1, 1, 0, 0xff, 4, 0, 0, 0, 0},                      // packed token too short
+		{1, 'c', 0, 1, 0, 1, 'A', 0, 0, 0},                                  // fence 0
+		{1, 'c', 0x80, 0, 1, 0, 1, 'A', 0, 0, 0},                            // fence not minimal
+		{1, 'c', 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10, 1},         // fence 2^53
+		{1, 'c', 1, 1, 0, 1, 'A', 0, 0},                                     // completed without its result
+		{1, 'c', 1, 1, 0, 0xff, 4, 0, 0, 0, 0},                              // packed token too short
+		[]byte("\x02F00\x0200\x010\x00\r0000000000000\x010\x010\x010\x010"), // failed, with a step (found by the fuzzer)
 	}
 }
 
