@@ -305,6 +305,9 @@ func (r *claimRow) decide(req guard.ClaimRequest) (guard.Outcome, claimAction, e
 	}
 	// A different payload under the same key learns nothing else about it.
 	if r.fp.String != req.Fingerprint {
+		if _, err := readText(req.Key, "fingerprint", r.fp.String); err != nil {
+			return guard.Outcome{}, actNone, err // unreadable: no answer, not a mismatch
+		}
 		return guard.Outcome{Status: guard.Mismatch}, actNone, nil
 	}
 	attempt := int(r.attempt.Int64)

@@ -20,7 +20,7 @@ const (
 	// $1 scope, $2 id, $3 token, $4 index, $5 the step encoded
 	saveStepSQL = `UPDATE %[1]s SET steps = COALESCE(steps, ''::bytea) || $5, step_count = step_count + 1
 		WHERE scope = $1 AND id = $2 AND token = $3 AND status = 'pending' AND step_count = $4 AND expires_at > ` + clockNow
-	readStepsSQL = `SELECT status, token, steps FROM %[1]s WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow
+	readStepsSQL = `SELECT status, token, steps, step_count FROM %[1]s WHERE scope = $1 AND id = $2 AND expires_at > ` + clockNow
 )
 
 // withSteps is a claim's answer with the steps of the row it took.
@@ -55,7 +55,8 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 		}
 		var status, token string
 		var raw []byte
-		err = s.queryRow(ctx, s.q.readSteps, []any{k.Scope, k.ID}, &status, &token, &raw)
+		var count int
+		err = s.queryRow(ctx, s.q.readSteps, []any{k.Scope, k.ID}, &status, &token, &raw, &count)
 		if errors.Is(err, sql.ErrNoRows) {
 			return guard.ErrLeaseLost
 		}
@@ -65,6 +66,10 @@ func (s *Store) SaveStep(ctx context.Context, lease guard.Lease, index int, step
 		steps, err := decodeSteps(raw)
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
+		}
+		if count != len(steps) {
+			// Not a row that changed: one no statement of the Store writes.
+			return fmt.Errorf("%w: %s: the steps column holds %d steps, step_count says %d", guard.ErrCorrupt, k, len(steps), count)
 		}
 		if status != "pending" || token != lease.Token {
 			return guard.ErrLeaseLost

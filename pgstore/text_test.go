@@ -72,3 +72,59 @@ func TestUnreadableTextIsCorrupt(t *testing.T) {
 	_, err = s.Get(ctx, key)
 	corrupt("Get with an unreadable fingerprint", err)
 }
+
+// TestStepCountDisagreeingIsCorrupt: a keys row whose steps column does
+// not hold step_count steps (a row written by hand, a restore of one
+// column) cannot be read whole. SaveStep answered ErrUnavailable ("the
+// record kept changing") after four round trips, which a caller retries
+// for ever; now ErrCorrupt naming the key, as Claim and Get answer for a
+// steps column cut short.
+func TestStepCountDisagreeingIsCorrupt(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
+	key := guard.Key{Scope: "s", ID: "step-count"}
+	out, err := s.Claim(ctx, guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+	if err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", out, err)
+	}
+	if err := s.SaveStep(ctx, out.Lease, 0, guard.StepResult{Name: "charge", Result: []byte("ch_1")}); err != nil {
+		t.Fatal(err)
+	}
+	// One step in the column, step_count says two.
+	pgenv.Exec(t, db, `UPDATE idemguard_keys SET step_count = 2 WHERE scope = $1 AND id = $2`, key.Scope, key.ID)
+	err = s.SaveStep(ctx, out.Lease, 1, guard.StepResult{Name: "refund", Result: []byte("r")})
+	if !errors.Is(err, guard.ErrCorrupt) || !strings.Contains(err.Error(), key.String()) {
+		t.Errorf("SaveStep on a row whose step_count disagrees with its steps = %v (unavailable: %t), want ErrCorrupt naming %s",
+			err, errors.Is(err, guard.ErrUnavailable), key)
+	}
+}
+
+// TestUnreadableFingerprintClaimIsCorrupt: a row whose fingerprint column
+// starts like an encoded value but does not decode is a record the store
+// cannot read: Get says ErrCorrupt (TestUnreadableTextIsCorrupt). A claim
+// of its key answered Mismatch, which httpx turns into 422 "this key was
+// used with a different request" for the very request that made it; now
+// ErrCorrupt too.
+func TestUnreadableFingerprintClaimIsCorrupt(t *testing.T) {
+	t.Parallel()
+	db := pgenv.Migrated(t, pgstore.Options{})
+	s := pgenv.Store(t, db, pgstore.Options{})
+	key := guard.Key{Scope: "s", ID: "fp-unreadable"}
+	r := guard.ClaimRequest{Key: key, Token: "A", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+	if out, err := s.Claim(ctx, r); err != nil || out.Status != guard.Acquired {
+		t.Fatalf("claim = %+v, %v", out, err)
+	}
+	if err := s.Complete(ctx, guard.Lease{Key: key, Token: "A"}, []byte("result"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	pgenv.Exec(t, db, `UPDATE idemguard_keys SET fingerprint = E'\x01%%%' WHERE scope = $1 AND id = $2`, key.Scope, key.ID)
+	if _, err := s.Get(ctx, key); !errors.Is(err, guard.ErrCorrupt) {
+		t.Fatalf("precondition: Get = %v, want ErrCorrupt", err)
+	}
+	r.Token = "B"
+	out, err := s.Claim(ctx, r)
+	if !errors.Is(err, guard.ErrCorrupt) {
+		t.Errorf("claim of a row with an unreadable fingerprint = %+v, %v; want ErrCorrupt naming %s", out, err, key)
+	}
+}
