@@ -125,20 +125,9 @@ func TestReadiness(t *testing.T) {
 // without a lock (a data race: a master's "missing" could be lost, and
 // its scripts were then not loaded again).
 func TestReadyzOnCluster(t *testing.T) {
-	addrs := testenv.List(t, testenv.EnvCluster)
-	cfg, err := Parse("gw.yaml", []byte(`upstream: http://127.0.0.1:1
-redis: {mode: cluster, addrs: ["`+strings.Join(addrs, `", "`)+`"], prefix: "`+testenv.Prefix(t)+`"}
-routes: [{pattern: POST /o, caller: {single: true}}]
-`))
+	addrs := strings.Join(testenv.List(t, testenv.EnvCluster), `", "`)
+	gw, err := newPrivateGateway(t, addrs, `, mode: cluster, prefix: "`+testenv.Prefix(t)+`"`)
 	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := New(cfg, Options{Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	if err := gw.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {
