@@ -133,7 +133,7 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id, $3 fingerprint: lookup, and whether the row's
 		// fingerprint is $3.
-		lookupFP: `SELECT result, fingerprint = $3 FROM ` + k + `
+		lookupFP: `SELECT result, fingerprint = $3, fingerprint FROM ` + k + `
 			WHERE scope = $1 AND id = $2 AND status = 'completed' AND expires_at > ` + clockNow,
 		// $1 scope, $2 id. The committed row, or a holder's mark whose
 		// lease is live; the last column: how long that lease has left
@@ -340,14 +340,21 @@ func (b *Backstop) Lookup(ctx context.Context, key guard.Key) (result []byte, fe
 }
 
 // lookupAs reads the committed row of key as Lookup does, and whether it
-// was committed with fingerprint (same: false means another payload's).
+// was committed with fingerprint (same: false means another payload's; a
+// fingerprint column that does not decode is guard.ErrCorrupt).
 func (b *Backstop) lookupAs(ctx context.Context, key guard.Key, fingerprint string) (result []byte, same, found bool, err error) {
-	err = b.db.QueryRowContext(ctx, b.q.lookupFP, key.Scope, key.ID, pgstore.StoredText(fingerprint)).Scan(&result, &same)
+	var stored string
+	err = b.db.QueryRowContext(ctx, b.q.lookupFP, key.Scope, key.ID, pgstore.StoredText(fingerprint)).Scan(&result, &same, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, false, nil
 	}
 	if err != nil {
 		return nil, false, false, dbErr(ctx, "lookup", err)
+	}
+	if !same {
+		if _, err := pgsql.ReadText(key, "fingerprint", stored); err != nil {
+			return nil, false, false, err
+		}
 	}
 	if result == nil {
 		result = []byte{}
@@ -628,6 +635,9 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 			return markResult{}, dbErr(ctx, "mark", err)
 		}
 		if fp != storedFP {
+			if _, err := pgsql.ReadText(req.Key, "fingerprint", fp); err != nil {
+				return markResult{}, err // unreadable: no answer, not a mismatch
+			}
 			return markResult{mismatch: true}, nil
 		}
 		if status == "completed" {
