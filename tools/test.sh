@@ -6,11 +6,12 @@
 #
 # First the CPU work that nothing times: the compiling of every module's
 # tests, and the checks (vet, staticcheck, the dependency checks), which
-# read what that compiling left in the build cache. Then the tests of
-# every module but the proof suite, in one go test that runs several
-# packages at once (all_tests), because most of a test run is waiting
-# (leases running out, servers restarting), not computing; then the proof
-# suite alone. Each step prints a line as it ends; the full
+# read what that compiling left in the build cache. Then
+# three test lanes at once, because most of a test run is waiting (leases
+# running out, servers restarting), not computing: the root module's
+# tests, the command's followed by two of the root's packages (late_root),
+# and the other modules' tests one after another;
+# then the proof suite alone. Each step prints a line as it ends; the full
 # output of every step follows at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,37 +92,41 @@ tests() {
   done
 }
 
-# slow_first: the packages whose tests take longest, longest first (in a
-# run of this script on 2 cores, 2026-12-04: 193, 178, 163, 146, 115 s
-# down to 20 s; alone, lock's take 48 s: it waits on rounds that the load
-# stretches). go test starts the packages it is given in order, so these
-# start first and the short ones fill in beside them; a package missing
-# here only starts later.
-slow_first=(./cmd/idemguard ./guard ./lock ./httpx ./cmd/idemguard/internal/gateway
-  ./grpcx/connectx ./pgstore ./fallback ./consumerx ./grpcx ./consumerx/jetstreamx
-  ./backstop ./consumerx/kafkax ./consumerx/redisstream ./memstore ./fiberx)
+# The root module's packages that run in the command's lane, after the
+# command's tests (root_tests late), so that the three lanes end together.
+# make test on a fresh machine, 2026-12-03: with fallback and lock there,
+# the root's lane took 380 s, the command's 287 s (153 s of it the
+# command's own) and the other modules' 319 s; with pgstore too, 303 s,
+# 399 s and 335 s (guard 191 s, lock 127 s, fallback 115 s, pgstore
+# 107 s, httpx 104 s alone in their lane's -p 2).
+late_root=(./lock ./pgstore)
 
-# TEST_P: how many test binaries run at once. Most of a test run is
-# waiting (leases running out, servers restarting), not computing: alone,
-# the packages' tests take about 1,000 s and use about 400 s of CPU.
-TEST_P=${TEST_P:-5}
-
-# all_tests runs, in one go test, the tests of every package of every
-# module but those in $@ (the proof suite's), slow_first's first.
-all_tests() (
+# root_packages early|late lists the root module's packages that run in
+# the root's own lane, or those of late_root.
+root_packages() (
   cd "${modules[0]}" || exit 1
-  patterns=()
-  for m in "${modules[@]}"; do
-    skip=
-    for x in "$@"; do [ "$m" = "$x" ] && skip=1; done
-    [ -n "$skip" ] || patterns+=("$m/...")
+  late=$($GO list "${late_root[@]}") || exit 1
+  all=$($GO list ./...) || exit 1
+  for p in $all; do
+    if printf '%s\n' "$late" | grep -qxF "$p"; then
+      if [ "$1" = late ]; then echo "$p"; fi
+    elif [ "$1" = early ]; then
+      echo "$p"
+    fi
   done
-  all=$($GO list "${patterns[@]}") || exit 1
-  first=$($GO list "${slow_first[@]}") || exit 1
-  rest=$(printf '%s\n' "$all" | grep -vxF "$first")
-  # shellcheck disable=SC2086 # TEST_FLAGS and the lists are lists
-  $GO test $TEST_FLAGS -p "$TEST_P" $first $rest
+  exit 0
 )
+
+# root_run early|late runs the tests of those packages with TEST_FLAGS.
+root_run() (
+  pkgs=$(root_packages "$1") || exit 1
+  [ -n "$pkgs" ] || { echo "no root packages listed as $1"; exit 1; }
+  cd "${modules[0]}" || exit 1
+  # shellcheck disable=SC2086 # TEST_FLAGS and pkgs are lists
+  $GO test $TEST_FLAGS $pkgs
+)
+
+root_tests() { step "test root ($1)" root_run "$1"; }
 
 # prepare builds each module, then vets and lints it from the cache.
 prepare() {
@@ -136,14 +141,17 @@ prepare() {
 # dependencies with -race beside the tests kept the load at 12-18 on two
 # cores, and the command's storm tests and the demo, whose leases and
 # timeouts are seconds, failed (a process starved of CPU is a paused
-# process, which no lease protects: docs/design.md, "Leases"). Every
-# module's tests but the proof suite's run in one go test (all_tests), the
-# slowest first; the proof suite runs alone once they are done: its
-# partition and nemesis tests time a holder's cancellation to the
-# millisecond.
-last=()
+# process, which no lease protects: docs/design.md, "Leases"). The root
+# and the command each start a lane; the other modules share one. The
+# proof suite runs alone once the lanes are done: its partition and
+# nemesis tests time a holder's cancellation to the millisecond.
+long=() short=() last=()
 for m in "${modules[@]:1}"; do
-  [ "$(name "$m")" = proof ] && last+=("$m")
+  case "$(name "$m")" in
+    cmd/idemguard) long+=("$m") ;;
+    proof) last+=("$m") ;;
+    *) short+=("$m") ;;
+  esac
 done
 # First the root module's build alone (every other module builds on its
 # packages: built beside it, they would be compiled twice), beside
@@ -171,7 +179,13 @@ wait
 } &
 prepare ${even[@]+"${even[@]}"} &
 wait
-step "test all but proof" all_tests ${last[@]+"${last[@]}"}
+root_tests early &
+{
+  [ ${#long[@]} -eq 0 ] || tests "${long[@]}"
+  root_tests late
+} &
+[ ${#short[@]} -eq 0 ] || tests "${short[@]}" &
+wait
 # The proof suite's drills run four at a time, after its other tests
 # (proof/main_test.go).
 [ ${#last[@]} -eq 0 ] || TEST_FLAGS="$TEST_FLAGS -parallel 4" tests "${last[@]}"
@@ -185,10 +199,10 @@ echo
 # A lane that stopped before one of its steps (a shell error in the lane
 # itself) leaves that step without a log: a step that never ran fails the
 # run as a failed one does.
-expected=(coredeps deppic "test all but proof")
+expected=(coredeps deppic "test root (early)" "test root (late)")
 for m in "${modules[@]}"; do
   expected+=("build $(name "$m")" "vet+staticcheck $(name "$m")")
-  for x in ${last[@]+"${last[@]}"}; do [ "$m" = "$x" ] && expected+=("test $(name "$m")"); done
+  [ "$m" = "${modules[0]}" ] || expected+=("test $(name "$m")")
 done
 never=()
 for n in "${expected[@]}"; do
