@@ -28,6 +28,19 @@ func lostReplyStores(t *testing.T) (*testenv.ReplyDropper, *guard.RedisStore, *g
 	return p, via, plain
 }
 
+// loseOneAnswer runs call with p armed to drop the answer to the first
+// command that holds every one of subs, and fails the test unless exactly
+// one answer was dropped: otherwise it proves nothing.
+func loseOneAnswer(t *testing.T, p *testenv.ReplyDropper, call func(), subs ...string) {
+	t.Helper()
+	before := p.Dropped()
+	p.Arm(containsAll(subs...))
+	call()
+	if n := p.Dropped() - before; n != 1 {
+		t.Fatalf("%d answers dropped, want 1: the test proves nothing", n)
+	}
+}
+
 // containsAll matches a command that holds every one of subs.
 func containsAll(subs ...string) func([]byte) bool {
 	return func(b []byte) bool {
@@ -62,6 +75,17 @@ func TestBatchUnderLostReply(t *testing.T) {
 	req := func(k guard.Key, tok string) guard.ClaimRequest {
 		return guard.ClaimRequest{Key: k, Token: tok, Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour, MaxAttempts: 5}
 	}
+	// failFirst: key's first attempt, by tok, failed (straight to Redis).
+	failFirst := func(t *testing.T, k guard.Key, tok string) {
+		t.Helper()
+		o, err := plain.Claim(ctx, req(k, tok))
+		if err != nil || o.Status != guard.Acquired {
+			t.Fatal(o, err)
+		}
+		if err := plain.Fail(ctx, o.Lease, "boom", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
 	claimBatch := func(t *testing.T, ks []guard.Key, tok string) []guard.Outcome {
 		t.Helper()
 		reqs := make([]guard.ClaimRequest, len(ks))
@@ -79,12 +103,8 @@ func TestBatchUnderLostReply(t *testing.T) {
 
 	t.Run("claim fresh keys, SET pipeline answer lost", func(t *testing.T) {
 		ks := keys(4)
-		before := p.Dropped()
-		p.Arm(containsAll("set", ks[0].ID))
-		out := claimBatch(t, ks, "A")
-		if p.Dropped() != before+1 {
-			t.Fatalf("nothing dropped: the test proves nothing")
-		}
+		var out []guard.Outcome
+		loseOneAnswer(t, p, func() { out = claimBatch(t, ks, "A") }, "set", ks[0].ID)
 		for i, o := range out {
 			if o.Status != guard.Acquired || o.Lease.Fence != 1 {
 				t.Errorf("key %d: %v fence %d, want acquired fence 1", i, o.Status, o.Lease.Fence)
@@ -94,20 +114,10 @@ func TestBatchUnderLostReply(t *testing.T) {
 	t.Run("claim failed keys, script pipeline answer lost", func(t *testing.T) {
 		ks := keys(3)
 		for i, k := range ks {
-			o, err := plain.Claim(ctx, req(k, fmt.Sprintf("old-%d", i)))
-			if err != nil || o.Status != guard.Acquired {
-				t.Fatal(o, err)
-			}
-			if err := plain.Fail(ctx, o.Lease, "boom", time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			failFirst(t, k, fmt.Sprintf("old-%d", i))
 		}
-		before := p.Dropped()
-		p.Arm(containsAll("evalsha", ks[0].ID))
-		out := claimBatch(t, ks, "B")
-		if p.Dropped() != before+1 {
-			t.Fatalf("nothing dropped: the test proves nothing")
-		}
+		var out []guard.Outcome
+		loseOneAnswer(t, p, func() { out = claimBatch(t, ks, "B") }, "evalsha", ks[0].ID)
 		for i, o := range out {
 			if o.Status != guard.Acquired || o.Lease.Fence != 2 || o.Lease.Attempt != 2 {
 				t.Errorf("key %d: %v fence %d attempt %d, want acquired fence 2 attempt 2", i, o.Status, o.Lease.Fence, o.Lease.Attempt)
@@ -121,12 +131,8 @@ func TestBatchUnderLostReply(t *testing.T) {
 		for i := range ks {
 			ws[i] = guard.Write{Kind: guard.WriteComplete, Lease: out[i].Lease, Result: []byte(fmt.Sprintf("r%d", i)), TTL: time.Hour}
 		}
-		before := p.Dropped()
-		p.Arm(containsAll("evalsha", ks[0].ID))
-		errs := via.WriteBatch(ctx, ws)
-		if p.Dropped() != before+1 {
-			t.Fatalf("nothing dropped: the test proves nothing")
-		}
+		var errs []error
+		loseOneAnswer(t, p, func() { errs = via.WriteBatch(ctx, ws) }, "evalsha", ks[0].ID)
 		for i, k := range ks {
 			if errs[i] != nil {
 				t.Errorf("key %d: complete that took effect answered %v, want nil", i, errs[i])
@@ -141,13 +147,7 @@ func TestBatchUnderLostReply(t *testing.T) {
 		ks := keys(4)
 		// The third key's attempt is a later one (its release returns it
 		// to failed).
-		o, err := plain.Claim(ctx, req(ks[2], "old"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := plain.Fail(ctx, o.Lease, "boom", time.Hour); err != nil {
-			t.Fatal(err)
-		}
+		failFirst(t, ks[2], "old")
 		out := claimBatch(t, ks, "D")
 		ws := []guard.Write{
 			{Kind: guard.WriteFail, Lease: out[0].Lease, Reason: "x", TTL: time.Hour},
@@ -155,12 +155,8 @@ func TestBatchUnderLostReply(t *testing.T) {
 			{Kind: guard.WriteRelease, Lease: out[2].Lease},
 			{Kind: guard.WriteExtend, Lease: out[3].Lease, TTL: 2 * time.Minute},
 		}
-		before := p.Dropped()
-		p.Arm(containsAll("evalsha", "\x03D-0"))
-		errs := via.WriteBatch(ctx, ws)
-		if p.Dropped() != before+1 {
-			t.Fatalf("nothing dropped (%d): the test proves nothing; errs %v", p.Dropped()-before, errs)
-		}
+		var errs []error
+		loseOneAnswer(t, p, func() { errs = via.WriteBatch(ctx, ws) }, "evalsha", "\x03D-0")
 		for i := range ws {
 			if errs[i] != nil {
 				t.Errorf("write %d (%v): took effect, answered %v, want nil", i, ws[i].Kind, errs[i])
