@@ -164,6 +164,9 @@ func (b *beat) stepLost(i int, err error) (observed bool) {
 	return observed
 }
 
+// lossObservedFor implements lossSink: lossObserved.
+func (b *beat) lossObservedFor(i int) bool { return b.lossObserved(i) }
+
 // lossObserved reports whether the heartbeat observed lease i lost
 // (EventLeaseLost), as keepalive's does.
 func (b *beat) lossObserved(i int) bool {

@@ -585,7 +585,7 @@ func (g *Guard) release(ctx, wctx context.Context, lease Lease, lossSeen bool) e
 func (g *Guard) Extend(ctx context.Context, lease Lease) error {
 	err := g.extend(ctx, lease)
 	if err != nil {
-		g.observeErr(ctx, lease.Key, lease.Attempt, err)
+		g.observeWriteErr(ctx, lease, err, false)
 	}
 	return err
 }
@@ -634,13 +634,18 @@ func (g *Guard) observe(ctx context.Context, e Event) {
 	}
 }
 
-// observeWriteErr observes the error of a write that ends lease's claim:
-// as observeErr, but a refusal for a lost lease is not observed when the
-// holder's heartbeat already observed the loss (lossSeen), so one lost
-// lease is one EventLeaseLost.
+// observeWriteErr observes the error of a write to lease's claim (one
+// that ends it, or Extend): as observeErr, but a refusal for a lost lease
+// is not observed when the holder's heartbeat already observed the loss
+// (lossSeen), or when a step, an extension or a write of the same lease
+// did (Lease.lossObserved: Claim's lease, kept by KeepAlive or not, ended
+// by Complete, Fail or Release), so one lost lease is one EventLeaseLost.
 func (g *Guard) observeWriteErr(ctx context.Context, lease Lease, err error, lossSeen bool) {
-	if lossSeen && errors.Is(err, ErrLeaseLost) {
-		return
+	if errors.Is(err, ErrLeaseLost) {
+		if lossSeen || lease.lossObserved() {
+			return
+		}
+		lease.markLossObserved()
 	}
 	g.observeErr(ctx, lease.Key, lease.Attempt, err)
 }

@@ -386,6 +386,9 @@ func (k *keepalive) lossObserved() bool {
 	return k.lossSeen
 }
 
+// lossObservedFor implements lossSink: lossObserved.
+func (k *keepalive) lossObservedFor(int) bool { return k.lossObserved() }
+
 // stepLost: a step of the run found the lease lost (lossSink). The
 // effect's context ends now, and the write that ends the run observes no
 // second loss.

@@ -248,6 +248,35 @@ type stepLog struct {
 	// observed once.
 	holder lossSink
 	item   int
+	// lossSeen: a loss of the lease was observed (EventLeaseLost) other
+	// than by its holder: by a step without one, by Extend, or by a write
+	// refused for it; a later refusal for the same loss is not observed
+	// again (Lease.lossObserved).
+	lossSeen bool
+}
+
+// lossObserved reports whether a loss of l's lease was observed already:
+// by the heartbeat that keeps it (Do's, Hold's, Keep's or KeepAlive's, a
+// batch's), by a step, by Extend, or by a write that ended the claim. A
+// Lease built by hand knows of none.
+func (l Lease) lossObserved() bool {
+	s := l.steps
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	seen, holder, item := s.lossSeen, s.holder, s.item
+	s.mu.Unlock()
+	return seen || holder != nil && holder.lossObservedFor(item)
+}
+
+// markLossObserved records that a loss of l's lease was observed.
+func (l Lease) markLossObserved() {
+	if s := l.steps; s != nil {
+		s.mu.Lock()
+		s.lossSeen = true
+		s.mu.Unlock()
+	}
 }
 
 // lossSink is what keeps a lease alive, told by a step that found it lost.
@@ -255,6 +284,9 @@ type lossSink interface {
 	// stepLost ends the item-th lease's effect context with err and
 	// reports whether the loss was observed already.
 	stepLost(item int, err error) (observed bool)
+	// lossObservedFor reports whether the item-th lease's loss was
+	// observed.
+	lossObservedFor(item int) bool
 }
 
 // run is Step on raw bytes.
@@ -328,7 +360,15 @@ func (s *stepLog) run(ctx context.Context, lease Lease, name string, fn func(con
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrUnavailable) {
 			s.stop = err
 		}
-		if !errors.Is(err, ErrLeaseLost) || s.holder == nil || !s.holder.stepLost(s.item, err) {
+		observed := false
+		if errors.Is(err, ErrLeaseLost) {
+			observed = s.lossSeen
+			if s.holder != nil && s.holder.stepLost(s.item, err) {
+				observed = true
+			}
+			s.lossSeen = true
+		}
+		if !observed {
 			s.g.observeErr(ctx, lease.Key, lease.Attempt, err)
 		}
 		return nil, err
