@@ -386,6 +386,10 @@ type run struct {
 	pastStop bool
 	herr     *handlerError
 	stopped  *interrupted
+	// lossSeen: the handler's context had ended for its lease when it
+	// returned: the guard's heartbeat (or a step) found the lease lost,
+	// and its Observer heard EventLeaseLost then.
+	lossSeen bool
 }
 
 // refused reports whether err, the guard's answer for r, is a success of
@@ -410,6 +414,7 @@ func (r *run) handle(ctx, lctx context.Context, lease guard.Lease, msg Message, 
 	} else {
 		err = r.call(msg, h)
 	}
+	r.lossSeen = lctx.Err() != nil && errors.Is(context.Cause(lctx), guard.ErrLeaseLost)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Shutdown, not failure: release the claim.
@@ -589,7 +594,7 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 	if r.retry == nil {
 		r.retry = newCompleteBudget()
 	}
-	err := completeAgain(ctx, p.g, r.retry, res, context.DeadlineExceeded)
+	err := completeAgain(ctx, p.g, r.retry, res, context.DeadlineExceeded, r.lossSeen)
 	if err == nil {
 		p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", r.key.ID)
 	}
@@ -606,12 +611,13 @@ func (p *Processor) recomplete(ctx context.Context, r *run, res guard.Result) er
 // adapter that completes a record of its own through the guard (a dead
 // letter sent once), so that the next delivery does not do it again.
 func Recomplete(ctx context.Context, g *guard.Guard, res guard.Result, err error) error {
-	return completeAgain(ctx, g, newCompleteBudget(), res, err)
+	return completeAgain(ctx, g, newCompleteBudget(), res, err, false)
 }
 
 // completeAgain tries again, within b, to record res's completion, whose
-// last refusal was err; see recomplete.
-func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res guard.Result, err error) error {
+// last refusal was err; see recomplete. lossSeen: the Observer heard the
+// run's lease lost already (run.lossSeen).
+func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res guard.Result, err error, lossSeen bool) error {
 	ttl := g.Options().TTL
 	for {
 		cctx, cancel, last, ok := b.try(ctx)
@@ -621,8 +627,11 @@ func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res g
 		err = g.Store().Complete(cctx, res.Lease, res.Value, ttl)
 		cancel()
 		b.took = err == nil || errors.Is(err, guard.ErrLeaseLost) // the store answered
-		if err == nil {
+		switch {
+		case err == nil:
 			observeCompleted(ctx, g, res.Lease)
+		case !lossSeen && errors.Is(err, guard.ErrLeaseLost):
+			observeLeaseLost(ctx, g, res.Lease, err)
 		}
 		if b.took {
 			b.wait = 0 // the next completion is tried at once
@@ -642,6 +651,17 @@ func completeAgain(ctx context.Context, g *guard.Guard, b *completeBudget, res g
 func observeCompleted(ctx context.Context, g *guard.Guard, lease guard.Lease) {
 	if o := g.Options().Observer; o != nil {
 		o.Observe(ctx, guard.Event{Kind: guard.EventCompleted, Key: lease.Key, Attempt: lease.Attempt})
+	}
+}
+
+// observeLeaseLost tells g's Observer that a completion tried again was
+// refused because lease was lost (another holder took the key over, or
+// the record is gone), as the guard observes a refusal of its own writes:
+// the effect ran and is not recorded. The guard heard only the refusal
+// of its own completion (EventUnavailable).
+func observeLeaseLost(ctx context.Context, g *guard.Guard, lease guard.Lease, err error) {
+	if o := g.Options().Observer; o != nil {
+		o.Observe(ctx, guard.Event{Kind: guard.EventLeaseLost, Key: lease.Key, Attempt: lease.Attempt, Err: err})
 	}
 }
 
@@ -695,6 +715,8 @@ func (p *Processor) recompleteAll(ctx context.Context, b *completeBudget, rs []*
 				if err == nil {
 					observeCompleted(ctx, p.g, res[k].Lease)
 					p.log.InfoContext(ctx, "consumerx: completion recorded on a second try", "id", rs[k].key.ID)
+				} else if !rs[k].lossSeen {
+					observeLeaseLost(ctx, p.g, res[k].Lease, err)
 				}
 				continue
 			}
