@@ -551,8 +551,11 @@ func (gw *Gateway) logOutcome(r *http.Request, rt *route, lease guard.Lease, msg
 	}
 	if err != nil {
 		s := err.Error()
-		if !gw.cfg.Log.Keys && len(lease.Key.ID) >= 8 {
-			s = strings.ReplaceAll(s, lease.Key.ID, "<key "+metrics.KeyDigest(lease.Key)+">")
+		if !gw.cfg.Log.Keys {
+			// As the guard's log lines (metrics.Logger) hide it: the
+			// key's "scope/id" form, which guard errors use, whatever the
+			// id's length, then the id alone.
+			s = metrics.Redact(s, lease.Key)
 		}
 		attrs = append(attrs, "err", s)
 	}
