@@ -185,7 +185,7 @@ func newGatewayMetrics(reg prometheus.Registerer) *gatewayMetrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idemguard", Subsystem: "gateway",
 			Name: "requests_total",
 			Help: "Requests the gateway's routes handed to the upstream, by route and result: forwarded, not_forwarded, " +
-				"outcome_unknown, resend, earlier_forward, passthrough. Replays never reach the upstream: see idemguard_outcomes_total{kind=\"replayed\"}."},
+				"outcome_unknown, resend, upstream_busy, earlier_forward, passthrough. Replays never reach the upstream: see idemguard_outcomes_total{kind=\"replayed\"}."},
 			[]string{"route", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "idemguard", Subsystem: "gateway",
 			Name: "upstream_duration_seconds", Help: "Time from forwarding a guarded request to the upstream's answer (or failure), by route.",
