@@ -242,6 +242,7 @@ type batchRun struct {
 // not return).
 func (r *batchRun) ends(writes []Write, runs []ran) []Write {
 	for _, x := range runs {
+		x.lease.steps.end()
 		w := Write{Lease: *x.lease}
 		switch {
 		case x.stopped, !x.returned, errors.Is(x.err, ErrRejected):

@@ -527,6 +527,7 @@ func (g *Guard) Complete(ctx context.Context, lease Lease, result []byte) error 
 // complete, fail and release make the write that ends a claim; lossSeen:
 // the holder's heartbeat already observed its lease lost (observeErr).
 func (g *Guard) complete(ctx, wctx context.Context, lease Lease, result []byte, lossSeen bool) error {
+	lease.steps.end()
 	err := bounded(wctx, g.store.Complete(wctx, lease, result, g.opts.TTL))
 	if err != nil {
 		g.observeWriteErr(ctx, lease, err, lossSeen)
@@ -546,6 +547,7 @@ func (g *Guard) Fail(ctx context.Context, lease Lease, cause error) error {
 }
 
 func (g *Guard) fail(ctx, wctx context.Context, lease Lease, cause error, lossSeen bool) error {
+	lease.steps.end()
 	reason := "failed"
 	if cause != nil {
 		reason = cause.Error()
@@ -569,6 +571,7 @@ func (g *Guard) Release(ctx context.Context, lease Lease) error {
 }
 
 func (g *Guard) release(ctx, wctx context.Context, lease Lease, lossSeen bool) error {
+	lease.steps.end()
 	err := bounded(wctx, g.store.Release(wctx, lease))
 	if err != nil {
 		g.observeWriteErr(ctx, lease, err, lossSeen)

@@ -172,8 +172,11 @@ func CheckStep(index int, name string) error {
 // was lost), nor after a step of this attempt found its lease lost or
 // could not tell whether its result was stored (ErrUnavailable): the
 // effect should return the error, so the next attempt learns from its
-// claim what was stored. The result is written even if ctx ends while fn
-// runs, bounded like Guard.Complete.
+// claim what was stored; nor, whatever ctx, once the holder ended its
+// claim (Complete, Fail or Release, or the write Do and DoBatch make when
+// the effect returned): it holds the key no longer, and the error matches
+// ErrLeaseLost. The result is written even if ctx ends while fn runs,
+// bounded like Guard.Complete.
 //
 // Step needs a Lease from Guard.Do, DoBatch, Claim, Hold or Wait, over
 // a store that keeps steps (KeepsSteps); with another store it returns
@@ -241,6 +244,10 @@ type stepLog struct {
 	// stop is why no further step may run in this attempt: the lease was
 	// lost, or a step's outcome is unknown.
 	stop error
+	// ended: the holder ended its claim (Complete, Fail or Release, the
+	// write Do or DoBatch makes when the effect returns): it holds the
+	// key no longer, so no step runs under the lease any more.
+	ended bool
 	// holder, if set, keeps the lease alive (Do's, Hold's or Keep's
 	// keepalive, DoBatch's beat, as its item-th lease): a step that finds
 	// the lease lost tells it, so the effect's context ends at once, as it
@@ -279,6 +286,22 @@ func (l Lease) markLossObserved() {
 	}
 }
 
+// errClaimEnded is the error of a step asked under a lease whose holder
+// ended its claim.
+var errClaimEnded = fmt.Errorf("%w: its holder ended the claim (Complete, Fail or Release)", ErrLeaseLost)
+
+// end marks the claim the log belongs to ended by its holder, as the
+// write that ends it is about to be sent: a step asked after it does not
+// run. s may be nil (a Lease built by hand).
+func (s *stepLog) end() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+}
+
 // lossSink is what keeps a lease alive, told by a step that found it lost.
 type lossSink interface {
 	// stepLost ends the item-th lease's effect context with err and
@@ -305,6 +328,9 @@ func (s *stepLog) run(ctx context.Context, lease Lease, name string, fn func(con
 		busy := s.busy
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s step %q began while step %q runs: steps run one after another", ErrStepOrder, lease.Key, name, busy)
+	case s.ended:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("step %s %q not run: %w", lease.Key, name, errClaimEnded)
 	case s.stop != nil:
 		err := s.stop
 		s.mu.Unlock()
