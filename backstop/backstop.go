@@ -149,6 +149,9 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 		// forgotten key's, and a step row outlives the mark of a holder
 		// that committed it after its lease ran out. (One committed since,
 		// by an unguarded attempt that wrote no row of its own, stays.)
+		// Nor does it keep the steps a pgstore.Store on these tables kept
+		// in the expired row (its steps column), as pgstore's own claim
+		// of an expired row drops them.
 		mark: `WITH forgotten AS (DELETE FROM ` + t.Steps + ` AS s USING ` + k + ` AS f
 				WHERE s.scope = $1 AND s.id = $2 AND f.scope = $1 AND f.id = $2 AND f.expires_at <= ` + clockNow + `
 					AND s.created_at <= f.expires_at)
@@ -160,6 +163,8 @@ func newBackstopSQL(t pgsql.Tables) backstopSQL {
 				fingerprint = EXCLUDED.fingerprint, status = 'pending', token = EXCLUDED.token,
 				attempt = EXCLUDED.attempt, recovered = EXCLUDED.recovered, result = NULL, last_error = '',
 				leased_until = EXCLUDED.leased_until,
+				steps = CASE WHEN k.expires_at <= ` + clockNow + ` THEN NULL ELSE k.steps END,
+				step_count = CASE WHEN k.expires_at <= ` + clockNow + ` THEN 0 ELSE k.step_count END,
 				created_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.created_at ELSE k.created_at END,
 				expires_at = CASE WHEN k.expires_at <= ` + clockNow + ` THEN EXCLUDED.expires_at
 					ELSE GREATEST(k.expires_at, EXCLUDED.expires_at) END
