@@ -132,7 +132,7 @@ func TestGzipAnswerOverTheLimitStreamsDecoded(t *testing.T) {
 		_ = zw.Close()
 		return true
 	})
-	e := startGateway(t, basicConfig+"    max_stored_response: 1KiB\n", u.URL)
+	e := startGateway(t, basicConfig+"    max_stored_response: 4KiB\n", u.URL)
 	r := post(t, e.srv.URL+"/orders", "k-gz-big", `{"order":"gz-big"}`, "X-Account-Id", "acme")
 	if r.status != http.StatusCreated || r.body != big || r.header.Get("Content-Encoding") != "" {
 		t.Fatalf("first: %d, %d bytes, Content-Encoding %q; want 201 and the %d bytes plain", r.status, len(r.body), r.header.Get("Content-Encoding"), len(big))

@@ -38,6 +38,13 @@ const (
 	DefaultMaxStoredResponse = httpx.DefaultMaxStoredResponse
 )
 
+// minStoredResponse is the least max_stored_response: the gateway's own
+// stored answers (the upstream-outcome-unknown problem, with a key of up
+// to guard.MaxIDLen bytes and the transport's error cut to maxErrText)
+// must fit in it, or their retries would get httpx's response-not-kept
+// problem instead (problem_size_test.go).
+const minStoredResponse = 4 << 10
+
 // UnknownOutcome is what a route does when a request may have reached the
 // upstream and no complete answer came back (see the package doc).
 type UnknownOutcome string
@@ -414,7 +421,15 @@ func (d *decoder) routeFields(t *routeTemplate, f map[string]field) {
 		r.MaxBody, _ = d.size(v, 1, 1<<30)
 	}
 	if v, ok := f["max_stored_response"]; ok {
-		n, _ := d.size(v, 1, 1<<30)
+		n, ok := d.size(v, 1, 1<<30)
+		if ok && n < minStoredResponse {
+			// The gateway's own answers go through the same limit, and
+			// one larger than it is not kept: a retry would get "not
+			// kept" for the outcome-unknown problem it is promised.
+			d.errorf(v.val, v.path, "%d bytes is less than the gateway's own answers need (%d): the upstream-outcome-unknown "+
+				"problem every retry is to get is kept under this limit; raise it to at least %dKiB", n, minStoredResponse, minStoredResponse>>10)
+			n = 0
+		}
 		r.MaxStoredResponse = int(n)
 	}
 	if v, ok := f["unknown_outcome"]; ok {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
@@ -65,6 +66,7 @@ var (
 	errSealed          = errors.New("gateway: the attempt has ended; nothing more is sent")
 	errShuttingDown    = errors.New("gateway: shutting down")
 	errUpstreamTimeout = errors.New("gateway: the upstream did not answer within the route's timeout")
+	errUpstreamStalled = errors.New("gateway: the upstream's streamed answer brought no data within the route's timeout")
 )
 
 // attempt is one guarded request on its way to the upstream: what the gate
@@ -90,6 +92,35 @@ type attempt struct {
 	wrote       atomic.Bool   // a write let through put bytes on a connection: the request may have been delivered
 	switched    atomic.Bool   // the upstream switched protocols: its session is the answer
 	askedGzip   bool          // the gateway asked for gzip (set by the proxy's Rewrite, read by holdAnswer)
+
+	answerBy       *time.Timer             // ends the exchange at the route's timeout, until the answer streams
+	cancelExchange context.CancelCauseFunc // ends the exchange with the upstream
+}
+
+// streamAnswer is called when the upstream's answer, larger than the
+// gateway keeps, begins to stream to the client: the route's timeout no
+// longer bounds the exchange (the upstream has answered; a slow client
+// reads at its own pace), but each read of the rest of the answer, r,
+// must bring data within idle, or the exchange ends (errUpstreamStalled).
+func (a *attempt) streamAnswer(r io.Reader, idle time.Duration) io.Reader {
+	if a.answerBy == nil || !a.answerBy.Stop() {
+		return r // the timeout has passed already: the exchange is ending
+	}
+	return &idleReader{r: r, idle: idle, cancel: a.cancelExchange}
+}
+
+// idleReader is a streamed answer each read of which must bring data
+// within idle.
+type idleReader struct {
+	r      io.Reader
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func (s *idleReader) Read(p []byte) (int, error) {
+	t := time.AfterFunc(s.idle, func() { s.cancel(errUpstreamStalled) })
+	defer t.Stop()
+	return s.r.Read(p)
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
@@ -471,9 +502,21 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := &attempt{lease: lease, resend: rt.cfg.UnknownOutcome == Resend}
-	ctx, cancel := context.WithTimeoutCause(r.Context(), rt.cfg.Timeout, errUpstreamTimeout)
-	defer cancel()
-	a.ctx = ctx
+	// The store calls of the attempt (the forward step) are bounded by
+	// the route's timeout.
+	sctx, scancel := context.WithTimeoutCause(r.Context(), rt.cfg.Timeout, errUpstreamTimeout)
+	defer scancel()
+	a.ctx = sctx
+	// So is the exchange with the upstream, until its answer streams to
+	// the client (holdAnswer): the upstream has answered then, and the
+	// time the client takes to read it is not the upstream's; from then
+	// on each read of the answer must bring data within the timeout
+	// (streamAnswer). The lease (MaxRun) still bounds the whole.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	a.answerBy = time.AfterFunc(rt.cfg.Timeout, func() { cancel(errUpstreamTimeout) })
+	defer a.answerBy.Stop()
+	a.cancelExchange = cancel
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	if out.Body != nil && out.Body != http.NoBody {
 		// httpx.Guard read the body already, and holds it: it can be sent
@@ -682,7 +725,7 @@ func (rt *route) holdAnswer(res *http.Response, a *attempt) error {
 	res.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), rest), res.Body}
+	}{io.MultiReader(bytes.NewReader(body), a.streamAnswer(rest, rt.cfg.Timeout)), res.Body}
 	return nil
 }
 
@@ -786,12 +829,31 @@ func (rt *route) failed(w http.ResponseWriter, r *http.Request, err error) {
 func errText(err error) string {
 	var ne *net.OpError
 	if errors.As(err, &ne) && ne.Err != nil {
-		return ne.Op + ": " + ne.Err.Error()
+		return shortText(ne.Op + ": " + ne.Err.Error())
 	}
 	if err == nil {
 		return "no answer"
 	}
-	return err.Error()
+	return shortText(err.Error())
+}
+
+// maxErrText bounds the transport's error quoted in an outcome-unknown
+// problem: net/http's "malformed HTTP response %q" quotes the upstream's
+// whole first line (up to its 10 MiB header limit), and the problem is
+// the key's stored answer, which must stay within max_stored_response
+// (minStoredResponse).
+const maxErrText = 200
+
+// shortText is s cut to maxErrText bytes (on a rune boundary), marked as cut.
+func shortText(s string) string {
+	if len(s) <= maxErrText {
+		return s
+	}
+	cut := maxErrText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // passthroughError answers an unguarded request the upstream did not

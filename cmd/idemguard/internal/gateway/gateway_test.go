@@ -296,7 +296,7 @@ func TestLargeResponseStreams(t *testing.T) {
 		_, _ = io.WriteString(w, big)
 		return true
 	})
-	e := startGateway(t, basicConfig+"    max_stored_response: 1KiB\n", u.URL)
+	e := startGateway(t, basicConfig+"    max_stored_response: 4KiB\n", u.URL)
 	r := post(t, e.srv.URL+"/orders", "k-big", `{"order":"b1"}`, "X-Account-Id", "acme")
 	if r.status != http.StatusCreated || r.body != big {
 		t.Fatalf("first: %d, %d bytes; want 201 and the %d bytes", r.status, len(r.body), len(big))
@@ -521,7 +521,7 @@ func TestLargeResponseBreaks(t *testing.T) {
 		_ = conn.Close()
 		return true
 	})
-	e := startGateway(t, basicConfig+"    max_stored_response: 1KiB\n", u.URL)
+	e := startGateway(t, basicConfig+"    max_stored_response: 4KiB\n", u.URL)
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"lb1"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "k-lb")

@@ -66,6 +66,7 @@ func readHeld(res *http.Response, asked bool, limit int64) (held []byte, rest io
 	if asked && strings.EqualFold(res.Header.Get("Content-Encoding"), "gzip") {
 		rec := &recorder{r: res.Body, max: int(limit) + 1 + 64<<10, on: true}
 		zr, derr := gzip.NewReader(rec)
+		began := derr == nil // a gzip header: the body is gzip
 		switch {
 		case derr == nil:
 			held, derr = io.ReadAll(io.LimitReader(zr, limit+1))
@@ -75,6 +76,14 @@ func readHeld(res *http.Response, asked bool, limit int64) (held []byte, rest io
 		}
 		if rec.err != nil && rec.err != io.EOF {
 			return nil, nil, nil, rec.err // the connection broke, not the coding
+		}
+		if began && errors.Is(derr, io.ErrUnexpectedEOF) && closeDelimited(res) {
+			// A body that ends with the connection (no length, not
+			// chunked) has no framing to say it was cut: the gzip stream
+			// does, which began and then ended before its end. The
+			// connection broke (the upstream died while it wrote), as a
+			// framed body's short read would say.
+			return nil, nil, nil, fmt.Errorf("the gzip answer ended with the connection before its end: %w", derr)
 		}
 		if derr == nil {
 			rec.on, rec.buf = false, nil
@@ -94,4 +103,11 @@ func readHeld(res *http.Response, asked bool, limit int64) (held []byte, rest io
 	}
 	held, err = io.ReadAll(io.LimitReader(res.Body, limit+1))
 	return held, res.Body, undecodable, err
+}
+
+// closeDelimited reports whether res's body ends when the connection does
+// (HTTP/1.0, or no Content-Length and not chunked): a cut there reads as
+// a clean end.
+func closeDelimited(res *http.Response) bool {
+	return res.ContentLength < 0 && len(res.TransferEncoding) == 0
 }
