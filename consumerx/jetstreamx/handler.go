@@ -682,7 +682,8 @@ func shortestAckWait(cfg jetstream.ConsumerConfig) time.Duration {
 // dropped by the client and redelivered only after AckWait (30 s by
 // default; TestMessageAtPullExpiryNotLost). So ctx ending does not cut
 // the wait short: Consume returns up to maxWait later, and a message
-// that comes meanwhile is Interrupted and Nak'ed, not lost.
+// that comes meanwhile is Interrupted and Nak'ed, not lost; nothing more
+// is pulled with it then.
 func pull(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, n int, maxWait time.Duration) ([]jetstream.Msg, error) {
 	batch, err := cons.FetchNoWait(n)
 	if err != nil {
@@ -699,7 +700,11 @@ func pull(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, n 
 	if msgs, err = collect(msgs, batch); err != nil {
 		return msgs, err
 	}
-	if len(msgs) > 0 && n > 1 {
+	// Not once ctx has ended: the message that came during the wait is
+	// Interrupted (and Nak'ed); more pulled now would only be Interrupted
+	// too, each spending a delivery (one on its last, dead-lettered
+	// unrun), where they are left for the next consumer to run.
+	if len(msgs) > 0 && n > 1 && ctx.Err() == nil {
 		if more, err := cons.FetchNoWait(n - 1); err == nil {
 			msgs, _ = collect(msgs, more) // its error shows on the next pull
 		}
