@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -119,6 +120,11 @@ func CallerFromContext[T any](pkg string, key any, name func(T) string) func(ctx
 			return s
 		case fmt.Stringer:
 			return s.String()
+		}
+		// A string of a type of its own (type AccountID string), as
+		// httpx.TenantFromContext takes it.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+			return rv.String()
 		}
 		return ""
 	}
