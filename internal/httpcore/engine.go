@@ -933,7 +933,13 @@ func (m *Engine) finish(r Request, held *guard.Held, resp Response, info *claimI
 		result = res.Stored // the bytes CommitResponse committed
 	case res.Hijacked:
 		if status < 200 {
-			status = http.StatusOK
+			// The handler took the connection without a status (a
+			// middleware that sheds load by closing it, or one that
+			// writes its own answer on it): what the client got, if
+			// anything, is not known. A 500, as fiberx keeps for a
+			// connection closed under the response, not a success the
+			// client may never have had.
+			status = http.StatusInternalServerError
 		}
 		result = encodeResponse(storedResponse{status: status, notKept: notKeptHijacked})
 	case res.Abandoned:
