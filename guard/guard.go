@@ -39,7 +39,14 @@
 // a second holder in while the first one's effect still lands. That is
 // what Lease.Fence is for: downstream writes carry it and refuse a stale
 // one, and the backstop package's row, written in the same transaction
-// as the effect, makes the effect happen once even then.
+// as the effect, makes the effect happen once even then. A fence is only
+// as durable as the record that counts it, though: a failover or restart
+// that loses the last writes (a replica behind its primary, an older RDB
+// snapshot) may have lost a takeover too, and the next claim then gets
+// that holder's fence again (or a lower one, if the record is gone), so
+// downstream checks on Lease.Fence alone cannot refuse it. The backstop's
+// fences, kept in PostgreSQL above every fence it has seen for the key,
+// still tell the two holders apart.
 //
 // Options.MaxRun bounds how long one holder keeps a key: after it the
 // lease is no longer extended and the effect's context is cancelled with

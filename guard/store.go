@@ -82,14 +82,21 @@ type Outcome struct {
 }
 
 // Lease is a held claim on a key. Downstream writes that must not happen
-// twice should carry Fence: it grows with every acquisition of the key.
+// twice should carry Fence: it grows with every acquisition of the key,
+// a claim after a released first attempt included (the released holder
+// ran, and a write of its may still be on its way), while the store keeps
+// the key's record. Where that ends (docs/design.md, rule 4): a record
+// that expired, a released first attempt's marker once it is gone (a
+// minute on a RedisStore), and a Redis failover or restart that lost the
+// last writes start lower again; pgstore's Store and backstop.Wrap, whose
+// rows outlive the record, keep numbering.
 //
 // A Store's writes take the Lease its Claim returned; a Lease built by
 // hand from Key and Token alone is accepted too.
 type Lease struct {
 	Key       Key
 	Token     string // the owner token every write is compared against
-	Fence     int64  // grows by one with every acquisition of the key
+	Fence     int64  // grows with every acquisition of the key while the store keeps its record (see Lease)
 	Attempt   int    // 1 for the first acquisition
 	Recovered bool   // a previous holder's lease ran out before it finished
 

@@ -286,11 +286,12 @@ func (s *Store) claim(req guard.ClaimRequest) (guard.Outcome, error) {
 
 // claimNew takes a key that is absent, or only remembers a release (tomb).
 func (s *Store) claimNew(req guard.ClaimRequest, tomb *entry, now, leaseUntil, expires time.Time) (guard.Outcome, error) {
-	ptok := ""
+	ptok, fence := "", int64(1)
 	if tomb != nil {
 		// A first attempt released just before: remember its token, so
-		// that a retry of that Release still answers OK.
-		ptok = tomb.token
+		// that a retry of that Release still answers OK, and give the
+		// next fence (the released holder ran).
+		ptok, fence = tomb.token, tomb.fence+1
 		s.remove(tomb)
 	}
 	key := guard.Key{Scope: strings.Clone(req.Key.Scope), ID: strings.Clone(req.Key.ID)}
@@ -300,7 +301,7 @@ func (s *Store) claimNew(req guard.ClaimRequest, tomb *entry, now, leaseUntil, e
 		fp:         strings.Clone(req.Fingerprint),
 		token:      strings.Clone(req.Token),
 		ptok:       ptok,
-		fence:      1,
+		fence:      fence,
 		attempt:    1,
 		leaseUntil: leaseUntil,
 		ret:        req.TTL,
@@ -461,7 +462,7 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 	}
 	if e.attempt <= 1 && len(e.steps) == 0 {
 		// Absent from now on, but remember who released it.
-		*e = entry{key: e.key, state: released, token: e.token, index: e.index, size: e.size}
+		*e = entry{key: e.key, state: released, token: e.token, fence: e.fence, index: e.index, size: e.size}
 		e.tomb = s.tombs.PushBack(e)
 		s.resize(e)
 		s.expireAt(e, now.Add(releaseMemory))

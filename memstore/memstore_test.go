@@ -181,8 +181,8 @@ func TestRetryAfterTakeover(t *testing.T) {
 			t.Fatalf("Get of a released key = %v, want ErrNotFound", err)
 		}
 		b := mustClaim(t, s, req(key, "B"), guard.Acquired)
-		if b.Lease.Fence != 1 || b.Lease.Attempt != 1 {
-			t.Fatalf("claim after release = %+v, want a first attempt", b.Lease)
+		if b.Lease.Fence != 2 || b.Lease.Attempt != 1 {
+			t.Fatalf("claim after release = %+v, want a first attempt at the next fence", b.Lease)
 		}
 		if err := s.Release(ctx, lease(key, "A")); err != nil {
 			t.Fatalf("retried release after B took the key = %v, want nil", err)

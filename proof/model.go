@@ -19,7 +19,7 @@ import (
 //	absent ──claim──▶ pending(token, fence, attempt) ──complete(token)──▶ completed(result)
 //	pending ──fail(token)──▶ failed ──claim──▶ pending(fence+1, attempt+1)
 //	pending ──claim by another, lease expired──▶ pending(fence+1, attempt+1, recovered)
-//	pending ──release(token)──▶ absent (first attempt) or failed (attempt uncounted)
+//	pending ──release(token)──▶ absent, keeping the fence (first attempt), or failed (attempt uncounted)
 //	pending ──step(token, index)──▶ pending with the step appended (steps.go)
 //
 // Steps stay through failures, recoveries and releases (a release of a
@@ -40,8 +40,10 @@ type transition struct {
 
 func claimSteps(s Snapshot, in Input) []transition {
 	if s.State == 0 {
-		n := Snapshot{State: guard.StatePending, Token: in.Token, Fingerprint: in.Fingerprint, Fence: 1, Attempt: 1, Ptok: s.Ptok}
-		return []transition{{Output{Status: guard.Acquired, Fence: 1, Attempt: 1}, n}}
+		// Absent, or a released first attempt's marker, which keeps the
+		// released holder's fence: the next is above it.
+		n := Snapshot{State: guard.StatePending, Token: in.Token, Fingerprint: in.Fingerprint, Fence: s.Fence + 1, Attempt: 1, Ptok: s.Ptok}
+		return []transition{{Output{Status: guard.Acquired, Fence: n.Fence, Attempt: 1}, n}}
 	}
 	if s.Fingerprint != in.Fingerprint {
 		return []transition{{Output{Status: guard.Mismatch}, s}}
@@ -151,7 +153,7 @@ func writeSteps(s Snapshot, in Input) []transition {
 			return ok(s)
 		case guard.StatePending:
 			if s.Attempt <= 1 && s.Steps == "" {
-				return okOrResent(Snapshot{Ptok: in.Token})
+				return okOrResent(Snapshot{Ptok: in.Token, Fence: s.Fence})
 			}
 			n := s
 			n.State, n.Attempt = guard.StateFailed, max(s.Attempt-1, 1)

@@ -20,6 +20,11 @@ func TestModelRejectsFenceAndExtendBugs(t *testing.T) {
 			h.add(0, 2, 3, Input{Op: OpFail, Token: "A", Value: "x"}, Output{OK: true})
 			h.add(1, 4, 5, claim("B"), acquired(1, 2, false))
 		},
+		"a first attempt after a released one keeps the fence": func(h *hist) {
+			h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
+			h.add(0, 2, 3, Input{Op: OpRelease, Token: "A"}, Output{OK: true})
+			h.add(1, 4, 5, claim("B"), acquired(1, 1, false))
+		},
 		"recovery keeps the fence": func(h *hist) {
 			h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
 			h.add(1, 2, 3, claim("B"), acquired(1, 2, true))

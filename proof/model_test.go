@@ -76,15 +76,16 @@ func TestModelAcceptsCorrectHistories(t *testing.T) {
 		t.Fatalf("unknown claim history: %s, want ok", res)
 	}
 
-	// Release of a first attempt frees the key; a later one leaves it failed.
+	// Release of a first attempt frees the key (a first attempt again, at
+	// the next fence); a later one leaves it failed.
 	h = hist{}
 	h.add(0, 0, 1, claim("A"), acquired(1, 1, false))
 	h.add(0, 2, 3, Input{Op: OpRelease, Token: "A"}, Output{OK: true})
-	h.add(1, 4, 5, claim("B"), acquired(1, 1, false))
+	h.add(1, 4, 5, claim("B"), acquired(2, 1, false))
 	h.add(1, 6, 7, Input{Op: OpFail, Token: "B", Value: "x"}, Output{OK: true})
-	h.add(0, 8, 9, claim("C"), acquired(2, 2, false))
+	h.add(0, 8, 9, claim("C"), acquired(3, 2, false))
 	h.add(0, 10, 11, Input{Op: OpRelease, Token: "C"}, Output{OK: true})
-	h.add(1, 12, 13, Input{Op: OpGet}, Output{Found: true, Record: Snapshot{State: guard.StateFailed, Token: "C", Fingerprint: "fp", Fence: 2, Attempt: 1, LastError: "x"}})
+	h.add(1, 12, 13, Input{Op: OpGet}, Output{Found: true, Record: Snapshot{State: guard.StateFailed, Token: "C", Fingerprint: "fp", Fence: 3, Attempt: 1, LastError: "x"}})
 	if res := check(t, &h); res != porcupine.Ok {
 		t.Fatalf("release history: %s, want ok", res)
 	}

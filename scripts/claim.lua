@@ -29,10 +29,15 @@ local function take(f, a, recovered, ptok, err, steps)
 end
 
 if not v then return take(1, 1, false, NONE, '\0') end
--- A first attempt released just before: its token stays as ptok, so that
--- release's retry (go-redis resends a script whose reply was lost) still
--- answers OK after this claim took the key.
-if st == 'r' then return take(1, 1, false, tok, '\0') end
+-- A first attempt released just before: a first attempt again, but with
+-- the next fence (the released holder ran, and a write of its may still
+-- be on its way downstream); its token stays as ptok, so that release's
+-- retry (go-redis resends a script whose reply was lost) still answers OK
+-- after this claim took the key.
+if st == 'r' then
+  if fence >= MAXN then return corrupt('fence cannot grow') end
+  return take(fence + 1, 1, false, tok, '\0')
+end
 
 -- A different payload under the same key learns nothing else about it.
 if sub(v, fp, tp - 1) ~= myfp then return {4} end

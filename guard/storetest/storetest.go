@@ -43,13 +43,13 @@ type Harness struct {
 	// TTL is the retention used where a record must expire. Default 1s.
 	TTL time.Duration
 	// FencesOutliveRecords: the store keeps a key's fence after its record
-	// reads as absent (pgstore keeps the row of an expired record or a
-	// released first attempt until Purge; backstop.Wrap's leases bear the
-	// backstop's fence, its row kept so), so a claim that finds the key
-	// absent takes a fence above the last holder's, and Get need not show
-	// the lease's fence (Wrap's shows the primary's record). Otherwise that
-	// claim starts again at fence 1 (docs/design.md, "The state machine",
-	// rule 4).
+	// expired (pgstore keeps the row of an expired record until Purge;
+	// backstop.Wrap's leases bear the backstop's fence, its row kept so),
+	// so a claim that finds the key absent takes a fence above the last
+	// holder's, and Get need not show the lease's fence (Wrap's shows the
+	// primary's record). Otherwise that claim starts again at fence 1
+	// (docs/design.md, "The state machine", rule 4). After a released
+	// first attempt every store gives a fence above the released holder's.
 	FencesOutliveRecords bool
 	// Keys and Duplicates size the many-keys race (default 1,000 × 8).
 	Keys, Duplicates int
