@@ -34,10 +34,11 @@
 // reached, or cannot take writes now (a hot standby: a primary demoted in
 // a failover), wraps guard.ErrUnavailable.
 //
-// Constructors return an error for anything that can fail from input (New:
-// options that make no usable table names); they panic only on a nil
-// required dependency (a nil *sql.DB, a nil store or backstop given to
-// Wrap), a programmer error of the kind http.Handle panics on.
+// New returns an error for anything that can fail from its input: options
+// that make no usable table names, and a nil *sql.DB (package guard's rule
+// for constructors that return an error). Wrap, which returns no error,
+// panics on a nil store or backstop, a programmer error of the kind
+// http.Handle panics on.
 package backstop
 
 import (

@@ -38,8 +38,8 @@
 // SetMaxOpenConns(32). The same holds for package backstop's *sql.DB.
 //
 // Constructors (New, NewMigrator) return an error for anything that can
-// fail from input (options that make no usable table names); they panic
-// only on a nil *sql.DB, a programmer error of the kind http.Handle panics
-// on. Table and schema names are quoted identifiers; values are always bound
+// fail from input: options that make no usable table names, and a nil
+// *sql.DB (package guard's rule for constructors that return an error).
+// Table and schema names are quoted identifiers; values are always bound
 // parameters.
 package pgstore
