@@ -20,7 +20,7 @@ import (
 // and refuses one more (ErrInvalidKey) without running it; the next
 // attempt gets all of them back without running any.
 func TestStepsWithinOneRun(t *testing.T) {
-	for name, s := range revStores(t) {
+	for name, s := range stepStores(t) {
 		t.Run(name, func(t *testing.T) {
 			g := guard.New(s, guard.Options{Lease: 10 * time.Second})
 			key := guard.Key{Scope: "steps-run", ID: fmt.Sprint(name, "/", time.Now().UnixNano())}
@@ -123,7 +123,7 @@ func TestStepsWithinOneRun(t *testing.T) {
 // or Fail after Complete (ErrLeaseLost, completed stays), Complete after
 // Release (ErrLeaseLost), Release after Fail (OK).
 func TestStepsHeldMisuse(t *testing.T) {
-	stores := revStores(t)
+	stores := stepStores(t)
 	type seq struct {
 		name string
 		run  func(h *guard.Held) []error

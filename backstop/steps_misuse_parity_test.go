@@ -15,9 +15,9 @@ import (
 	"github.com/idemguard/idemguard/pgstore"
 )
 
-// revStores are the step stores the review compares: the Redis store, the
+// stepStores are the step stores these tests compare: the Redis store, the
 // PostgreSQL Store, and backstop.Wrap over a Redis store (real services).
-func revStores(t *testing.T) map[string]guard.StepStore {
+func stepStores(t *testing.T) map[string]guard.StepStore {
 	t.Helper()
 	db := pgenv.Migrated(t, pgstore.Options{})
 	return map[string]guard.StepStore{
@@ -62,7 +62,7 @@ func describe(rec guard.Record, err error) string {
 // under it) answer the same on every store, and leave the same record.
 func TestStepsMisuseParity(t *testing.T) {
 	const lease = 400 * time.Millisecond
-	stores := revStores(t)
+	stores := stepStores(t)
 	st := func(name, v string) guard.StepResult { return guard.StepResult{Name: name, Result: []byte(v)} }
 	type script func(s guard.StepStore, key guard.Key) []string
 	req := func(key guard.Key, tok string, max int) guard.ClaimRequest {

@@ -20,7 +20,7 @@ import (
 // steps (a new one, and one byte for byte the new holder's) are refused
 // without touching the new holder's steps.
 func TestStepsResumeAcrossStores(t *testing.T) {
-	for name, s := range revStores(t) {
+	for name, s := range stepStores(t) {
 		t.Run(name, func(t *testing.T) {
 			testenv.OnTime(t, "a lease", 500*time.Millisecond, 3, func(lease time.Duration) bool {
 				g := guard.New(s, guard.Options{Lease: lease})

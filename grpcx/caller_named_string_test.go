@@ -11,11 +11,11 @@ import (
 	"github.com/idemguard/idemguard/guard"
 )
 
-type revAccountKey struct{}
+type authAccountKey struct{}
 
-// revAccountID is the kind of string type an authentication interceptor
+// authAccountID is the kind of string type an authentication interceptor
 // stores (type AccountID string), without a String method.
-type revAccountID string
+type authAccountID string
 
 // TestCallerNamedString: grpcx.CallerFromContext's doc says, as
 // httpx.TenantFromContext's does, that "a nil name uses the value itself
@@ -25,8 +25,8 @@ type revAccountID string
 // Unauthenticated ("this call names none; authenticate and retry") and
 // its handler never ran, where httpx.Guard runs the same request.
 func TestCallerNamedString(t *testing.T) {
-	caller := grpcx.CallerFromContext[revAccountID](revAccountKey{}, nil)
-	if got := caller(context.WithValue(context.Background(), revAccountKey{}, revAccountID("acct_1"))); got != "acct_1" {
+	caller := grpcx.CallerFromContext[authAccountID](authAccountKey{}, nil)
+	if got := caller(context.WithValue(context.Background(), authAccountKey{}, authAccountID("acct_1"))); got != "acct_1" {
 		t.Errorf("Caller named %q; want %q (the value, a string)", got, "acct_1")
 	}
 
@@ -35,7 +35,7 @@ func TestCallerNamedString(t *testing.T) {
 	e := newEnv(t, guard.Options{})
 	p := &payments{}
 	auth := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return h(context.WithValue(ctx, revAccountKey{}, revAccountID("acct_1")), req)
+		return h(context.WithValue(ctx, authAccountKey{}, authAccountID("acct_1")), req)
 	}
 	ic := grpcx.UnaryServerInterceptor(e.g, guardOpts(t, grpcx.Options{Caller: caller}))
 	conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{recovery, auth, ic}})

@@ -9,11 +9,11 @@ import (
 	"github.com/idemguard/idemguard/grpcx/connectx"
 )
 
-type revAccountKey struct{}
+type authAccountKey struct{}
 
-// revAccountID is the kind of string type an authentication interceptor
+// authAccountID is the kind of string type an authentication interceptor
 // stores (type AccountID string), without a String method.
-type revAccountID string
+type authAccountID string
 
 // TestCallerNamedString: connectx.CallerFromContext, as
 // grpcx's and httpx.TenantFromContext's docs say, uses a value that is a
@@ -25,10 +25,10 @@ func TestCallerNamedString(t *testing.T) {
 	p := &payments{}
 	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			return next(context.WithValue(ctx, revAccountKey{}, revAccountID("acct_1")), req)
+			return next(context.WithValue(ctx, authAccountKey{}, authAccountID("acct_1")), req)
 		}
 	})
-	caller := connectx.CallerFromContext[revAccountID](revAccountKey{}, nil)
+	caller := connectx.CallerFromContext[authAccountID](authAccountKey{}, nil)
 	srv := serve(t, p, auth, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{Caller: caller})))
 	c := newClient(srv)
 	if _, err := c.CallUnary(context.Background(), amountReq(1, "named-1")); err != nil {
