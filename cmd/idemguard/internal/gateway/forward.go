@@ -115,12 +115,18 @@ type idleReader struct {
 	r      io.Reader
 	idle   time.Duration
 	cancel context.CancelCauseFunc
+	timer  *time.Timer // one for every read, armed while a read waits
 }
 
 func (s *idleReader) Read(p []byte) (int, error) {
-	t := time.AfterFunc(s.idle, func() { s.cancel(errUpstreamStalled) })
-	defer t.Stop()
-	return s.r.Read(p)
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.idle, func() { s.cancel(errUpstreamStalled) })
+	} else {
+		s.timer.Reset(s.idle)
+	}
+	n, err := s.r.Read(p)
+	s.timer.Stop()
+	return n, err
 }
 
 // beforeWrite is called, with the connection, before any bytes of the
