@@ -33,8 +33,11 @@ func TestSlowClientGetsLargeAnswerWhole(t *testing.T) {
 		_, _ = w.Write(big) // the whole answer at once: the upstream is not slow
 		return true
 	})
-	const timeout = 500 * time.Millisecond
-	e := startGateway(t, basicConfig+"    timeout: 500ms\n", u.URL)
+	// The gateway holds max_stored_response of the answer before it
+	// streams the rest: the least there is, so that the upstream has
+	// answered well within the timeout on a loaded machine too.
+	const timeout = time.Second
+	e := startGateway(t, basicConfig+"    timeout: 1s\n    max_stored_response: 4KiB\n", u.URL)
 
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(`{"order":"slow1"}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -50,7 +53,7 @@ func TestSlowClientGetsLargeAnswerWhole(t *testing.T) {
 	}
 	// The client is slow: it reads nothing for a while, longer than the
 	// route's timeout (its slowness is the scenario, not a synchronisation).
-	time.Sleep(4 * timeout)
+	time.Sleep(3 * timeout)
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err != nil || n != size {
 		t.Fatalf("the client read %d of %d bytes (%v): the upstream's answer, sent at once, was cut off at the route's "+
