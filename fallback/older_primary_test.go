@@ -144,6 +144,10 @@ func switchBackToOlderPrimary(t *testing.T, wrapOver bool) {
 	paidInOutage := runs.Load()
 
 	srv.Restart() // with the data it had before the outage
+	// go-redis's pool, once as many dials failed as it holds connections,
+	// answers the last dial error without dialling until a probe of its
+	// own, once a second, gets through: wait for that, as a client would.
+	waitFor(t, 10*time.Second, "the primary's client dialling again", func() bool { return c.Ping(bg).Err() == nil })
 	for i := range keys {
 		rec, err := rs.Get(bg, k(i))
 		if err != nil || rec.State == guard.StateCompleted {
