@@ -490,10 +490,13 @@ func (k *Lock) Until() time.Time {
 // snapshot) no other holder can have had the lock meanwhile, though no
 // validity covered that time.
 func (k *Lock) Extend(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
-	defer cancel()
+	// The round's bound starts once the lock's mutex is held: a round
+	// under way (one node not answering makes it last its whole bound)
+	// must not spend this one's.
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
+	defer cancel()
 	ok, err := k.m.ExtendContext(ctx)
 	if ok {
 		return nil
@@ -511,12 +514,14 @@ func (k *Lock) Extend(ctx context.Context) error {
 // held; ErrUnavailable: too few nodes answered (the lock expires by itself
 // within Options.Expiry). A ctx that has already ended reaches no node:
 // release with a context of its own (as Do does), not a request's that
-// may be cancelled, or the lock stays taken until it expires.
+// may be cancelled, or the lock stays taken until it expires. A Release
+// made while an Extend is under way waits for that round to end, then has
+// a round's bound (Expiry × TimeoutFactor) of its own.
 func (k *Lock) Release(ctx context.Context) error {
+	k.mu.Lock() // before the bound starts, as in Extend
+	defer k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	// Sent within the validity, no node's key can have expired: one found
 	// gone is the holder's own deletion sent again (go-redis re-sends a
 	// command whose answer it lost), not a lock lost.
