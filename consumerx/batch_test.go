@@ -264,7 +264,7 @@ func finishedMessageKeptPastMaxRun(t *testing.T, lease time.Duration) (late bool
 	maxRun := 4 * lease
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	t.Cleanup(func() { consumertest.DeleteKeys(rdb, prefix) })
+	consumertest.DeleteKeysAtEnd(t, rdb, prefix)
 	store := &extendLog{RedisStore: guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})}
 	g := guard.New(store, guard.Options{Lease: lease, MaxRun: maxRun})
 	p := newProcessor(t, g, "billing", consumerx.Options{})

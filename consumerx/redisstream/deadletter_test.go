@@ -59,7 +59,7 @@ func TestDeadLetterStreamOnceWhenUserHookFails(t *testing.T) {
 func TestDeadLetterStreamOnceOverFallbackWithoutSteps(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	t.Cleanup(func() { consumertest.DeleteKeys(rdb, prefix) })
+	consumertest.DeleteKeysAtEnd(t, rdb, prefix)
 	fb, err := fallback.New(struct{ guard.Store }{guard.NewRedisStore(rdb, guard.RedisOptions{Prefix: prefix})}, fallback.Options{})
 	if err != nil {
 		t.Fatal(err)

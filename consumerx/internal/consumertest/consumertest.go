@@ -24,28 +24,84 @@ import (
 )
 
 // Guard returns a guard on the shared real Redis whose keys carry a prefix
-// of the test's own, deleted when the test ends.
+// of the test's own, deleted when the test ends (DeleteKeysAtEnd).
 func Guard(t testing.TB, opts guard.Options) (*guard.Guard, *redis.Client, string) {
 	t.Helper()
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
+	DeleteKeysAtEnd(t, rdb, prefix)
 	store := guardenv.StoreOn(t, rdb, guard.RedisOptions{Prefix: prefix})
-	t.Cleanup(func() { DeleteKeys(rdb, prefix) })
 	return guard.New(store, opts), rdb, prefix
 }
 
-// DeleteKeys deletes every key starting with prefix.
-func DeleteKeys(rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
+// DeleteKeysAtEnd deletes, when the test ends, every key starting with
+// prefix that a command sent through rdb from now on named. It keeps the
+// names rather than scan for them: a SCAN of the shared server's whole
+// keyspace, which the tests of a full run fill with hundreds of thousands
+// of records, took seconds for each test, and kept the server from
+// answering the others meanwhile.
+func DeleteKeysAtEnd(t testing.TB, rdb *redis.Client, prefix string) {
+	w := &written{prefix: prefix, names: map[string]struct{}{}}
+	rdb.AddHook(w)
+	t.Cleanup(func() {
+		w.mu.Lock()
+		names := make([]string, 0, len(w.names))
+		for n := range w.names {
+			names = append(names, n)
+		}
+		w.mu.Unlock()
+		for len(names) > 0 {
+			n := min(len(names), 500)
+			rdb.Unlink(context.Background(), names[:n]...)
+			names = names[n:]
+		}
+	})
+}
+
+// written is a hook that keeps the names under prefix its client's
+// commands named.
+type written struct {
+	prefix string
+	mu     sync.Mutex
+	names  map[string]struct{}
+}
+
+func (w *written) note(cmd redis.Cmder) {
+	for _, a := range cmd.Args() {
+		var name string
+		switch a := a.(type) {
+		case string:
+			name = a
+		case *string: // the store's arguments, made without boxing
+			name = *a
+		case []byte:
+			name = string(a)
+		default:
+			continue
+		}
+		if strings.HasPrefix(name, w.prefix) {
+			w.mu.Lock()
+			w.names[name] = struct{}{}
+			w.mu.Unlock()
+		}
 	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		rdb.Del(ctx, keys[:n]...)
-		keys = keys[n:]
+}
+
+func (w *written) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (w *written) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		w.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (w *written) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			w.note(cmd)
+		}
+		return next(ctx, cmds)
 	}
 }
 
