@@ -127,10 +127,11 @@ func scanCluster(ctx context.Context, c *redis.ClusterClient, scan func(context.
 // Cluster's scan.
 var scanPassHook func(pass int)
 
-// slotLayout describes which slots each master of c serves, and which it
-// is migrating or importing ("[slot->-node]", "[slot-<-node]"), as each
-// master's CLUSTER NODES says of itself: the same string while no slot
-// moved.
+// slotLayout describes which slots each master of c serves, with its
+// config epoch, and which it is migrating or importing ("[slot->-node]",
+// "[slot-<-node]"), as each master's CLUSTER NODES says of itself: the
+// same string while no slot moved (a slot that moved away and back raised
+// the epoch of the master that took it back).
 func slotLayout(ctx context.Context, c *redis.ClusterClient) (string, error) {
 	var mu sync.Mutex
 	var own []string
@@ -143,7 +144,10 @@ func slotLayout(ctx context.Context, c *redis.ClusterClient) (string, error) {
 			f := strings.Fields(line)
 			if len(f) >= 8 && slices.Contains(strings.Split(f[2], ","), "myself") {
 				mu.Lock()
-				own = append(own, f[0]+" "+strings.Join(f[8:], " "))
+				// The config epoch too: a master raises it for every slot it
+				// imports, so a slot that moved away and back during the
+				// pass (the same slots before and after) still tells.
+				own = append(own, f[0]+" "+f[6]+" "+strings.Join(f[8:], " "))
 				mu.Unlock()
 			}
 		}
