@@ -505,7 +505,7 @@ func (b *Backstop) inTx1(ctx context.Context, lease guard.Lease, fn TxFunc,
 		if errors.As(err, &done) {
 			return done.Result, nil // the deferred Rollback undoes fn's writes
 		}
-		if err != nil && !lostRace(err) {
+		if err != nil && !pgsql.LostRace(err) {
 			return nil, err // refused (a stale fence, another fingerprint) or unreachable
 		}
 		if err == nil {
@@ -525,13 +525,13 @@ func (b *Backstop) inTx1(ctx context.Context, lease guard.Lease, fn TxFunc,
 	return nil, err
 }
 
-// lostRace reports a serialization failure (40001) or a deadlock (40P01):
-// the transaction lost to a concurrent one, perhaps the one that committed
-// the key's row.
-func lostRace(err error) bool {
-	code, _ := pgsql.SQLState(err)
-	return code == "40001" || code == "40P01"
-}
+// The statements the backstop makes on its own, outside the caller's
+// transaction (a mark, its extension, its end, an exhaustion), run again
+// after a lost race (pgsql.RetryLostRace): on a database whose default
+// isolation is REPEATABLE READ or SERIALIZABLE, one that waited for a
+// concurrent write of the key's row (the previous holder's Fail ending its
+// mark, a live holder's keepalive extending it) fails so, having changed
+// nothing, and the row as committed has the answer.
 
 // unmark ends the lease of lease's holder on its mark, so the next holder
 // need not wait for it (failed: by a Fail). A failure's mark is kept for the TTL from then, as
@@ -543,7 +543,10 @@ func lostRace(err error) bool {
 // then as if it had never been claimed (a request with another payload
 // may take it), as it is in the primary store.
 func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget, failed bool) error {
-	_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget, failed, b.opts.TTL.Microseconds())
+	err := pgsql.RetryLostRace(ctx, func() error {
+		_, err := b.db.ExecContext(ctx, b.q.unmark, lease.Key.Scope, lease.Key.ID, lease.Token, forget, failed, b.opts.TTL.Microseconds())
+		return err
+	})
 	return dbErr(ctx, "unmark", err)
 }
 
@@ -551,7 +554,10 @@ func (b *Backstop) unmark(ctx context.Context, lease guard.Lease, forget, failed
 // claim of key Exhausted: the holder, paused past its lease, can no longer
 // commit after the key was given up (Wrap).
 func (b *Backstop) exhaust(ctx context.Context, key guard.Key) error {
-	_, err := b.db.ExecContext(ctx, b.q.exhaust, key.Scope, key.ID)
+	err := pgsql.RetryLostRace(ctx, func() error {
+		_, err := b.db.ExecContext(ctx, b.q.exhaust, key.Scope, key.ID)
+		return err
+	})
 	return dbErr(ctx, "exhaust", err)
 }
 
@@ -564,8 +570,12 @@ func (b *Backstop) exhaust(ctx context.Context, key guard.Key) error {
 // own no longer pending or with its lease ended by the holder's Fail or
 // Release (unmark), is no error, and is not extended.
 func (b *Backstop) extendMark(ctx context.Context, lease guard.Lease, d time.Duration) error {
-	res, err := b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
-		d.Microseconds(), b.opts.TTL.Microseconds())
+	var res sql.Result
+	err := pgsql.RetryLostRace(ctx, func() (err error) {
+		res, err = b.db.ExecContext(ctx, b.q.extend, lease.Key.Scope, lease.Key.ID, lease.Token,
+			d.Microseconds(), b.opts.TTL.Microseconds())
+		return err
+	})
 	if err != nil {
 		return dbErr(ctx, "extend mark", err)
 	}
@@ -621,8 +631,10 @@ func (b *Backstop) mark(ctx context.Context, req guard.ClaimRequest, lease guard
 	markFence := max(lease.Fence, 1)
 	for range 4 {
 		var fence int64
-		err := b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, storedFP, lease.Token,
-			markFence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
+		err := pgsql.RetryLostRace(ctx, func() error {
+			return b.db.QueryRowContext(ctx, b.q.mark, req.Key.Scope, req.Key.ID, storedFP, lease.Token,
+				markFence, lease.Attempt, lease.Recovered, leaseUS, keepUS).Scan(&fence)
+		})
 		if err == nil {
 			return markResult{fence: fence}, nil
 		}

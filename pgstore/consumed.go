@@ -78,7 +78,7 @@ func (s *Store) consume(ctx context.Context, group, messageID string, fn func(ct
 	defer func() { _ = tx.Rollback() }()
 	first, err := s.MarkConsumed(ctx, tx, group, messageID)
 	if err != nil {
-		return false, lostRace(err) && ctx.Err() == nil, err
+		return false, pgsql.LostRace(err) && ctx.Err() == nil, err
 	}
 	if !first {
 		return false, false, nil

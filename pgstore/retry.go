@@ -3,8 +3,6 @@ package pgstore
 import (
 	"context"
 	"database/sql"
-	"math/rand/v2"
-	"time"
 
 	"github.com/idemguard/idemguard/internal/pgsql"
 )
@@ -16,14 +14,12 @@ import (
 // REPEATABLE READ or SERIALIZABLE, a statement that loses a race to another
 // (two claims of a new key, a claim and a completion) fails with a
 // serialization failure (40001), or a deadlock (40P01): it was rolled back
-// and changed nothing, so it is run again, up to serializationRetries
-// times, a millisecond or more apart. One that keeps failing is reported
-// as guard.ErrUnavailable (dbErr).
-const serializationRetries = 16
+// and changed nothing, so it is run again (pgsql.RetryLostRace). One that
+// keeps failing is reported as guard.ErrUnavailable (dbErr).
 
 // exec runs a statement of its own, again after a serialization failure.
 func (s *Store) exec(ctx context.Context, q string, args ...any) (res sql.Result, err error) {
-	err = retrySerialization(ctx, func() error {
+	err = pgsql.RetryLostRace(ctx, func() error {
 		res, err = s.db.ExecContext(ctx, q, args...)
 		return err
 	})
@@ -33,29 +29,5 @@ func (s *Store) exec(ctx context.Context, q string, args ...any) (res sql.Result
 // queryRow runs a statement of its own that reads one row into dest, again
 // after a serialization failure.
 func (s *Store) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
-	return retrySerialization(ctx, func() error { return s.db.QueryRowContext(ctx, q, args...).Scan(dest...) })
-}
-
-func retrySerialization(ctx context.Context, run func() error) error {
-	pause := time.Millisecond
-	for i := 0; ; i++ {
-		err := run()
-		if err == nil || i == serializationRetries || !lostRace(err) {
-			return err
-		}
-		t := time.NewTimer(pause + rand.N(pause))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		pause = min(2*pause, 32*time.Millisecond)
-	}
-}
-
-// lostRace reports a serialization failure (40001) or a deadlock (40P01).
-func lostRace(err error) bool {
-	code, _ := pgsql.SQLState(err)
-	return code == "40001" || code == "40P01"
+	return pgsql.RetryLostRace(ctx, func() error { return s.db.QueryRowContext(ctx, q, args...).Scan(dest...) })
 }

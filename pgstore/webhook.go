@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/idemguard/idemguard/internal/pgsql"
 )
 
 // Webhook delivery states.
@@ -121,12 +123,12 @@ func single(ctx context.Context, q Querier) (_ Querier, done func(), _ error) {
 // chose, or a *sql.Conn), the statement is a transaction of its own, and one refused with a
 // serialization failure or a deadlock (a database whose default isolation
 // is REPEATABLE READ or SERIALIZABLE) changed nothing and is run again, as
-// the Store's own statements are (retrySerialization). In the caller's
+// the Store's own statements are (pgsql.RetryLostRace). In the caller's
 // transaction it is run once: that transaction is aborted, and the caller
 // must begin it again.
 func own(ctx context.Context, q Querier, run func() error) error {
 	if _, ok := q.(*sql.Conn); ok {
-		return retrySerialization(ctx, run)
+		return pgsql.RetryLostRace(ctx, run)
 	}
 	return run()
 }
