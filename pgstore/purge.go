@@ -3,8 +3,15 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
+
+// releasedKeep is how long Purge keeps the row of a released first
+// attempt after its release, as the Redis store keeps its released
+// marker (release.lua) and memstore its tomb: a claim in that time gets a
+// larger fence than the released holder's.
+const releasedKeep = time.Minute
 
 // DefaultPurgeBatch is how many rows one purge statement deletes by default.
 const DefaultPurgeBatch = 1000
@@ -28,7 +35,11 @@ type PurgeOptions struct {
 // keys, consumed-messages and steps tables, and the steps of the keys it
 // deletes, in batches, until none is left, and returns how many it deleted.
 // Live rows are never touched, but for the steps of a key it deletes
-// (that key starts afresh when claimed again). It stops early, returning the count so far,
+// (that key starts afresh when claimed again), and neither is the row of
+// a released first attempt for a minute after its release, whatever
+// Before (it keeps the fence, as the Redis store's released marker does:
+// a claim in that time takes the next one, and a write of the released
+// holder still on its way downstream is refused by a fence check). It stops early, returning the count so far,
 // when ctx ends. Rows locked by a running transaction are skipped and left
 // for the next purge, and so is a key whose steps were not all deleted
 // with it (it expired while the purge ran, or one of its step rows was
@@ -51,18 +62,28 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	var total int64
 	byTable := map[string]int64{}
 	expired := `expires_at <= now() - $2 * interval '1 microsecond'`
+	// A released first attempt's row (pending without a lease: the
+	// Store's Release, or backstop's unmark of a first attempt) reads as
+	// absent from its release on, but its holder ran and a write of its
+	// may still be on its way downstream: the row keeps the fence for
+	// releasedKeep, as the Redis store's released marker does, so that a
+	// claim in that time takes a larger one, whatever Before says.
+	keyExpired := func(k string) string {
+		return k + expired + ` AND NOT (` + k + `status = 'pending' AND ` + k + `leased_until IS NULL AND ` +
+			k + `expires_at > now() - ` + strconv.FormatInt(releasedKeep.Microseconds(), 10) + ` * interval '1 microsecond')`
+	}
 	for _, p := range []struct{ name, table, key, where string }{
 		// First the steps of the keys about to be deleted, committed
 		// before their key expired, live or not: a key claimed again once
 		// its row is gone starts afresh, and must not find the forgotten
 		// key's steps.
 		{"steps", s.t.Steps, "scope, id, name", `EXISTS (SELECT 1 FROM ` + s.t.Keys + ` AS k
-			WHERE k.scope = s.scope AND k.id = s.id AND k.` + expired + ` AND s.created_at <= k.expires_at)`},
+			WHERE k.scope = s.scope AND k.id = s.id AND ` + keyExpired("k.") + ` AND s.created_at <= k.expires_at)`},
 		// A key whose steps the pass above left (it expired since that
 		// pass began, or a step row was locked) is kept for the next
 		// purge: deleted now, its steps would outlive it and be found by
 		// the key's next life.
-		{"keys", s.t.Keys, "scope, id", expired + ` AND NOT EXISTS (SELECT 1 FROM ` + s.t.Steps + ` AS st
+		{"keys", s.t.Keys, "scope, id", keyExpired("s.") + ` AND NOT EXISTS (SELECT 1 FROM ` + s.t.Steps + ` AS st
 			WHERE st.scope = s.scope AND st.id = s.id AND st.created_at <= s.expires_at)`},
 		{"consumed_messages", s.t.Consumed, "consumer_group, message_id", expired},
 		{"steps", s.t.Steps, "scope, id, name", expired},

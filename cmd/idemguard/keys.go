@@ -244,11 +244,15 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rf := addRedisFlags(fs)
 	pg := fs.String("postgres", "", "also read the key's row from this PostgreSQL URL (the SQL backstop; a gateway's fallback, the gateway named by --prefix)")
 	schema := fs.String("schema", "", "PostgreSQL schema of the backstop tables (default: the search_path)")
+	tablePrefix := addTablePrefixFlag(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
 	if *schema != "" && *pg == "" {
 		return usagef("--schema needs --postgres")
+	}
+	if *tablePrefix != "" && *tablePrefix != pgstore.DefaultTablePrefix && *pg == "" {
+		return usagef("--table-prefix needs --postgres")
 	}
 	if fs.NArg() == 1 && strings.HasPrefix(fs.Arg(0), *rf.prefix+"{") {
 		// The Redis key `list` shows: a completed record keeps no scope
@@ -277,8 +281,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// a PostgreSQL that does not answer hide the Redis record (the
 	// command then fails naming PostgreSQL).
 	if *pg != "" {
-		if err := (pgstore.Options{Schema: *schema}).Validate(); err != nil {
-			return usagef("--schema: %v", err)
+		if err := (pgstore.Options{Schema: *schema, TablePrefix: *tablePrefix}).Validate(); err != nil {
+			return usagef("%v", err)
 		}
 	}
 	c, store, redisFailed := rf.open(ctx)
@@ -297,8 +301,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			pgFailed = err
 		} else {
 			defer db.Close()
-			if pgStore, err = pgstore.New(db, pgstore.Options{Schema: *schema}); err != nil {
-				return usagef("--schema: %v", err)
+			if pgStore, err = pgstore.New(db, pgstore.Options{Schema: *schema, TablePrefix: *tablePrefix}); err != nil {
+				return usagef("%v", err)
 			}
 		}
 	}

@@ -2,11 +2,11 @@
 //
 //	idemguard demo [--redis ADDR] [--postgres DSN] [--metrics ADDR]
 //	idemguard bench [--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]
-//	idemguard inspect [--redis ADDR] [--prefix P] [--postgres DSN [--schema S]] SCOPE ID | REDIS-KEY
+//	idemguard inspect [--redis ADDR] [--prefix P] [--postgres DSN [--schema S] [--table-prefix T]] SCOPE ID | REDIS-KEY
 //	idemguard list [--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N] [--format table|json]
 //	idemguard release [--redis ADDR] [--prefix P] [--force] SCOPE ID
-//	idemguard migrate --postgres DSN [--schema S] up | --postgres DSN [--schema S] --force down
-//	idemguard purge --postgres DSN [--before DURATION] [--schema S] [--batch N] [--lock-addrs LIST]
+//	idemguard migrate --postgres DSN [--schema S] [--table-prefix T] up | --postgres DSN [--schema S] [--table-prefix T] --force down
+//	idemguard purge --postgres DSN [--before DURATION] [--schema S] [--table-prefix T] [--batch N] [--lock-addrs LIST]
 //	idemguard inventory [--format markdown|json] [--unsafe METHODS]
 //	idemguard serve --config FILE [--print-inventory [--format markdown|json]]
 //
@@ -92,11 +92,11 @@ func commands() []command {
 	return []command{
 		{"demo", "[--redis ADDR] [--postgres DSN] [--metrics ADDR]", "run duplicate storms through the HTTP and consumer adapters and count the effects", runDemo},
 		{"bench", "[--scenario LIST] [--concurrency LIST] [--duration D] [--target ADDR] [--chart FILE]", "measure the guard against plain Redis baselines", runBench},
-		{"inspect", "[--redis ADDR] [--prefix P] [--postgres DSN [--schema S]] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
+		{"inspect", "[--redis ADDR] [--prefix P] [--postgres DSN [--schema S] [--table-prefix T]] SCOPE ID | REDIS-KEY", "show the record of a key (by scope and id, or by the Redis key list shows)", runInspect},
 		{"list", "[--redis ADDR] [--state pending|completed|failed] [--prefix P] [--limit N] [--format table|json]", "list keys in a state (SCAN)", runList},
 		{"release", "[--redis ADDR] [--prefix P] [--force] SCOPE ID", "free a stuck pending key: its attempt fails, the next claim takes over with a larger fence (never a completed key)", runRelease},
-		{"migrate", "--postgres DSN [--schema S] up | --postgres DSN [--schema S] --force down", "apply, or roll back and drop, the SQL backstop's schema", runMigrate},
-		{"purge", "--postgres DSN [--before DURATION] [--schema S] [--batch N] [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
+		{"migrate", "--postgres DSN [--schema S] [--table-prefix T] up | --postgres DSN [--schema S] [--table-prefix T] --force down", "apply, or roll back and drop, the SQL backstop's schema", runMigrate},
+		{"purge", "--postgres DSN [--before DURATION] [--schema S] [--table-prefix T] [--batch N] [--lock-addrs LIST]", "delete expired backstop rows", runPurge},
 		{"inventory", "[--format markdown|json] [--unsafe METHODS]", "list what the demo service deduplicates, and its gaps", runInventory},
 		{"serve", "--config FILE [--print-inventory [--format markdown|json]]", "run the idempotency gateway in front of an HTTP service", runServe},
 	}

@@ -21,15 +21,22 @@ import (
 // the same tables runs (purgeLock).
 const purgeLockName = "idemguard-purge"
 
-func addPostgresFlags(fs *flag.FlagSet) (dsn, schema *string) {
+func addPostgresFlags(fs *flag.FlagSet) (dsn, schema, tablePrefix *string) {
 	dsn = fs.String("postgres", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db?sslmode=disable (required)")
 	schema = fs.String("schema", "", "schema of the backstop tables (default: the connection's search_path)")
-	return dsn, schema
+	tablePrefix = addTablePrefixFlag(fs)
+	return dsn, schema, tablePrefix
+}
+
+// addTablePrefixFlag is --table-prefix: the TablePrefix given to
+// pgstore.Options or backstop.Options, which starts every table's name.
+func addTablePrefixFlag(fs *flag.FlagSet) *string {
+	return fs.String("table-prefix", pgstore.DefaultTablePrefix, "the `prefix` of the tables' names (pgstore.Options.TablePrefix, backstop.Options.TablePrefix; empty: the default)")
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate")
-	dsn, schema := addPostgresFlags(fs)
+	dsn, schema, tablePrefix := addPostgresFlags(fs)
 	force := fs.Bool("force", false, "down: drop the tables although their rows are lost with them")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -55,7 +62,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("down drops every idemguard table in %s with its rows: the backstop forgets every committed key, "+
 			"and a retry Redis has forgotten runs its effect again; add --force to do it", where)
 	}
-	opts := pgstore.Options{Schema: *schema}
+	opts := pgstore.Options{Schema: *schema, TablePrefix: *tablePrefix}
 	if err := opts.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -131,8 +138,8 @@ func appliedVersion(ctx context.Context, db *sql.DB, opts pgstore.Options) (vers
 
 func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("purge")
-	dsn, schema := addPostgresFlags(fs)
-	before := fs.Duration("before", 0, "delete rows that expired this long ago or more (0: every expired row)")
+	dsn, schema, tablePrefix := addPostgresFlags(fs)
+	before := fs.Duration("before", 0, "delete rows that expired this long ago or more (0: every expired row; a released first attempt's row is kept a minute whatever this says, for its fence)")
 	batch := fs.Int("batch", pgstore.DefaultPurgeBatch, "rows deleted per statement")
 	lockAddrs := fs.String("lock-addrs", "", "comma-separated independent Redis nodes: run under a Redlock singleton, so one purge of the same tables (server, database, schema) runs at a time")
 	if err := parse(fs, args, stderr); err != nil {
@@ -149,7 +156,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *batch <= 0:
 		return usagef("--batch %d must be positive", *batch)
 	}
-	opts := pgstore.Options{Schema: *schema}
+	opts := pgstore.Options{Schema: *schema, TablePrefix: *tablePrefix}
 	if err := opts.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -200,7 +207,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		name, err := purgeLock(ctx, db, *dsn, *schema)
+		name, err := purgeLock(ctx, db, *dsn, *schema, *tablePrefix)
 		if err != nil {
 			return err
 		}
@@ -222,11 +229,12 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // purgeLock is the Redlock name under which at most one purge of the
-// tables dsn and schema name runs: purgeLockName, the server, the
-// database and the schema (as the server resolves the search_path when
-// schema is empty), so purges of other tables sharing the lock nodes do
-// not skip this one. No credential is in it.
-func purgeLock(ctx context.Context, db *sql.DB, dsn, schema string) (string, error) {
+// tables dsn, schema and tablePrefix name runs: purgeLockName, the
+// server, the database and the schema (as the server resolves the
+// search_path when schema is empty), and a table prefix other than the
+// default, so purges of other tables sharing the lock nodes do not skip
+// this one. No credential is in it.
+func purgeLock(ctx context.Context, db *sql.DB, dsn, schema, tablePrefix string) (string, error) {
 	cfg, err := postgresConfig(dsn)
 	if err != nil {
 		return "", err
@@ -239,5 +247,9 @@ func purgeLock(ctx context.Context, db *sql.DB, dsn, schema string) (string, err
 	if schema == "" {
 		schema = current.String
 	}
-	return fmt.Sprintf("%s:%s:%d/%s/%s", purgeLockName, cfg.Host, cfg.Port, database, schema), nil
+	name := fmt.Sprintf("%s:%s:%d/%s/%s", purgeLockName, cfg.Host, cfg.Port, database, schema)
+	if tablePrefix != "" && tablePrefix != pgstore.DefaultTablePrefix {
+		name += "/" + tablePrefix
+	}
+	return name, nil
 }

@@ -272,7 +272,7 @@ func TestPurgeLockPerTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nameA, err := purgeLock(ctx, dbA, dsnA, "")
+	nameA, err := purgeLock(ctx, dbA, dsnA, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
