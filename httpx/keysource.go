@@ -23,15 +23,24 @@ type KeySource struct {
 // request (the default fingerprint covers the whole body) gets 422; a
 // request without one gets 400 (ProblemMissingKey), or with
 // Options.Optional runs unguarded; a value that is not a string or number,
-// is empty, longer than MaxKeyLen bytes or holds control characters gets
-// 400 (ProblemMalformedKey), and so does a body that is not JSON (with
-// Optional it runs unguarded, as it has no key). A body in which an
+// is empty, longer than MaxKeyLen bytes, holds control characters or is not
+// valid Unicode (bytes that are not UTF-8, a lone surrogate escape such as
+// "\ud800", which encoding/json would turn into U+FFFD) gets 400
+// (ProblemMalformedKey), and so does a body that is not JSON (with
+// Optional it runs unguarded, as it has no key), except one that starts
+// with a JSON document holding a key, followed by more bytes, which gets
+// 400 with Optional too: a handler decoding it with json.Decoder, which
+// stops after the first document, reads that key. A body in which an
 // object on the pointer's path has a member named as the pointer's token
 // in another case ("ORDER_ID" beside or instead of "order_id") gets 400
 // (ProblemMalformedKey) too, with Optional as well: encoding/json decodes
 // such a member into the struct field tagged "order_id", so the handler
-// could read another key than the one the guard keeps. Of two members
-// with the very same name the last counts, as in encoding/json. The
+// could read another key than the one the guard keeps. A body with the
+// pointer's token as a member name more than once in an object on its
+// path gets 400 (ProblemMalformedKey) too, with Optional as well:
+// encoding/json decodes a later object or array into what the earlier
+// one filled, and a later null as nothing, so the handler could read
+// the earlier member's key where the last has none. The
 // Idempotency-Key header
 // is not read. The body is read, up to Options.MaxBody, before the key is
 // known: a body over the limit gets 413 even without a key.

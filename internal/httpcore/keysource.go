@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/inventory"
@@ -122,6 +123,16 @@ func (ks KeySpec) bodyKey(body []byte) (string, error) {
 		return "", errNoBodyKey
 	}
 	if !json.Valid(v) {
+		// A JSON document followed by more bytes has a key for a handler
+		// that reads it with json.Decoder, which stops after the first
+		// value: no key for the guard would let it run unguarded.
+		var first json.RawMessage
+		if json.NewDecoder(bytes.NewReader(v)).Decode(&first) == nil {
+			if _, err := ks.bodyKey(first); !errors.Is(err, errNoBodyKey) {
+				return "", fmt.Errorf("%w: the request body is a JSON document with a key at %q followed by more bytes, "+
+					"which a handler decoding it with json.Decoder reads", ErrMalformedKey, ks.pointer)
+			}
+		}
 		return "", fmt.Errorf("%w (the key is read at %q)", errNotJSON, ks.pointer)
 	}
 	for _, tok := range ks.tokens {
@@ -139,6 +150,11 @@ func (ks KeySpec) bodyKey(body []byte) (string, error) {
 	case len(v) == 0 || string(v) == "null":
 		return "", errNoBodyKey
 	case v[0] == '"':
+		if !unicodeString(v) {
+			// encoding/json would decode it with U+FFFD in place of each
+			// bad byte or lone surrogate: two different keys would be one.
+			return "", fmt.Errorf("%w: the value at %q is not valid Unicode (bytes that are not UTF-8, or a lone surrogate escape)", ErrMalformedKey, ks.pointer)
+		}
 		if err := json.Unmarshal(v, &key); err != nil {
 			return "", fmt.Errorf("%w: %v", ErrMalformedKey, err)
 		}
@@ -153,30 +169,88 @@ func (ks KeySpec) bodyKey(body []byte) (string, error) {
 	return key, nil
 }
 
+// unicodeString reports whether v, a JSON string (valid JSON, quotes
+// included), decodes to the text it spells, with nothing replaced: its
+// bytes are UTF-8 and each \u escape of a surrogate is half of a pair.
+func unicodeString(v []byte) bool {
+	if !utf8.Valid(v) {
+		return false
+	}
+	hex4 := func(b []byte) rune {
+		n, err := strconv.ParseUint(string(b), 16, 32)
+		if err != nil {
+			return -1
+		}
+		return rune(n)
+	}
+	for i := 1; i < len(v)-1; i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		i++
+		if v[i] != 'u' || i+4 >= len(v) {
+			continue
+		}
+		r := hex4(v[i+1 : i+5])
+		i += 4
+		switch {
+		case 0xd800 <= r && r < 0xdc00:
+			if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' {
+				if lo := hex4(v[i+3 : i+7]); 0xdc00 <= lo && lo < 0xe000 {
+					i += 6
+					continue
+				}
+			}
+			return false
+		case 0xdc00 <= r && r < 0xe000:
+			return false
+		}
+	}
+	return true
+}
+
 // member returns the value the reference token tok selects in v (valid
 // JSON): an object's member, or an array's element by its decimal index.
 // ok is false when v has no such member or element, or is neither an
-// object nor an array. Of two members with one name the last counts, as
-// encoding/json decides. An object with a member whose name is tok in
+// object nor an array. An object with a member whose name is tok in
 // another case ("ORDER_ID" for "order_id") is an error wrapping
 // ErrMalformedKey: encoding/json decodes such a member into the struct
 // field tagged tok, so a handler could read another key than the one the
-// guard would keep.
+// guard would keep. So is an object with tok itself more than once:
+// encoding/json decodes a later object or array into what the earlier
+// one filled, and a later null into a struct or string as nothing, so
+// the earlier member's key can survive where the last has none.
 func member(v json.RawMessage, tok string) (json.RawMessage, bool, error) {
 	switch {
 	case len(v) > 0 && v[0] == '{':
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(v, &obj) != nil {
+		dec := json.NewDecoder(bytes.NewReader(v))
+		if _, err := dec.Token(); err != nil { // {
 			return nil, false, nil
 		}
-		for name := range obj {
-			if name != tok && strings.EqualFold(name, tok) {
+		var m json.RawMessage
+		found := false
+		for dec.More() {
+			t, err := dec.Token()
+			if err != nil {
+				return nil, false, nil
+			}
+			name, _ := t.(string)
+			var val json.RawMessage
+			if err := dec.Decode(&val); err != nil {
+				return nil, false, nil
+			}
+			switch {
+			case name == tok && found:
+				return nil, false, fmt.Errorf("%w: the body has the member %q more than once; "+
+					"a handler decoding it into a struct may read the key of either", ErrMalformedKey, tok)
+			case name == tok:
+				m, found = val, true
+			case strings.EqualFold(name, tok):
 				return nil, false, fmt.Errorf("%w: the body has a member %q as well as or instead of %q; "+
 					"a handler decoding it into a struct reads either as the key", ErrMalformedKey, name, tok)
 			}
 		}
-		m, ok := obj[tok]
-		return m, ok, nil
+		return m, found, nil
 	case len(v) > 0 && v[0] == '[':
 		i, ok := arrayIndex(tok)
 		if !ok {
