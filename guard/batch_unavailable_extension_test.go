@@ -51,7 +51,7 @@ func TestBatchHeartbeatRidesOutUnavailable(t *testing.T) {
 	s := &unavailableRounds{RedisStore: realStore(t)}
 	g := guard.New(s, guard.Options{Lease: lease})
 	s.down.Store(true)
-	items := []guard.BatchItem{{Key: guard.Key{Scope: "revmut2", ID: t.Name()}, Fingerprint: "fp"}}
+	items := []guard.BatchItem{{Key: guard.Key{Scope: "mutation", ID: t.Name()}, Fingerprint: "fp"}}
 	res := g.DoBatch(bg, items, func(ctx context.Context, _ int, l guard.Lease) ([]byte, error) {
 		testenv.WaitFor(t, 10*time.Second, "three failed rounds, or the effect's context ended", func() bool {
 			return s.failed.Load() >= 3 || ctx.Err() != nil

@@ -51,7 +51,7 @@ func TestBeatLateExtensionNotRevived(t *testing.T) {
 		}
 	})})
 	bg := context.Background()
-	out, err := g.Claim(bg, Key{Scope: "revmut2", ID: "beat-late-extension"}, "fp")
+	out, err := g.Claim(bg, Key{Scope: "mutation", ID: "beat-late-extension"}, "fp")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestHeartbeatPace(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	s := &countExtends{Store: realStore(t)}
 	g := guard.New(s, guard.Options{Lease: lease})
-	_, err := g.Do(bg, guard.Key{Scope: "revmut2", ID: t.Name()}, "fp", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
+	_, err := g.Do(bg, guard.Key{Scope: "mutation", ID: t.Name()}, "fp", func(ctx context.Context, _ guard.Lease) ([]byte, error) {
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)

@@ -23,22 +23,10 @@ func TestScanRecordsThroughResharding(t *testing.T) {
 	rc := startOwnCluster(t, 3, 0)
 	c := rc.client(nil)
 	// The prefix carries the hash tag: every record is in one slot.
-	s := guardenv.StoreOn(t, c, guard.RedisOptions{Prefix: "rev{scanslot}:"})
+	s := guardenv.StoreOn(t, c, guard.RedisOptions{Prefix: "scan{slot}:"})
 	ctx := context.Background()
 	const n = 2000
-	for start := 0; start < n; start += 200 {
-		reqs := make([]guard.ClaimRequest, 200)
-		for i := range reqs {
-			reqs[i] = guard.ClaimRequest{Key: guard.Key{Scope: "scan", ID: fmt.Sprint(start + i)},
-				Token: fmt.Sprint("tok", start+i), Fingerprint: "fp", Lease: time.Hour, TTL: time.Hour}
-		}
-		_, errs := s.ClaimBatch(ctx, reqs)
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	claimScanKeys(t, s, n)
 	slot := int(guard.KeySlot(s.Name(guard.Key{Scope: "scan", ID: "0"})))
 	src := rc.owner(slot)
 	var dst *testenv.Server
@@ -112,5 +100,24 @@ func TestScanRecordsThroughResharding(t *testing.T) {
 	err = s.ScanRecords(ctx, func(string, guard.Record, error) bool { return true })
 	if !errors.Is(err, guard.ErrScanUnsettled) || passes != 3 {
 		t.Errorf("scan with the slot moving in each of its %d passes: %v, want ErrScanUnsettled after 3", passes, err)
+	}
+}
+
+// claimScanKeys claims keys "scan"/0 to n-1 in s, pending for an hour, in
+// batches of 200.
+func claimScanKeys(t *testing.T, s *guard.RedisStore, n int) {
+	t.Helper()
+	for start := 0; start < n; start += 200 {
+		reqs := make([]guard.ClaimRequest, min(200, n-start))
+		for i := range reqs {
+			reqs[i] = guard.ClaimRequest{Key: guard.Key{Scope: "scan", ID: fmt.Sprint(start + i)},
+				Token: fmt.Sprint("tok", start+i), Fingerprint: "fp", Lease: time.Hour, TTL: time.Hour}
+		}
+		_, errs := s.ClaimBatch(context.Background(), reqs)
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

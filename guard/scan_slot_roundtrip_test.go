@@ -2,7 +2,6 @@ package guard_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -70,19 +69,7 @@ func TestScanSlotMovedAwayAndBack(t *testing.T) {
 	s := guardenv.StoreOn(t, c, guard.RedisOptions{Prefix: "scan{roundtrip}:"})
 	ctx := context.Background()
 	const n = 2000
-	for start := 0; start < n; start += 200 {
-		reqs := make([]guard.ClaimRequest, 200)
-		for i := range reqs {
-			reqs[i] = guard.ClaimRequest{Key: guard.Key{Scope: "scan", ID: fmt.Sprint(start + i)},
-				Token: fmt.Sprint("tok", start+i), Fingerprint: "fp", Lease: time.Hour, TTL: time.Hour}
-		}
-		_, errs := s.ClaimBatch(ctx, reqs)
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	claimScanKeys(t, s, n)
 	slot := int(guard.KeySlot(s.Name(guard.Key{Scope: "scan", ID: "0"})))
 	src := rc.owner(slot)
 	var dst *testenv.Server

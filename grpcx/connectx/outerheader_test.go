@@ -35,11 +35,11 @@ func TestOuterHeaderNotStored(t *testing.T) {
 	}}
 	srv := serve(t, p, outer, connectx.NewInterceptor(g, guardOpts(t, connectx.Options{})))
 	c := newClient(srv)
-	res1, err := c.CallUnary(context.Background(), amountReq(5, "rev50-outer-header"))
+	res1, err := c.CallUnary(context.Background(), amountReq(5, "outer-header"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res2, err := c.CallUnary(context.Background(), amountReq(5, "rev50-outer-header"))
+	res2, err := c.CallUnary(context.Background(), amountReq(5, "outer-header"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestWireErrorMetaNotReplayed(t *testing.T) {
 	}{{"connect", nil}, {"grpc", []connect.ClientOption{connect.WithGRPC()}}} {
 		t.Run(proto.name, func(t *testing.T) {
 			c := newClient(srv, proto.opts...)
-			key := "rev50-wire-" + proto.name
+			key := "wire-" + proto.name
 			_, err1 := c.CallUnary(context.Background(), amountReq(5, key))
 			_, err2 := c.CallUnary(context.Background(), amountReq(5, key))
 			var ce1, ce2 *connect.Error
