@@ -156,7 +156,15 @@ func switchBackToOlderPrimary(t *testing.T, wrapOver bool) {
 	}
 	closeBreaker(t, s, 10*time.Second)
 	ost, _ := compose()
-	other := guard.New(ost, guard.Options{Lease: lease})
+	// No dead holder's lease is waited out from here on, but each claim
+	// must fit in its bound (Lease − margin) a Redis write fsync'd before
+	// its reply and the backstop's check of the committed row (a row lock,
+	// so a WAL flush). Once that takes longer for a key (a loaded
+	// machine), every claim of it is cut and undone, and the duplicates
+	// are told "in progress" by each one's Redis lease until do gives up.
+	const afterLease = 5 * time.Second
+	g = guard.New(st, guard.Options{Lease: afterLease})
+	other := guard.New(ost, guard.Options{Lease: afterLease})
 
 	var wg sync.WaitGroup
 	for i := range keys {

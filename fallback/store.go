@@ -178,8 +178,14 @@ func (s *Store) Release(ctx context.Context, lease guard.Lease) error {
 		// remember (another process's before a restart, or a claim whose
 		// answer was lost, released by its token) was never looked for
 		// there: its record stayed pending for the whole lease. The
-		// token is unique: releasing where it holds the key is safe.
-		if rec, gerr := s.getSecondary(ctx, lease.Key); gerr == nil && rec.Token == lease.Token && rec.State == guard.StatePending {
+		// token is unique: releasing where it holds the key is safe. Only
+		// a live lease is such a record: a pending one without a lease is
+		// the mark of a primary wrapped by backstop.Wrap on the
+		// secondary's tables, whose lease Wrap's Release has just ended
+		// and which it keeps on purpose when the primary kept the key (a
+		// step's effect happened): released here, it expired, and once
+		// the primary lost the key another payload could take it.
+		if rec, gerr := s.getSecondary(ctx, lease.Key); gerr == nil && rec.Token == lease.Token && rec.State == guard.StatePending && rec.LeaseLeft > 0 {
 			_, rerr := call(ctx, s.opts.SecondaryTimeout, false, func(ctx context.Context) (struct{}, error) {
 				return struct{}{}, s.secondary.Release(ctx, lease)
 			}, nil)
