@@ -25,8 +25,11 @@ const singletonTries = 3
 // An attempt that finds the lock held by another on every node is not
 // repeated: that instance runs the job this round, and waiting it out
 // would run the job again. (One that holds it on a bare quorum, a node
-// having missed its lock, looks like a split vote: a job shorter than
-// Options.RetryDelay may then run again in the round.)
+// having missed its lock, looks like a split vote: a job that ends before
+// this instance's last attempt may then run again in the round, one
+// shorter than 2 × Options.RetryDelay at least, and with a node that does
+// not answer, each attempt lasting its bound of Expiry × TimeoutFactor,
+// one shorter than 2 × (RetryDelay + Expiry × TimeoutFactor).)
 //
 // It panics on a nil l or job, as http.Handle does on a nil handler.
 func Singleton(l *Locker, name string, job func(ctx context.Context) error) func(ctx context.Context) error {
