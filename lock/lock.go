@@ -357,6 +357,7 @@ func (l *Locker) obtain(ctx context.Context, name string, tries, unavailableTrie
 		err := m.TryLockContext(context.WithoutCancel(ctx))
 		if err == nil {
 			k := &Lock{locker: l, name: name, m: m}
+			k.noteUntil()
 			if ctx.Err() != nil {
 				// The caller went away while the attempt was under way:
 				// it completed so as to leave nothing behind, and the
@@ -451,6 +452,22 @@ type Lock struct {
 	m  *redsync.Mutex
 	// over: Release called, or found lost (ErrLost): Until is past for good.
 	over bool
+	// until is m's validity as the last round that changed it left it,
+	// nil once the lock was found lost; released: Release was called.
+	// Until reads them without mu, so it does not wait for a round under
+	// way (one node not answering makes it last its whole bound).
+	until    atomic.Pointer[time.Time]
+	released atomic.Bool
+}
+
+// noteUntil records m's validity for Until, unless the lock was found
+// lost. k.mu is held, or k is not shared yet.
+func (k *Lock) noteUntil() {
+	if k.over {
+		return
+	}
+	u := k.m.Until()
+	k.until.Store(&u)
 }
 
 // Fence returns the lock's fencing number: greater than that of every
@@ -471,13 +488,14 @@ func (k *Lock) Key() string { return k.locker.opts.Prefix + k.name }
 // it answered: deletions whose answers were lost may have landed), or
 // Extend found the lock lost (ErrLost), it is the zero time: a holder
 // that checks it before a write writes nothing more.
+//
+// It does not wait for an Extend under way: until that round ends, it is
+// the validity the lock had before it.
 func (k *Lock) Until() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.over {
-		return time.Time{}
+	if u := k.until.Load(); u != nil && !k.released.Load() {
+		return *u
 	}
-	return k.m.Until()
+	return time.Time{}
 }
 
 // Extend pushes the lock's expiry out to Options.Expiry from now on a
@@ -499,13 +517,17 @@ func (k *Lock) Extend(ctx context.Context) error {
 	defer cancel()
 	ok, err := k.m.ExtendContext(ctx)
 	if ok {
+		k.noteUntil()
 		return nil
 	}
 	if err == nil {
 		err = redsync.ErrExtendFailed
 	}
 	err = k.locker.extendErr(k.name, err)
-	k.over = k.over || errors.Is(err, ErrLost)
+	if errors.Is(err, ErrLost) {
+		k.over = true
+		k.until.Store(nil)
+	}
 	return err
 }
 
@@ -518,7 +540,8 @@ func (k *Lock) Extend(ctx context.Context) error {
 // made while an Extend is under way waits for that round to end, then has
 // a round's bound (Expiry × TimeoutFactor) of its own.
 func (k *Lock) Release(ctx context.Context) error {
-	k.mu.Lock() // before the bound starts, as in Extend
+	k.released.Store(true) // Until is past from now on, whatever the answer
+	k.mu.Lock()            // before the bound starts, as in Extend
 	defer k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, k.locker.opTimeout())
 	defer cancel()

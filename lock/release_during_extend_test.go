@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/lock"
 )
 
@@ -124,5 +125,51 @@ func TestReleaseRacingExtendWithMinorityNodeHung(t *testing.T) {
 		}
 		t.Fatalf("Release with 2 healthy nodes answering in 50ms (bound %s), made during an extension round: %v",
 			time.Duration(float64(l.Options().Expiry)*l.Options().TimeoutFactor), rerr)
+	}
+}
+
+// TestUntilDuringHungExtension: a holder checks Until before each write,
+// as its doc advises. While an extension round waits out a node that does
+// not answer (its whole bound), Until answers at once with the validity
+// the lock had before the round (it waited for the round's mutex), and
+// the zero time as soon as Release was called, before Release could run.
+func TestUntilDuringHungExtension(t *testing.T) {
+	nodes := redlockNodes(t)
+	hung := &nodeFault{touched: make(chan struct{}, 1)}
+	nodes[2].AddHook(hung)
+	l := newLocker(t, nodes, lock.Options{Expiry: 2 * time.Second, TimeoutFactor: 0.25})
+	k, err := l.Obtain(bg, "checked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := k.Until()
+	hung.hangTouch.Store(true)
+	extended := make(chan error, 1)
+	go func() { extended <- k.Extend(bg) }()
+	<-hung.touched // the round is under way, and lasts until its bound
+	if got := k.Until(); !got.Equal(before) {
+		t.Errorf("Until during the round = %v, want the validity before it, %v", got, before)
+	}
+	select {
+	case err := <-extended:
+		t.Fatalf("Until answered only once the round had ended (Extend: %v)", err)
+	default:
+	}
+	released := make(chan error, 1)
+	go func() { released <- k.Release(bg) }()
+	testenv.WaitFor(t, 5*time.Second, "Until to be zero once Release was called", func() bool { return k.Until().IsZero() })
+	select {
+	case err := <-extended:
+		t.Fatalf("Until was zero only once the round had ended (Extend: %v)", err)
+	default:
+	}
+	if err := <-extended; err != nil {
+		t.Errorf("Extend with 2 of 3 nodes answering: %v", err)
+	}
+	if err := <-released; err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if !k.Until().IsZero() {
+		t.Errorf("Until after Release = %v, want zero", k.Until())
 	}
 }
