@@ -106,7 +106,9 @@ type TransportOptions struct {
 // with a newline, a URL without a host) is returned at once. A key the
 // caller set under a header map entry of another spelling
 // (req.Header["idempotency-key"]) is its key: it is sent as the one field
-// of the canonical name. The body of a response that is
+// of the canonical name. A key field that is empty (or blank) is no key:
+// the request gets its context's key or a fresh one in its place, as one
+// without the field does. The body of a response that is
 // retried is closed unread. A request with a body is retried only if it has
 // GetBody (http.NewRequest sets it for bytes, strings and bytes.Buffer
 // bodies); without it the request is sent once. Requests without a key
@@ -188,7 +190,8 @@ type idempotencyKey struct{}
 // the idempotency key of a request made with it (when the request sets
 // none in its header), for any method, instead of a fresh UUIDv7: for
 // calls whose key must be the same in every attempt of an effect, such as
-// guard.Lease.KeyFor(step). An empty key removes one set before. The key
+// guard.Lease.KeyFor(step). (A key field that is empty or blank sets
+// none.) An empty key removes one set before. The key
 // must be a bare token as ParseKey reads it (1 to MaxKeyLen bytes of
 // visible ASCII without DQUOTE, backslash or comma); RoundTrip refuses a
 // request with another, with an error wrapping ErrMalformedKey, before
@@ -207,7 +210,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header[t.opts.Header] = req.Header[name]
 		delete(req.Header, name)
 	}
-	if len(req.Header.Values(t.opts.Header)) == 0 {
+	if !hasKey(req.Header.Values(t.opts.Header)) {
+		// No field, or only empty ones (a key copied from where there was
+		// none): no key, which the Set below replaces.
 		key, _ := req.Context().Value(idempotencyKey{}).(string)
 		if key != "" {
 			if k, err := ParseKey(key); err != nil || k != key {
@@ -311,6 +316,18 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.opts.Base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// hasKey reports whether the values of the key field hold a key: a field
+// that is empty or blank is none, as ParseKey reads it (and as a server
+// testing Header.Get(name) != "" does), not a key to retry with.
+func hasKey(values []string) bool {
+	for _, v := range values {
+		if strings.Trim(v, " \t") != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // otherSpelling reports the name of the one entry of h that holds field
