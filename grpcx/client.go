@@ -82,7 +82,8 @@ type ClientOptions struct {
 
 // UnaryClientInterceptor returns an interceptor that makes retries safe:
 // it gives each call of ClientOptions.Methods whose outgoing metadata has
-// no key one (WithIdempotencyKey's, else a new UUIDv7), and retries the
+// no key (an empty or blank value is none) one (WithIdempotencyKey's,
+// else a new UUIDv7), and retries the
 // call with that same key while it fails with one of RetryCodes, with
 // exponential backoff and full jitter as gRPC's retry policy has them,
 // honouring the server's google.rpc.RetryInfo and grpc-retry-pushback-ms
@@ -181,7 +182,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	}
 	var key string
 	md, _ := metadata.FromOutgoingContext(ctx)
-	if vs := md.Get(c.opts.Metadata); len(vs) > 0 {
+	if vs := md.Get(c.opts.Metadata); hasKey(vs) {
 		key = vs[0]
 	} else {
 		key = core.KeyFrom(ctx)
@@ -195,7 +196,15 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 				return refusal(core.Internal, "", "grpcx: new idempotency key", err)
 			}
 		}
-		ctx = metadata.AppendToOutgoingContext(ctx, c.opts.Metadata, key)
+		if len(vs) > 0 {
+			// Only empty or blank values (a key copied from where there
+			// was none): no key, which this one replaces.
+			md = md.Copy()
+			md.Set(c.opts.Metadata, key)
+			ctx = metadata.NewOutgoingContext(ctx, md)
+		} else {
+			ctx = metadata.AppendToOutgoingContext(ctx, c.opts.Metadata, key)
+		}
 	}
 	for _, o := range opts {
 		if s, ok := o.(sentKey); ok && s.p != nil {
@@ -261,4 +270,16 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 func replayed(md metadata.MD) bool {
 	vs := md.Get(ReplayedMetadata)
 	return len(vs) == 1 && vs[0] == "true"
+}
+
+// hasKey reports whether the values of the key metadata hold a key: an
+// empty or blank value is none, as the server's guard reads it, not a
+// key to retry with.
+func hasKey(values []string) bool {
+	for _, v := range values {
+		if strings.Trim(v, " \t") != "" {
+			return true
+		}
+	}
+	return false
 }

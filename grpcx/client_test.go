@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,4 +270,39 @@ func (d *dropper) drop() {
 		_ = c.Close()
 	}
 	d.conns = nil
+}
+
+// TestClientEmptyMetadataKey: a call whose key metadata is there but
+// empty (a key copied from where there was none) has no key: it gets the
+// context's key or a fresh one in place of the empty value, and every
+// attempt carries that one key. (The empty value was taken for the
+// caller's key and retried: a server reading an empty key as none ran the
+// call on every attempt, and a guarded one refused it as malformed.)
+func TestClientEmptyMetadataKey(t *testing.T) {
+	for _, ctxKey := range []string{"", "step-key"} {
+		t.Run("context key "+strconv.Quote(ctxKey), func(t *testing.T) {
+			seen := &keysSeen{}
+			p := &payments{fn: func(ctx context.Context, req *structpb.Struct, n int64) (*structpb.ListValue, error) {
+				if n < 2 {
+					return nil, status.Error(codes.Unavailable, "try again")
+				}
+				return chargeResponse(ctx, req, n)
+			}}
+			conn := serve(t, p, serveOpts{interceptors: []grpc.UnaryServerInterceptor{seen.intercept},
+				client: []grpc.UnaryClientInterceptor{fastClient(grpcx.ClientOptions{})}})
+			ctx := metadata.AppendToOutgoingContext(context.Background(), grpcx.DefaultMetadata, "")
+			if ctxKey != "" {
+				ctx = grpcx.WithIdempotencyKey(ctx, ctxKey)
+			}
+			var sent string
+			if c := charge(ctx, conn, "", 1, grpcx.SentKey(&sent)); c.err != nil {
+				t.Fatal(c.err)
+			}
+			keys := seen.all()
+			want := ctxKey != "" && sent == ctxKey || ctxKey == "" && uuidV7.MatchString(sent)
+			if !want || len(keys) != 2 || keys[0] != sent || keys[1] != sent {
+				t.Fatalf("keys sent %q, SentKey %q; want two attempts, each with one key: the context's, or a fresh UUIDv7", keys, sent)
+			}
+		})
+	}
 }
