@@ -26,21 +26,11 @@ func payFn(ctx context.Context, tx *sql.Tx, l guard.Lease) ([]byte, error) {
 	return []byte("paid by " + l.Token), err
 }
 
-// isolatedDB is a migrated database with the payments table: direct at
-// the server's default isolation, db (closed at t's end) with level as
-// its default_transaction_isolation.
+// isolatedDB is pgenv.Isolated's database with the payments table.
 func isolatedDB(t *testing.T, level string) (direct, db *sql.DB) {
 	t.Helper()
-	direct, dsn := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	direct, db, _ = pgenv.Isolated(t, level)
 	pgenv.PaymentsTable(t, direct)
-	db, err := sql.Open("postgres", testenv.DSNWithIsolation(t, dsn, level))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	return direct, db
 }
 

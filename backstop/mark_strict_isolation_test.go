@@ -1,10 +1,6 @@
 package backstop_test
 
 import (
-	"crypto/rand"
-	"database/sql"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +8,7 @@ import (
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/internal/testenv"
 	"github.com/idemguard/idemguard/internal/testenv/guardenv"
+	"github.com/idemguard/idemguard/internal/testenv/pgenv"
 	"github.com/idemguard/idemguard/pgstore"
 )
 
@@ -56,23 +53,7 @@ func TestWrapMarkStrictIsolation(t *testing.T) {
 		} {
 			t.Run(level+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
-				direct, dsn := testenv.Postgres(t)
-				if err := pgstore.Migrate(ctx, direct, pgstore.Options{}); err != nil {
-					t.Fatal(err)
-				}
-				u, err := url.Parse(testenv.DSNWithIsolation(t, dsn, level))
-				if err != nil {
-					t.Fatal(err)
-				}
-				app := "markiso-" + strings.ToLower(rand.Text()[:8])
-				q := u.Query()
-				q.Set("application_name", app)
-				u.RawQuery = q.Encode()
-				db, err := sql.Open("postgres", u.String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = db.Close() })
+				direct, db, waitLocked := pgenv.Isolated(t, level)
 				client := testenv.Redis(t)
 				rs := guardenv.StoreOn(t, client, guard.RedisOptions{})
 				s := backstop.Wrap(rs, mustBackstop(t, db, pgstore.Options{}))
@@ -110,12 +91,7 @@ func TestWrapMarkStrictIsolation(t *testing.T) {
 					out, err := s.Claim(ctx, req("B"))
 					done <- answer{out, err}
 				}()
-				testenv.WaitFor(t, 10*time.Second, "B's mark waiting for the row", func() bool {
-					var n int
-					err := direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-						WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
-					return err == nil && n > 0
-				})
+				waitLocked("B's mark waiting for the row")
 				if err := tx.Commit(); err != nil {
 					t.Fatal(err)
 				}

@@ -87,7 +87,7 @@ func TestConsumeDuplicateStrictIsolation(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			_, db, waitLocked := isolatedDB(t, level)
+			_, db, waitLocked := pgenv.Isolated(t, level)
 			s := pgenv.Store(t, db, pgstore.Options{})
 
 			entered, release := make(chan struct{}), make(chan struct{})

@@ -16,7 +16,7 @@ import (
 // InsertOrRetry in a transaction) counts its retry, as at READ COMMITTED.
 // (It ran once, and answered the 40001 as ErrUnavailable.)
 func TestInsertOrRetryStrictIsolation(t *testing.T) {
-	direct, db, waitLocked := isolatedDB(t, "repeatable read")
+	direct, db, waitLocked := pgenv.Isolated(t, "repeatable read")
 	s := pgenv.Store(t, db, pgstore.Options{})
 	ds := pgenv.Store(t, direct, pgstore.Options{})
 	if _, err := s.InsertOrRetry(ctx, db, "order.shipped", "ord_9", nil); err != nil {
