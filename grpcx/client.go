@@ -182,7 +182,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	}
 	var key string
 	md, _ := metadata.FromOutgoingContext(ctx)
-	if vs := md.Get(c.opts.Metadata); hasKey(vs) {
+	if vs := md.Get(c.opts.Metadata); adapter.HasKey(vs) {
 		key = vs[0]
 	} else {
 		key = core.KeyFrom(ctx)
@@ -270,16 +270,4 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 func replayed(md metadata.MD) bool {
 	vs := md.Get(ReplayedMetadata)
 	return len(vs) == 1 && vs[0] == "true"
-}
-
-// hasKey reports whether the values of the key metadata hold a key: an
-// empty or blank value is none, as the server's guard reads it, not a
-// key to retry with.
-func hasKey(values []string) bool {
-	for _, v := range values {
-		if strings.Trim(v, " \t") != "" {
-			return true
-		}
-	}
-	return false
 }

@@ -202,7 +202,7 @@ func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if name, ok := otherSpelling(req.Header, t.opts.Header); ok {
+	if name, ok := adapter.OtherSpelling(req.Header, t.opts.Header); ok {
 		// The caller's own key, in a header map entry of another spelling
 		// (req.Header["idempotency-key"]): sent as one field of the
 		// canonical name, not beside a fresh key of its own.
@@ -210,7 +210,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header[t.opts.Header] = req.Header[name]
 		delete(req.Header, name)
 	}
-	if !hasKey(req.Header.Values(t.opts.Header)) {
+	if !adapter.HasKey(req.Header.Values(t.opts.Header)) {
 		// No field, or only empty ones (a key copied from where there was
 		// none): no key, which the Set below replaces.
 		key, _ := req.Context().Value(idempotencyKey{}).(string)
@@ -316,37 +316,6 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.opts.Base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-}
-
-// hasKey reports whether the values of the key field hold a key: a field
-// that is empty or blank is none, as ParseKey reads it (and as a server
-// testing Header.Get(name) != "" does), not a key to retry with.
-func hasKey(values []string) bool {
-	for _, v := range values {
-		if strings.Trim(v, " \t") != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// otherSpelling reports the name of the one entry of h that holds field
-// name under another spelling (a map entry not in canonical form), when h
-// has no entry of name itself.
-func otherSpelling(h http.Header, name string) (string, bool) {
-	if _, ok := h[name]; ok {
-		return "", false
-	}
-	found := ""
-	for k := range h {
-		if k != name && strings.EqualFold(k, name) {
-			if found != "" {
-				return "", false // two spellings: two fields, the server's to refuse
-			}
-			found = k
-		}
-	}
-	return found, found != ""
 }
 
 // maxProblemPeek bounds the bytes of a response body inFlightAnswer reads

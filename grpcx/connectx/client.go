@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -113,7 +112,14 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 		if !req.Spec().IsClient || (c.procedures != nil && !c.procedures[req.Spec().Procedure]) {
 			return next(ctx, req)
 		}
-		ownKeyToCanonical(req.Header(), c.opts.Header)
+		if other, ok := adapter.OtherSpelling(req.Header(), http.CanonicalHeaderKey(c.opts.Header)); ok {
+			// The caller's own key, under a header map entry of another
+			// spelling: sent as the one field of the canonical name, not
+			// beside a fresh key (as httpx.Transport does).
+			h := req.Header()
+			h[http.CanonicalHeaderKey(c.opts.Header)] = h[other]
+			delete(h, other)
+		}
 		if req.Header().Get(c.opts.Header) == "" {
 			key := core.KeyFrom(ctx)
 			if key != "" {
@@ -176,31 +182,6 @@ func (c *client) wrap(next connect.UnaryFunc) connect.UnaryFunc {
 			case <-timer.C:
 			}
 		}
-	}
-}
-
-// ownKeyToCanonical moves a key the caller set under a header map entry
-// of another spelling (req.Header()["idempotency-key"]) to the field's
-// canonical name, when h has no entry of that name and one such entry
-// only: it is the caller's key, to be sent as the one field, not beside
-// a fresh key (as httpx.Transport does).
-func ownKeyToCanonical(h http.Header, name string) {
-	name = http.CanonicalHeaderKey(name)
-	if _, ok := h[name]; ok {
-		return
-	}
-	found := ""
-	for k := range h {
-		if k != name && strings.EqualFold(k, name) {
-			if found != "" {
-				return // two spellings: two fields, the server's to refuse
-			}
-			found = k
-		}
-	}
-	if found != "" {
-		h[name] = h[found]
-		delete(h, found)
 	}
 }
 
