@@ -2,10 +2,10 @@ package consumerx
 
 import (
 	"context"
-	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/consumerx/internal/leasectx"
 	"github.com/idemguard/idemguard/guard"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // Message is one delivery of a broker's message, as the adapters hand it to
@@ -86,9 +86,5 @@ func DeadLetterReason(cause error) string {
 		return s
 	}
 	const mark = "…(truncated)"
-	cut := MaxDeadLetterReason - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
+	return adapter.CutText(s, MaxDeadLetterReason-len(mark)) + mark
 }

@@ -16,11 +16,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemguard/idemguard/fallback"
 	"github.com/idemguard/idemguard/guard"
 	"github.com/idemguard/idemguard/httpx"
+	"github.com/idemguard/idemguard/internal/adapter"
 )
 
 // The rule that keeps the upstream's effects single (docs: the package doc,
@@ -855,11 +855,7 @@ func shortText(s string) string {
 	if len(s) <= maxErrText {
 		return s
 	}
-	cut := maxErrText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return adapter.CutText(s, maxErrText) + "…"
 }
 
 // passthroughError answers an unguarded request the upstream did not
